@@ -1,0 +1,1 @@
+//! The deciders (DESIGN.md section 6): scripted, openai, webhook.

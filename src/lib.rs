@@ -1,0 +1,16 @@
+//! agentrt: a Kubernetes operator that runs tool-using AI agents durably.
+//!
+//! The rooms, as DESIGN.md section 7 lays them out (see ARCHITECTURE.md for the map):
+//! - [`api`]: the `AgentRun` and `Approval` custom resources, the contract and nothing else.
+//! - [`engine`]: the sans-IO run state machine holding every rule of DESIGN.md sections 3-6.
+//! - [`controller`]: kube-runtime wiring, per-run executors, leases, compare-and-set writes.
+//! - [`agents`]: the deciders (scripted, openai, webhook).
+//! - [`tools`]: tool executors (http) and schema checks.
+//! - [`devcluster`]: the embedded Kubernetes-API-compatible server behind `agentrt dev`.
+
+pub mod agents;
+pub mod api;
+pub mod controller;
+pub mod devcluster;
+pub mod engine;
+pub mod tools;

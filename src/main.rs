@@ -1,0 +1,80 @@
+//! The `agentrt` command line (DESIGN.md section 7): `controller`, `dev`, `crds`.
+//!
+//! Exit codes (BEHAVIOURS.md 53): 0 success, 1 error, 2 usage (clap's own exit code for bad
+//! arguments). Arguments are validated by clap before any API server is contacted.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// agentrt runs tool-using AI agents durably on Kubernetes.
+///
+/// Apply an AgentRun with kubectl; the controller runs its loop, pauses on Approvals a person
+/// patches, and never repeats a side effect because a process died.
+#[derive(Parser, Debug)]
+#[command(name = "agentrt", version, propagate_version = true)]
+struct Cli {
+    /// Log format: `text` (human) or `json` (one object per line).
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the operator: watch AgentRuns and execute the runs whose Lease this replica holds.
+    Controller(agentrt::controller::ControllerArgs),
+    /// Start the embedded Kubernetes-API-compatible server (loopback only) for trying agentrt
+    /// and for tests; writes a kubeconfig that kubectl can use.
+    Dev(agentrt::devcluster::DevArgs),
+    /// Print the AgentRun and Approval CustomResourceDefinitions as YAML (what crds/ holds).
+    Crds,
+}
+
+fn init_tracing(format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("AGENTRT_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let outcome: anyhow::Result<()> = runtime.block_on(async move {
+        match cli.command {
+            Command::Controller(args) => agentrt::controller::run(args).await,
+            Command::Dev(args) => agentrt::devcluster::run(args).await,
+            Command::Crds => {
+                print!("{}", agentrt::api::crds_yaml()?);
+                Ok(())
+            }
+        }
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Tool executors (DESIGN.md section 6): http first.
