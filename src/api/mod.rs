@@ -1,10 +1,41 @@
 //! The `AgentRun` and `Approval` custom resources (DESIGN.md section 2): the contract, nothing
-//! else.
+//! else. `agentrt crds` prints what [`crds_yaml`] returns; `crds/` holds that output and a test
+//! fails when they differ.
 
-/// Both CRDs as a multi-document YAML stream, exactly what `crds/` holds.
+mod agentrun;
+mod approval;
+mod schema;
+mod time;
+pub mod vocab;
+
+pub use agentrun::*;
+pub use approval::*;
+pub use time::Time;
+pub use vocab::*;
+
+use kube::CustomResourceExt;
+
+/// The file names under `crds/` and the YAML each holds, in order.
 ///
 /// # Errors
-/// Never in practice; serialization errors are reported rather than unwrapped.
-pub fn crds_yaml() -> anyhow::Result<String> {
-    Ok(String::new())
+/// When a CRD cannot be serialized (never expected; reported rather than unwrapped).
+pub fn crd_files() -> Result<Vec<(&'static str, String)>, serde_yaml::Error> {
+    Ok(vec![
+        ("agentruns.yaml", serde_yaml::to_string(&AgentRun::crd())?),
+        ("approvals.yaml", serde_yaml::to_string(&Approval::crd())?),
+    ])
+}
+
+/// Both CRDs as a multi-document YAML stream: exactly the concatenation of `crds/*.yaml` in
+/// name order.
+///
+/// # Errors
+/// When a CRD cannot be serialized.
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for (_, yaml) in crd_files()? {
+        out.push_str("---\n");
+        out.push_str(&yaml);
+    }
+    Ok(out)
 }

@@ -1,1 +1,297 @@
-//! The run state machine (DESIGN.md sections 3-6): pure, synchronous, no I/O, no clock.
+//! The run state machine (DESIGN.md sections 3-6, BEHAVIOURS.md 1-50): pure, synchronous, no
+//! I/O, no clock of its own, no `kube`, no `async`.
+//!
+//! Given the run as stored, its Approvals, the current time and one [`Input`], [`step`] returns
+//! a [`Transition`]: the effects to perform, in order. The controller performs them and feeds
+//! outcomes back as the next input. Every rule about what a run does next lives here once; the
+//! controller decides nothing about a run.
+//!
+//! The effect protocol:
+//! - Effects are performed strictly in order. [`Effect::WriteStatus`] is a compare-and-set
+//!   replace of the run's status on the `resourceVersion` the snapshot was read at; if it fails
+//!   (409), the effects after it are dropped, the controller re-reads the run and its Approvals
+//!   and calls [`step`] again with the same input. The engine then re-decides from the fresh
+//!   record (and stops if this replica is no longer the recorded holder or the run ended).
+//! - A transition runs "until the next external action": one status write, then at most one
+//!   external action ([`Effect::CallTool`], [`Effect::CallAgent`], [`Effect::CallModel`],
+//!   [`Effect::CallReconcileHook`]) whose outcome comes back as the next input (DESIGN.md
+//!   section 4: one durable write between two external actions, never fewer).
+//! - [`Input::Observe`] is what a replica that is not executing the run asks; it never starts a
+//!   side effect, and asks for the lease with [`Effect::AcquireLease`] when the run needs a
+//!   holder. After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
+
+use serde_json::Value;
+
+use crate::api::{AgentRunSpec, Time, ToolSpec};
+
+/// How big things may get (DESIGN.md section 3, guarantee 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budgets {
+    /// Per-step content budget in bytes (canonical JSON); default 16 KiB.
+    pub step_content_bytes: usize,
+    /// The serialized AgentRun object's budget in bytes; default 1 MiB.
+    pub object_bytes: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            step_content_bytes: 16 * 1024,
+            object_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// The run as stored: identity, spec, and the status exactly as read (it may not decode;
+/// DESIGN.md section 3, guarantee 7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSnapshot {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.generation` (copied to `observedGeneration`).
+    pub generation: i64,
+    /// The spec, decoded by the controller (the API server's schema makes a spec that does not
+    /// decode unlikely; the controller logs such a run and leaves it alone).
+    pub spec: AgentRunSpec,
+    /// `status` as stored; `Value::Null` when absent.
+    pub status: Value,
+}
+
+/// One of the run's Approval objects as stored (whole object JSON; it may not decode).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalSnapshot {
+    /// `metadata.name`.
+    pub name: String,
+    /// The whole object as read (apiVersion, kind, metadata, spec, status).
+    pub object: Value,
+}
+
+/// What the run's Lease object says, as read by the replica asking.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LeaseView {
+    /// `spec.holderIdentity`, when the Lease exists and names one.
+    pub holder: Option<String>,
+    /// `spec.renewTime` (or acquireTime), when set.
+    pub renewed_at: Option<Time>,
+    /// `spec.leaseDurationSeconds`, when set.
+    pub duration_seconds: Option<i64>,
+}
+
+/// The replica calling the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Caller {
+    /// This process's holder identity (controller name + per-process random suffix).
+    pub holder: String,
+    /// The current time by this replica's clock.
+    pub now: Time,
+}
+
+/// The previous holder a takeover replaces (recorded in `lease.taken_over`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreviousHolder {
+    /// Its identity (`None` when the Lease was absent).
+    pub holder: Option<String>,
+    /// When its lease expired.
+    pub expired_at: Option<Time>,
+}
+
+/// How a tool call ended, as the executor saw it (DESIGN.md section 6).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutcome {
+    /// 2xx with JSON content.
+    Result {
+        /// HTTP status.
+        status: u16,
+        /// The answer.
+        content: Value,
+        /// Wall time of the call in milliseconds.
+        duration_ms: u64,
+    },
+    /// The tool failed: non-2xx (body kept), content not JSON (`invalid_content`, bytes kept,
+    /// base64 if not UTF-8), connection refused before sending, a panic around the call.
+    Error {
+        /// A short machine word: `http_status`, `invalid_content`, `connection_refused`,
+        /// `executor_panic`, `no_executor`, ...
+        failure: String,
+        /// HTTP status when there was one.
+        status: Option<u16>,
+        /// What to show the agent (the body as JSON, or a string).
+        content: Value,
+        /// Wall time in milliseconds.
+        duration_ms: u64,
+    },
+    /// The request was sent and no answer came (timeout, lost connection): the outcome is
+    /// unknown and is handled as an interruption (DESIGN.md section 5).
+    Unknown {
+        /// What happened, for the record.
+        detail: String,
+        /// Wall time in milliseconds.
+        duration_ms: u64,
+    },
+    /// The tool's answer asks to abort the run (`tool_abort`).
+    Abort {
+        /// Why, from the tool.
+        detail: String,
+        /// The answer.
+        content: Value,
+        /// Wall time in milliseconds.
+        duration_ms: u64,
+    },
+}
+
+/// One input to the state machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A replica that is not executing the run looks at it (a reconcile). Never starts a side
+    /// effect; may write (cancel, expiry, rejection), create a missing Approval, ask for the
+    /// lease, or requeue.
+    Observe {
+        /// The run's Lease as read.
+        lease: LeaseView,
+    },
+    /// This replica just won the run's Lease by compare-and-set (after
+    /// [`Effect::AcquireLease`]); `takeover` is set when it replaced a holder or an expired or
+    /// absent Lease of a run that had already started.
+    LeaseAcquired {
+        /// Set for a takeover (DESIGN.md section 4).
+        takeover: Option<PreviousHolder>,
+    },
+    /// The agent answered (webhook/openai): the raw decision JSON, or why there is none.
+    AgentAnswered {
+        /// The step the decision is for.
+        step: i64,
+        /// The decision as received, or the agent's error (`agent_error`).
+        decision: Result<Value, String>,
+    },
+    /// A tool call of `step` ended.
+    ToolFinished {
+        /// The step.
+        step: i64,
+        /// The attempt (`Agentrt-Attempt`) that ended.
+        attempt: i64,
+        /// How it ended.
+        outcome: ToolOutcome,
+    },
+    /// The reconcile hook answered a Reconciliation (`{outcome, result, detail, pause}`), or
+    /// failed after its retries.
+    Reconciled {
+        /// The answer JSON, or why there is none.
+        answer: Result<Value, String>,
+    },
+    /// The lease was lost (a renewal found another holder, or it expired unrenewed): stop
+    /// before the next side effect and record nothing as the step's outcome.
+    LeaseLost,
+}
+
+/// A tool call to perform, after the write recording `step.tool_started` succeeded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The step.
+    pub step: i64,
+    /// 1 for the first start of this step, 2 after a granted re-run, ...
+    pub attempt: i64,
+    /// The tool as specified.
+    pub tool: ToolSpec,
+    /// The args to POST.
+    pub args: Value,
+    /// `<run uid>/<step>`: the same for every attempt of the step.
+    pub idempotency_key: String,
+}
+
+/// One thing the controller must do. Performed in order; see the module doc.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Replace the run's status with this JSON by compare-and-set.
+    WriteStatus {
+        /// The whole new `status`.
+        status: Value,
+    },
+    /// Create this Approval (whole object: metadata with name, namespace, ownerReferences,
+    /// labels; spec). AlreadyExists is success (the name and hash are in the record).
+    CreateApproval {
+        /// The object.
+        approval: Value,
+    },
+    /// Write this Approval's status (phase Pending/Expired/Executed, times, shortHash).
+    WriteApprovalStatus {
+        /// The Approval's name.
+        name: String,
+        /// The whole new `status`.
+        status: Value,
+    },
+    /// Win the run's Lease by compare-and-set, then call [`step`] with
+    /// [`Input::LeaseAcquired`] carrying `takeover`.
+    AcquireLease {
+        /// Set when this acquisition is a takeover.
+        takeover: Option<PreviousHolder>,
+    },
+    /// Call the tool (only if this replica's lease is unexpired by its own clock).
+    CallTool(ToolCall),
+    /// Ask the webhook agent for step `step`'s decision, POSTing `request`.
+    CallAgent {
+        /// The step.
+        step: i64,
+        /// The JSON body (goal, tool specs, steps, approvals).
+        request: Value,
+    },
+    /// POST this RunView to the reconcile hook.
+    CallReconcileHook {
+        /// The JSON body (run, steps, approvals).
+        view: Value,
+    },
+    /// Release the run's Lease (the run is waiting for approval or ended).
+    ReleaseLease,
+    /// Look at the run again after this many milliseconds (an expiry, a lease to wait out).
+    RequeueAfter {
+        /// Milliseconds.
+        millis: u64,
+    },
+    /// The executor ends: the run is terminal, waiting, or no longer this replica's.
+    Stop,
+}
+
+/// What [`step`] returns.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Transition {
+    /// The effects to perform, in order.
+    pub effects: Vec<Effect>,
+}
+
+/// Why the engine could not produce a transition. Every other failure becomes part of the
+/// record (a failed step, an `internal_error` run), so this is only for a caller mistake.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum EngineError {
+    /// The input does not fit the run (e.g. a tool outcome for a step that is not executing).
+    #[error("AgentRun {namespace}/{name}: {detail}")]
+    UnexpectedInput {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// What did not fit.
+        detail: String,
+    },
+}
+
+/// Decides what `run` does next on `input`.
+///
+/// `approvals` are the run's Approval objects (label `agentrt.dev/run-uid=<uid>`), `caller` the
+/// replica asking and its clock, `budgets` the size limits.
+///
+/// # Errors
+/// [`EngineError::UnexpectedInput`] when the input cannot apply to the run as stored (the
+/// controller re-reads and observes instead).
+pub fn step(
+    run: &RunSnapshot,
+    approvals: &[ApprovalSnapshot],
+    caller: &Caller,
+    budgets: &Budgets,
+    input: Input,
+) -> Result<Transition, EngineError> {
+    let _ = (run, approvals, caller, budgets, input);
+    Ok(Transition::default())
+}

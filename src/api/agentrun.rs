@@ -1,0 +1,738 @@
+//! The `AgentRun` custom resource (DESIGN.md section 2): its spec as a user writes it and its
+//! status, which is the run's record and the source of truth (DESIGN.md section 4).
+
+// Each `printcolumn(...)` repeats `type_ = ...`; clippy reads the repeats as duplicates.
+#![allow(clippy::duplicated_attributes)]
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::schema::{any_json, json_object, json_schema_object, time_schema};
+use super::vocab::{
+    EventType, ObservationKind, PolicyDecisionKind, PolicyOutcome, RunPhase, SideEffect,
+    StepStatus, TerminalReason,
+};
+use super::Time;
+
+/// The desired run: a goal, the agent that decides, the tools it may call, a policy and limits.
+///
+/// `goal`, `agent` and `tools` are immutable after creation (CEL `self == oldSelf`); `policy`
+/// and `limits` may change and apply at the next evaluation; `cancel` may only go false → true.
+#[derive(CustomResource, Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[kube(
+    group = "agentrt.dev",
+    version = "v1alpha1",
+    kind = "AgentRun",
+    plural = "agentruns",
+    singular = "agentrun",
+    namespaced,
+    status = "AgentRunStatus",
+    shortname = "ar",
+    category = "agentrt",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Where the run is"
+    ),
+    printcolumn(
+        name = "Steps",
+        type_ = "integer",
+        json_path = ".status.stepCount",
+        description = "Steps recorded"
+    ),
+    printcolumn(
+        name = "Tool",
+        type_ = "string",
+        json_path = ".status.currentTool",
+        description = "The tool of the current step"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.reason",
+        description = "Why the run ended"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Holder",
+        type_ = "string",
+        json_path = ".status.lease.holder",
+        description = "The replica that holds the run's lease",
+        priority = "1"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRunSpec {
+    /// What the agent should achieve, in words. Immutable.
+    #[schemars(length(min = 1, max = 65536))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "spec.goal is immutable; create a new AgentRun to change it"}]))]
+    pub goal: String,
+    /// The agent that decides each step: exactly one of `scripted`, `openai`, `webhook`. Immutable.
+    pub agent: AgentSpec,
+    /// The tools the agent may call; names are unique. Immutable.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["name"],
+        "x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "spec.tools is immutable; create a new AgentRun to change them"}]
+    ))]
+    pub tools: Vec<ToolSpec>,
+    /// What may run without a person: outcome per side-effect class, then rules.
+    #[serde(default)]
+    pub policy: PolicySpec,
+    /// Budgets checked before each step (DESIGN.md section 6).
+    #[serde(default)]
+    pub limits: Limits,
+    /// The consumer's hook asked after a takeover interrupted a step (DESIGN.md section 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<ReconcileSpec>,
+    /// How long a holder's lease lasts without renewal, in seconds (default 30).
+    #[serde(default = "default_lease_duration_seconds")]
+    #[schemars(range(min = 2, max = 3600))]
+    pub lease_duration_seconds: i64,
+    /// Set to true to cancel the run; may only go false → true.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self || !oldSelf", "message": "spec.cancel may only change from false to true"}]))]
+    pub cancel: bool,
+}
+
+fn default_lease_duration_seconds() -> i64 {
+    30
+}
+
+/// The agent of a run: exactly one of its fields is set.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self == oldSelf", "message": "spec.agent is immutable; create a new AgentRun to change it"},
+    {"rule": "(has(self.scripted) ? 1 : 0) + (has(self.openai) ? 1 : 0) + (has(self.webhook) ? 1 : 0) == 1", "message": "spec.agent must set exactly one of scripted, openai, webhook"}
+]))]
+pub struct AgentSpec {
+    /// Decision i is `decisions[i]`: for tests, demos and fixed pipelines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scripted: Option<ScriptedAgent>,
+    /// An OpenAI-compatible chat-completions endpoint with tool calling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openai: Option<OpenAiAgent>,
+    /// An HTTP endpoint that receives the run's record and returns the next decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookAgent>,
+}
+
+/// A fixed list of decisions, recorded verbatim as the agent's answers.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ScriptedAgent {
+    /// Each item is a decision: `{kind: tool_call, tool, args}`, `{kind: complete, result}` or
+    /// `{kind: fail, message}`. Kept as written, so a malformed one is recorded verbatim.
+    #[schemars(schema_with = "decisions_schema")]
+    pub decisions: Vec<Value>,
+}
+
+fn decisions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 10000,
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    })
+}
+
+/// An OpenAI-compatible chat-completions agent.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenAiAgent {
+    /// Base URL of the API, e.g. `https://api.openai.com/v1`.
+    #[serde(rename = "baseURL")]
+    #[schemars(length(min = 1))]
+    pub base_url: String,
+    /// Model name.
+    #[schemars(length(min = 1))]
+    pub model: String,
+    /// The Secret key holding the API key (read at call time, never recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_secret_ref: Option<SecretKeyRef>,
+    /// Output token cap per call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_output_tokens: Option<i64>,
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// A system prompt placed before the goal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Prices in micros per million tokens, for the cost estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<ModelPrices>,
+}
+
+/// Prices of a model, in micros (millionths of a currency unit) per million tokens.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelPrices {
+    /// Per million input tokens.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub input_micros_per_million: i64,
+    /// Per million cached input tokens.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub cached_input_micros_per_million: i64,
+    /// Per million output tokens.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub output_micros_per_million: i64,
+}
+
+/// A reference to one key of a Secret in the run's namespace.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The key within it.
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+/// An HTTP endpoint the runtime POSTs to.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookAgent {
+    /// The URL (http or https).
+    #[schemars(length(min = 1))]
+    pub url: String,
+    /// Per-request timeout in seconds (default 30).
+    #[serde(default = "default_webhook_timeout_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout_seconds: i64,
+}
+
+fn default_webhook_timeout_seconds() -> i64 {
+    30
+}
+
+/// A tool the agent may call.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    /// Unique among the run's tools.
+    #[schemars(length(min = 1, max = 128))]
+    pub name: String,
+    /// What the tool does, shown to the agent.
+    #[serde(default)]
+    #[schemars(length(max = 8192))]
+    pub description: String,
+    /// The JSON Schema the args must pass. `$ref`, `$schema` and `$id` may only point inside it.
+    #[schemars(schema_with = "json_schema_object")]
+    pub input_schema: Value,
+    /// The tool's side-effect class.
+    pub side_effect: SideEffect,
+    /// How long one call may take, in seconds (default 30).
+    #[serde(default = "default_tool_timeout_seconds")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_seconds: i64,
+    /// A successful call completes the run with its content as the result.
+    #[serde(default)]
+    pub terminal: bool,
+    /// The executor: POST the args as JSON to a URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpTool>,
+}
+
+fn default_tool_timeout_seconds() -> i64 {
+    30
+}
+
+/// The `http` executor of a tool (DESIGN.md section 6).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpTool {
+    /// The URL the args are POSTed to.
+    #[schemars(length(min = 1))]
+    pub url: String,
+    /// Extra headers, each a literal value or a Secret key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub headers: Vec<HttpHeader>,
+}
+
+/// One header of an `http` tool.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHeader {
+    /// Header name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// A literal value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The value from a Secret key in the run's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeyRef>,
+}
+
+/// The policy: a default outcome per side-effect class, then rules (first match wins).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicySpec {
+    /// Outcome per side-effect class when no rule matches.
+    #[serde(default)]
+    pub side_effects: SideEffectPolicy,
+    /// Evaluated in order before the class default; the first match wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub rules: Vec<PolicyRule>,
+}
+
+/// The default outcome for each side-effect class.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+pub struct SideEffectPolicy {
+    /// Default `Allow`.
+    #[serde(rename = "ReadOnly", default = "allow")]
+    pub read_only: PolicyOutcome,
+    /// Default `Allow`.
+    #[serde(rename = "LocalMutation", default = "allow")]
+    pub local_mutation: PolicyOutcome,
+    /// Default `RequireApproval`.
+    #[serde(rename = "RemoteMutation", default = "require_approval")]
+    pub remote_mutation: PolicyOutcome,
+    /// Default `Deny`.
+    #[serde(rename = "Destructive", default = "deny")]
+    pub destructive: PolicyOutcome,
+}
+
+fn allow() -> PolicyOutcome {
+    PolicyOutcome::Allow
+}
+fn require_approval() -> PolicyOutcome {
+    PolicyOutcome::RequireApproval
+}
+fn deny() -> PolicyOutcome {
+    PolicyOutcome::Deny
+}
+
+impl Default for SideEffectPolicy {
+    fn default() -> Self {
+        SideEffectPolicy {
+            read_only: allow(),
+            local_mutation: allow(),
+            remote_mutation: require_approval(),
+            destructive: deny(),
+        }
+    }
+}
+
+impl SideEffectPolicy {
+    /// The default outcome for `class`.
+    pub fn outcome(&self, class: SideEffect) -> PolicyOutcome {
+        match class {
+            SideEffect::ReadOnly => self.read_only,
+            SideEffect::LocalMutation => self.local_mutation,
+            SideEffect::RemoteMutation => self.remote_mutation,
+            SideEffect::Destructive => self.destructive,
+        }
+    }
+}
+
+/// One policy rule.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRule {
+    /// Names the rule in the record.
+    #[schemars(length(min = 1, max = 128))]
+    pub name: String,
+    /// Tool name globs (`*`, `?`) the rule applies to; empty means every tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub tools: Vec<String>,
+    /// A CEL expression over `tool` (string), `args` (the call's args) and `sideEffect`
+    /// (string); the rule matches when it is true. Absent means always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub when: Option<String>,
+    /// What happens when the rule matches.
+    pub outcome: PolicyOutcome,
+    /// Why, shown in the record and on an Approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// For `RequireApproval`: the approval kind (default `policy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// For `RequireApproval`: what the approval grants, as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub capability: Option<Value>,
+    /// For `RequireApproval`: what the approver is shown, as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub presentation: Option<Value>,
+}
+
+/// Budgets of a run (DESIGN.md section 6). Optional limits are off when absent.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Most steps a run may start (default 50).
+    #[serde(default = "default_max_steps")]
+    #[schemars(range(min = 1))]
+    pub max_steps: i64,
+    /// Most failures in a row: tool errors, denials, invalid decisions, interruptions (default 3).
+    #[serde(default = "default_max_failures")]
+    #[schemars(range(min = 1))]
+    pub max_consecutive_tool_failures: i64,
+    /// Identical tool-call steps in a row that count as a loop (default 3).
+    #[serde(default = "default_loop_threshold")]
+    #[schemars(range(min = 1))]
+    pub loop_threshold: i64,
+    /// Most model calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_model_calls: Option<i64>,
+    /// Most input + output tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_total_tokens: Option<i64>,
+    /// Output token cap per model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_output_tokens_per_call: Option<i64>,
+    /// Most estimated cost, in micros.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_estimated_cost_micros: Option<i64>,
+    /// Most seconds spent deciding and executing (not waiting for approval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_active_seconds: Option<i64>,
+    /// Most seconds from start to end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_elapsed_seconds: Option<i64>,
+    /// A pending Approval expires after this many seconds.
+    #[serde(
+        rename = "approvalTTLSeconds",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1))]
+    pub approval_ttl_seconds: Option<i64>,
+    /// An approved, unexecuted grant expires this many seconds after its decision.
+    #[serde(
+        rename = "grantTTLSeconds",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1))]
+    pub grant_ttl_seconds: Option<i64>,
+}
+
+fn default_max_steps() -> i64 {
+    50
+}
+fn default_max_failures() -> i64 {
+    3
+}
+fn default_loop_threshold() -> i64 {
+    3
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_steps: default_max_steps(),
+            max_consecutive_tool_failures: default_max_failures(),
+            loop_threshold: default_loop_threshold(),
+            max_model_calls: None,
+            max_total_tokens: None,
+            max_output_tokens_per_call: None,
+            max_estimated_cost_micros: None,
+            max_active_seconds: None,
+            max_elapsed_seconds: None,
+            approval_ttl_seconds: None,
+            grant_ttl_seconds: None,
+        }
+    }
+}
+
+/// The consumer's reconcile hook.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileSpec {
+    /// POSTed a RunView after a takeover interrupted a step; answers a Reconciliation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookAgent>,
+}
+
+/// The run's record (DESIGN.md sections 2 and 4). Written only by compare-and-set.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRunStatus {
+    /// Where the run is.
+    #[serde(default)]
+    pub phase: RunPhase,
+    /// Why it ended (terminal runs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<TerminalReason>,
+    /// Words on the reason: the failing field, the agent's message, the approver's note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_detail: Option<String>,
+    /// The run's result (Completed only), as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub result: Option<Value>,
+    /// Steps recorded.
+    #[serde(default)]
+    pub step_count: i64,
+    /// The tool of the latest step, for the printer column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_tool: Option<String>,
+    /// The steps, in order; step i is `steps[i]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<Step>,
+    /// Model usage totals.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Seconds spent deciding and executing, summed over steps.
+    #[serde(default)]
+    pub active_seconds: f64,
+    /// Which replica holds the run and the takeover epoch (the fence; DESIGN.md section 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseRecord>,
+    /// The audit journal: seq 1, 2, 3… without gaps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<RunEvent>,
+    /// `Ready`, `WaitingForApproval`, ... with observedGeneration.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The spec generation this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When `run.started` was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "time_schema")]
+    pub started_at: Option<Time>,
+    /// When `run.finished` was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "time_schema")]
+    pub finished_at: Option<Time>,
+}
+
+/// Model usage totals (saturating).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Model attempts dispatched.
+    #[serde(default)]
+    pub model_calls: i64,
+    /// Input tokens.
+    #[serde(default)]
+    pub input_tokens: i64,
+    /// Output tokens.
+    #[serde(default)]
+    pub output_tokens: i64,
+    /// Estimated cost in micros.
+    #[serde(default)]
+    pub estimated_cost_micros: i64,
+}
+
+/// The holder recorded in the run (the fence).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRecord {
+    /// The holder identity (controller name + per-process random suffix).
+    pub holder: String,
+    /// Incremented by each takeover.
+    pub epoch: i64,
+}
+
+/// One step: a decision and what it caused.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// 0-based position in `steps`.
+    pub index: i64,
+    /// Where the step is.
+    pub status: StepStatus,
+    /// The agent's decision, recorded verbatim before it is validated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionRecord>,
+    /// The policy's decision on the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyRecord>,
+    /// What the agent sees next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation: Option<Observation>,
+    /// Approvals asked for this step, oldest first; only the last can grant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<StepApproval>,
+    /// Tool calls started for this step (the `Agentrt-Attempt` header).
+    #[serde(default)]
+    pub attempts: i64,
+    /// When the step (or its current active phase) started; reset when a grant executes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "time_schema")]
+    pub started_at: Option<Time>,
+    /// When the step ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "time_schema")]
+    pub finished_at: Option<Time>,
+}
+
+/// A decision as the agent gave it. `kind` is kept verbatim (it may be unknown or missing);
+/// args that are not usable JSON are kept in `invalidArgs`, never in `args`.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct DecisionRecord {
+    /// `tool_call`, `complete`, `fail`, or whatever the agent said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The tool a `tool_call` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The call's args as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub args: Option<Value>,
+    /// Args that were not usable JSON, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_args: Option<String>,
+    /// A `complete` decision's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub result: Option<Value>,
+    /// A `fail` decision's message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Any other field the agent sent, verbatim.
+    #[serde(default, flatten, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// The policy's decision on a step.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRecord {
+    /// `allow`, `deny`, `abort`, `require_approval`.
+    pub decision: PolicyDecisionKind,
+    /// The rule that matched; absent for the side-effect class default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The rule's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What the agent sees after a step.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Observation {
+    /// `tool_result`, `tool_error`, `policy_denied`, `invalid_decision`, `interrupted`.
+    pub kind: ObservationKind,
+    /// The content, as JSON (cut to the per-step budget; see `truncated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub content: Option<Value>,
+    /// A short human line.
+    #[serde(default)]
+    pub summary: String,
+    /// `sha256:<hex>` of the canonical JSON of the full content.
+    #[serde(default)]
+    pub content_hash: String,
+    /// Set when the content was cut: its full size and hash are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<Truncation>,
+}
+
+/// How content over the per-step budget was cut (DESIGN.md section 3, guarantee 8).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Truncation {
+    /// Size of the full content in bytes (canonical JSON).
+    pub original_bytes: i64,
+    /// `sha256:<hex>` of the full content.
+    pub sha256: String,
+}
+
+/// An Approval asked for a step, as the record knows it (the record is the source of truth;
+/// the Approval object is its projection).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StepApproval {
+    /// The Approval's name, `<run>-<step>-<n>`.
+    pub name: String,
+    /// The approval kind (the policy's kind, or `interrupted_side_effect`).
+    pub kind: String,
+    /// `sha256:<hex>` over {kind, capability, presentation, request}.
+    pub hash: String,
+    /// When it was requested.
+    #[schemars(schema_with = "time_schema")]
+    pub requested_at: Time,
+    /// When it expires undecided, if approvalTTLSeconds is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "time_schema")]
+    pub expires_at: Option<Time>,
+    /// The verdict copied from the Approval (`approval.decided`), once acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<super::vocab::Verdict>,
+    /// Set when its grant was executed (at most once).
+    #[serde(default)]
+    pub executed: bool,
+}
+
+/// One event of the run's audit journal.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEvent {
+    /// 1, 2, 3… per run, no gaps.
+    pub seq: i64,
+    /// When the state changed.
+    #[schemars(schema_with = "time_schema")]
+    pub time: Time,
+    /// The event type.
+    #[serde(rename = "type")]
+    pub type_: EventType,
+    /// The step it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<i64>,
+    /// A small JSON payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "json_object")]
+    pub data: Option<Value>,
+}
+
+/// A condition, as the Kubernetes API conventions define it.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// `Ready`, `WaitingForApproval`, ...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False`, `Unknown`.
+    pub status: String,
+    /// CamelCase reason.
+    #[serde(default)]
+    pub reason: String,
+    /// Human message.
+    #[serde(default)]
+    pub message: String,
+    /// When status last changed.
+    #[schemars(schema_with = "time_schema")]
+    pub last_transition_time: Time,
+    /// The generation this condition reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}

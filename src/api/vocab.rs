@@ -1,0 +1,280 @@
+//! The closed sets of DESIGN.md sections 1-2, with exactly the spellings listed there.
+//!
+//! Values a user writes in a spec, and phases, conditions and verdicts follow the Kubernetes
+//! conventions (CamelCase). The run's record keeps the vocabulary's snake_case spellings for
+//! step statuses, decision and observation kinds, terminal reasons and event types. A golden
+//! test (`tests/api_spellings.rs`) pins every spelling.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The side-effect class of a tool, set by whoever writes the manifest (DESIGN.md section 1).
+#[derive(
+    Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
+pub enum SideEffect {
+    /// Reads only; safe to run again after an interruption.
+    ReadOnly,
+    /// Changes state local to the agent's environment.
+    LocalMutation,
+    /// Changes state in a remote system (a refund, an email).
+    RemoteMutation,
+    /// Destroys something.
+    Destructive,
+}
+
+impl SideEffect {
+    /// Every class, in the order DESIGN.md lists them.
+    pub const ALL: [SideEffect; 4] = [
+        SideEffect::ReadOnly,
+        SideEffect::LocalMutation,
+        SideEffect::RemoteMutation,
+        SideEffect::Destructive,
+    ];
+
+    /// The spelling used in manifests and in the record (`ReadOnly`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SideEffect::ReadOnly => "ReadOnly",
+            SideEffect::LocalMutation => "LocalMutation",
+            SideEffect::RemoteMutation => "RemoteMutation",
+            SideEffect::Destructive => "Destructive",
+        }
+    }
+}
+
+/// What a policy says about a proposed tool call, as written in a spec (`spec.policy`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyOutcome {
+    /// Run the tool.
+    Allow,
+    /// Do not run it; the agent sees a `policy_denied` observation and the loop continues.
+    Deny,
+    /// Fail the run `policy_abort`.
+    Abort,
+    /// Pause on an Approval a person decides.
+    RequireApproval,
+}
+
+/// The phase of an AgentRun (`status.phase`). A run never shows an interrupted phase: an
+/// interrupted run stays `Running` until a replica takes it over (DESIGN.md section 2).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum RunPhase {
+    /// Created, not yet started by a controller.
+    #[default]
+    Pending,
+    /// A controller holds (or held) its lease and runs its loop.
+    Running,
+    /// Paused on an Approval; no lease is held.
+    WaitingForApproval,
+    /// Ended `goal_completed` (terminal).
+    Completed,
+    /// Ended with a failure reason (terminal).
+    Failed,
+    /// Ended `operator_cancelled`, `approval_rejected` or `approval_expired` (terminal).
+    Cancelled,
+}
+
+impl RunPhase {
+    /// Completed, Failed and Cancelled never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunPhase::Completed | RunPhase::Failed | RunPhase::Cancelled
+        )
+    }
+}
+
+/// A step's status in the record (DESIGN.md section 1).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// The agent is being asked for a decision.
+    Deciding,
+    /// Paused on an Approval.
+    AwaitingApproval,
+    /// The tool call was started (`step.tool_started` is recorded).
+    Executing,
+    /// Finished with a tool result (or a completing decision).
+    Done,
+    /// Finished without a result: tool error, denial, invalid decision, cancel.
+    Failed,
+    /// Its process stopped while it was deciding or executing; its outcome is unknown.
+    Interrupted,
+}
+
+/// The kind of a decision the agent returned (DESIGN.md section 1). The record keeps the kind
+/// verbatim as a string, because an agent may return an unknown or missing one.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// Call a tool with args.
+    ToolCall,
+    /// The goal is reached; `result` is the run's result.
+    Complete,
+    /// The agent gives up; `message` is the detail.
+    Fail,
+}
+
+impl DecisionKind {
+    /// Parses the recorded spelling; `None` for anything else.
+    pub fn parse(kind: &str) -> Option<DecisionKind> {
+        match kind {
+            "tool_call" => Some(DecisionKind::ToolCall),
+            "complete" => Some(DecisionKind::Complete),
+            "fail" => Some(DecisionKind::Fail),
+            _ => None,
+        }
+    }
+}
+
+/// What the agent sees next (DESIGN.md section 1).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum ObservationKind {
+    /// The tool answered 2xx with JSON.
+    ToolResult,
+    /// The tool failed (non-2xx, refused connection, content not JSON, ...).
+    ToolError,
+    /// The policy denied the call (or a person rejected it).
+    PolicyDenied,
+    /// The decision could not be used (unknown kind or tool, args failing the schema, ...).
+    InvalidDecision,
+    /// The step's process stopped; content names the status it was in.
+    Interrupted,
+}
+
+/// The policy's decision in the record (`step.policy` events), snake_case.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyDecisionKind {
+    /// Run the tool.
+    Allow,
+    /// Fail the step with `policy_denied`.
+    Deny,
+    /// Fail the run `policy_abort`.
+    Abort,
+    /// Pause on an Approval.
+    RequireApproval,
+}
+
+impl From<PolicyOutcome> for PolicyDecisionKind {
+    fn from(outcome: PolicyOutcome) -> Self {
+        match outcome {
+            PolicyOutcome::Allow => PolicyDecisionKind::Allow,
+            PolicyOutcome::Deny => PolicyDecisionKind::Deny,
+            PolicyOutcome::Abort => PolicyDecisionKind::Abort,
+            PolicyOutcome::RequireApproval => PolicyDecisionKind::RequireApproval,
+        }
+    }
+}
+
+/// Why a run ended (`status.reason`, DESIGN.md section 1).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminalReason {
+    GoalCompleted,
+    GoalFailed,
+    LimitSteps,
+    LimitModelCalls,
+    LimitTokens,
+    LimitCost,
+    LimitActiveTime,
+    LimitElapsedTime,
+    ApprovalExpired,
+    ModelUnavailable,
+    RepeatedToolFailures,
+    LoopDetected,
+    PolicyAbort,
+    ToolAbort,
+    ApprovalRejected,
+    OperatorCancelled,
+    ReconcileConflict,
+    AgentError,
+    InternalError,
+    RecordTooLarge,
+}
+
+impl TerminalReason {
+    /// The phase a run ending with this reason takes.
+    pub fn phase(self) -> RunPhase {
+        match self {
+            TerminalReason::GoalCompleted => RunPhase::Completed,
+            TerminalReason::OperatorCancelled
+            | TerminalReason::ApprovalRejected
+            | TerminalReason::ApprovalExpired => RunPhase::Cancelled,
+            _ => RunPhase::Failed,
+        }
+    }
+}
+
+/// The type of an event in the run's audit journal (`status.events[].type`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventType {
+    #[serde(rename = "run.created")]
+    RunCreated,
+    #[serde(rename = "run.started")]
+    RunStarted,
+    #[serde(rename = "step.started")]
+    StepStarted,
+    #[serde(rename = "step.decided")]
+    StepDecided,
+    #[serde(rename = "step.policy")]
+    StepPolicy,
+    #[serde(rename = "step.tool_started")]
+    StepToolStarted,
+    #[serde(rename = "step.tool_finished")]
+    StepToolFinished,
+    #[serde(rename = "step.failed")]
+    StepFailed,
+    #[serde(rename = "step.interrupted")]
+    StepInterrupted,
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested,
+    #[serde(rename = "approval.decided")]
+    ApprovalDecided,
+    #[serde(rename = "run.resumed")]
+    RunResumed,
+    #[serde(rename = "lease.taken_over")]
+    LeaseTakenOver,
+    #[serde(rename = "limit.exceeded")]
+    LimitExceeded,
+    #[serde(rename = "loop.detected")]
+    LoopDetected,
+    #[serde(rename = "model.dispatched")]
+    ModelDispatched,
+    #[serde(rename = "model.completed")]
+    ModelCompleted,
+    #[serde(rename = "model.failed")]
+    ModelFailed,
+    #[serde(rename = "run.finished")]
+    RunFinished,
+}
+
+/// An Approval's phase (`status.phase`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ApprovalPhase {
+    /// Waiting for a person.
+    #[default]
+    Pending,
+    /// Decided Approved and not yet executed: a grant.
+    Approved,
+    /// Decided Rejected.
+    Rejected,
+    /// Past `expiresAt` undecided, or a grant past grantTTLSeconds.
+    Expired,
+    /// The grant was executed (at most once).
+    Executed,
+}
+
+/// What a person decided on an Approval (`spec.decision.verdict`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Run the request the hash names.
+    Approved,
+    /// Do not; the run ends `approval_rejected`.
+    Rejected,
+}
+
+/// The approval kind the controller uses for a side effect whose outcome is unknown.
+pub const INTERRUPTED_SIDE_EFFECT: &str = "interrupted_side_effect";

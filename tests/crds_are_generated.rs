@@ -1,0 +1,36 @@
+//! `crds/` must be exactly what `agentrt crds` prints (issue 3): the CRDs are generated from
+//! the Rust types in `src/api/`, never edited by hand.
+
+#[test]
+fn crds_directory_matches_the_generated_crds() {
+    let files = agentrt::api::crd_files().expect("the CRDs serialize");
+    for (name, yaml) in files {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("crds")
+            .join(name);
+        let stored = std::fs::read_to_string(&path)
+            .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
+        assert!(
+            stored == format!("---\n{yaml}"),
+            "{} differs from `agentrt crds`; regenerate with scripts/gen-crds",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn agentrt_crds_prints_the_files_of_crds_in_order() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .arg("crds")
+        .output()
+        .expect("agentrt runs");
+    assert!(out.status.success());
+    let mut expected = String::new();
+    for name in ["agentruns.yaml", "approvals.yaml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("crds")
+            .join(name);
+        expected.push_str(&std::fs::read_to_string(path).expect("crds file exists"));
+    }
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+}
