@@ -20,6 +20,12 @@
 //!   side effect, and asks for the lease with [`Effect::AcquireLease`] when the run needs a
 //!   holder. After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
 
+pub mod canonical;
+pub mod content;
+pub mod hash;
+pub mod policy;
+pub mod validate;
+
 use serde_json::Value;
 
 use crate::api::{AgentRunSpec, Time, ToolSpec};
