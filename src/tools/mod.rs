@@ -1,1 +1,9 @@
-//! Tool executors (DESIGN.md section 6): http first.
+//! Tool executors (DESIGN.md section 6): http first, and the sample tools `agentrt dev` serves.
+//!
+//! An executor turns one [`crate::engine::ToolCall`] into one [`crate::engine::ToolOutcome`]
+//! and nothing else: it never writes the record and never retries a call of its own accord.
+//! Whether a call may start at all (a live lease, a recorded `step.tool_started`) is the
+//! controller's check, made before it calls in here.
+
+pub mod http;
+pub mod samples;
