@@ -1,1 +1,196 @@
-//! The sample tools `agentrt dev` serves on loopback (issue 4): placeholder.
+//! The sample tools `agentrt dev` serves on loopback (`--sample-tools`, at
+//! `--sample-tools-addr`, default 127.0.0.1:8089) for the runs in `config/samples/`:
+//! - `POST /lookup_order` (ReadOnly): `{order}` → the order, with a `damaged` flag.
+//! - `POST /issue_refund` (RemoteMutation): `{order, amount}` → a refund, recorded once per
+//!   `Idempotency-Key` (a second call with the same key answers the first refund, `replayed`).
+//! - `POST /slow_export` (LocalMutation): sleeps (20 s by default) and answers how many rows it
+//!   exported: long enough to kill the controller during the call.
+//!
+//! They are demonstration tools, not part of the runtime: nothing here knows about runs.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// The default address of the sample tools (the samples' URLs name it).
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8089";
+
+#[derive(Default)]
+struct Ledger {
+    refunds: BTreeMap<String, Value>,
+}
+
+#[derive(Clone)]
+struct Samples {
+    ledger: Arc<Mutex<Ledger>>,
+    slow: Duration,
+}
+
+/// The sample tools as a router; `slow` is how long `slow_export` takes.
+pub fn router(slow: Duration) -> Router {
+    let state = Samples {
+        ledger: Arc::default(),
+        slow,
+    };
+    Router::new()
+        .route("/lookup_order", post(lookup_order))
+        .route("/issue_refund", post(issue_refund))
+        .route("/slow_export", post(slow_export))
+        .route("/refunds", get(refunds))
+        .with_state(state)
+}
+
+/// Binds `addr` and serves the sample tools until `shutdown` fires; returns the bound address.
+///
+/// # Errors
+/// When the address cannot be bound (e.g. another `agentrt dev` already serves the samples).
+pub async fn serve(
+    addr: SocketAddr,
+    slow: Duration,
+    shutdown: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|err| {
+        anyhow::anyhow!(
+            "cannot serve the sample tools on {addr}: {err}; pass --sample-tools-addr with a free port (the samples name 127.0.0.1:8089) or --sample-tools=false"
+        )
+    })?;
+    let bound = listener.local_addr()?;
+    let app = router(slow);
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(err) = served {
+            tracing::warn!(%err, "the sample tools server stopped");
+        }
+    });
+    tracing::info!(addr = %bound, "serving the sample tools");
+    Ok(bound)
+}
+
+fn order_number(args: &Value) -> Result<i64, (StatusCode, Json<Value>)> {
+    args.get("order").and_then(Value::as_i64).ok_or_else(|| {
+        (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "args.order must be an integer"})),
+        )
+    })
+}
+
+async fn lookup_order(Json(args): Json<Value>) -> Result<Json<Value>, (StatusCode, Json<Value>)> {
+    let order = order_number(&args)?;
+    Ok(Json(json!({
+        "order": order,
+        "customer": "Ada Lovelace",
+        "status": "delivered",
+        "damaged": order % 2 == 0,
+        "total": 250,
+        "currency": "EUR",
+        "items": [{"sku": "LAMP-7", "name": "Desk lamp", "price": 250}]
+    })))
+}
+
+async fn issue_refund(
+    State(samples): State<Samples>,
+    headers: HeaderMap,
+    Json(args): Json<Value>,
+) -> Result<Json<Value>, (StatusCode, Json<Value>)> {
+    let order = order_number(&args)?;
+    let amount = args.get("amount").and_then(Value::as_f64).ok_or_else(|| {
+        (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "args.amount must be a number"})),
+        )
+    })?;
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let mut ledger = samples.ledger.lock().map_err(|_| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({"error": "ledger poisoned"})),
+        )
+    })?;
+    if let Some(previous) = ledger.refunds.get(&key) {
+        let mut replay = previous.clone();
+        replay["replayed"] = json!(true);
+        return Ok(Json(replay));
+    }
+    let refund = json!({
+        "refundId": format!("rf-{}", ledger.refunds.len() + 1),
+        "order": order,
+        "amount": amount,
+        "status": "issued"
+    });
+    ledger.refunds.insert(key, refund.clone());
+    Ok(Json(refund))
+}
+
+async fn slow_export(State(samples): State<Samples>, Json(args): Json<Value>) -> Json<Value> {
+    tokio::time::sleep(samples.slow).await;
+    Json(json!({
+        "dataset": args.get("dataset").cloned().unwrap_or(Value::Null),
+        "rows": 1200,
+        "tookSeconds": samples.slow.as_secs()
+    }))
+}
+
+async fn refunds(State(samples): State<Samples>) -> Json<Value> {
+    let refunds = samples
+        .ledger
+        .lock()
+        .map(|ledger| ledger.refunds.clone())
+        .unwrap_or_default();
+    Json(json!(refunds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refund_is_recorded_once_per_idempotency_key() {
+        let addr = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            Duration::from_millis(10),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        let client = reqwest::Client::new();
+        let post = |key: &'static str| {
+            client
+                .post(format!("http://{addr}/issue_refund"))
+                .header("Idempotency-Key", key)
+                .json(&json!({"order": 1042, "amount": 250}))
+                .send()
+        };
+        let first: Value = post("u/1").await.unwrap().json().await.unwrap();
+        let again: Value = post("u/1").await.unwrap().json().await.unwrap();
+        let other: Value = post("u/2").await.unwrap().json().await.unwrap();
+        assert_eq!(first["refundId"], "rf-1");
+        assert_eq!(again["refundId"], "rf-1");
+        assert_eq!(again["replayed"], true);
+        assert_eq!(other["refundId"], "rf-2");
+        let order: Value = client
+            .post(format!("http://{addr}/lookup_order"))
+            .json(&json!({"order": 1042}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(order["damaged"], true);
+    }
+}

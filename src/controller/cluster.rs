@@ -1,0 +1,286 @@
+//! What the controller reads and writes on the API server, behind one trait ([`ClusterApi`]) so
+//! the effect performer and the lease logic can be tested against a fake.
+//!
+//! Every write here is a compare-and-set where DESIGN.md section 4 asks for one: the run's
+//! status is replaced on the `resourceVersion` last read ([`ClusterApi::replace_run_status`]),
+//! Leases are created when absent and replaced on their `resourceVersion`. A 409 comes back as
+//! [`ApiError::Conflict`]; nothing in here retries a write.
+
+use async_trait::async_trait;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::Value;
+
+use crate::api::{AgentRun, AgentRunSpec, Approval, SecretKeyRef};
+use crate::engine::{ApprovalSnapshot, RunSnapshot};
+
+/// The label the engine puts on a run's Approvals: the run's uid.
+pub const RUN_UID_LABEL: &str = "agentrt.dev/run-uid";
+
+/// A run as read: the whole object and the engine's view of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRun {
+    /// The object as the API server returned it.
+    pub object: Value,
+    /// What the engine sees.
+    pub snapshot: RunSnapshot,
+    /// `metadata.resourceVersion`: the compare-and-set token of the next status write.
+    pub resource_version: String,
+}
+
+impl StoredRun {
+    /// Reads identity, spec and status out of a whole AgentRun object.
+    ///
+    /// # Errors
+    /// A sentence naming the run and the field when the metadata is incomplete or the spec does
+    /// not decode (such a run is logged and left alone).
+    pub fn from_object(object: Value) -> Result<StoredRun, String> {
+        let meta = &object["metadata"];
+        let text = |field: &str| meta.get(field).and_then(Value::as_str).map(str::to_string);
+        let namespace = text("namespace").unwrap_or_default();
+        let name = text("name").ok_or("an AgentRun without metadata.name")?;
+        let uid =
+            text("uid").ok_or_else(|| format!("AgentRun {namespace}/{name}: no metadata.uid"))?;
+        let resource_version = text("resourceVersion")
+            .ok_or_else(|| format!("AgentRun {namespace}/{name}: no metadata.resourceVersion"))?;
+        let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
+        let spec: AgentRunSpec = serde_json::from_value(object["spec"].clone())
+            .map_err(|err| format!("AgentRun {namespace}/{name}: spec does not decode: {err}"))?;
+        let status = object.get("status").cloned().unwrap_or(Value::Null);
+        Ok(StoredRun {
+            snapshot: RunSnapshot {
+                namespace,
+                name,
+                uid,
+                generation,
+                spec,
+                status,
+            },
+            resource_version,
+            object,
+        })
+    }
+
+    /// `<namespace>/<name>`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.snapshot.namespace, self.snapshot.name)
+    }
+}
+
+/// How a call to the API server failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    /// 409: the `resourceVersion` was stale, or the object to create already exists.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// 404.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The object exists but cannot be used (its spec does not decode).
+    #[error("{0}")]
+    Undecodable(String),
+    /// Anything else: the write may or may not have landed.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<kube::Error> for ApiError {
+    fn from(err: kube::Error) -> ApiError {
+        match &err {
+            kube::Error::Api(status) if status.code == 409 => {
+                ApiError::Conflict(status.message.clone())
+            }
+            kube::Error::Api(status) if status.code == 404 => {
+                ApiError::NotFound(status.message.clone())
+            }
+            _ => ApiError::Other(err.to_string()),
+        }
+    }
+}
+
+/// The API server, as the controller uses it.
+#[async_trait]
+pub trait ClusterApi: Send + Sync + 'static {
+    /// GET the run; `None` when it is gone.
+    async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, ApiError>;
+    /// LIST the run's Approvals (label `agentrt.dev/run-uid`).
+    async fn list_approvals(
+        &self,
+        namespace: &str,
+        run_uid: &str,
+    ) -> Result<Vec<ApprovalSnapshot>, ApiError>;
+    /// Replace the run's status with `status` on `run.resource_version` (compare-and-set).
+    async fn replace_run_status(
+        &self,
+        run: &StoredRun,
+        status: &Value,
+    ) -> Result<StoredRun, ApiError>;
+    /// Create an Approval (whole object); [`ApiError::Conflict`] when it exists.
+    async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError>;
+    /// Write an Approval's status (a merge patch of the status subresource: the status is a
+    /// projection of the record and only grows).
+    async fn patch_approval_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &Value,
+    ) -> Result<(), ApiError>;
+    /// GET the Lease named `name`; `None` when absent.
+    async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ApiError>;
+    /// CREATE a Lease; [`ApiError::Conflict`] when it exists.
+    async fn create_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError>;
+    /// REPLACE a Lease on its `metadata.resourceVersion`.
+    async fn replace_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError>;
+    /// The value of one Secret key, as text.
+    async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String>;
+}
+
+/// [`ClusterApi`] over a kube client.
+#[derive(Clone)]
+pub struct KubeApi {
+    client: Client,
+    runs: ApiResource,
+    approvals: ApiResource,
+}
+
+impl KubeApi {
+    /// Wraps a client.
+    pub fn new(client: Client) -> KubeApi {
+        KubeApi {
+            client,
+            runs: ApiResource::erase::<AgentRun>(&()),
+            approvals: ApiResource::erase::<Approval>(&()),
+        }
+    }
+
+    fn run_api(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, &self.runs)
+    }
+
+    fn approval_api(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, &self.approvals)
+    }
+}
+
+fn to_value(object: &DynamicObject) -> Result<Value, ApiError> {
+    serde_json::to_value(object)
+        .map_err(|err| ApiError::Other(format!("cannot encode an object: {err}")))
+}
+
+fn from_value(object: Value) -> Result<DynamicObject, ApiError> {
+    serde_json::from_value(object)
+        .map_err(|err| ApiError::Other(format!("cannot decode an object: {err}")))
+}
+
+#[async_trait]
+impl ClusterApi for KubeApi {
+    async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, ApiError> {
+        let Some(object) = self.run_api(namespace).get_opt(name).await? else {
+            return Ok(None);
+        };
+        StoredRun::from_object(to_value(&object)?)
+            .map(Some)
+            .map_err(ApiError::Undecodable)
+    }
+
+    async fn list_approvals(
+        &self,
+        namespace: &str,
+        run_uid: &str,
+    ) -> Result<Vec<ApprovalSnapshot>, ApiError> {
+        let list = self
+            .approval_api(namespace)
+            .list(&ListParams::default().labels(&format!("{RUN_UID_LABEL}={run_uid}")))
+            .await?;
+        let mut out = Vec::with_capacity(list.items.len());
+        for item in list.items {
+            let name = item.metadata.name.clone().unwrap_or_default();
+            out.push(ApprovalSnapshot {
+                name,
+                object: to_value(&item)?,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    async fn replace_run_status(
+        &self,
+        run: &StoredRun,
+        status: &Value,
+    ) -> Result<StoredRun, ApiError> {
+        let mut object = run.object.clone();
+        object["status"] = status.clone();
+        object["metadata"]["resourceVersion"] = Value::String(run.resource_version.clone());
+        let written = self
+            .run_api(&run.snapshot.namespace)
+            .replace_status(
+                &run.snapshot.name,
+                &PostParams::default(),
+                &from_value(object)?,
+            )
+            .await?;
+        StoredRun::from_object(to_value(&written)?).map_err(ApiError::Undecodable)
+    }
+
+    async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {
+        self.approval_api(namespace)
+            .create(&PostParams::default(), &from_value(approval.clone())?)
+            .await?;
+        Ok(())
+    }
+
+    async fn patch_approval_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &Value,
+    ) -> Result<(), ApiError> {
+        self.approval_api(namespace)
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": status})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ApiError> {
+        Ok(Api::<Lease>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await?)
+    }
+
+    async fn create_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
+        Ok(Api::<Lease>::namespaced(self.client.clone(), namespace)
+            .create(&PostParams::default(), lease)
+            .await?)
+    }
+
+    async fn replace_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        Ok(Api::<Lease>::namespaced(self.client.clone(), namespace)
+            .replace(&name, &PostParams::default(), lease)
+            .await?)
+    }
+
+    async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String> {
+        let object = Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .get(&secret.name)
+            .await
+            .map_err(|err| err.to_string())?;
+        if let Some(value) = object.data.as_ref().and_then(|data| data.get(&secret.key)) {
+            return String::from_utf8(value.0.clone())
+                .map_err(|_| format!("key {:?} is not UTF-8", secret.key));
+        }
+        object
+            .string_data
+            .as_ref()
+            .and_then(|data| data.get(&secret.key))
+            .cloned()
+            .ok_or_else(|| format!("the Secret has no key {:?}", secret.key))
+    }
+}

@@ -1,0 +1,323 @@
+//! What every reconcile and executor shares ([`Context`]): the API, this replica's identity and
+//! clock, the engine, the runs it executes, and the helpers that perform the engine's
+//! bookkeeping effects (compare-and-set status writes, Approval creation and status).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::cluster::{ApiError, ClusterApi, StoredRun};
+use super::fault;
+use super::identity::{Clock, HolderId};
+use super::metrics::Metrics;
+use super::projection::EventSink;
+use crate::engine::{
+    ApprovalSnapshot, Budgets, Caller, EngineError, Input, RunSnapshot, Transition,
+};
+
+/// The engine's entry point, injectable so the controller can be tested with a scripted engine.
+pub type StepFn = fn(
+    &RunSnapshot,
+    &[ApprovalSnapshot],
+    &Caller,
+    &Budgets,
+    Input,
+) -> Result<Transition, EngineError>;
+
+/// Names one run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for RunKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A run as the engine needs it: the run and its Approvals, read together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunState {
+    /// The run.
+    pub run: StoredRun,
+    /// Its Approvals (label `agentrt.dev/run-uid`).
+    pub approvals: Vec<ApprovalSnapshot>,
+}
+
+/// How a status write ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written {
+    /// It landed; the run as stored now.
+    Landed(Box<StoredRun>),
+    /// Someone else wrote first (or it did not land): re-read and decide again.
+    Conflict,
+    /// The run is gone.
+    Gone,
+}
+
+/// Tunables of the controller.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Most runs executed at once by this replica.
+    pub max_concurrent_runs: usize,
+    /// Subtracted from the lease's expiry in the check before each side effect.
+    pub skew_margin: Duration,
+    /// Size limits handed to the engine.
+    pub budgets: Budgets,
+}
+
+/// Shared by every reconcile and executor of this replica.
+pub struct Context {
+    /// The API server.
+    pub api: Arc<dyn ClusterApi>,
+    /// This process's holder identity.
+    pub holder: HolderId,
+    /// This replica's clock.
+    pub clock: Clock,
+    /// Tunables.
+    pub settings: Settings,
+    /// The engine.
+    pub step_fn: StepFn,
+    /// The client for tool, agent and hook calls.
+    pub http: reqwest::Client,
+    /// Kubernetes Events.
+    pub events: EventSink,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Fires at shutdown: no new side effect starts, executors wind down.
+    pub shutdown: CancellationToken,
+    executors: Mutex<HashMap<RunKey, CancellationToken>>,
+    kicks: mpsc::UnboundedSender<RunKey>,
+}
+
+/// Most compare-and-set conflicts in a row before a reconcile or executor gives up and looks
+/// again later.
+pub const MAX_CONFLICTS: u32 = 16;
+
+impl Context {
+    /// Builds a context; reconcile requests for runs go to `kicks`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        api: Arc<dyn ClusterApi>,
+        holder: HolderId,
+        clock: Clock,
+        settings: Settings,
+        step_fn: StepFn,
+        http: reqwest::Client,
+        events: EventSink,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+        kicks: mpsc::UnboundedSender<RunKey>,
+    ) -> Context {
+        Context {
+            api,
+            holder,
+            clock,
+            settings,
+            step_fn,
+            http,
+            events,
+            metrics,
+            shutdown,
+            executors: Mutex::new(HashMap::new()),
+            kicks,
+        }
+    }
+
+    /// The replica calling the engine, now.
+    pub fn caller(&self) -> Caller {
+        Caller {
+            holder: self.holder.as_str().to_string(),
+            now: self.clock.now(),
+        }
+    }
+
+    /// Calls the engine.
+    pub fn step(&self, state: &RunState, input: Input) -> Result<Transition, EngineError> {
+        (self.step_fn)(
+            &state.run.snapshot,
+            &state.approvals,
+            &self.caller(),
+            &self.settings.budgets,
+            input,
+        )
+    }
+
+    /// Asks for a reconcile of `key` now.
+    pub fn kick(&self, key: &RunKey) {
+        let _ = self.kicks.send(key.clone());
+    }
+
+    /// Asks for a reconcile of `key` after `millis`.
+    pub fn kick_after(&self, key: &RunKey, millis: u64) {
+        let kicks = self.kicks.clone();
+        let key = key.clone();
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_millis(millis)) => { let _ = kicks.send(key); }
+            }
+        });
+    }
+
+    /// True while this replica executes `key`.
+    pub fn is_executing(&self, key: &RunKey) -> bool {
+        self.lock_executors().contains_key(key)
+    }
+
+    /// How many runs this replica executes.
+    pub fn executing(&self) -> usize {
+        self.lock_executors().len()
+    }
+
+    /// Registers an executor for `key`; false when one is registered already.
+    pub fn register_executor(&self, key: &RunKey, stop: CancellationToken) -> bool {
+        let mut executors = self.lock_executors();
+        if executors.contains_key(key) {
+            return false;
+        }
+        executors.insert(key.clone(), stop);
+        self.metrics
+            .executors
+            .set(i64::try_from(executors.len()).unwrap_or(i64::MAX));
+        true
+    }
+
+    /// Forgets the executor of `key`.
+    pub fn unregister_executor(&self, key: &RunKey) {
+        let mut executors = self.lock_executors();
+        executors.remove(key);
+        self.metrics
+            .executors
+            .set(i64::try_from(executors.len()).unwrap_or(i64::MAX));
+    }
+
+    fn lock_executors(&self) -> std::sync::MutexGuard<'_, HashMap<RunKey, CancellationToken>> {
+        match self.executors.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Reads the run and its Approvals live; `None` when the run is gone.
+    ///
+    /// # Errors
+    /// When the API server fails, or the run's spec does not decode.
+    pub async fn read_state(&self, key: &RunKey) -> Result<Option<RunState>, ApiError> {
+        let Some(run) = self.api.get_run(&key.namespace, &key.name).await? else {
+            return Ok(None);
+        };
+        let approvals = self
+            .api
+            .list_approvals(&key.namespace, &run.snapshot.uid)
+            .await?;
+        Ok(Some(RunState { run, approvals }))
+    }
+
+    /// Replaces the run's status by compare-and-set on the version in `state`. A failure that
+    /// leaves it unknown whether the write landed is settled by reading the run back: the same
+    /// status → landed; otherwise → [`Written::Conflict`] (decide again from what is stored).
+    /// Never retries the write itself.
+    ///
+    /// # Errors
+    /// When the API server cannot be reached to settle an unknown write.
+    pub async fn write_status(
+        &self,
+        state: &RunState,
+        status: &Value,
+    ) -> Result<Written, ApiError> {
+        let before = &state.run.snapshot.status;
+        match self.api.replace_run_status(&state.run, status).await {
+            Ok(run) => {
+                self.metrics.status_write("ok");
+                self.landed(before, &run);
+                Ok(Written::Landed(Box::new(run)))
+            }
+            Err(ApiError::Conflict(detail)) => {
+                self.metrics.status_write("conflict");
+                tracing::debug!(run = %state.run.key(), %detail, "status write conflicted");
+                Ok(Written::Conflict)
+            }
+            Err(ApiError::NotFound(_)) => Ok(Written::Gone),
+            Err(err) => {
+                self.metrics.status_write("error");
+                tracing::warn!(run = %state.run.key(), %err, "status write failed; reading the run back to see whether it landed");
+                let key = RunKey {
+                    namespace: state.run.snapshot.namespace.clone(),
+                    name: state.run.snapshot.name.clone(),
+                };
+                let mut last = err;
+                for attempt in 0..5u32 {
+                    tokio::time::sleep(Duration::from_millis(100 * (1 << attempt))).await;
+                    match self.api.get_run(&key.namespace, &key.name).await {
+                        Ok(Some(fresh)) => {
+                            if same_json(&fresh.snapshot.status, status) {
+                                self.landed(before, &fresh);
+                                return Ok(Written::Landed(Box::new(fresh)));
+                            }
+                            return Ok(Written::Conflict);
+                        }
+                        Ok(None) => return Ok(Written::Gone),
+                        Err(err) => last = err,
+                    }
+                }
+                Err(last)
+            }
+        }
+    }
+
+    fn landed(&self, before: &Value, after: &StoredRun) {
+        self.events.write_landed(before, after);
+        fault::after_write(before, &after.snapshot.status);
+    }
+
+    /// Creates an Approval the record names; one that exists already is success.
+    pub async fn create_approval(&self, namespace: &str, approval: &Value) {
+        match self.api.create_approval(namespace, approval).await {
+            Ok(()) | Err(ApiError::Conflict(_)) => {}
+            Err(err) => {
+                // The record names it; the next reconcile finds it missing and creates it.
+                tracing::warn!(approval = ?approval["metadata"]["name"], %err, "cannot create the Approval; a later reconcile will");
+            }
+        }
+    }
+
+    /// Writes an Approval's status (a projection of the record).
+    pub async fn write_approval_status(&self, namespace: &str, name: &str, status: &Value) {
+        if let Err(err) = self
+            .api
+            .patch_approval_status(namespace, name, status)
+            .await
+        {
+            tracing::warn!(approval = %name, %err, "cannot write the Approval's status");
+        }
+    }
+}
+
+/// JSON equality where numbers compare by value (`1` equals `1.0`), as an API server may
+/// re-encode them.
+pub fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            x == y || matches!((x.as_f64(), y.as_f64()), (Some(p), Some(q)) if p == q)
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_json(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        _ => a == b,
+    }
+}

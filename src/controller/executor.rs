@@ -1,0 +1,350 @@
+//! The executor: one tokio task per run this replica holds, performing the engine's effects
+//! strictly in order and feeding each outcome back (the effect protocol of `src/engine/mod.rs`).
+//!
+//! It decides nothing about the run. What it owns is *when* a side effect may start:
+//! - only after the status write before it landed (a 409 re-reads the run and its Approvals and
+//!   asks the engine again with the same input; never a blind retry);
+//! - only while the Lease is held and unexpired by this replica's clock, minus the skew margin
+//!   (DESIGN.md section 4); a lost Lease feeds [`Input::LeaseLost`] instead, and the outcome of
+//!   a tool already running is then not recorded as the step's outcome;
+//! - never once shutdown began.
+//!
+//! The crash points of the `fault-injection` feature sit here (see [`super::fault`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
+use super::fault::{self, FaultPoint};
+use super::lease::{HeldLease, LeaseCell};
+use crate::engine::{Effect, Input, ToolCall, ToolOutcome};
+use crate::tools::http::{self, HttpCall, SecretSource};
+
+/// Starts executing `key` under `held`, beginning with `input` (normally
+/// [`Input::LeaseAcquired`]). False when this replica already executes the run (the lease is
+/// then left to the running executor).
+pub fn spawn(
+    ctx: &Arc<Context>,
+    key: RunKey,
+    state: RunState,
+    held: HeldLease,
+    input: Input,
+) -> bool {
+    let stop = CancellationToken::new();
+    if !ctx.register_executor(&key, stop.clone()) {
+        return false;
+    }
+    let ctx = ctx.clone();
+    let span = tracing::info_span!("executor", run = %key, holder = %ctx.holder);
+    tokio::spawn(
+        async move {
+            let lease = LeaseCell::new(held);
+            let renewals = tokio::spawn({
+                let lease = lease.clone();
+                let api = ctx.api.clone();
+                let holder = ctx.holder.clone();
+                let clock = ctx.clock;
+                let stop = stop.clone();
+                let metrics = ctx.metrics.clone();
+                async move {
+                    lease
+                        .keep_renewed(api, holder, clock, stop, move || {
+                            metrics.leases_lost.inc();
+                        })
+                        .await;
+                }
+                .in_current_span()
+            });
+            tracing::info!("executing");
+            drive(&ctx, &key, &lease, state, input, &stop).await;
+            stop.cancel();
+            let _ = renewals.await;
+            lease.release(ctx.api.as_ref(), &ctx.holder).await;
+            ctx.unregister_executor(&key);
+            tracing::info!("executor stopped");
+            ctx.kick(&key);
+        }
+        .instrument(span),
+    );
+    true
+}
+
+/// The loop: ask the engine, perform its effects, feed the outcome back, until it says stop.
+async fn drive(
+    ctx: &Arc<Context>,
+    key: &RunKey,
+    lease: &Arc<LeaseCell>,
+    mut state: RunState,
+    mut input: Input,
+    stop: &CancellationToken,
+) {
+    let mut conflicts = 0u32;
+    'decide: loop {
+        if lease.is_lost() && input != Input::LeaseLost {
+            input = Input::LeaseLost;
+        }
+        let transition = match ctx.step(&state, input.clone()) {
+            Ok(transition) => transition,
+            Err(err) => {
+                tracing::warn!(%err, "the engine refused the input; stopping this executor");
+                return;
+            }
+        };
+        let mut next = None;
+        for effect in transition.effects {
+            match effect {
+                Effect::WriteStatus { status } => {
+                    if lease.is_lost() && input != Input::LeaseLost {
+                        // Record nothing under a lost lease; tell the engine instead.
+                        input = Input::LeaseLost;
+                        continue 'decide;
+                    }
+                    match ctx.write_status(&state, &status).await {
+                        Ok(Written::Landed(run)) => {
+                            state.run = *run;
+                            conflicts = 0;
+                        }
+                        Ok(Written::Conflict) => {
+                            conflicts += 1;
+                            if conflicts > MAX_CONFLICTS {
+                                tracing::warn!("too many conflicting writes in a row; stopping");
+                                return;
+                            }
+                            match reread(ctx, key).await {
+                                Some(fresh) => state = fresh,
+                                None => return,
+                            }
+                            continue 'decide;
+                        }
+                        Ok(Written::Gone) => {
+                            tracing::info!("the run is gone");
+                            return;
+                        }
+                        Err(err) => {
+                            tracing::warn!(%err, "cannot tell whether a status write landed; stopping (a takeover will settle it)");
+                            return;
+                        }
+                    }
+                }
+                Effect::CreateApproval { approval } => {
+                    ctx.create_approval(&key.namespace, &approval).await;
+                }
+                Effect::WriteApprovalStatus { name, status } => {
+                    ctx.write_approval_status(&key.namespace, &name, &status)
+                        .await;
+                }
+                Effect::AcquireLease { takeover } => {
+                    // This executor holds the lease already.
+                    next = Some(Input::LeaseAcquired { takeover });
+                    break;
+                }
+                Effect::CallTool(call) => {
+                    if !may_start(ctx, lease, stop) {
+                        next = stopped_or_lost(lease);
+                        break;
+                    }
+                    let step = call.step;
+                    let attempt = call.attempt;
+                    let outcome = call_tool(ctx, &state, call)
+                        .instrument(tracing::info_span!("tool", step))
+                        .await;
+                    ctx.metrics.tool_call(outcome_word(&outcome));
+                    next = Some(if lease.is_lost() {
+                        tracing::warn!(
+                            step,
+                            "the lease was lost during the tool call; its outcome is not recorded"
+                        );
+                        Input::LeaseLost
+                    } else {
+                        Input::ToolFinished {
+                            step,
+                            attempt,
+                            outcome,
+                        }
+                    });
+                    break;
+                }
+                Effect::CallAgent { step, request } => {
+                    if !may_start(ctx, lease, stop) {
+                        next = stopped_or_lost(lease);
+                        break;
+                    }
+                    let decision = call_agent(ctx, &state, &request).await;
+                    next = Some(if lease.is_lost() {
+                        Input::LeaseLost
+                    } else {
+                        Input::AgentAnswered { step, decision }
+                    });
+                    break;
+                }
+                Effect::CallReconcileHook { view } => {
+                    if !may_start(ctx, lease, stop) {
+                        next = stopped_or_lost(lease);
+                        break;
+                    }
+                    let answer = call_hook(ctx, &state, &view).await;
+                    next = Some(if lease.is_lost() {
+                        Input::LeaseLost
+                    } else {
+                        Input::Reconciled { answer }
+                    });
+                    break;
+                }
+                Effect::ReleaseLease => {
+                    lease.release(ctx.api.as_ref(), &ctx.holder).await;
+                }
+                Effect::RequeueAfter { millis } => ctx.kick_after(key, millis),
+                Effect::Stop => return,
+            }
+        }
+        match next {
+            // The transition ended without an external action, or shutdown stopped it before
+            // one: the lease is released on the way out.
+            None => return,
+            Some(next) => input = next,
+        }
+    }
+}
+
+/// After a lost write race: the run and its Approvals as stored now (None: gone or unreadable).
+async fn reread(ctx: &Context, key: &RunKey) -> Option<RunState> {
+    for attempt in 0..5u32 {
+        match ctx.read_state(key).await {
+            Ok(Some(state)) => return Some(state),
+            Ok(None) => return None,
+            Err(err) => {
+                tracing::info!(%err, "cannot re-read the run; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * (1 << attempt))).await;
+            }
+        }
+    }
+    None
+}
+
+/// The check before each side effect: the lease is held and unexpired by this replica's clock
+/// (minus the skew margin), and shutdown has not begun.
+fn may_start(ctx: &Context, lease: &LeaseCell, stop: &CancellationToken) -> bool {
+    if ctx.shutdown.is_cancelled() || stop.is_cancelled() {
+        return false;
+    }
+    if lease.may_start_side_effect(&ctx.clock, ctx.settings.skew_margin) {
+        return true;
+    }
+    tracing::warn!("the lease is lost or expired by this replica's clock; no side effect starts");
+    lease.mark_lost();
+    false
+}
+
+fn stopped_or_lost(lease: &LeaseCell) -> Option<Input> {
+    if lease.is_lost() {
+        Some(Input::LeaseLost)
+    } else {
+        None
+    }
+}
+
+fn outcome_word(outcome: &ToolOutcome) -> &'static str {
+    match outcome {
+        ToolOutcome::Result { .. } => "result",
+        ToolOutcome::Error { .. } => "error",
+        ToolOutcome::Unknown { .. } => "unknown",
+        ToolOutcome::Abort { .. } => "abort",
+    }
+}
+
+struct ApiSecrets<'a>(&'a Context);
+
+impl SecretSource for ApiSecrets<'_> {
+    async fn secret_value(
+        &self,
+        namespace: &str,
+        secret: &crate::api::SecretKeyRef,
+    ) -> Result<String, String> {
+        self.0.api.secret_value(namespace, secret).await
+    }
+}
+
+/// Performs one tool call (its `step.tool_started` write landed) and says how it ended.
+async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolOutcome {
+    let snapshot = &state.run.snapshot;
+    let Some(spec) = call.tool.http.as_ref() else {
+        return ToolOutcome::Error {
+            failure: "no_executor".into(),
+            status: None,
+            content: serde_json::json!(format!(
+                "tool {} has no executor (set http)",
+                call.tool.name
+            )),
+            duration_ms: 0,
+        };
+    };
+    let headers = match http::resolve_headers(spec, &snapshot.namespace, &ApiSecrets(ctx)).await {
+        Ok(headers) => headers,
+        Err(err) => {
+            return ToolOutcome::Error {
+                failure: "header_unavailable".into(),
+                status: None,
+                content: serde_json::json!(err),
+                duration_ms: 0,
+            }
+        }
+    };
+    let request = HttpCall {
+        url: spec.url.clone(),
+        args: call.args.clone(),
+        idempotency_key: call.idempotency_key.clone(),
+        attempt: call.attempt,
+        run: format!("{}/{}", snapshot.namespace, snapshot.name),
+        holder: ctx.holder.as_str().to_string(),
+        headers,
+        timeout: Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1)),
+    };
+    tracing::info!(tool = %call.tool.name, attempt = call.attempt, "calling the tool");
+    let in_flight = http::call(&ctx.http, request);
+    tokio::pin!(in_flight);
+    tokio::select! {
+        outcome = &mut in_flight => outcome,
+        _ = tokio::time::sleep(Duration::from_millis(200)) => {
+            fault::check(FaultPoint::DuringTool, Some(call.step));
+            in_flight.await
+        }
+    }
+}
+
+async fn call_agent(
+    ctx: &Context,
+    state: &RunState,
+    request: &serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    let Some(webhook) = state.run.snapshot.spec.agent.webhook.as_ref() else {
+        return Err(
+            "the engine asked for a webhook agent but spec.agent.webhook is not set".into(),
+        );
+    };
+    let timeout = Duration::from_secs(u64::try_from(webhook.timeout_seconds.max(1)).unwrap_or(1));
+    crate::agents::webhook::call_agent(&ctx.http, &webhook.url, timeout, request).await
+}
+
+async fn call_hook(
+    ctx: &Context,
+    state: &RunState,
+    view: &serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    let Some(webhook) = state
+        .run
+        .snapshot
+        .spec
+        .reconcile
+        .as_ref()
+        .and_then(|reconcile| reconcile.webhook.as_ref())
+    else {
+        return Err(
+            "the engine asked for the reconcile hook but spec.reconcile.webhook is not set".into(),
+        );
+    };
+    let timeout = Duration::from_secs(u64::try_from(webhook.timeout_seconds.max(1)).unwrap_or(1));
+    crate::agents::webhook::call_reconcile_hook(&ctx.http, &webhook.url, timeout, view).await
+}

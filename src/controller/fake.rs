@@ -1,0 +1,235 @@
+//! An in-memory [`ClusterApi`] for unit tests: compare-and-set on resourceVersion like the API
+//! server, and scripted failures.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use k8s_openapi::api::coordination::v1::Lease;
+use serde_json::Value;
+
+use super::cluster::{ApiError, ClusterApi, StoredRun, RUN_UID_LABEL};
+use crate::api::SecretKeyRef;
+use crate::engine::ApprovalSnapshot;
+
+#[derive(Default)]
+pub struct State {
+    pub version: u64,
+    pub runs: BTreeMap<(String, String), Value>,
+    pub approvals: BTreeMap<(String, String), Value>,
+    pub leases: BTreeMap<(String, String), Lease>,
+    /// Errors the next run-status writes return, in order.
+    pub fail_status_writes: Vec<ApiError>,
+    /// Errors the next lease writes return, in order.
+    pub fail_lease_writes: Vec<ApiError>,
+    pub status_writes: u64,
+}
+
+#[derive(Default)]
+pub struct FakeApi {
+    pub state: Mutex<State>,
+}
+
+impl FakeApi {
+    pub fn with_run(object: Value) -> FakeApi {
+        let api = FakeApi::default();
+        api.put_run(object);
+        api
+    }
+
+    pub fn put_run(&self, mut object: Value) {
+        let mut state = self.state.lock().unwrap();
+        state.version += 1;
+        object["metadata"]["resourceVersion"] = Value::String(state.version.to_string());
+        let key = key_of(&object);
+        state.runs.insert(key, object);
+    }
+
+    pub fn run(&self, namespace: &str, name: &str) -> Value {
+        self.state.lock().unwrap().runs[&(namespace.to_string(), name.to_string())].clone()
+    }
+
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<Lease> {
+        self.state
+            .lock()
+            .unwrap()
+            .leases
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+}
+
+fn key_of(object: &Value) -> (String, String) {
+    (
+        object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+        object["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+    )
+}
+
+#[async_trait]
+impl ClusterApi for FakeApi {
+    async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, ApiError> {
+        let state = self.state.lock().unwrap();
+        match state.runs.get(&(namespace.to_string(), name.to_string())) {
+            None => Ok(None),
+            Some(object) => StoredRun::from_object(object.clone())
+                .map(Some)
+                .map_err(ApiError::Undecodable),
+        }
+    }
+
+    async fn list_approvals(
+        &self,
+        namespace: &str,
+        run_uid: &str,
+    ) -> Result<Vec<ApprovalSnapshot>, ApiError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .approvals
+            .iter()
+            .filter(|((ns, _), object)| {
+                ns == namespace && object["metadata"]["labels"][RUN_UID_LABEL] == run_uid
+            })
+            .map(|((_, name), object)| ApprovalSnapshot {
+                name: name.clone(),
+                object: object.clone(),
+            })
+            .collect())
+    }
+
+    async fn replace_run_status(
+        &self,
+        run: &StoredRun,
+        status: &Value,
+    ) -> Result<StoredRun, ApiError> {
+        let mut state = self.state.lock().unwrap();
+        if !state.fail_status_writes.is_empty() {
+            return Err(state.fail_status_writes.remove(0));
+        }
+        let key = (run.snapshot.namespace.clone(), run.snapshot.name.clone());
+        let Some(current) = state.runs.get(&key) else {
+            return Err(ApiError::NotFound(run.key()));
+        };
+        if current["metadata"]["resourceVersion"] != run.resource_version.as_str() {
+            return Err(ApiError::Conflict(format!("{} was modified", run.key())));
+        }
+        let mut object = current.clone();
+        object["status"] = status.clone();
+        state.version += 1;
+        state.status_writes += 1;
+        object["metadata"]["resourceVersion"] = Value::String(state.version.to_string());
+        state.runs.insert(key, object.clone());
+        StoredRun::from_object(object).map_err(ApiError::Undecodable)
+    }
+
+    async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {
+        let mut state = self.state.lock().unwrap();
+        let key = (
+            namespace.to_string(),
+            approval["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+        if state.approvals.contains_key(&key) {
+            return Err(ApiError::Conflict("already exists".into()));
+        }
+        state.approvals.insert(key, approval.clone());
+        Ok(())
+    }
+
+    async fn patch_approval_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &Value,
+    ) -> Result<(), ApiError> {
+        let mut state = self.state.lock().unwrap();
+        let Some(object) = state
+            .approvals
+            .get_mut(&(namespace.to_string(), name.to_string()))
+        else {
+            return Err(ApiError::NotFound(name.to_string()));
+        };
+        object["status"] = status.clone();
+        Ok(())
+    }
+
+    async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ApiError> {
+        Ok(self.lease(namespace, name))
+    }
+
+    async fn create_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
+        let mut state = self.state.lock().unwrap();
+        if !state.fail_lease_writes.is_empty() {
+            return Err(state.fail_lease_writes.remove(0));
+        }
+        let key = (
+            namespace.to_string(),
+            lease.metadata.name.clone().unwrap_or_default(),
+        );
+        if state.leases.contains_key(&key) {
+            return Err(ApiError::Conflict("already exists".into()));
+        }
+        state.version += 1;
+        let mut lease = lease.clone();
+        lease.metadata.resource_version = Some(state.version.to_string());
+        state.leases.insert(key, lease.clone());
+        Ok(lease)
+    }
+
+    async fn replace_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
+        let mut state = self.state.lock().unwrap();
+        if !state.fail_lease_writes.is_empty() {
+            return Err(state.fail_lease_writes.remove(0));
+        }
+        let key = (
+            namespace.to_string(),
+            lease.metadata.name.clone().unwrap_or_default(),
+        );
+        let Some(current) = state.leases.get(&key) else {
+            return Err(ApiError::NotFound("lease".into()));
+        };
+        if current.metadata.resource_version != lease.metadata.resource_version {
+            return Err(ApiError::Conflict("lease was modified".into()));
+        }
+        state.version += 1;
+        let mut lease = lease.clone();
+        lease.metadata.resource_version = Some(state.version.to_string());
+        state.leases.insert(key, lease.clone());
+        Ok(lease)
+    }
+
+    async fn secret_value(
+        &self,
+        _namespace: &str,
+        secret: &SecretKeyRef,
+    ) -> Result<String, String> {
+        Err(format!("no Secret {}", secret.name))
+    }
+}
+
+/// A minimal AgentRun object for tests.
+pub fn run_object(namespace: &str, name: &str, lease_seconds: i64) -> Value {
+    serde_json::json!({
+        "apiVersion": "agentrt.dev/v1alpha1",
+        "kind": "AgentRun",
+        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{name}"), "generation": 1},
+        "spec": {
+            "goal": "test",
+            "agent": {"scripted": {"decisions": [{"kind": "complete", "result": {}}]}},
+            "tools": [{
+                "name": "lookup", "sideEffect": "ReadOnly", "timeoutSeconds": 5,
+                "inputSchema": {"type": "object"},
+                "http": {"url": "http://127.0.0.1:1/lookup"}
+            }],
+            "leaseDurationSeconds": lease_seconds
+        }
+    })
+}

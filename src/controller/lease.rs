@@ -1,0 +1,371 @@
+//! The run's Lease (DESIGN.md sections 2 and 4; BEHAVIOURS.md 27-33): one
+//! `coordination.k8s.io/v1` Lease per run, named after it and owned by it. Acquire, take over,
+//! renew and release are compare-and-set writes (create when absent, replace on the
+//! `resourceVersion` read); none of them writes a run event.
+//!
+//! The Lease is the liveness signal, the run record is the fence: winning the Lease only lets
+//! this replica try the record's compare-and-set. [`HeldLease::may_start_side_effect`] is the
+//! wall-clock check made before each side effect: last renewal + duration − skew margin must lie
+//! ahead of now by this replica's clock (BEHAVIOURS.md 29).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+
+use super::cluster::{ApiError, ClusterApi, StoredRun};
+use super::identity::{Clock, HolderId};
+use crate::api::Time;
+use crate::engine::LeaseView;
+
+/// The label selecting the Leases this controller manages.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Its value.
+pub const MANAGED_BY: &str = "agentrt";
+
+/// What the engine sees of a Lease as read.
+pub fn view(lease: Option<&Lease>) -> LeaseView {
+    let Some(spec) = lease.and_then(|lease| lease.spec.as_ref()) else {
+        return LeaseView::default();
+    };
+    LeaseView {
+        holder: spec
+            .holder_identity
+            .clone()
+            .filter(|holder| !holder.is_empty()),
+        renewed_at: spec
+            .renew_time
+            .as_ref()
+            .or(spec.acquire_time.as_ref())
+            .map(|time| Time(time.0)),
+        duration_seconds: spec.lease_duration_seconds.map(i64::from),
+    }
+}
+
+/// The Lease this replica holds on one run, as last written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldLease {
+    /// The Lease object as the API server returned it after our last write.
+    pub lease: Lease,
+    /// The renewTime we wrote, by our clock.
+    pub renewed_at: Time,
+    /// `leaseDurationSeconds`.
+    pub duration_seconds: i64,
+}
+
+impl HeldLease {
+    /// True while last renewal + duration − `skew_margin` lies ahead of `now`.
+    pub fn may_start_side_effect(&self, now: Time, skew_margin: Duration) -> bool {
+        let margin = i64::try_from(skew_margin.as_millis()).unwrap_or(i64::MAX);
+        let deadline = self
+            .renewed_at
+            .as_millis()
+            .saturating_add(self.duration_seconds.saturating_mul(1000))
+            .saturating_sub(margin);
+        deadline > now.as_millis()
+    }
+
+    /// When the lease expires unrenewed.
+    pub fn expires_at(&self) -> Time {
+        self.renewed_at.plus_seconds(self.duration_seconds)
+    }
+}
+
+fn micro(time: Time) -> MicroTime {
+    MicroTime(time.0)
+}
+
+fn fresh_lease(run: &StoredRun, holder: &HolderId, now: Time, duration_seconds: i64) -> Lease {
+    let snapshot = &run.snapshot;
+    let mut labels = BTreeMap::new();
+    labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string());
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(snapshot.name.clone()),
+            namespace: Some(snapshot.namespace.clone()),
+            labels: Some(labels),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "agentrt.dev/v1alpha1".into(),
+                kind: "AgentRun".into(),
+                name: snapshot.name.clone(),
+                uid: snapshot.uid.clone(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.as_str().to_string()),
+            acquire_time: Some(micro(now)),
+            renew_time: Some(micro(now)),
+            lease_duration_seconds: Some(i32::try_from(duration_seconds).unwrap_or(i32::MAX)),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// Wins the run's Lease by compare-and-set over `read` (the Lease as read when the engine
+/// decided to acquire it; `None` when it was absent). `Ok(None)` when another replica won.
+///
+/// # Errors
+/// When the API server fails otherwise.
+pub async fn acquire(
+    api: &dyn ClusterApi,
+    run: &StoredRun,
+    read: Option<&Lease>,
+    holder: &HolderId,
+    now: Time,
+) -> Result<Option<HeldLease>, ApiError> {
+    let duration_seconds = run.snapshot.spec.lease_duration_seconds;
+    let namespace = &run.snapshot.namespace;
+    let written = match read {
+        None => {
+            api.create_lease(namespace, &fresh_lease(run, holder, now, duration_seconds))
+                .await
+        }
+        Some(read) => {
+            let mut lease = read.clone();
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            let changed = spec.holder_identity.as_deref() != Some(holder.as_str());
+            if changed {
+                spec.lease_transitions =
+                    Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+                spec.acquire_time = Some(micro(now));
+            }
+            spec.holder_identity = Some(holder.as_str().to_string());
+            spec.renew_time = Some(micro(now));
+            spec.lease_duration_seconds = Some(i32::try_from(duration_seconds).unwrap_or(i32::MAX));
+            api.replace_lease(namespace, &lease).await
+        }
+    };
+    match written {
+        Ok(lease) => Ok(Some(HeldLease {
+            lease,
+            renewed_at: now,
+            duration_seconds,
+        })),
+        Err(ApiError::Conflict(_)) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// How a renewal ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Renewal {
+    /// Renewed; the new state.
+    Renewed(Box<HeldLease>),
+    /// Another holder (or nobody) holds the Lease now.
+    Lost {
+        /// Who holds it.
+        holder: Option<String>,
+    },
+}
+
+/// Renews `held` by compare-and-set. A 409 re-reads the Lease: still ours (someone touched it
+/// without taking it) → renew on the fresh version; another holder → [`Renewal::Lost`].
+///
+/// # Errors
+/// When the API server fails otherwise (the caller decides, by the clock, whether the lease is
+/// lost).
+pub async fn renew(
+    api: &dyn ClusterApi,
+    held: &HeldLease,
+    holder: &HolderId,
+    now: Time,
+) -> Result<Renewal, ApiError> {
+    let namespace = held.lease.metadata.namespace.clone().unwrap_or_default();
+    let name = held.lease.metadata.name.clone().unwrap_or_default();
+    let mut base = held.lease.clone();
+    for _ in 0..2 {
+        let current = base
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.holder_identity.clone());
+        if current.as_deref() != Some(holder.as_str()) {
+            return Ok(Renewal::Lost { holder: current });
+        }
+        let mut lease = base.clone();
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.renew_time = Some(micro(now));
+        }
+        match api.replace_lease(&namespace, &lease).await {
+            Ok(lease) => {
+                return Ok(Renewal::Renewed(Box::new(HeldLease {
+                    lease,
+                    renewed_at: now,
+                    duration_seconds: held.duration_seconds,
+                })))
+            }
+            Err(ApiError::Conflict(_)) => match api.get_lease(&namespace, &name).await? {
+                Some(fresh) => base = fresh,
+                None => return Ok(Renewal::Lost { holder: None }),
+            },
+            Err(ApiError::NotFound(_)) => return Ok(Renewal::Lost { holder: None }),
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(Renewal::Lost {
+        holder: base.spec.and_then(|spec| spec.holder_identity),
+    })
+}
+
+/// Releases `held`: clears the holder by compare-and-set, only if it is still ours.
+///
+/// # Errors
+/// When the API server fails (the Lease then simply expires).
+pub async fn release(
+    api: &dyn ClusterApi,
+    held: &HeldLease,
+    holder: &HolderId,
+) -> Result<(), ApiError> {
+    let namespace = held.lease.metadata.namespace.clone().unwrap_or_default();
+    let name = held.lease.metadata.name.clone().unwrap_or_default();
+    let mut base = held.lease.clone();
+    for _ in 0..2 {
+        let current = base
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.holder_identity.clone());
+        if current.as_deref() != Some(holder.as_str()) {
+            return Ok(());
+        }
+        let mut lease = base.clone();
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+        }
+        match api.replace_lease(&namespace, &lease).await {
+            Ok(_) | Err(ApiError::NotFound(_)) => return Ok(()),
+            Err(ApiError::Conflict(_)) => match api.get_lease(&namespace, &name).await? {
+                Some(fresh) => base = fresh,
+                None => return Ok(()),
+            },
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+/// The lease an executor holds, shared between the executor and its renewal task.
+#[derive(Debug)]
+pub struct LeaseCell {
+    held: Mutex<HeldLease>,
+    lost: AtomicBool,
+    released: AtomicBool,
+}
+
+impl LeaseCell {
+    /// Starts holding `held`.
+    pub fn new(held: HeldLease) -> Arc<LeaseCell> {
+        Arc::new(LeaseCell {
+            held: Mutex::new(held),
+            lost: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+        })
+    }
+
+    /// The lease as last written.
+    pub fn held(&self) -> HeldLease {
+        match self.held.lock() {
+            Ok(held) => held.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set(&self, held: HeldLease) {
+        match self.held.lock() {
+            Ok(mut slot) => *slot = held,
+            Err(poisoned) => *poisoned.into_inner() = held,
+        }
+    }
+
+    /// True once a renewal found another holder or the lease expired unrenewed.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Marks the lease lost.
+    pub fn mark_lost(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
+    /// True once released.
+    pub fn is_released(&self) -> bool {
+        self.released.load(Ordering::SeqCst)
+    }
+
+    /// The wall-clock check before a side effect (BEHAVIOURS.md 29): not lost, and last
+    /// renewal + duration − skew margin ahead of now by this replica's clock.
+    pub fn may_start_side_effect(&self, clock: &Clock, skew_margin: Duration) -> bool {
+        !self.is_lost()
+            && !self.is_released()
+            && self.held().may_start_side_effect(clock.now(), skew_margin)
+    }
+
+    /// Releases the lease if it is still held (not lost, not released).
+    pub async fn release(&self, api: &dyn ClusterApi, holder: &HolderId) {
+        if self.is_lost() || self.released.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let held = self.held();
+        if let Err(err) = release(api, &held, holder).await {
+            tracing::warn!(lease = ?held.lease.metadata.name, %err, "cannot release the lease; it will expire");
+        }
+    }
+
+    /// Renews the lease every third of its duration until it is lost or released, or `stop`
+    /// fires. A renewal that finds another holder, or that fails until the lease has expired by
+    /// this replica's clock, marks it lost and calls `on_lost`.
+    pub async fn keep_renewed(
+        self: Arc<LeaseCell>,
+        api: Arc<dyn ClusterApi>,
+        holder: HolderId,
+        clock: Clock,
+        stop: tokio_util::sync::CancellationToken,
+        on_lost: impl Fn() + Send,
+    ) {
+        loop {
+            let held = self.held();
+            let period = Duration::from_millis(
+                u64::try_from(held.duration_seconds.max(1)).unwrap_or(1) * 1000 / 3,
+            );
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
+            if self.is_lost() || self.is_released() {
+                return;
+            }
+            let now = clock.now();
+            match renew(api.as_ref(), &held, &holder, now).await {
+                Ok(Renewal::Renewed(renewed)) => {
+                    if self.is_released() {
+                        return;
+                    }
+                    self.set(*renewed);
+                }
+                Ok(Renewal::Lost { holder: other }) => {
+                    tracing::warn!(lease = ?held.lease.metadata.name, holder = ?other, "lease lost: another holder renewed or took it");
+                    self.mark_lost();
+                    on_lost();
+                    return;
+                }
+                Err(err) => {
+                    if clock.now() >= held.expires_at() {
+                        tracing::warn!(lease = ?held.lease.metadata.name, %err, "lease lost: renewals failed past its expiry");
+                        self.mark_lost();
+                        on_lost();
+                        return;
+                    }
+                    tracing::info!(lease = ?held.lease.metadata.name, %err, "lease renewal failed; retrying");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

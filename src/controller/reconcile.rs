@@ -1,0 +1,188 @@
+//! The reconcile of one AgentRun by a replica that is not executing it (or is, for a cancel):
+//! read the run, its Approvals and its Lease, ask the engine with [`Input::Observe`], and perform
+//! only what needs no side effect: status writes (cancel, expiry, rejection), Approval creation
+//! and status, requeues, and winning the Lease, after which an executor task takes the run over
+//! (DESIGN.md section 5). It stays quick: no tool, agent or hook call ever happens here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use tracing::Instrument;
+
+use super::cluster::ApiError;
+use super::context::{Context, RunKey, Written, MAX_CONFLICTS};
+use super::executor;
+use super::lease;
+use crate::engine::{Effect, Input};
+
+/// How long a run nobody asks about is left before it is looked at again.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// Why a reconcile failed (it is retried by [`error_policy`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The API server failed.
+    #[error("AgentRun {run}: {source}")]
+    Api {
+        /// The run.
+        run: RunKey,
+        /// What failed.
+        source: ApiError,
+    },
+}
+
+/// kube-runtime's reconcile entry point.
+///
+/// # Errors
+/// When the API server fails; the run is looked at again after a backoff.
+pub async fn reconcile(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    ctx.metrics.reconciles.inc();
+    let key = RunKey {
+        namespace: obj.metadata.namespace.clone().unwrap_or_default(),
+        name: obj.metadata.name.clone().unwrap_or_default(),
+    };
+    if ctx.shutdown.is_cancelled() {
+        return Ok(Action::await_change());
+    }
+    let span = tracing::debug_span!("reconcile", run = %key);
+    observe(&ctx, &key)
+        .instrument(span)
+        .await
+        .map_err(|source| ReconcileError::Api { run: key, source })
+}
+
+/// kube-runtime's error policy: look again shortly.
+pub fn error_policy(_obj: Arc<DynamicObject>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(%err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// One Observe pass over `key`; the action says when to look again.
+///
+/// # Errors
+/// When the API server fails.
+pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiError> {
+    let mut state = match ctx.read_state(key).await {
+        Ok(Some(state)) => state,
+        Ok(None) => return Ok(Action::await_change()),
+        Err(ApiError::Undecodable(detail)) => {
+            tracing::warn!(run = %key, %detail, "leaving a run whose spec does not decode alone");
+            return Ok(Action::await_change());
+        }
+        Err(err) => return Err(err),
+    };
+    let mut lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
+    let mut requeue: Option<u64> = None;
+    let mut soonest = |millis: u64| {
+        requeue = Some(requeue.map_or(millis, |current: u64| current.min(millis)));
+    };
+    'decide: for _ in 0..MAX_CONFLICTS {
+        let executing = ctx.is_executing(key);
+        let input = Input::Observe {
+            lease: lease::view(lease_read.as_ref()),
+        };
+        let transition = match ctx.step(&state, input) {
+            Ok(transition) => transition,
+            Err(err) => {
+                tracing::warn!(run = %key, %err, "the engine refused to observe the run");
+                soonest(30_000);
+                break;
+            }
+        };
+        for effect in transition.effects {
+            match effect {
+                Effect::WriteStatus { status } => match ctx.write_status(&state, &status).await? {
+                    Written::Landed(run) => state.run = *run,
+                    Written::Conflict => {
+                        match ctx.read_state(key).await? {
+                            Some(fresh) => state = fresh,
+                            None => return Ok(Action::await_change()),
+                        }
+                        lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
+                        continue 'decide;
+                    }
+                    Written::Gone => return Ok(Action::await_change()),
+                },
+                Effect::CreateApproval { approval } => {
+                    ctx.create_approval(&key.namespace, &approval).await;
+                }
+                Effect::WriteApprovalStatus { name, status } => {
+                    ctx.write_approval_status(&key.namespace, &name, &status)
+                        .await;
+                }
+                Effect::AcquireLease { takeover } => {
+                    if executing {
+                        // The running executor holds (or is losing) the lease; it kicks a
+                        // reconcile when it stops.
+                        continue;
+                    }
+                    if ctx.shutdown.is_cancelled() {
+                        continue;
+                    }
+                    if ctx.executing() >= ctx.settings.max_concurrent_runs {
+                        tracing::debug!(run = %key, "at --max-concurrent-runs; looking again later");
+                        soonest(1_000);
+                        continue;
+                    }
+                    match lease::acquire(
+                        ctx.api.as_ref(),
+                        &state.run,
+                        lease_read.as_ref(),
+                        &ctx.holder,
+                        ctx.clock.now(),
+                    )
+                    .await?
+                    {
+                        Some(held) => {
+                            ctx.metrics.leases_acquired.inc();
+                            tracing::info!(run = %key, takeover = takeover.is_some(), "won the lease");
+                            let state = state.clone();
+                            executor::spawn(
+                                ctx,
+                                key.clone(),
+                                state,
+                                held,
+                                Input::LeaseAcquired { takeover },
+                            );
+                        }
+                        None => {
+                            tracing::debug!(run = %key, "another replica won the lease");
+                            soonest(500);
+                        }
+                    }
+                }
+                Effect::ReleaseLease => {
+                    let ours = lease::view(lease_read.as_ref()).holder.as_deref()
+                        == Some(ctx.holder.as_str());
+                    if ours && !executing {
+                        if let Some(read) = &lease_read {
+                            let held = lease::HeldLease {
+                                lease: read.clone(),
+                                renewed_at: ctx.clock.now(),
+                                duration_seconds: state.run.snapshot.spec.lease_duration_seconds,
+                            };
+                            lease::release(ctx.api.as_ref(), &held, &ctx.holder).await?;
+                        }
+                    }
+                }
+                Effect::RequeueAfter { millis } => soonest(millis),
+                Effect::Stop => break 'decide,
+                Effect::CallTool(_)
+                | Effect::CallAgent { .. }
+                | Effect::CallReconcileHook { .. } => {
+                    tracing::error!(run = %key, "the engine asked for a side effect on Observe; ignored");
+                }
+            }
+        }
+        break;
+    }
+    Ok(match requeue {
+        Some(millis) => Action::requeue(Duration::from_millis(millis.max(50))),
+        None => Action::requeue(RESYNC),
+    })
+}

@@ -1,0 +1,328 @@
+//! The effect performer (reconcile + executor) against the fake API and a small scripted
+//! engine: the protocol of `src/engine/mod.rs` as the controller holds it up.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::cluster::{ApiError, ClusterApi};
+use super::context::{Context, RunKey, Settings};
+use super::fake::{run_object, FakeApi};
+use super::identity::{Clock, HolderId};
+use super::metrics::Metrics;
+use super::projection::EventSink;
+use super::reconcile::observe;
+use crate::api::Time;
+use crate::engine::{
+    ApprovalSnapshot, Budgets, Caller, Effect, EngineError, Input, RunSnapshot, ToolCall,
+    ToolOutcome, Transition,
+};
+
+/// Inputs the fake engine saw, per run name.
+fn journal() -> &'static Mutex<HashMap<String, Vec<String>>> {
+    static JOURNAL: OnceLock<Mutex<HashMap<String, Vec<String>>>> = OnceLock::new();
+    JOURNAL.get_or_init(Mutex::default)
+}
+
+fn seen(run: &str) -> Vec<String> {
+    journal()
+        .lock()
+        .unwrap()
+        .get(run)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A one-step engine: take the lease, start the run's first tool, complete with its content.
+fn fake_step(
+    run: &RunSnapshot,
+    _approvals: &[ApprovalSnapshot],
+    caller: &Caller,
+    _budgets: &Budgets,
+    input: Input,
+) -> Result<Transition, EngineError> {
+    let word = match &input {
+        Input::Observe { .. } => "observe",
+        Input::LeaseAcquired { .. } => "lease_acquired",
+        Input::ToolFinished { .. } => "tool_finished",
+        Input::LeaseLost => "lease_lost",
+        _ => "other",
+    };
+    journal()
+        .lock()
+        .unwrap()
+        .entry(run.name.clone())
+        .or_default()
+        .push(word.to_string());
+    let status = &run.status;
+    let phase = status["phase"].as_str().unwrap_or("Pending");
+    let holder = status["lease"]["holder"].as_str();
+    let effects = match input {
+        Input::Observe { lease } => {
+            if phase == "Completed" {
+                vec![Effect::Stop]
+            } else {
+                let live = lease.holder.is_some()
+                    && lease.renewed_at.is_some_and(|at| {
+                        at.plus_seconds(lease.duration_seconds.unwrap_or(0)) > caller.now
+                    });
+                if live {
+                    vec![Effect::RequeueAfter { millis: 1000 }]
+                } else {
+                    vec![Effect::AcquireLease { takeover: None }]
+                }
+            }
+        }
+        _ if holder.is_some_and(|h| h != caller.holder) => vec![Effect::Stop],
+        Input::LeaseAcquired { .. } => {
+            let mut next = status.clone();
+            if next.is_null() {
+                next = json!({});
+            }
+            next["phase"] = json!("Running");
+            next["lease"] = json!({"holder": caller.holder, "epoch": 1});
+            next["events"] = json!([{"seq": 1, "type": "step.tool_started", "step": 0}]);
+            let tool = run.spec.tools[0].clone();
+            vec![
+                Effect::WriteStatus { status: next },
+                Effect::CallTool(ToolCall {
+                    step: 0,
+                    attempt: 1,
+                    tool,
+                    args: json!({"n": 1}),
+                    idempotency_key: format!("{}/0", run.uid),
+                }),
+            ]
+        }
+        Input::ToolFinished { outcome, .. } => {
+            let mut next = status.clone();
+            next["phase"] = json!("Completed");
+            next["result"] = match outcome {
+                ToolOutcome::Result { content, .. } => content,
+                other => json!(format!("{other:?}")),
+            };
+            vec![
+                Effect::WriteStatus { status: next },
+                Effect::ReleaseLease,
+                Effect::Stop,
+            ]
+        }
+        _ => vec![Effect::Stop],
+    };
+    Ok(Transition { effects })
+}
+
+struct Tool {
+    addr: SocketAddr,
+    calls: Arc<AtomicU32>,
+}
+
+async fn tool(delay: Duration) -> Tool {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counter = calls.clone();
+    let app = Router::new().route(
+        "/t",
+        post(move |Json(args): Json<Value>| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                Json(json!({"got": args}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Tool { addr, calls }
+}
+
+fn context(api: Arc<FakeApi>, prefix: &str, skew_ms: u64) -> Arc<Context> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    Arc::new(Context::new(
+        api,
+        HolderId::with_random_suffix(prefix),
+        Clock::default(),
+        Settings {
+            max_concurrent_runs: 8,
+            skew_margin: Duration::from_millis(skew_ms),
+            budgets: Budgets::default(),
+        },
+        fake_step,
+        crate::tools::http::client().unwrap(),
+        EventSink::disabled(),
+        Arc::new(Metrics::default()),
+        CancellationToken::new(),
+        tx,
+    ))
+}
+
+fn run_with_tool(name: &str, addr: SocketAddr, lease_seconds: i64) -> Value {
+    let mut run = run_object("ns", name, lease_seconds);
+    run["spec"]["tools"][0]["http"]["url"] = json!(format!("http://{addr}/t"));
+    run
+}
+
+async fn until_idle(ctx: &Context) {
+    for _ in 0..200 {
+        if ctx.executing() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the executor did not stop");
+}
+
+fn key(name: &str) -> RunKey {
+    RunKey {
+        namespace: "ns".into(),
+        name: name.into(),
+    }
+}
+
+#[tokio::test]
+async fn observe_wins_the_lease_and_an_executor_runs_the_tool_once() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("once", tool.addr, 3)));
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("once")).await.unwrap();
+    until_idle(&ctx).await;
+    let run = api.run("ns", "once");
+    assert_eq!(run["status"]["phase"], "Completed");
+    assert_eq!(run["status"]["result"], json!({"got": {"n": 1}}));
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(seen("once"), ["observe", "lease_acquired", "tool_finished"]);
+    // The lease was released on the way out.
+    let lease = api.lease("ns", "once").unwrap();
+    assert_eq!(lease.spec.unwrap().holder_identity, None);
+    // Looking again changes nothing.
+    observe(&ctx, &key("once")).await.unwrap();
+    assert_eq!(ctx.executing(), 0);
+}
+
+#[tokio::test]
+async fn a_conflicting_write_is_decided_again_never_retried_blind() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("conflict", tool.addr, 3)));
+    api.state
+        .lock()
+        .unwrap()
+        .fail_status_writes
+        .push(ApiError::Conflict("someone wrote".into()));
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("conflict")).await.unwrap();
+    until_idle(&ctx).await;
+    assert_eq!(
+        seen("conflict"),
+        [
+            "observe",
+            "lease_acquired",
+            "lease_acquired",
+            "tool_finished"
+        ]
+    );
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(api.state.lock().unwrap().status_writes, 2);
+}
+
+#[tokio::test]
+async fn a_write_of_unknown_fate_is_settled_by_reading_back() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("unknown", tool.addr, 3)));
+    api.state
+        .lock()
+        .unwrap()
+        .fail_status_writes
+        .push(ApiError::Other("connection reset".into()));
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("unknown")).await.unwrap();
+    until_idle(&ctx).await;
+    // It did not land: decided again from what is stored, and the tool ran once.
+    assert_eq!(
+        seen("unknown"),
+        [
+            "observe",
+            "lease_acquired",
+            "lease_acquired",
+            "tool_finished"
+        ]
+    );
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(api.run("ns", "unknown")["status"]["phase"], "Completed");
+}
+
+#[tokio::test]
+async fn a_live_lease_held_by_another_replica_is_left_alone() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("held", tool.addr, 30)));
+    let other = HolderId::with_random_suffix("other");
+    let run = super::cluster::StoredRun::from_object(api.run("ns", "held")).unwrap();
+    super::lease::acquire(api.as_ref(), &run, None, &other, Clock::default().now())
+        .await
+        .unwrap()
+        .unwrap();
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("held")).await.unwrap();
+    assert_eq!(ctx.executing(), 0);
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(seen("held"), ["observe"]);
+}
+
+#[tokio::test]
+async fn a_lease_lost_during_the_call_does_not_record_the_outcome() {
+    let tool = tool(Duration::from_millis(2500)).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("lost", tool.addr, 2)));
+    let ctx = context(api.clone(), "a", 100);
+    observe(&ctx, &key("lost")).await.unwrap();
+    // Another replica takes the Lease while the tool runs.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let read = api.lease("ns", "lost");
+    let run = super::cluster::StoredRun::from_object(api.run("ns", "lost")).unwrap();
+    let thief = HolderId::with_random_suffix("thief");
+    let now = Time::from_millis(Clock::default().now().as_millis() + 10_000);
+    super::lease::acquire(api.as_ref(), &run, read.as_ref(), &thief, now)
+        .await
+        .unwrap()
+        .unwrap();
+    until_idle(&ctx).await;
+    assert_eq!(seen("lost"), ["observe", "lease_acquired", "lease_lost"]);
+    assert_eq!(api.run("ns", "lost")["status"]["phase"], "Running");
+    // The thief's lease was not released by the deposed executor.
+    let lease = api.lease("ns", "lost").unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some(thief.as_str())
+    );
+}
+
+#[tokio::test]
+async fn a_lease_expired_by_this_replicas_clock_starts_no_side_effect() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("expired", tool.addr, 2)));
+    // A skew margin as long as the lease: the check before the call always fails.
+    let ctx = context(api.clone(), "a", 2_000);
+    observe(&ctx, &key("expired")).await.unwrap();
+    until_idle(&ctx).await;
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(seen("expired"), ["observe", "lease_acquired", "lease_lost"]);
+}
+
+#[tokio::test]
+async fn renewals_keep_a_long_call_alive() {
+    let tool = tool(Duration::from_millis(2500)).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("long", tool.addr, 2)));
+    let ctx = context(api.clone(), "a", 200);
+    observe(&ctx, &key("long")).await.unwrap();
+    until_idle(&ctx).await;
+    assert_eq!(seen("long"), ["observe", "lease_acquired", "tool_finished"]);
+    assert_eq!(api.run("ns", "long")["status"]["phase"], "Completed");
+    let _ = api.get_lease("ns", "long").await.unwrap();
+}
