@@ -3,27 +3,18 @@
 //! side-effect class default.
 //!
 //! Owns: what a rule matches and what the policy decides. Must not: see anything but the tool,
-//! the args and the policy (no clock, no record), or depend on how a number was spelled: `args`
-//! enter CEL as the value their canonical JSON denotes, so `{"amount": 250.0}` and
-//! `{"amount": 250}` are the same CEL value (`int` 250) in the loop and on every re-evaluation
-//! after an approval (BEHAVIOURS.md 11).
-//!
-//! JSON → CEL: `null` → `null`, booleans → `bool`, strings → `string`, arrays → `list`, objects
-//! → `map` with string keys, numbers: an integer (or an integral float) within int64 → `int`,
-//! within uint64 above int64 → `uint`, anything else → `double`. CEL comparisons (`<`, `<=`,
-//! `==`, ...) between `int`, `uint` and `double` compare the numbers (as cel-go does), so
-//! `args.amount <= 100` holds for 50 and 99.5 and not for 250 or 100.5. Arithmetic does not mix
-//! them: write `double(args.amount) * 1.1`, not `args.amount * 1.1`.
+//! the args and the policy (no clock, no record), or depend on how a number was spelled (see
+//! `policy/when.rs` for how args enter CEL: `250.0` and `250` are the same `int`).
 
-use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+mod glob;
+mod when;
 
-use serde_json::{Number, Value};
+use serde_json::Value;
 
-use super::canonical::ecmascript_number;
-use super::validate::MAX_JSON_DEPTH;
 use crate::api::{PolicyDecisionKind, PolicyOutcome, PolicyRule, PolicySpec, SideEffect, ToolSpec};
+pub use glob::glob_matches;
+use when::eval_when;
+pub use when::MAX_WHEN_CHARS;
 
 /// The approval kind when a rule names none, and for a class default.
 pub const DEFAULT_APPROVAL_KIND: &str = "policy";
@@ -110,42 +101,6 @@ pub fn evaluate(
     Ok(class_default(policy, tool.side_effect))
 }
 
-/// Whether `name` matches `glob`: `*` matches any run of characters (also none), `?` exactly
-/// one character, everything else itself; the whole name must match.
-pub fn glob_matches(glob: &str, name: &str) -> bool {
-    let pattern: Vec<char> = glob.chars().collect();
-    let text: Vec<char> = name.chars().collect();
-    // Iterative wildcard matching with one backtrack point (the last `*`): linear space,
-    // O(pattern × text) time at worst.
-    let (mut p, mut t) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        match pattern.get(p) {
-            Some('*') => {
-                star = Some((p, t));
-                p += 1;
-            }
-            Some('?') => {
-                p += 1;
-                t += 1;
-            }
-            Some(c) if *c == text[t] => {
-                p += 1;
-                t += 1;
-            }
-            _ => match star {
-                Some((sp, st)) => {
-                    p = sp + 1;
-                    t = st + 1;
-                    star = Some((sp, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p..].iter().all(|c| *c == '*')
-}
-
 fn rule_tools_match(index: usize, rule: &PolicyRule, name: &str) -> Result<bool, PolicyError> {
     if rule.tools.is_empty() {
         return Ok(true);
@@ -170,90 +125,6 @@ fn when_error(index: usize, rule: &PolicyRule, detail: String) -> PolicyError {
         index,
         name: rule.name.clone(),
         detail,
-    }
-}
-
-/// The longest `when` evaluated, in characters (the CRD's `maxLength`).
-pub const MAX_WHEN_CHARS: usize = 4096;
-
-/// The stack the CEL interpreter runs on. Its parser and evaluator recurse deeply (a debug
-/// build overflows 2 MiB on `((((((((((((((((((((true))))))))))))))))))))` and needs more than
-/// 64 MiB for `1+1+...+1` of 4096 characters); 256 MiB of address space, of which only what is
-/// used is ever committed, covers every expression up to [`MAX_WHEN_CHARS`].
-const CEL_STACK_BYTES: usize = 256 << 20;
-
-/// Compiles and runs one `when` over `tool`, `args`, `sideEffect`; `Ok(bool)` or what went
-/// wrong and the fix. Runs on a thread of its own with a [`CEL_STACK_BYTES`] stack, so no
-/// expression can overflow the caller's stack, and a panic in the interpreter is an error.
-fn eval_when(
-    expression: &str,
-    tool: &str,
-    args: &Value,
-    side_effect: SideEffect,
-) -> Result<bool, String> {
-    let chars = expression.chars().count();
-    if chars > MAX_WHEN_CHARS {
-        return Err(format!(
-            "is {chars} characters long; at most {MAX_WHEN_CHARS} are evaluated: shorten it"
-        ));
-    }
-    std::thread::scope(|scope| {
-        let worker = std::thread::Builder::new()
-            .name("agentrt-cel".into())
-            .stack_size(CEL_STACK_BYTES)
-            .spawn_scoped(scope, || {
-                catch_unwind(AssertUnwindSafe(|| {
-                    eval_when_here(expression, tool, args, side_effect)
-                }))
-            })
-            .map_err(|e| format!("could not start the CEL evaluator: {e}"))?;
-        match worker.join() {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) | Err(_) => {
-                Err("the CEL interpreter panicked evaluating it; simplify it".into())
-            }
-        }
-    })
-}
-
-/// [`eval_when`] on the current thread.
-fn eval_when_here(
-    expression: &str,
-    tool: &str,
-    args: &Value,
-    side_effect: SideEffect,
-) -> Result<bool, String> {
-    let program = cel::Program::compile(expression)
-        .map_err(|e| format!("{e}; the expression does not compile: fix its CEL syntax"))?;
-    let mut context = cel::Context::default();
-    context.add_variable_from_value("tool", tool.to_string());
-    context.add_variable_from_value("args", json_to_cel(args)?);
-    context.add_variable_from_value("sideEffect", side_effect.as_str().to_string());
-    match program.execute(&context) {
-        Ok(cel::Value::Bool(b)) => Ok(b),
-        Ok(other) => Err(format!(
-            "returned {} instead of a bool; make the expression a condition (e.g. \
-             `args.amount <= 100`)",
-            cel_type_name(&other)
-        )),
-        Err(e) => Err(format!(
-            "{e}; guard optional fields with has(), e.g. `has(args.x) && args.x > 0`, and \
-             compare like with like"
-        )),
-    }
-}
-
-fn cel_type_name(value: &cel::Value) -> &'static str {
-    match value {
-        cel::Value::List(_) => "a list",
-        cel::Value::Map(_) => "a map",
-        cel::Value::Int(_) => "an int",
-        cel::Value::UInt(_) => "a uint",
-        cel::Value::Float(_) => "a double",
-        cel::Value::String(_) => "a string",
-        cel::Value::Bytes(_) => "bytes",
-        cel::Value::Null => "null",
-        _ => "a non-bool value",
     }
 }
 
@@ -305,82 +176,11 @@ fn class_default(policy: &PolicySpec, class: SideEffect) -> PolicyDecision {
     }
 }
 
-/// `value` as CEL sees it (module doc), or why it cannot be (nesting past 256 levels).
-fn json_to_cel(value: &Value) -> Result<cel::Value, String> {
-    to_cel(value, 0)
-}
-
-fn to_cel(value: &Value, depth: usize) -> Result<cel::Value, String> {
-    Ok(match value {
-        Value::Null => cel::Value::Null,
-        Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => cel_number(n),
-        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
-        Value::Array(items) => {
-            check_depth(depth + 1)?;
-            let list = items
-                .iter()
-                .map(|v| to_cel(v, depth + 1))
-                .collect::<Result<Vec<_>, _>>()?;
-            cel::Value::List(Arc::new(list))
-        }
-        Value::Object(map) => {
-            check_depth(depth + 1)?;
-            let mut members = HashMap::with_capacity(map.len());
-            for (k, v) in map {
-                members.insert(
-                    cel::objects::Key::String(Arc::new(k.clone())),
-                    to_cel(v, depth + 1)?,
-                );
-            }
-            cel::Value::Map(cel::objects::Map {
-                map: Arc::new(members),
-            })
-        }
-    })
-}
-
-fn check_depth(depth: usize) -> Result<(), String> {
-    if depth > MAX_JSON_DEPTH {
-        return Err(format!(
-            "args nest deeper than {MAX_JSON_DEPTH} levels of arrays and objects; the policy \
-             cannot evaluate them"
-        ));
-    }
-    Ok(())
-}
-
-/// The CEL number for a JSON number: the number its canonical JSON text denotes when read back
-/// (an integral float is the integer its ECMAScript digits spell, e.g. `1.5409339127255203e17`
-/// is `154093391272552030`), as `int` when it fits int64, `uint` when it fits uint64, else
-/// `double`.
-fn cel_number(n: &Number) -> cel::Value {
-    if let Some(i) = n.as_i64() {
-        return cel::Value::Int(i);
-    }
-    if let Some(u) = n.as_u64() {
-        return cel::Value::UInt(u);
-    }
-    let f = n.as_f64().unwrap_or(f64::NAN);
-    if f.is_finite() && f.fract() == 0.0 {
-        if let Ok(text) = ecmascript_number(f) {
-            if let Ok(i) = text.parse::<i64>() {
-                return cel::Value::Int(i);
-            }
-            if let Ok(u) = text.parse::<u64>() {
-                return cel::Value::UInt(u);
-            }
-        }
-    }
-    cel::Value::Float(f)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::{SideEffectPolicy, ToolSpec};
     use crate::engine::canonical::canonical_json;
-    use proptest::prelude::*;
     use serde_json::json;
 
     fn tool(name: &str, side_effect: SideEffect) -> ToolSpec {
@@ -620,26 +420,6 @@ mod tests {
     }
 
     #[test]
-    fn globs_match_whole_names_with_star_and_question_mark() {
-        assert!(glob_matches("issue_refund", "issue_refund"));
-        assert!(!glob_matches("issue_refund", "issue_refunds"));
-        assert!(!glob_matches("issue", "issue_refund"));
-        assert!(glob_matches("issue_*", "issue_refund"));
-        assert!(glob_matches("issue_*", "issue_"));
-        assert!(glob_matches("*", ""));
-        assert!(glob_matches("*_refund", "issue_refund"));
-        assert!(glob_matches("*s*e*", "issue_refund"));
-        assert!(glob_matches("issue_refun?", "issue_refund"));
-        assert!(!glob_matches("issue_refun?", "issue_refun"));
-        assert!(glob_matches("?ssue*", "éssue"));
-        assert!(!glob_matches("[a]*", "a_tool"));
-        assert!(glob_matches("[a]*", "[a]tool"));
-        assert!(glob_matches("a.b", "a.b"));
-        assert!(!glob_matches("a.b", "axb"));
-        assert!(!glob_matches("a*b*c", "abca_b"));
-    }
-
-    #[test]
     fn an_empty_glob_is_a_policy_error() {
         let p = policy(vec![rule("bad", &[""], None, PolicyOutcome::Allow)]);
         let err = evaluate(&p, &refund(), &json!({})).expect_err("error");
@@ -753,27 +533,5 @@ mod tests {
         let p = policy(vec![rule("any", &[], Some("true"), PolicyOutcome::Allow)]);
         let err = evaluate(&p, &refund(), &json!({ "d": deep })).expect_err("too deep");
         assert!(err.to_string().contains("nest deeper than 256"), "{err}");
-    }
-
-    proptest! {
-        /// A number enters CEL as the value its canonical JSON denotes when read back.
-        #[test]
-        fn numbers_enter_cel_as_their_canonical_form(
-            f in prop_oneof![
-                any::<f64>().prop_filter("finite", |f| f.is_finite()),
-                (-1i64 << 62..1i64 << 62).prop_map(|i| i as f64),
-                Just(9_223_372_036_854_775_808.0f64),
-                Just(-9_223_372_036_854_775_808.0f64),
-                Just(18_446_744_073_709_551_616.0f64),
-                Just(1e19f64),
-                Just(-0.0f64),
-            ]
-        ) {
-            let v = json!(f);
-            let text = canonical_json(&v).expect("canonical");
-            let back: Value = serde_json::from_str(&text).expect("json");
-            let (Value::Number(a), Value::Number(b)) = (&v, &back) else { unreachable!() };
-            prop_assert_eq!(cel_number(a), cel_number(b));
-        }
     }
 }
