@@ -214,7 +214,7 @@ fn is_identifier(key: &str) -> bool {
 }
 
 mod schema;
-pub use schema::ToolSchema;
+pub use schema::{ToolSchema, MAX_VIOLATIONS, MAX_VIOLATION_CHARS};
 
 /// Helpers for tests that build very deep values.
 #[cfg(test)]

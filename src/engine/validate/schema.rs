@@ -71,24 +71,71 @@ impl ToolSchema {
     /// # Errors
     /// One line per violation, each `"<instance path>: <message>"` with the path a JSON pointer
     /// (`/` for the args themselves), e.g. `/amount: "x" is not of type "number"`. The lines are
-    /// sorted and deduplicated, so the same args always give the same list.
+    /// sorted (by path, array indices numerically, then message) and deduplicated, so the same args always give the same list; each is cut to
+    /// [`MAX_VIOLATION_CHARS`] characters (a message quotes the offending value, which may be
+    /// large), and past [`MAX_VIOLATIONS`] lines the rest are counted in a last line
+    /// `… and N more violations`.
     pub fn check(&self, args: &Value) -> Result<(), Vec<String>> {
         check_storable(args).map_err(|e| vec![e])?;
-        let mut lines: Vec<String> = self
+        let mut found: Vec<(String, String)> = self
             .validator
             .iter_errors(args)
             .map(|e| {
                 let at = e.instance_path().as_str();
                 let at = if at.is_empty() { "/" } else { at };
-                format!("{at}: {e}")
+                (at.to_string(), e.to_string())
             })
             .collect();
-        if lines.is_empty() {
+        if found.is_empty() {
             return Ok(());
         }
-        lines.sort();
-        lines.dedup();
+        found.sort_by(|a, b| pointer_order(&a.0, &b.0).then_with(|| a.1.cmp(&b.1)));
+        found.dedup();
+        let mut lines: Vec<String> = found
+            .into_iter()
+            .map(|(at, message)| bounded_line(format!("{at}: {message}")))
+            .collect();
+        if lines.len() > MAX_VIOLATIONS {
+            let more = lines.len() - MAX_VIOLATIONS;
+            lines.truncate(MAX_VIOLATIONS);
+            lines.push(format!("… and {more} more violations"));
+        }
         Err(lines)
+    }
+}
+
+/// Most violation lines [`ToolSchema::check`] returns (then one line counting the rest).
+pub const MAX_VIOLATIONS: usize = 50;
+
+/// Longest violation line [`ToolSchema::check`] returns, in characters (then `…`).
+pub const MAX_VIOLATION_CHARS: usize = 512;
+
+/// Orders JSON pointers segment by segment, array indices numerically (`/2` before `/10`).
+fn pointer_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let segments = |p: &'_ str| -> Vec<(Option<u64>, String)> {
+        p.split('/')
+            .map(|s| (s.parse::<u64>().ok(), s.to_string()))
+            .collect()
+    };
+    let (a, b) = (segments(a), segments(b));
+    for (x, y) in a.iter().zip(b.iter()) {
+        let order = match (x.0, y.0) {
+            (Some(i), Some(j)) => i.cmp(&j),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => x.1.cmp(&y.1),
+        };
+        if order.is_ne() {
+            return order;
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+fn bounded_line(line: String) -> String {
+    match line.char_indices().nth(MAX_VIOLATION_CHARS) {
+        None => line,
+        Some((cut, _)) => format!("{}…", &line[..cut]),
     }
 }
 
@@ -330,6 +377,21 @@ mod tests {
         assert!(err[0].starts_with("args.n: 18446744073709551615 does not fit int64"));
         let deep = crate::engine::validate::tests_support::nested_arrays(300);
         assert!(s.check(&json!({ "d": deep })).is_err());
+    }
+
+    #[test]
+    fn violations_are_bounded_in_number_and_length() {
+        let s = compiled(json!({"type": "array", "items": {"type": "integer"}}));
+        let args: Vec<String> = (0..120).map(|i| format!("{i:03}")).collect();
+        let lines = s.check(&json!(args)).expect_err("invalid");
+        assert_eq!(lines.len(), MAX_VIOLATIONS + 1);
+        assert_eq!(lines[0], r#"/0: "000" is not of type "integer""#);
+        assert_eq!(lines[10], r#"/10: "010" is not of type "integer""#);
+        assert_eq!(lines[49], r#"/49: "049" is not of type "integer""#);
+        assert_eq!(lines[MAX_VIOLATIONS], "… and 70 more violations");
+        let lines = s.check(&json!(["é".repeat(10_000)])).expect_err("invalid");
+        assert_eq!(lines[0].chars().count(), MAX_VIOLATION_CHARS + 1);
+        assert!(lines[0].starts_with("/0: \"ééé") && lines[0].ends_with('…'));
     }
 
     #[test]
