@@ -465,7 +465,38 @@ mod tests {
             text.starts_with("spec.policy.rules[0] (nope).when: "),
             "{text}"
         );
-        assert!(text.contains("nope") && text.contains("has("), "{text}");
+        assert_eq!(
+            text,
+            "spec.policy.rules[0] (nope).when: No such key: nope; guard fields the args may lack \
+             with has(), e.g. `has(args.x) && args.x > 0`"
+        );
+    }
+
+    #[test]
+    fn a_type_error_or_unknown_variable_is_a_policy_error_with_the_fix() {
+        let p = policy(vec![rule(
+            "mix",
+            &[],
+            Some("args.amount * 1.5 > 10.0"),
+            PolicyOutcome::Allow,
+        )]);
+        let err = evaluate(&p, &refund(), &json!({"amount": 250})).expect_err("error");
+        assert!(
+            err.to_string().contains("write `double(args.x) * 1.5`"),
+            "{err}"
+        );
+        let p = policy(vec![rule(
+            "var",
+            &[],
+            Some("amount > 1"),
+            PolicyOutcome::Allow,
+        )]);
+        let err = evaluate(&p, &refund(), &json!({"amount": 250})).expect_err("error");
+        assert!(
+            err.to_string()
+                .contains("only `tool`, `args` and `sideEffect`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -49,21 +49,34 @@ pub(super) fn eval_when(
         ));
     }
     std::thread::scope(|scope| {
-        let worker = std::thread::Builder::new()
-            .name("agentrt-cel".into())
-            .stack_size(CEL_STACK_BYTES)
-            .spawn_scoped(scope, || {
-                catch_unwind(AssertUnwindSafe(|| {
-                    eval_when_here(expression, tool, args, side_effect)
-                }))
-            })
-            .map_err(|e| format!("could not start the CEL evaluator: {e}"))?;
-        match worker.join() {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) | Err(_) => {
-                Err("the CEL interpreter panicked evaluating it; simplify it".into())
+        // Should the address space for the large stack be refused (strict overcommit), smaller
+        // ones still serve every ordinary expression.
+        let mut last_error = None;
+        for stack in [CEL_STACK_BYTES, CEL_STACK_BYTES / 4, CEL_STACK_BYTES / 16] {
+            let spawned = std::thread::Builder::new()
+                .name("agentrt-cel".into())
+                .stack_size(stack)
+                .spawn_scoped(scope, || {
+                    catch_unwind(AssertUnwindSafe(|| {
+                        eval_when_here(expression, tool, args, side_effect)
+                    }))
+                });
+            match spawned {
+                Ok(worker) => {
+                    return match worker.join() {
+                        Ok(Ok(result)) => result,
+                        Ok(Err(_)) | Err(_) => {
+                            Err("the CEL interpreter panicked evaluating it; simplify it".into())
+                        }
+                    };
+                }
+                Err(e) => last_error = Some(e),
             }
         }
+        Err(format!(
+            "could not start a thread to evaluate it: {}",
+            last_error.map(|e| e.to_string()).unwrap_or_default()
+        ))
     })
 }
 
@@ -87,10 +100,26 @@ fn eval_when_here(
              `args.amount <= 100`)",
             cel_type_name(&other)
         )),
-        Err(e) => Err(format!(
-            "{e}; guard optional fields with has(), e.g. `has(args.x) && args.x > 0`, and \
-             compare like with like"
-        )),
+        Err(e) => Err(format!("{e}; {}", runtime_fix(&e))),
+    }
+}
+
+/// The fix to suggest for a CEL runtime error.
+fn runtime_fix(error: &cel::ExecutionError) -> &'static str {
+    match error {
+        cel::ExecutionError::NoSuchKey(_) => {
+            "guard fields the args may lack with has(), e.g. `has(args.x) && args.x > 0`"
+        }
+        cel::ExecutionError::NoSuchOverload(_)
+        | cel::ExecutionError::ValuesNotComparable(..)
+        | cel::ExecutionError::UnsupportedBinaryOperator(..) => {
+            "check the operand types: numbers compare with numbers, but arithmetic needs one \
+             type (write `double(args.x) * 1.5`)"
+        }
+        cel::ExecutionError::UndeclaredReference(_) => {
+            "only `tool`, `args` and `sideEffect` (and CEL's standard functions) are defined"
+        }
+        _ => "fix the expression",
     }
 }
 

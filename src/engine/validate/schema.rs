@@ -552,6 +552,19 @@ mod tests {
     }
 
     #[test]
+    fn a_reference_hidden_in_data_is_still_not_fetched() {
+        // The walk skips `default` (data), but a pointer into it makes it a schema: the
+        // validator's retriever refuses the external reference found there.
+        let err = ToolSchema::compile(
+            5,
+            &tool(json!({"$ref": "#/default", "default": {"$ref": "https://example.com/x.json"}})),
+        )
+        .expect_err("refused");
+        assert!(err.starts_with("spec.tools[5].inputSchema: "), "{err}");
+        assert!(err.contains("https://example.com/x.json"), "{err}");
+    }
+
+    #[test]
     fn the_retriever_fetches_nothing() {
         let uri = jsonschema::uri::from_str("https://example.com/x.json").expect("uri");
         let err = NoFetch.retrieve(&uri).expect_err("refused");
