@@ -16,6 +16,7 @@
 
 pub mod cluster;
 pub mod context;
+pub mod dev;
 pub mod executor;
 #[cfg(test)]
 mod fake;

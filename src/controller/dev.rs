@@ -1,0 +1,175 @@
+//! What `agentrt dev` runs around the embedded API server (issue 4): the controller in-process
+//! against the server's client, the sample tools on loopback (`--sample-tools`), and
+//! `--apply PATH`, which applies manifests (a file or a directory of YAML files, multi-document)
+//! through the kube client after the CRDs are installed.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kube::api::{DynamicObject, GroupVersionKind, PostParams};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+
+use super::ControllerOptions;
+
+/// The controller-related arguments of `agentrt dev`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DevControllerArgs {
+    /// Apply the manifests in this file or directory (YAML, multi-document) once the CRDs are
+    /// installed; with it, the sample tools are served unless --sample-tools=false.
+    #[arg(long)]
+    pub apply: Option<PathBuf>,
+    /// Serve the sample tools (lookup_order, issue_refund, slow_export) on loopback
+    /// [default: true with --apply, else false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub sample_tools: Option<bool>,
+    /// Where the sample tools listen (the samples in config/samples name 127.0.0.1:8089).
+    #[arg(long, default_value = crate::tools::samples::DEFAULT_ADDR)]
+    pub sample_tools_addr: SocketAddr,
+    /// How long the sample `slow_export` tool takes, in seconds.
+    #[arg(long, default_value_t = 20)]
+    pub sample_slow_seconds: u64,
+    /// Do not run the controller in-process (run `agentrt controller` yourself).
+    #[arg(long)]
+    pub no_controller: bool,
+    #[command(flatten)]
+    pub controller: ControllerOptions,
+}
+
+/// Starts the sample tools (when asked), the controller (unless `--no-controller`) and applies
+/// `--apply`; returns once the manifests are applied. Everything stops when `shutdown` fires;
+/// the returned handle ends when the controller has released its leases.
+///
+/// # Errors
+/// When the sample tools' address is taken or a manifest cannot be read or applied.
+pub async fn start(
+    client: Client,
+    args: &DevControllerArgs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let sample_tools = args.sample_tools.unwrap_or(args.apply.is_some());
+    if sample_tools {
+        crate::tools::samples::serve(
+            args.sample_tools_addr,
+            Duration::from_secs(args.sample_slow_seconds),
+            shutdown.clone(),
+        )
+        .await?;
+    }
+    let controller = if args.no_controller {
+        tokio::spawn(async {})
+    } else {
+        let client = client.clone();
+        let options = args.controller.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(err) = super::run_with_client(client, None, options, shutdown).await {
+                tracing::error!("the controller stopped: {err:#}");
+            }
+        })
+    };
+    if let Some(path) = &args.apply {
+        let applied = apply_path(&client, path).await?;
+        for line in applied {
+            println!("{line}");
+        }
+    }
+    Ok(controller)
+}
+
+/// Applies every manifest under `path` (a file, or the `.yaml`/`.yml`/`.json` files of a
+/// directory in name order). Returns one `kind/name created|configured` line per object.
+///
+/// # Errors
+/// A sentence naming the file and the document that could not be read or applied.
+pub async fn apply_path(client: &Client, path: &Path) -> anyhow::Result<Vec<String>> {
+    let mut files = Vec::new();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path)
+            .with_context(|| format!("cannot read the directory {}", path.display()))?
+        {
+            let file = entry?.path();
+            let manifest = matches!(
+                file.extension().and_then(|ext| ext.to_str()),
+                Some("yaml" | "yml" | "json")
+            );
+            if manifest && file.is_file() {
+                files.push(file);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_path_buf());
+    }
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(document)
+                .with_context(|| {
+                    format!("{}: document {} is not YAML", file.display(), index + 1)
+                })?;
+            if value.is_null() {
+                continue;
+            }
+            let object: DynamicObject = serde_yaml::from_value(value).with_context(|| {
+                format!(
+                    "{}: document {} is not a Kubernetes object",
+                    file.display(),
+                    index + 1
+                )
+            })?;
+            let line = apply_object(client, object)
+                .await
+                .with_context(|| format!("{}: document {}", file.display(), index + 1))?;
+            out.push(line);
+        }
+    }
+    Ok(out)
+}
+
+async fn apply_object(client: &Client, mut object: DynamicObject) -> anyhow::Result<String> {
+    let types = object
+        .types
+        .clone()
+        .context("the object has no apiVersion/kind")?;
+    let gvk = GroupVersionKind::try_from(&types).context("cannot parse apiVersion")?;
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .with_context(|| {
+            format!(
+                "the API server does not serve {}/{}",
+                types.api_version, types.kind
+            )
+        })?;
+    let name = object
+        .metadata
+        .name
+        .clone()
+        .context("the object has no metadata.name")?;
+    let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
+        let namespace = object
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        object.metadata.namespace = Some(namespace.clone());
+        Api::namespaced_with(client.clone(), &namespace, &resource)
+    } else {
+        Api::all_with(client.clone(), &resource)
+    };
+    let label = format!("{}/{name}", resource.plural);
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(format!("{label} created")),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let current = api.get(&name).await?;
+            object.metadata.resource_version = current.metadata.resource_version;
+            api.replace(&name, &PostParams::default(), &object).await?;
+            Ok(format!("{label} configured"))
+        }
+        Err(err) => Err(err.into()),
+    }
+}
