@@ -2,6 +2,8 @@
 //! apiextensions-apiserver's listtype package checks them, and the correlation of a map-list item
 //! with the old item of the same keys (used for ratcheting and for CEL's `oldSelf`).
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
 use super::node::{ListType, Node};
@@ -78,11 +80,14 @@ fn walk_list(node: &Node, items: &[Value], path: &FieldPath, out: &mut Vec<Field
 }
 
 /// The index of each value's second appearance (kube-apiserver reports each duplicate once).
+/// Values are compared by their JSON text, as kube-apiserver compares compound items.
 fn second_occurrences(items: &[Value]) -> Vec<usize> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
     let mut found = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let earlier = items[..i].iter().filter(|e| *e == item).count();
-        if earlier == 1 {
+        let times = seen.entry(item.to_string()).or_insert(0);
+        *times += 1;
+        if *times == 2 {
             found.push(i);
         }
     }

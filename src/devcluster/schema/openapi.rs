@@ -292,7 +292,7 @@ fn check_number(node: &Node, n: &Number, path: &FieldPath, out: &mut Vec<Issue>)
         match int {
             Some(i) => {
                 let f = factor as i64;
-                if f != 0 && i % f != 0 {
+                if i.checked_rem(f).is_some_and(|r| r != 0) {
                     invalid(format!("should be a multiple of {f}"));
                 }
             }
@@ -391,10 +391,8 @@ fn check_list(
 }
 
 fn has_duplicates(items: &[Value]) -> bool {
-    items
-        .iter()
-        .enumerate()
-        .any(|(i, a)| items[..i].iter().any(|b| a == b))
+    let mut seen = std::collections::HashSet::new();
+    !items.iter().all(|item| seen.insert(item.to_string()))
 }
 
 fn too_many(path: &FieldPath, actual: i64, max: i64) -> Issue {
