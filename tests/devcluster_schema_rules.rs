@@ -216,6 +216,36 @@ fn map_list_items_are_compared_with_the_old_item_of_the_same_key() {
 }
 
 #[test]
+fn rule_reading_old_self_only_inside_has_is_a_transition_rule() {
+    let s = schema(spec_with_rule(
+        json!({"rule": "!has(oldSelf.x) || has(self.x)", "message": "x may not be removed"}),
+        json!({"x": {"type": "string"}}),
+    ));
+    assert_eq!(admit(&s, json!({}), None), Ok(vec![]), "skipped on create");
+    assert_eq!(
+        admit(&s, json!({}), Some(json!({"x": "a"}))),
+        Err(vec![
+            "spec: Invalid value: \"object\": x may not be removed".to_string()
+        ])
+    );
+}
+
+#[test]
+fn transition_rule_erroring_at_runtime_names_the_rule_by_its_message() {
+    let s = schema(spec_with_rule(
+        json!({"rule": "!has(oldSelf.d) || self.d == oldSelf.d", "message": "d is write-once"}),
+        json!({"d": {"type": "string"}}),
+    ));
+    assert_eq!(
+        admit(&s, json!({}), Some(json!({"d": "a"}))),
+        Err(vec![
+            "spec: Invalid value: \"object\": no such key: d evaluating rule: d is write-once"
+                .to_string()
+        ])
+    );
+}
+
+#[test]
 fn optional_old_self_runs_the_rule_on_create() {
     let s = schema(
         json!({"type": "object", "properties": {"phase": {"type": "string",

@@ -191,3 +191,55 @@ pub(super) fn apply_defaults(value: &mut Value, node: &Node) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devcluster::schema::node::Site;
+    use crate::devcluster::schema::rules::RuleEnv;
+    use serde_json::json;
+
+    fn node(schema: Value) -> Option<Node> {
+        let env = RuleEnv::new().ok()?;
+        let site = Site {
+            path: "openAPIV3Schema".to_string(),
+            correlatable: true,
+        };
+        Node::parse(&schema, &site, &env).ok()
+    }
+
+    #[test]
+    fn preserved_subtrees_keep_unknown_fields_but_prune_declared_ones() {
+        let Some(root) = node(json!({"type": "object", "properties": {"raw": {
+            "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+            "properties": {"known": {"type": "object", "properties": {"a": {"type": "string"}}}}}}}))
+        else {
+            panic!("schema compiles");
+        };
+        let mut obj =
+            json!({"raw": {"anything": {"x": 1}, "known": {"a": "1", "b": 2}}, "kind": "K"});
+        let pruned = prune(&mut obj, &root);
+        assert_eq!(pruned, vec!["raw.known.b"]);
+        assert_eq!(
+            obj,
+            json!({"raw": {"anything": {"x": 1}, "known": {"a": "1"}}, "kind": "K"})
+        );
+    }
+
+    #[test]
+    fn embedded_resources_keep_their_type_and_object_meta() {
+        let Some(root) = node(json!({"type": "object", "properties": {"t": {
+            "type": "object", "x-kubernetes-embedded-resource": true,
+            "properties": {"spec": {"type": "object"}}}}}))
+        else {
+            panic!("schema compiles");
+        };
+        let mut obj = json!({"t": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": 1}, "y": 2}});
+        let pruned = prune(&mut obj, &root);
+        assert_eq!(pruned, vec!["t.spec.x", "t.y"]);
+        assert_eq!(
+            obj,
+            json!({"t": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}}})
+        );
+    }
+}
