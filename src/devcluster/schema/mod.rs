@@ -144,9 +144,8 @@ impl CompiledSchema {
         let unknown = prune::prune(object, &self.root);
         let mut warnings = Vec::new();
         if !unknown.is_empty() {
-            let messages = unknown
-                .iter()
-                .map(|p| format!("unknown field {}", gofmt::quote(p)));
+            // kube-apiserver writes `unknown field "%s"`: quoted, not escaped.
+            let messages = unknown.iter().map(|p| format!("unknown field \"{p}\""));
             match mode {
                 FieldValidation::Strict => {
                     return Err(AdmissionError::StrictDecoding(messages.collect()))
