@@ -44,7 +44,11 @@ pub(super) fn invalid(kind: &str, group: &str, name: &str, errors: &[FieldError]
             })
         })
         .collect();
-    let mut details = json!({"name": name, "kind": kind});
+    // Go omits empty fields of StatusDetails.
+    let mut details = json!({"kind": kind});
+    if !name.is_empty() {
+        details["name"] = Value::String(name.to_string());
+    }
     if !group.is_empty() {
         details["group"] = Value::String(group.to_string());
     }
