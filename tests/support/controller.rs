@@ -1,0 +1,321 @@
+//! Helpers for the controller scenarios (tests/controller_*.rs): controller child processes (the
+//! real binary, built with `--features fault-injection`), manifests from
+//! `tests/fixtures/controller/`, waiting for a run's phase, approving, and reading the record.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+/// A controller child process; killed when dropped.
+pub struct ControllerProcess {
+    child: Child,
+    /// Its `--holder-id` prefix.
+    pub prefix: String,
+    log: PathBuf,
+}
+
+/// What to start a controller with.
+#[derive(Debug, Clone, Default)]
+pub struct ControllerSpec {
+    /// `--holder-id`.
+    pub prefix: String,
+    /// `AGENTRT_FAULT`.
+    pub fault: Option<String>,
+    /// `--clock-offset-ms`.
+    pub clock_offset_ms: i64,
+    /// More arguments.
+    pub extra: Vec<String>,
+}
+
+impl ControllerSpec {
+    /// A controller with holder prefix `prefix`.
+    pub fn named(prefix: &str) -> ControllerSpec {
+        ControllerSpec {
+            prefix: prefix.to_string(),
+            ..ControllerSpec::default()
+        }
+    }
+
+    /// With `AGENTRT_FAULT=fault`.
+    pub fn fault(mut self, fault: &str) -> ControllerSpec {
+        self.fault = Some(fault.to_string());
+        self
+    }
+}
+
+impl ControllerProcess {
+    /// Starts `agentrt controller` against `kubeconfig`, watching `namespace`.
+    pub fn spawn(kubeconfig: &Path, namespace: &str, spec: ControllerSpec) -> ControllerProcess {
+        let dir = std::env::temp_dir().join("agentrt-controller-logs");
+        std::fs::create_dir_all(&dir).expect("log dir");
+        let log = dir.join(format!(
+            "{namespace}-{}-{}.log",
+            spec.prefix,
+            std::process::id() as u128 * 1000 + (Instant::now().elapsed().as_nanos() % 1000)
+        ));
+        let file = std::fs::File::create(&log).expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agentrt"));
+        command
+            .arg("controller")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--namespace")
+            .arg(namespace)
+            .arg("--holder-id")
+            .arg(&spec.prefix)
+            .arg("--lease-skew-margin-ms")
+            .arg("300")
+            .arg(format!("--clock-offset-ms={}", spec.clock_offset_ms))
+            .args(&spec.extra)
+            .env("AGENTRT_LOG", "info,kube=warn,hyper=warn,tower=warn")
+            .env_remove("AGENTRT_FAULT")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log file"))
+            .stderr(file);
+        if let Some(fault) = &spec.fault {
+            command.env("AGENTRT_FAULT", fault);
+        }
+        let child = command.spawn().expect("agentrt controller starts");
+        ControllerProcess {
+            child,
+            prefix: spec.prefix,
+            log,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("pid")
+    }
+
+    /// Sends `signal` (libc::SIGKILL, SIGSTOP, SIGCONT, SIGTERM).
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on a child we started.
+        unsafe {
+            libc::kill(self.pid(), signal);
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit; its status when it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// True when the process exited after SIGKILL (a fault point fired).
+    pub fn was_killed(&mut self, timeout: Duration) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        self.wait_exit(timeout)
+            .is_some_and(|status| status.signal() == Some(libc::SIGKILL))
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Where its log is.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The AgentRun resource.
+pub fn runs_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<agentrt::api::AgentRun>(&()),
+    )
+}
+
+/// The Approval resource.
+pub fn approvals_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<agentrt::api::Approval>(&()),
+    )
+}
+
+/// The fixture `tests/fixtures/controller/{name}.yaml` with `${TOOLS}` replaced by the tool
+/// server's base URL and `${NAME}` by `run`.
+pub fn fixture(name: &str, tools: &str, run: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/controller")
+        .join(format!("{name}.yaml"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()))
+        .replace("${TOOLS}", tools)
+        .replace("${NAME}", run)
+}
+
+/// Creates the AgentRun in `yaml` in `namespace`.
+pub async fn create_run(client: &Client, namespace: &str, yaml: &str) -> DynamicObject {
+    let mut object: DynamicObject = serde_yaml::from_str(yaml).expect("the fixture is an object");
+    object.metadata.namespace = Some(namespace.to_string());
+    runs_api(client, namespace)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("the AgentRun is created")
+}
+
+/// The run's status (`null` while absent).
+pub async fn status(client: &Client, namespace: &str, name: &str) -> Value {
+    let run = runs_api(client, namespace).get(name).await.expect("get run");
+    run.data.get("status").cloned().unwrap_or(Value::Null)
+}
+
+/// Waits until the run's status satisfies `done`; panics with the status after `timeout`.
+pub async fn wait_status(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = status(client, namespace, name).await;
+        if done(&status) {
+            return status;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{namespace}/{name}: {what} not reached within {timeout:?}; status: {}",
+                serde_json::to_string_pretty(&status).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits for the run's phase to be `phase`.
+pub async fn wait_phase(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    phase: &str,
+    timeout: Duration,
+) -> Value {
+    wait_status(client, namespace, name, timeout, &format!("phase {phase}"), |s| {
+        s["phase"] == phase
+    })
+    .await
+}
+
+/// The event types of a record, in order.
+pub fn event_types(status: &Value) -> Vec<String> {
+    status["events"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .map(|e| e["type"].as_str().unwrap_or("?").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Events of `kind` in the record.
+pub fn events_of<'a>(status: &'a Value, kind: &str) -> Vec<&'a Value> {
+    status["events"]
+        .as_array()
+        .map(|events| events.iter().filter(|e| e["type"] == kind).collect())
+        .unwrap_or_default()
+}
+
+/// Asserts the journal is numbered 1, 2, 3… without gaps.
+pub fn assert_seq_contiguous(status: &Value) {
+    let seqs: Vec<i64> = status["events"]
+        .as_array()
+        .map(|events| events.iter().map(|e| e["seq"].as_i64().unwrap_or(-1)).collect())
+        .unwrap_or_default();
+    let expected: Vec<i64> = (1..=i64::try_from(seqs.len()).unwrap_or(0)).collect();
+    assert_eq!(seqs, expected, "events are numbered without gaps");
+}
+
+/// The step statuses, in order.
+pub fn step_statuses(status: &Value) -> Vec<String> {
+    status["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| s["status"].as_str().unwrap_or("?").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The run's Approvals.
+pub async fn approvals(client: &Client, namespace: &str, run: &str) -> Vec<DynamicObject> {
+    let mut items = approvals_api(client, namespace)
+        .list(&ListParams::default())
+        .await
+        .expect("list approvals")
+        .items;
+    items.retain(|a| a.data["spec"]["runName"] == run);
+    items.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    items
+}
+
+/// Waits for an Approval of `run` whose kind is `kind`.
+pub async fn wait_approval(
+    client: &Client,
+    namespace: &str,
+    run: &str,
+    kind: &str,
+    timeout: Duration,
+) -> DynamicObject {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = approvals(client, namespace, run)
+            .await
+            .into_iter()
+            .find(|a| a.data["spec"]["kind"] == kind)
+        {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{namespace}/{run}: no {kind} Approval within {timeout:?}; status: {}",
+            status(client, namespace, run).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Decides `approval` with its own hash.
+pub async fn decide(client: &Client, namespace: &str, approval: &DynamicObject, verdict: &str) {
+    let name = approval.metadata.name.clone().expect("name");
+    let hash = approval.data["spec"]["hash"].clone();
+    approvals_api(client, namespace)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"decision": {"verdict": verdict, "hash": hash, "approver": "test"}}})),
+        )
+        .await
+        .expect("the decision is accepted");
+}
