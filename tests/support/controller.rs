@@ -181,7 +181,10 @@ pub async fn create_run(client: &Client, namespace: &str, yaml: &str) -> Dynamic
 
 /// The run's status (`null` while absent).
 pub async fn status(client: &Client, namespace: &str, name: &str) -> Value {
-    let run = runs_api(client, namespace).get(name).await.expect("get run");
+    let run = runs_api(client, namespace)
+        .get(name)
+        .await
+        .expect("get run");
     run.data.get("status").cloned().unwrap_or(Value::Null)
 }
 
@@ -218,9 +221,14 @@ pub async fn wait_phase(
     phase: &str,
     timeout: Duration,
 ) -> Value {
-    wait_status(client, namespace, name, timeout, &format!("phase {phase}"), |s| {
-        s["phase"] == phase
-    })
+    wait_status(
+        client,
+        namespace,
+        name,
+        timeout,
+        &format!("phase {phase}"),
+        |s| s["phase"] == phase,
+    )
     .await
 }
 
@@ -249,7 +257,12 @@ pub fn events_of<'a>(status: &'a Value, kind: &str) -> Vec<&'a Value> {
 pub fn assert_seq_contiguous(status: &Value) {
     let seqs: Vec<i64> = status["events"]
         .as_array()
-        .map(|events| events.iter().map(|e| e["seq"].as_i64().unwrap_or(-1)).collect())
+        .map(|events| {
+            events
+                .iter()
+                .map(|e| e["seq"].as_i64().unwrap_or(-1))
+                .collect()
+        })
         .unwrap_or_default();
     let expected: Vec<i64> = (1..=i64::try_from(seqs.len()).unwrap_or(0)).collect();
     assert_eq!(seqs, expected, "events are numbered without gaps");
@@ -318,4 +331,40 @@ pub async fn decide(client: &Client, namespace: &str, approval: &DynamicObject, 
         )
         .await
         .expect("the decision is accepted");
+}
+
+/// A test cluster with the agentrt CRDs installed and no in-process controller (each scenario
+/// starts the controllers it needs as child processes).
+pub async fn agentrt_cluster() -> super::cluster::TestCluster {
+    // `agentrt dev` runs a controller in-process unless told not to; the scenarios run their
+    // own. Every test sets the same value, so concurrent tests agree.
+    std::env::set_var("AGENTRT_DEV_NO_CONTROLLER", "1");
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    let cluster = super::cluster::TestCluster::start_with(super::cluster::Options {
+        crds_dir: Some(crds.clone()),
+        ..super::cluster::Options::default()
+    })
+    .await;
+    if !cluster.is_embedded() {
+        cluster.kubectl_ok(&["apply", "-f", &crds.to_string_lossy()]);
+        cluster.kubectl_ok(&[
+            "wait",
+            "--for",
+            "condition=Established",
+            "--timeout=60s",
+            "crd/agentruns.agentrt.dev",
+            "crd/approvals.agentrt.dev",
+        ]);
+    }
+    cluster
+}
+
+/// Creates namespace `name` (for scenarios that need one controller set per namespace).
+pub async fn create_namespace(client: &Client, name: &str) {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|err| panic!("cannot create namespace {name}: {err}"));
 }

@@ -82,7 +82,9 @@ impl ToolServer {
     pub async fn start() -> ToolServer {
         let inner: Arc<Mutex<Inner>> = Arc::default();
         let epoch = Instant::now();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let server = ToolServer { addr, inner, epoch };
         let app = Router::new()
