@@ -67,6 +67,9 @@ pub fn error_policy(_obj: Arc<DynamicObject>, err: &ReconcileError, _ctx: Arc<Co
 /// # Errors
 /// When the API server fails.
 pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiError> {
+    // The Lease first, then the run: a holder releases its Lease only after its last write, so
+    // a released Lease read first is never paired with a record older than that write.
+    let mut lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
     let mut state = match ctx.read_state(key).await {
         Ok(Some(state)) => state,
         Ok(None) => return Ok(Action::await_change()),
@@ -76,7 +79,6 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
         }
         Err(err) => return Err(err),
     };
-    let mut lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
     let mut requeue: Option<u64> = None;
     let mut soonest = |millis: u64| {
         requeue = Some(requeue.map_or(millis, |current: u64| current.min(millis)));
@@ -99,11 +101,11 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                 Effect::WriteStatus { status } => match ctx.write_status(&state, &status).await? {
                     Written::Landed(run) => state.run = *run,
                     Written::Conflict => {
+                        lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
                         match ctx.read_state(key).await? {
                             Some(fresh) => state = fresh,
                             None => return Ok(Action::await_change()),
                         }
-                        lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
                         continue 'decide;
                     }
                     Written::Gone => return Ok(Action::await_change()),
