@@ -32,7 +32,7 @@ pub struct DevControllerArgs {
     #[arg(long, default_value_t = 20)]
     pub sample_slow_seconds: u64,
     /// Do not run the controller in-process (run `agentrt controller` yourself).
-    #[arg(long, env = "AGENTRT_DEV_NO_CONTROLLER")]
+    #[arg(long, env = "AGENTRT_DEV_NO_CONTROLLER", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_controller: bool,
     #[command(flatten)]
     pub controller: ControllerOptions,
