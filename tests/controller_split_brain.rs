@@ -62,8 +62,12 @@ async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
         Some(true)
     );
     first.signal(libc::SIGCONT);
-    // The deposed holder now sees its call's answer; give it time to (not) act on it.
+    // The deposed holder now sees its call's answer; give it time to (not) act on it, then stop
+    // it, so what follows is the new holder's alone.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut first = first;
+    first.signal(libc::SIGKILL);
+    assert!(first.was_killed(Duration::from_secs(5)));
 
     // The interrupted RemoteMutation waits for a person; approve, and the run finishes.
     let approval = wait_approval(

@@ -108,8 +108,22 @@ fn fresh_lease(run: &StoredRun, holder: &HolderId, now: Time, duration_seconds: 
     }
 }
 
+/// When a Lease as read is still held by another holder by `now` (this replica's clock): its
+/// expiry. `None` when it is absent, released, ours, or expired.
+pub fn held_by_another(read: Option<&Lease>, holder: &HolderId, now: Time) -> Option<Time> {
+    let view = view(read);
+    let other = view.holder.as_deref()?;
+    if other == holder.as_str() {
+        return None;
+    }
+    let expiry = view.renewed_at?.plus_seconds(view.duration_seconds?);
+    (expiry > now).then_some(expiry)
+}
+
 /// Wins the run's Lease by compare-and-set over `read` (the Lease as read when the engine
-/// decided to acquire it; `None` when it was absent). `Ok(None)` when another replica won.
+/// decided to acquire it; `None` when it was absent). `Ok(None)` when another replica won, or
+/// when `read` is still held by another holder: a live Lease is never taken, whatever asked
+/// for it; only an expired, released or absent one is (DESIGN.md section 4).
 ///
 /// # Errors
 /// When the API server fails otherwise.
@@ -120,6 +134,9 @@ pub async fn acquire(
     holder: &HolderId,
     now: Time,
 ) -> Result<Option<HeldLease>, ApiError> {
+    if held_by_another(read, holder, now).is_some() {
+        return Ok(None);
+    }
     let duration_seconds = run.snapshot.spec.lease_duration_seconds;
     let namespace = &run.snapshot.namespace;
     let written = match read {

@@ -131,12 +131,24 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                         soonest(1_000);
                         continue;
                     }
+                    let now = ctx.clock.now();
+                    if let Some(expiry) =
+                        lease::held_by_another(lease_read.as_ref(), &ctx.holder, now)
+                    {
+                        // Someone holds it: look again when it expires (a release wakes us sooner).
+                        let wait = expiry
+                            .as_millis()
+                            .saturating_sub(now.as_millis())
+                            .saturating_add(50);
+                        soonest(u64::try_from(wait).unwrap_or(1_000));
+                        continue;
+                    }
                     match lease::acquire(
                         ctx.api.as_ref(),
                         &state.run,
                         lease_read.as_ref(),
                         &ctx.holder,
-                        ctx.clock.now(),
+                        now,
                     )
                     .await?
                     {

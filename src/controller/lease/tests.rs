@@ -127,3 +127,29 @@ fn the_wall_clock_check_keeps_a_skew_margin_before_expiry() {
     assert!(!held.may_start_side_effect(t(2500), margin));
     assert!(!held.may_start_side_effect(t(10_000), margin));
 }
+
+#[tokio::test]
+async fn a_live_lease_held_by_another_holder_is_never_taken() {
+    let api = FakeApi::with_run(run_object("ns", "r", 3));
+    let a = HolderId::with_random_suffix("a");
+    let b = HolderId::with_random_suffix("b");
+    acquire(&api, &stored(&api), None, &a, t(0))
+        .await
+        .unwrap()
+        .unwrap();
+    let read = api.lease("ns", "r");
+    assert_eq!(held_by_another(read.as_ref(), &b, t(1000)), Some(t(3000)));
+    assert!(acquire(&api, &stored(&api), read.as_ref(), &b, t(1000))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        view(api.lease("ns", "r").as_ref()).holder.as_deref(),
+        Some(a.as_str())
+    );
+    // Once expired by the taker's clock, it is taken.
+    assert!(acquire(&api, &stored(&api), read.as_ref(), &b, t(3001))
+        .await
+        .unwrap()
+        .is_some());
+}
