@@ -68,6 +68,7 @@ async fn run_cell(
         }
         ControllerProcess::spawn(cluster.kubeconfig(), &ns, spec)
     };
+    let mut current_has_fault = !faults.is_empty();
     let mut current = start_next(&mut faults, &mut started);
     let mut killed = 0usize;
     let mut decided = std::collections::BTreeSet::new();
@@ -76,6 +77,10 @@ async fn run_cell(
         let status = status(&client, &ns, name).await;
         let phase = status["phase"].as_str().unwrap_or("");
         if matches!(phase, "Completed" | "Failed" | "Cancelled") && faults.is_empty() {
+            // A fault may fire on the very write that ended the run.
+            if current_has_fault && current.was_killed(Duration::from_secs(3)) {
+                killed += 1;
+            }
             let approvals = approvals(&client, &ns, name).await;
             return Outcome {
                 status,
@@ -85,6 +90,7 @@ async fn run_cell(
         }
         if current.was_killed(Duration::from_millis(1)) {
             killed += 1;
+            current_has_fault = !faults.is_empty();
             current = start_next(&mut faults, &mut started);
         }
         for approval in approvals(&client, &ns, name).await {
