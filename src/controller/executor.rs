@@ -93,12 +93,34 @@ async fn drive(
                 return;
             }
         };
+        let starts_side_effect = transition.effects.iter().any(|effect| {
+            matches!(
+                effect,
+                Effect::CallTool(_) | Effect::CallAgent { .. } | Effect::CallReconcileHook { .. }
+            )
+        });
         let mut next = None;
         for effect in transition.effects {
             match effect {
                 Effect::WriteStatus { status } => {
                     if lease.is_lost() && input != Input::LeaseLost {
                         // Record nothing under a lost lease; tell the engine instead.
+                        input = Input::LeaseLost;
+                        continue 'decide;
+                    }
+                    if starts_side_effect
+                        && !lease
+                            .renew_if_half_spent(
+                                ctx.api.as_ref(),
+                                &ctx.holder,
+                                &ctx.clock,
+                                ctx.settings.skew_margin,
+                            )
+                            .await
+                    {
+                        // Do not record a start this replica could not make.
+                        lease.mark_lost();
+                        ctx.metrics.leases_lost.inc();
                         input = Input::LeaseLost;
                         continue 'decide;
                     }

@@ -322,6 +322,52 @@ impl LeaseCell {
             && self.held().may_start_side_effect(clock.now(), skew_margin)
     }
 
+    /// Milliseconds of life the lease has left by `clock`, minus `skew_margin` (0 when lost,
+    /// released or expired).
+    pub fn remaining_millis(&self, clock: &Clock, skew_margin: Duration) -> i64 {
+        if self.is_lost() || self.is_released() {
+            return 0;
+        }
+        let held = self.held();
+        let margin = i64::try_from(skew_margin.as_millis()).unwrap_or(i64::MAX);
+        (held.expires_at().as_millis() - margin - clock.now().as_millis()).max(0)
+    }
+
+    /// Renews now, unless more than half the lease's life is left; false when the lease is lost
+    /// (another holder, or renewals failing past its expiry). Used before the write that
+    /// precedes a side effect, so a start is not recorded under a lease about to lapse.
+    pub async fn renew_if_half_spent(
+        &self,
+        api: &dyn ClusterApi,
+        holder: &HolderId,
+        clock: &Clock,
+        skew_margin: Duration,
+    ) -> bool {
+        let held = self.held();
+        let half = held.duration_seconds.saturating_mul(500);
+        if self.remaining_millis(clock, skew_margin) > half {
+            return true;
+        }
+        if self.is_lost() || self.is_released() {
+            return false;
+        }
+        match renew(api, &held, holder, clock.now()).await {
+            Ok(Renewal::Renewed(renewed)) => {
+                self.set(*renewed);
+                true
+            }
+            Ok(Renewal::Lost { holder: other }) => {
+                tracing::warn!(lease = ?held.lease.metadata.name, holder = ?other, "lease lost: another holder renewed or took it");
+                self.mark_lost();
+                false
+            }
+            Err(err) => {
+                tracing::info!(lease = ?held.lease.metadata.name, %err, "lease renewal failed");
+                self.may_start_side_effect(clock, skew_margin)
+            }
+        }
+    }
+
     /// Releases the lease if it is still held (not lost, not released).
     pub async fn release(&self, api: &dyn ClusterApi, holder: &HolderId) {
         if self.is_lost() || self.released.swap(true, Ordering::SeqCst) {
