@@ -12,8 +12,9 @@
 //! `i64::MAX`, and nothing ever subtracts from a total.
 //!
 //! How the engine uses it for one model attempt:
-//! 1. `cap = output_cap(agent.maxOutputTokens, limits)`; render the request; `projection =
-//!    Projection::new(body_bytes.len(), cap)`.
+//! 1. `cap = output_cap(agent.maxOutputTokens, limits)`; render the request with that cap;
+//!    `projection = Projection::new(body_bytes.len(), cap)` over the exact bytes that will be
+//!    sent (for the openai agent, `agents::openai::encode` of `render_request`).
 //! 2. [`check_before_attempt`]: on `Err(hit)` the run ends with `hit.reason`, writing
 //!    `limit.exceeded` with [`ModelLimitHit::data`]; nothing is sent.
 //! 3. `model.dispatched` is written with the totals [`record_dispatch`] returns (the attempt is
@@ -367,11 +368,13 @@ pub fn charge(
             (projected, ChargeBasis::Projection, None)
         }
         AttemptOutcome::ErrorStatus(_) => (nothing, ChargeBasis::Nothing, None),
-        AttemptOutcome::Replied(reported) => match untrusted(*reported, output_cap) {
-            None => match reported {
-                Some(usage) => (*usage, ChargeBasis::Reported, None),
-                None => (projected, ChargeBasis::Projection, None),
-            },
+        AttemptOutcome::Replied(None) => (
+            projected,
+            ChargeBasis::Projection,
+            Some("the reply reported no usage".to_string()),
+        ),
+        AttemptOutcome::Replied(Some(reported)) => match untrusted(reported, output_cap) {
+            None => (*reported, ChargeBasis::Reported, None),
             Some(why) => (projected, ChargeBasis::Projection, Some(why)),
         },
     };
@@ -401,15 +404,12 @@ pub fn charge(
 }
 
 /// Why a reported usage cannot be charged, or `None` when it can.
-fn untrusted(reported: Option<ReportedUsage>, output_cap: Option<i64>) -> Option<String> {
-    let Some(usage) = reported else {
-        return Some("the reply reported no usage".to_string());
-    };
+fn untrusted(usage: &ReportedUsage, output_cap: Option<i64>) -> Option<String> {
     let ReportedUsage {
         input_tokens,
         cached_input_tokens,
         output_tokens,
-    } = usage;
+    } = *usage;
     if input_tokens < 0 || cached_input_tokens < 0 || output_tokens < 0 {
         return Some(format!(
             "the reply reported negative usage (input {input_tokens}, cached \

@@ -475,6 +475,54 @@ proptest! {
     }
 }
 
+fn arb_limits() -> impl Strategy<Value = Limits> {
+    let opt = || proptest::option::of(any::<i64>());
+    (opt(), opt(), opt(), opt(), opt(), opt()).prop_map(
+        |(calls, tokens, per_call, cost, active, elapsed)| Limits {
+            max_model_calls: calls,
+            max_total_tokens: tokens,
+            max_output_tokens_per_call: per_call,
+            max_estimated_cost_micros: cost,
+            max_active_seconds: active,
+            max_elapsed_seconds: elapsed,
+            ..Limits::default()
+        },
+    )
+}
+
+proptest! {
+    #[test]
+    fn checks_and_retry_plans_never_panic_and_a_retry_always_fits_its_limits(
+        limits in arb_limits(),
+        totals in arb_usage(),
+        body_bytes in any::<usize>(),
+        agent_cap in proptest::option::of(any::<i64>()),
+        prices in arb_prices(),
+        status in proptest::option::of(any::<u16>()),
+        retry_after in proptest::option::of(any::<u64>()),
+        attempt in any::<u32>(),
+        elapsed in any::<u64>(),
+        active in any::<u64>(),
+    ) {
+        let cap = output_cap(agent_cap, &limits);
+        let projection = Projection::new(body_bytes, cap);
+        let _ = check_before_attempt(&limits, &totals, &projection, cap.is_some(), prices.as_ref());
+        let clock = RunClock { elapsed_millis: elapsed, active_millis: active };
+        if let RetryDecision::RetryAfter { millis } =
+            retry_plan(status, retry_after, attempt, &limits, &clock)
+        {
+            prop_assert!(is_transient(status));
+            prop_assert!(attempt < MAX_ATTEMPTS);
+            prop_assert!(millis <= MAX_RETRY_AFTER_MILLIS);
+            for (max, so_far) in [(limits.max_active_seconds, active), (limits.max_elapsed_seconds, elapsed)] {
+                if let Some(max) = max {
+                    prop_assert!(i128::from(so_far) + i128::from(millis) < i128::from(max) * 1000);
+                }
+            }
+        }
+    }
+}
+
 // --- BEHAVIOURS.md 48: retries ---
 
 fn retry(status: Option<u16>, retry_after: Option<u64>, attempt: u32) -> RetryDecision {
