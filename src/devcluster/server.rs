@@ -85,6 +85,15 @@ const BUILTIN_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", 
 const GC_PERIOD: Duration = Duration::from_secs(1);
 const SNAPSHOT_DEBOUNCE: Duration = Duration::from_millis(20);
 
+/// How often watches get a BOOKMARK: 5 s, or `AGENTRT_DEV_BOOKMARK_INTERVAL_MS` (tests).
+fn bookmark_interval() -> Duration {
+    std::env::var("AGENTRT_DEV_BOOKMARK_INTERVAL_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(Duration::from_secs(5), Duration::from_millis)
+}
+
 /// Resolves the target of a built-in or custom type by its API path pieces.
 fn target(
     store: &Store,
@@ -193,7 +202,7 @@ impl DevServer {
             token: config.token.clone(),
             shutdown: CancellationToken::new(),
             gc: Notify::new(),
-            bookmark_interval: Duration::from_secs(5),
+            bookmark_interval: bookmark_interval(),
             addr,
         });
         let mut tasks = Vec::new();
