@@ -1,4 +1,5 @@
-//! The HTTP layer: one axum fallback handler that authenticates (bearer token), routes the
+//! The HTTP layer: one axum fallback handler that authenticates (bearer token, or the token
+//! path prefix of `kubeconfig.rs`), routes the
 //! path (`route.rs`), parses query parameters and bodies, takes the store lock around one
 //! verb (`write.rs`, `delete.rs`), and writes JSON responses, Tables (`table.rs`), watch
 //! streams (`watch.rs`), `Warning: 299` headers and `Status` errors (`status.rs`).
@@ -40,14 +41,22 @@ type Params = HashMap<String, String>;
 
 async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
+    let mut path = parts.uri.path().to_string();
     if let Some(token) = &shared.token {
         let expected = format!("Bearer {token}");
         let given = parts
             .headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        if given != Some(expected.as_str()) {
-            return error(&ApiError::Unauthorized);
+        let prefix = super::kubeconfig::token_prefix(token);
+        let by_path = match path.strip_prefix(&prefix) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => Some(rest.to_string()),
+            _ => None,
+        };
+        match by_path {
+            Some(rest) => path = rest,
+            None if given == Some(expected.as_str()) => {}
+            None => return error(&ApiError::Unauthorized),
         }
     }
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
@@ -62,14 +71,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .map(|q| q.0.into_iter().collect())
         .unwrap_or_default();
     tracing::debug!(method = %parts.method, uri = %parts.uri, "request");
-    let result = dispatch(
-        &shared,
-        &parts.method,
-        parts.uri.path(),
-        &parts.headers,
-        &params,
-        body,
-    );
+    let result = dispatch(&shared, &parts.method, &path, &parts.headers, &params, body);
     match result {
         Ok(resp) => resp,
         Err(e) => error(&e),
