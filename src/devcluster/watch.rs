@@ -150,6 +150,10 @@ impl Watcher {
         if !first.1 {
             return;
         }
+        // Changes already made after the starting resourceVersion.
+        if let Step::Stop = self.drain().await {
+            return;
+        }
         let deadline = self.p.timeout.map(|d| Instant::now() + d);
         let interval = self.shared.bookmark_interval;
         let mut next_bookmark = Instant::now() + interval;
