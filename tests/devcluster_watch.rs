@@ -228,11 +228,9 @@ async fn bookmarks_arrive_when_asked_for() {
         .await
         .expect("watch")
         .boxed();
-    let mark = loop {
-        match next(&mut events).await.expect("event") {
-            WatchEvent::Bookmark(b) => break b,
-            other => panic!("unexpected {:?}", describe(&other)),
-        }
+    let mark = match next(&mut events).await.expect("event") {
+        WatchEvent::Bookmark(b) => b,
+        other => panic!("unexpected {:?}", describe(&other)),
     };
     let at: u64 = mark.metadata.resource_version.parse().expect("integer");
     assert!(at >= rv(&created));
