@@ -312,3 +312,28 @@ async fn creating_in_a_missing_namespace_is_not_found() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn unknown_fields_of_builtins_follow_field_validation() {
+    let c = TestCluster::start().await;
+    let manifest =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: odd\ndata:\n  a: b\nspec:\n  x: 1\n";
+    let strict = c.kubectl_stdin(&["apply", "-f", "-"], manifest);
+    assert!(!strict.status.success());
+    let err = String::from_utf8_lossy(&strict.stderr);
+    assert!(
+        err.contains("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"spec\""),
+        "{err}"
+    );
+    let warn = c.kubectl_stdin(&["apply", "--validate=warn", "-f", "-"], manifest);
+    assert!(
+        warn.status.success(),
+        "{}",
+        String::from_utf8_lossy(&warn.stderr)
+    );
+    let err = String::from_utf8_lossy(&warn.stderr);
+    assert!(err.contains("Warning: unknown field \"spec\""), "{err}");
+    let stored = yaml(&c.kubectl_ok(&["get", "configmap", "odd", "-o", "yaml"]));
+    assert!(stored.get("spec").is_none());
+    assert_eq!(stored["data"]["a"].as_str(), Some("b"));
+}

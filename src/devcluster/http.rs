@@ -88,13 +88,18 @@ fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Respons
     let mut resp = (code, bytes).into_response();
     let headers = resp.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    add_warnings(headers, warnings);
+    resp
+}
+
+/// Appends one `Warning: 299 - "<text>"` header per warning.
+fn add_warnings(headers: &mut HeaderMap, warnings: &[String]) {
     for w in warnings {
         let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
         if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
             headers.append("warning", v);
         }
     }
-    resp
 }
 
 fn ok(body: Value) -> Result<Response, ApiError> {
@@ -125,7 +130,15 @@ fn dispatch(
         }
         Route::Resource(p) => {
             let t = route::resolve(&registry, &p)?;
-            resource(shared, method, &p, t, headers, params, body)
+            // kube-apiserver warns on every request to a deprecated version.
+            let deprecation =
+                t.rt.version(&t.version)
+                    .and_then(|v| v.deprecation_warning.clone());
+            let mut resp = resource(shared, method, &p, t, headers, params, body)?;
+            if let Some(w) = deprecation {
+                add_warnings(resp.headers_mut(), &[w]);
+            }
+            Ok(resp)
         }
         Route::Unknown => Err(ApiError::NoRoute),
     }
@@ -160,6 +173,7 @@ fn write_opts(params: &Params) -> Result<WriteOpts, ApiError> {
     Ok(WriteOpts {
         dry_run: params.get("dryRun").is_some_and(|v| v == "All"),
         validation,
+        from_patch: false,
     })
 }
 

@@ -21,6 +21,7 @@ mod crd;
 mod delete;
 mod discovery;
 mod error;
+mod fields;
 mod http;
 mod kubeconfig;
 mod meta;

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::convert::{from_storage, to_storage};
 use super::crd;
+use super::fields;
 use super::meta::{self, meta_str, set_meta};
 use super::patch::{self, PatchKind};
 use super::registry::{Builtin, Flavor, ResourceType};
@@ -26,6 +27,9 @@ pub struct WriteOpts {
     pub dry_run: bool,
     /// The `fieldValidation` query parameter.
     pub validation: FieldValidation,
+    /// Set by [`patch`]: unknown fields are then reported as kube-apiserver reports them for
+    /// patches (422 on `patch`) rather than as a decoding error (400).
+    pub from_patch: bool,
 }
 
 /// What a write produced.
@@ -127,7 +131,34 @@ fn check_namespace_open(store: &Store, t: &Target, ns: &str, name: &str) -> Resu
     }
 }
 
-/// Runs schema admission for custom resources (and version deprecation warnings).
+/// Refuses (Strict) or reports (Warn) unknown fields, as kube-apiserver's decoder does: 400
+/// `<Kind> in version "<v>" cannot be handled as a <Kind>: strict decoding error: ...` for
+/// create and update, 422 on the `patch` field for a patch.
+fn strict_error(t: &Target, obj: &Value, messages: &[String], opts: &WriteOpts) -> ApiError {
+    let strict = format!("strict decoding error: {}", messages.join(", "));
+    if opts.from_patch {
+        let patched = serde_json::to_string(obj).unwrap_or_default();
+        return ApiError::Invalid(invalid_status(
+            "",
+            "",
+            "",
+            &[FieldError {
+                kind: FieldErrorKind::Invalid,
+                field: "patch".into(),
+                bad_value: Some(json!(patched)),
+                detail: strict,
+            }],
+        ));
+    }
+    ApiError::BadRequest(format!(
+        "{kind} in version {version:?} cannot be handled as a {kind}: {strict}",
+        kind = t.rt.kind,
+        version = t.version
+    ))
+}
+
+/// Checks fields (built-ins here, custom resources through their schema), runs schema
+/// admission of custom resources, and stores numbers as Kubernetes does. Returns warnings.
 fn admit(
     t: &Target,
     obj: &mut Value,
@@ -135,28 +166,26 @@ fn admit(
     opts: &WriteOpts,
 ) -> Result<Vec<String>, ApiError> {
     let mut warnings = Vec::new();
-    let Some(version) = t.rt.version(&t.version) else {
-        return Ok(warnings);
-    };
-    if let Some(w) = &version.deprecation_warning {
-        warnings.push(w.clone());
-    }
-    if let Some(schema) = &version.schema {
-        match schema.admit(obj, old, opts.validation) {
-            Ok(w) => warnings.extend(w),
-            Err(AdmissionError::StrictDecoding(msgs)) => {
-                return Err(ApiError::BadRequest(format!(
-                    "strict decoding error: {}",
-                    msgs.join(", ")
-                )))
-            }
-            Err(AdmissionError::Invalid(errors)) => {
-                return Err(invalid(&t.rt, meta_str(obj, "name"), &errors))
+    if let Some(kind) = t.rt.builtin() {
+        let unknown = fields::prune_unknown(kind, obj);
+        if !unknown.is_empty() {
+            match opts.validation {
+                FieldValidation::Strict => return Err(strict_error(t, obj, &unknown, opts)),
+                FieldValidation::Warn => warnings.extend(unknown),
+                FieldValidation::Ignore => {}
             }
         }
-    }
-    if t.rt.flavor != Flavor::Custom {
         meta::normalize_numbers(obj);
+    }
+    let Some(schema) = t.rt.version(&t.version).and_then(|v| v.schema.clone()) else {
+        return Ok(warnings);
+    };
+    match schema.admit(obj, old, opts.validation) {
+        Ok(w) => warnings.extend(w),
+        Err(AdmissionError::StrictDecoding(msgs)) => return Err(strict_error(t, obj, &msgs, opts)),
+        Err(AdmissionError::Invalid(errors)) => {
+            return Err(invalid(&t.rt, meta_str(obj, "name"), &errors))
+        }
     }
     Ok(warnings)
 }
@@ -376,7 +405,11 @@ pub fn patch(
         )));
     }
     settle_namespace(t, &mut obj)?;
-    apply_update(store, t, &key, obj, &old, opts)
+    let opts = WriteOpts {
+        from_patch: true,
+        ..*opts
+    };
+    apply_update(store, t, &key, obj, &old, &opts)
 }
 
 /// The update proper, given the current stored object `old_stored`.
