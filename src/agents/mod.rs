@@ -1,9 +1,11 @@
 //! The deciders (DESIGN.md section 6): scripted, openai, webhook.
 //!
 //! The scripted agent needs no I/O and lives in the engine. This room holds the HTTP deciders
-//! the controller calls when the engine asks: the webhook agent ([`webhook::call_agent`]) and,
-//! next to it, the consumer's reconcile hook ([`webhook::call_reconcile_hook`]), which answers
-//! what to do with an interrupted run. Neither writes the record: each returns the answer JSON,
-//! or why there is none, as the engine's next input.
+//! the controller calls when the engine asks: the OpenAI-compatible client ([`openai`]), the
+//! webhook agent ([`webhook::call_agent`]) and, next to it, the consumer's reconcile hook
+//! ([`webhook::call_reconcile_hook`]), which answers what to do with an interrupted run. None
+//! writes the record: each returns the answer JSON, or why there is none, as the engine's next
+//! input.
 
+pub mod openai;
 pub mod webhook;

@@ -23,6 +23,7 @@
 pub mod canonical;
 pub mod content;
 pub mod hash;
+pub mod model;
 pub mod policy;
 pub mod validate;
 
