@@ -368,3 +368,40 @@ pub async fn create_namespace(client: &Client, name: &str) {
         .await
         .unwrap_or_else(|err| panic!("cannot create namespace {name}: {err}"));
 }
+
+/// False while `engine::step` is still the stub that answers nothing (before the engine lands
+/// in main): the scenarios then have nothing to drive and skip, saying so.
+pub fn engine_ready() -> bool {
+    let spec: agentrt::api::AgentRunSpec = serde_json::from_value(json!({
+        "goal": "probe",
+        "agent": {"scripted": {"decisions": [{"kind": "complete", "result": {}}]}},
+        "tools": []
+    }))
+    .expect("a spec");
+    let run = agentrt::engine::RunSnapshot {
+        namespace: "probe".into(),
+        name: "probe".into(),
+        uid: "probe".into(),
+        generation: 1,
+        spec,
+        status: Value::Null,
+    };
+    let caller = agentrt::engine::Caller {
+        holder: "probe".into(),
+        now: agentrt::api::Time::from_millis(1_800_000_000_000),
+    };
+    let ready = agentrt::engine::step(
+        &run,
+        &[],
+        &caller,
+        &agentrt::engine::Budgets::default(),
+        agentrt::engine::Input::Observe {
+            lease: Default::default(),
+        },
+    )
+    .is_ok_and(|transition| !transition.effects.is_empty());
+    if !ready {
+        eprintln!("skipped: engine::step is still the stub (the engine has not landed)");
+    }
+    ready
+}
