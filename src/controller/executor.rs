@@ -17,11 +17,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::calls::{call_agent, call_hook, call_tool};
 use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
-use super::fault::{self, FaultPoint};
 use super::lease::{HeldLease, LeaseCell};
-use crate::engine::{Effect, Input, ToolCall, ToolOutcome};
-use crate::tools::http::{self, HttpCall, SecretSource};
+use crate::engine::{Effect, Input, ToolOutcome};
 
 /// Starts executing `key` under `held`, beginning with `input` (normally
 /// [`Input::LeaseAcquired`]). False when this replica already executes the run (the lease is
@@ -275,98 +274,4 @@ fn outcome_word(outcome: &ToolOutcome) -> &'static str {
         ToolOutcome::Unknown { .. } => "unknown",
         ToolOutcome::Abort { .. } => "abort",
     }
-}
-
-struct ApiSecrets<'a>(&'a Context);
-
-impl SecretSource for ApiSecrets<'_> {
-    async fn secret_value(
-        &self,
-        namespace: &str,
-        secret: &crate::api::SecretKeyRef,
-    ) -> Result<String, String> {
-        self.0.api.secret_value(namespace, secret).await
-    }
-}
-
-/// Performs one tool call (its `step.tool_started` write landed) and says how it ended.
-async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolOutcome {
-    let snapshot = &state.run.snapshot;
-    let Some(spec) = call.tool.http.as_ref() else {
-        return ToolOutcome::Error {
-            failure: "no_executor".into(),
-            status: None,
-            content: serde_json::json!(format!(
-                "tool {} has no executor (set http)",
-                call.tool.name
-            )),
-            duration_ms: 0,
-        };
-    };
-    let headers = match http::resolve_headers(spec, &snapshot.namespace, &ApiSecrets(ctx)).await {
-        Ok(headers) => headers,
-        Err(err) => {
-            return ToolOutcome::Error {
-                failure: "header_unavailable".into(),
-                status: None,
-                content: serde_json::json!(err),
-                duration_ms: 0,
-            }
-        }
-    };
-    let request = HttpCall {
-        url: spec.url.clone(),
-        args: call.args.clone(),
-        idempotency_key: call.idempotency_key.clone(),
-        attempt: call.attempt,
-        run: format!("{}/{}", snapshot.namespace, snapshot.name),
-        holder: ctx.holder.as_str().to_string(),
-        headers,
-        timeout: Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1)),
-    };
-    tracing::info!(tool = %call.tool.name, attempt = call.attempt, "calling the tool");
-    let in_flight = http::call(&ctx.http, request);
-    tokio::pin!(in_flight);
-    tokio::select! {
-        outcome = &mut in_flight => outcome,
-        _ = tokio::time::sleep(Duration::from_millis(200)) => {
-            fault::check(FaultPoint::DuringTool, Some(call.step));
-            in_flight.await
-        }
-    }
-}
-
-async fn call_agent(
-    ctx: &Context,
-    state: &RunState,
-    request: &serde_json::Value,
-) -> Result<serde_json::Value, String> {
-    let Some(webhook) = state.run.snapshot.spec.agent.webhook.as_ref() else {
-        return Err(
-            "the engine asked for a webhook agent but spec.agent.webhook is not set".into(),
-        );
-    };
-    let timeout = Duration::from_secs(u64::try_from(webhook.timeout_seconds.max(1)).unwrap_or(1));
-    crate::agents::webhook::call_agent(&ctx.http, &webhook.url, timeout, request).await
-}
-
-async fn call_hook(
-    ctx: &Context,
-    state: &RunState,
-    view: &serde_json::Value,
-) -> Result<serde_json::Value, String> {
-    let Some(webhook) = state
-        .run
-        .snapshot
-        .spec
-        .reconcile
-        .as_ref()
-        .and_then(|reconcile| reconcile.webhook.as_ref())
-    else {
-        return Err(
-            "the engine asked for the reconcile hook but spec.reconcile.webhook is not set".into(),
-        );
-    };
-    let timeout = Duration::from_secs(u64::try_from(webhook.timeout_seconds.max(1)).unwrap_or(1));
-    crate::agents::webhook::call_reconcile_hook(&ctx.http, &webhook.url, timeout, view).await
 }

@@ -6,6 +6,7 @@
 //! - [`reconcile`]: the kube-runtime reconcile: `Input::Observe` for runs this replica is not
 //!   executing, the effects that need no side effect, and winning the Lease.
 //! - [`executor`]: one task per held run, performing the engine's effects in order.
+//! - [`calls`]: the tool, agent and hook calls an executor makes.
 //! - [`lease`]: the run's Lease: acquire, take over, renew, release, all compare-and-set.
 //! - [`cluster`]: the API server behind a trait (compare-and-set status writes).
 //! - [`context`]: what reconciles and executors share.
@@ -14,6 +15,7 @@
 //! - [`fault`]: the named crash points of the `fault-injection` feature.
 //! - [`identity`]: the holder identity and this replica's clock.
 
+pub mod calls;
 pub mod cluster;
 pub mod context;
 pub mod dev;
