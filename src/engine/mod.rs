@@ -20,15 +20,53 @@
 //!   side effect, and asks for the lease with [`Effect::AcquireLease`] when the run needs a
 //!   holder. After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
 
+//!
+//! The rooms (each names the rules it holds in its `//!` header):
+//! - `record`: the working copy of the status, events numbered without gaps, conditions, the
+//!   one write a transition ends with and the object budget (BEHAVIOURS.md 49-50);
+//! - `raw`: a record that will not decode (BEHAVIOURS.md 41);
+//! - `observe`: the resume table for a replica that is not executing the run, and cancel
+//!   (BEHAVIOURS.md 30, 42);
+//! - `start`: a new run's first write (BEHAVIOURS.md 1-3);
+//! - `limits`: the limits before each step (BEHAVIOURS.md 4-6);
+//! - `loop_`: starting steps and taking decisions (BEHAVIOURS.md 7-10);
+//! - `calls`: the policy and starting a tool (BEHAVIOURS.md 11-14);
+//! - `outcome`: tool outcomes and late outcomes (BEHAVIOURS.md 15-18, 44);
+//! - `approvals`: pauses, decided approvals, grants (BEHAVIOURS.md 19, 21-26);
+//! - `takeover`: takeovers, interrupted steps, the reconcile hook (BEHAVIOURS.md 31-40);
+//! - `projection`: Kubernetes Events derived from the journal.
+//!
+//! The rule modules `canonical`, `hash`, `validate`, `policy` and `content` hold the pure
+//! functions the machine calls (canonical JSON and hashes, schema checks, the policy, content
+//! budgets).
+
+mod approvals;
+mod calls;
 pub mod canonical;
 pub mod content;
 pub mod hash;
+mod limits;
+mod loop_;
+mod observe;
+mod outcome;
 pub mod policy;
+mod projection;
+mod raw;
+mod record;
+mod start;
+mod takeover;
 pub mod validate;
+
+#[cfg(test)]
+mod tests;
 
 use serde_json::Value;
 
-use crate::api::{AgentRunSpec, Time, ToolSpec};
+use crate::api::{AgentRunSpec, RunPhase, Time, ToolSpec};
+
+pub use approvals::{approval_name, short_hash};
+pub use projection::{decode_status, kube_events, KubeEventProjection, KubeEventType};
+pub use takeover::INTERRUPTED_NOTICE;
 
 /// How big things may get (DESIGN.md section 3, guarantee 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,7 +275,8 @@ pub enum Effect {
     },
     /// Call the tool (only if this replica's lease is unexpired by its own clock).
     CallTool(ToolCall),
-    /// Ask the webhook agent for step `step`'s decision, POSTing `request`.
+    /// Ask the run's agent (webhook; openai until model calls have their own effect) for step
+    /// `step`'s decision, POSTing `request`; the answer comes back as [`Input::AgentAnswered`].
     CallAgent {
         /// The step.
         step: i64,
@@ -298,6 +337,62 @@ pub fn step(
     budgets: &Budgets,
     input: Input,
 ) -> Result<Transition, EngineError> {
-    let _ = (run, approvals, caller, budgets, input);
-    Ok(Transition::default())
+    let stored = match record::decode(&run.status) {
+        Ok(stored) => stored,
+        Err(detail) => return Ok(raw::undecodable(run, caller, &input, detail)),
+    };
+    let executor = !matches!(input, Input::Observe { .. });
+    let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, executor);
+    match input {
+        Input::Observe { lease } => observe::observe(&mut txn, &lease),
+        Input::LeaseLost => txn.stop(),
+        input => executor_input(&mut txn, input)?,
+    }
+    Ok(txn.finish())
+}
+
+/// An input from the executor (the replica holding, or just winning, the lease).
+fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError> {
+    let acquired = matches!(input, Input::LeaseAcquired { .. });
+    // Someone took the run over: this executor stops without writing (BEHAVIOURS.md 33).
+    if !acquired && txn.holder() != Some(txn.caller.holder.as_str()) {
+        txn.stop();
+        return Ok(());
+    }
+    if txn.status.phase.is_terminal() {
+        if let Input::ToolFinished {
+            step,
+            attempt,
+            outcome,
+        } = input
+        {
+            outcome::late(txn, step, attempt, outcome)?;
+        }
+        txn.release_and_stop();
+        return Ok(());
+    }
+    // BEHAVIOURS.md 43: a live loop finds the cancellation at its next write.
+    if txn.run.spec.cancel {
+        observe::cancel(txn);
+        txn.release_and_stop();
+        return Ok(());
+    }
+    let phase = txn.status.phase;
+    match input {
+        Input::LeaseAcquired { takeover } => match phase {
+            RunPhase::Pending => start::begin(txn),
+            RunPhase::WaitingForApproval => approvals::waiting(txn),
+            _ => takeover::take_over(txn, takeover),
+        },
+        _ if phase != RunPhase::Running => txn.release_and_stop(),
+        Input::AgentAnswered { step, decision } => loop_::agent_answered(txn, step, decision)?,
+        Input::ToolFinished {
+            step,
+            attempt,
+            outcome,
+        } => outcome::tool_finished(txn, step, attempt, outcome)?,
+        Input::Reconciled { answer } => takeover::reconciled(txn, answer),
+        Input::Observe { .. } | Input::LeaseLost => txn.stop(),
+    }
+    Ok(())
 }
