@@ -1,0 +1,269 @@
+//! The CEL `when` of a policy rule (DESIGN.md section 2 `spec.policy`, BEHAVIOURS.md 11-12):
+//! compiling and running it over `tool`, `args` and `sideEffect`.
+//!
+//! Owns: how args become CEL values, and how the interpreter is kept from taking the process
+//! down (its own thread with a large stack, panics caught). Must not: depend on how a number
+//! was spelled: `args` enter CEL as the value their canonical JSON denotes, so
+//! `{"amount": 250.0}` and `{"amount": 250}` are the same CEL value (`int` 250) in the loop and
+//! on every re-evaluation after an approval.
+//!
+//! JSON → CEL: `null` → `null`, booleans → `bool`, strings → `string`, arrays → `list`, objects
+//! → `map` with string keys, numbers: an integer (or an integral float, read as the integer its
+//! canonical digits spell) within int64 → `int`, within uint64 above int64 → `uint`, anything
+//! else → `double`. CEL comparisons (`<`, `<=`, `==`, ...) between `int`, `uint` and `double`
+//! compare the numbers (as cel-go does), so `args.amount <= 100` holds for 50 and 99.5 and not
+//! for 250 or 100.5. Arithmetic does not mix them: write `double(args.amount) * 1.1`.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use serde_json::{Number, Value};
+
+use crate::api::SideEffect;
+use crate::engine::canonical::ecmascript_number;
+use crate::engine::validate::MAX_JSON_DEPTH;
+
+/// The longest `when` evaluated, in characters (the CRD's `maxLength`).
+pub const MAX_WHEN_CHARS: usize = 4096;
+
+/// The stack the CEL interpreter runs on. Its parser and evaluator recurse deeply (a debug
+/// build overflows 2 MiB on `((((((((((((((((((((true))))))))))))))))))))` and needs more than
+/// 64 MiB for `1+1+...+1` of 4096 characters); 256 MiB of address space, of which only what is
+/// used is ever committed, covers every expression up to [`MAX_WHEN_CHARS`].
+const CEL_STACK_BYTES: usize = 256 << 20;
+
+/// Compiles and runs one `when` over `tool`, `args`, `sideEffect`; `Ok(bool)` or what went
+/// wrong and the fix. Runs on a thread of its own with a [`CEL_STACK_BYTES`] stack, so no
+/// expression can overflow the caller's stack, and a panic in the interpreter is an error.
+pub(super) fn eval_when(
+    expression: &str,
+    tool: &str,
+    args: &Value,
+    side_effect: SideEffect,
+) -> Result<bool, String> {
+    let chars = expression.chars().count();
+    if chars > MAX_WHEN_CHARS {
+        return Err(format!(
+            "is {chars} characters long; at most {MAX_WHEN_CHARS} are evaluated: shorten it"
+        ));
+    }
+    std::thread::scope(|scope| {
+        // Should the address space for the large stack be refused (strict overcommit), smaller
+        // ones still serve every ordinary expression.
+        let mut last_error = None;
+        for stack in [CEL_STACK_BYTES, CEL_STACK_BYTES / 4, CEL_STACK_BYTES / 16] {
+            let spawned = std::thread::Builder::new()
+                .name("agentrt-cel".into())
+                .stack_size(stack)
+                .spawn_scoped(scope, || {
+                    catch_unwind(AssertUnwindSafe(|| {
+                        eval_when_here(expression, tool, args, side_effect)
+                    }))
+                });
+            match spawned {
+                Ok(worker) => {
+                    return match worker.join() {
+                        Ok(Ok(result)) => result,
+                        Ok(Err(_)) | Err(_) => {
+                            Err("the CEL interpreter panicked evaluating it; simplify it".into())
+                        }
+                    };
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(format!(
+            "could not start a thread to evaluate it: {}",
+            last_error.map(|e| e.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// [`eval_when`] on the current thread.
+fn eval_when_here(
+    expression: &str,
+    tool: &str,
+    args: &Value,
+    side_effect: SideEffect,
+) -> Result<bool, String> {
+    let program = cel::Program::compile(expression)
+        .map_err(|e| format!("{e}; the expression does not compile: fix its CEL syntax"))?;
+    let mut context = cel::Context::default();
+    context.add_variable_from_value("tool", tool.to_string());
+    context.add_variable_from_value("args", json_to_cel(args)?);
+    context.add_variable_from_value("sideEffect", side_effect.as_str().to_string());
+    match program.execute(&context) {
+        Ok(cel::Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(format!(
+            "returned {} instead of a bool; make the expression a condition (e.g. \
+             `args.amount <= 100`)",
+            cel_type_name(&other)
+        )),
+        Err(e) => Err(format!("{e}; {}", runtime_fix(&e))),
+    }
+}
+
+/// The fix to suggest for a CEL runtime error.
+fn runtime_fix(error: &cel::ExecutionError) -> &'static str {
+    match error {
+        cel::ExecutionError::NoSuchKey(_) => {
+            "guard fields the args may lack with has(), e.g. `has(args.x) && args.x > 0`"
+        }
+        cel::ExecutionError::NoSuchOverload(_)
+        | cel::ExecutionError::ValuesNotComparable(..)
+        | cel::ExecutionError::UnsupportedBinaryOperator(..) => {
+            "check the operand types: numbers compare with numbers, but arithmetic needs one \
+             type (write `double(args.x) * 1.5`)"
+        }
+        cel::ExecutionError::UndeclaredReference(_) => {
+            "only `tool`, `args` and `sideEffect` (and CEL's standard functions) are defined"
+        }
+        _ => "fix the expression",
+    }
+}
+
+fn cel_type_name(value: &cel::Value) -> &'static str {
+    match value {
+        cel::Value::List(_) => "a list",
+        cel::Value::Map(_) => "a map",
+        cel::Value::Int(_) => "an int",
+        cel::Value::UInt(_) => "a uint",
+        cel::Value::Float(_) => "a double",
+        cel::Value::String(_) => "a string",
+        cel::Value::Bytes(_) => "bytes",
+        cel::Value::Null => "null",
+        _ => "a non-bool value",
+    }
+}
+
+/// `value` as CEL sees it (module doc), or why it cannot be (nesting past 256 levels).
+fn json_to_cel(value: &Value) -> Result<cel::Value, String> {
+    to_cel(value, 0)
+}
+
+fn to_cel(value: &Value, depth: usize) -> Result<cel::Value, String> {
+    Ok(match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => cel_number(n),
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(items) => {
+            check_depth(depth + 1)?;
+            let list = items
+                .iter()
+                .map(|v| to_cel(v, depth + 1))
+                .collect::<Result<Vec<_>, _>>()?;
+            cel::Value::List(Arc::new(list))
+        }
+        Value::Object(map) => {
+            check_depth(depth + 1)?;
+            let mut members = HashMap::with_capacity(map.len());
+            for (k, v) in map {
+                members.insert(
+                    cel::objects::Key::String(Arc::new(k.clone())),
+                    to_cel(v, depth + 1)?,
+                );
+            }
+            cel::Value::Map(cel::objects::Map {
+                map: Arc::new(members),
+            })
+        }
+    })
+}
+
+fn check_depth(depth: usize) -> Result<(), String> {
+    if depth > MAX_JSON_DEPTH {
+        return Err(format!(
+            "args nest deeper than {MAX_JSON_DEPTH} levels of arrays and objects; the policy \
+             cannot evaluate them"
+        ));
+    }
+    Ok(())
+}
+
+/// The CEL number for a JSON number: the number its canonical JSON text denotes when read back
+/// (an integral float is the integer its ECMAScript digits spell, e.g. `1.5409339127255203e17`
+/// is `154093391272552030`), as `int` when it fits int64, `uint` when it fits uint64, else
+/// `double`.
+fn cel_number(n: &Number) -> cel::Value {
+    if let Some(i) = n.as_i64() {
+        return cel::Value::Int(i);
+    }
+    if let Some(u) = n.as_u64() {
+        return cel::Value::UInt(u);
+    }
+    let f = n.as_f64().unwrap_or(f64::NAN);
+    if f.is_finite() && f.fract() == 0.0 {
+        if let Ok(text) = ecmascript_number(f) {
+            if let Ok(i) = text.parse::<i64>() {
+                return cel::Value::Int(i);
+            }
+            if let Ok(u) = text.parse::<u64>() {
+                return cel::Value::UInt(u);
+            }
+        }
+    }
+    cel::Value::Float(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::canonical::canonical_json;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn args_become_cel_values_with_integral_floats_as_ints() {
+        let v = json_to_cel(&json!({"a": [1, 2.0, 2.5, null, true, "s"]})).expect("cel");
+        let cel::Value::Map(m) = v else {
+            panic!("not a map")
+        };
+        let key = cel::objects::Key::String(Arc::new("a".into()));
+        let Some(cel::Value::List(items)) = m.map.get(&key) else {
+            panic!("no list")
+        };
+        assert_eq!(
+            items.as_slice(),
+            &[
+                cel::Value::Int(1),
+                cel::Value::Int(2),
+                cel::Value::Float(2.5),
+                cel::Value::Null,
+                cel::Value::Bool(true),
+                cel::Value::String(Arc::new("s".into())),
+            ]
+        );
+        assert_eq!(
+            json_to_cel(&json!(u64::MAX)).expect("cel"),
+            cel::Value::UInt(u64::MAX)
+        );
+        assert_eq!(
+            json_to_cel(&json!(1e300)).expect("cel"),
+            cel::Value::Float(1e300)
+        );
+    }
+
+    proptest! {
+        /// A number enters CEL as the value its canonical JSON denotes when read back.
+        #[test]
+        fn numbers_enter_cel_as_their_canonical_form(
+            f in prop_oneof![
+                any::<f64>().prop_filter("finite", |f| f.is_finite()),
+                (-1i64 << 62..1i64 << 62).prop_map(|i| i as f64),
+                Just(9_223_372_036_854_775_808.0f64),
+                Just(-9_223_372_036_854_775_808.0f64),
+                Just(18_446_744_073_709_551_616.0f64),
+                Just(1e19f64),
+                Just(-0.0f64),
+            ]
+        ) {
+            let v = json!(f);
+            let text = canonical_json(&v).expect("canonical");
+            let back: Value = serde_json::from_str(&text).expect("json");
+            let (Value::Number(a), Value::Number(b)) = (&v, &back) else { unreachable!() };
+            prop_assert_eq!(cel_number(a), cel_number(b));
+                }
+    }
+}
