@@ -6,10 +6,12 @@
 //! - [`controller`]: kube-runtime wiring, per-run executors, leases, compare-and-set writes.
 //! - [`agents`]: the deciders (scripted, openai, webhook).
 //! - [`tools`]: tool executors (http) and schema checks.
+//! - [`cli`]: the operator commands (runs, show, approve, reject, cancel), also `kubectl-agentrt`.
 //! - [`devcluster`]: the embedded Kubernetes-API-compatible server behind `agentrt dev`.
 
 pub mod agents;
 pub mod api;
+pub mod cli;
 pub mod controller;
 pub mod devcluster;
 pub mod engine;

@@ -30,13 +30,15 @@ enum Command {
     Dev(agentrt::devcluster::DevArgs),
     /// Print the AgentRun and Approval CustomResourceDefinitions as YAML (what crds/ holds).
     Crds,
+    #[command(flatten)]
+    Operator(agentrt::cli::OperatorCommand),
 }
 
-fn init_tracing(format: &str) {
+fn init_tracing(format: &str, default_level: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AGENTRT_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+        .unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -48,8 +50,14 @@ fn init_tracing(format: &str) {
 }
 
 fn main() -> ExitCode {
+    // Installed as `kubectl-agentrt`, kubectl runs this binary with the words after
+    // `kubectl agentrt`, so the plugin needs no parsing of its own.
     let cli = Cli::parse();
-    init_tracing(&cli.log_format);
+    let default_level = match cli.command {
+        Command::Operator(_) => "warn",
+        _ => "info",
+    };
+    init_tracing(&cli.log_format, default_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -64,6 +72,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Controller(args) => agentrt::controller::run(args).await,
             Command::Dev(args) => agentrt::devcluster::run(args).await,
+            Command::Operator(command) => agentrt::cli::run(command).await,
             Command::Crds => {
                 print!("{}", agentrt::api::crds_yaml()?);
                 Ok(())

@@ -1,0 +1,55 @@
+{{/* The release's full name, at most 63 characters. */}}
+{{- define "agentrt.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "agentrt.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "agentrt.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "agentrt.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "agentrt.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The rules the controller needs: exactly the API calls it makes (tests/chart.rs checks them). */}}
+{{- define "agentrt.controllerRules" -}}
+- apiGroups: ["agentrt.dev"]
+  resources: ["agentruns"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["agentrt.dev"]
+  resources: ["agentruns/status"]
+  verbs: ["update"]
+- apiGroups: ["agentrt.dev"]
+  resources: ["approvals"]
+  verbs: ["get", "list", "watch", "create"]
+- apiGroups: ["agentrt.dev"]
+  resources: ["approvals/status"]
+  verbs: ["update"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end -}}

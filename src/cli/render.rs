@@ -1,0 +1,309 @@
+//! Text rendering of runs, approvals and events for the operator CLI. Every string that a
+//! model, a tool or a manifest author chose passes through [`super::escape`].
+
+use std::fmt::Write as _;
+
+use crate::api::{AgentRun, Approval, RunEvent, Verdict};
+
+use super::escape::{escape_bounded, render_json, DEFAULT_MAX_CHARS};
+
+fn esc(text: &str) -> String {
+    escape_bounded(text, DEFAULT_MAX_CHARS)
+}
+
+fn short(text: &str, max: usize) -> String {
+    escape_bounded(text, max)
+}
+
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<String>, out: &mut String| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                let pad = widths[i] + 3 - cell.chars().count();
+                text.push_str(cell);
+                text.push_str(&" ".repeat(pad));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(header.iter().map(|h| h.to_string()).collect(), &mut out);
+    for row in rows {
+        line(row, &mut out);
+    }
+    out
+}
+
+fn or_dash(value: Option<String>) -> String {
+    value
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "-".to_string())
+}
+
+fn wire<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".to_string(),
+    }
+}
+
+/// `NAME PHASE STEPS TOOL REASON` (with `NAMESPACE` first for all namespaces).
+pub fn runs_table(runs: &[AgentRun], with_namespace: bool) -> String {
+    let mut header = vec!["NAME", "PHASE", "STEPS", "TOOL", "REASON"];
+    if with_namespace {
+        header.insert(0, "NAMESPACE");
+    }
+    let rows = runs
+        .iter()
+        .map(|run| {
+            let status = run.status.clone().unwrap_or_default();
+            let mut row = vec![
+                esc(run.metadata.name.as_deref().unwrap_or("")),
+                wire(&status.phase),
+                status.step_count.to_string(),
+                or_dash(status.current_tool.map(|t| short(&t, 40))),
+                or_dash(status.reason.map(|r| wire(&r))),
+            ];
+            if with_namespace {
+                row.insert(0, esc(run.metadata.namespace.as_deref().unwrap_or("")));
+            }
+            row
+        })
+        .collect();
+    table(&header, rows)
+}
+
+/// `NAME RUN STEP KIND TOOL PHASE HASH`.
+pub fn approvals_table(approvals: &[Approval], with_namespace: bool) -> String {
+    let mut header = vec!["NAME", "RUN", "STEP", "KIND", "TOOL", "PHASE", "HASH"];
+    if with_namespace {
+        header.insert(0, "NAMESPACE");
+    }
+    let rows = approvals
+        .iter()
+        .map(|a| {
+            let phase = a
+                .status
+                .as_ref()
+                .map(|s| wire(&s.phase))
+                .unwrap_or_else(|| "Pending".into());
+            let mut row = vec![
+                esc(a.metadata.name.as_deref().unwrap_or("")),
+                esc(&a.spec.run_name),
+                a.spec.step_index.to_string(),
+                short(&a.spec.kind, 40),
+                short(&a.spec.request.tool.name, 40),
+                phase,
+                short(a.spec.hash.trim_start_matches("sha256:"), 12)
+                    .chars()
+                    .take(12)
+                    .collect(),
+            ];
+            if with_namespace {
+                row.insert(0, esc(a.metadata.namespace.as_deref().unwrap_or("")));
+            }
+            row
+        })
+        .collect();
+    table(&header, rows)
+}
+
+/// A run: its state, its steps, and its events timeline.
+pub fn run_details(run: &AgentRun) -> String {
+    let mut out = String::new();
+    let status = run.status.clone().unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "AgentRun {}/{}",
+        esc(run.metadata.namespace.as_deref().unwrap_or("")),
+        esc(run.metadata.name.as_deref().unwrap_or(""))
+    );
+    let _ = writeln!(out, "  Goal:    {}", esc(&run.spec.goal));
+    let _ = writeln!(out, "  Phase:   {}", wire(&status.phase));
+    if let Some(reason) = status.reason {
+        let _ = writeln!(out, "  Reason:  {}", wire(&reason));
+    }
+    if let Some(detail) = &status.reason_detail {
+        let _ = writeln!(out, "  Detail:  {}", esc(detail));
+    }
+    if let Some(result) = &status.result {
+        let _ = writeln!(
+            out,
+            "  Result:  {}",
+            render_json(result, 200).replace('\n', "\n           ")
+        );
+    }
+    if let Some(lease) = &status.lease {
+        let _ = writeln!(
+            out,
+            "  Holder:  {} (epoch {})",
+            esc(&lease.holder),
+            lease.epoch
+        );
+    }
+    let _ = writeln!(out, "Steps:");
+    if status.steps.is_empty() {
+        let _ = writeln!(out, "  (none)");
+    }
+    for step in &status.steps {
+        let decision = step
+            .decision
+            .as_ref()
+            .map(|d| {
+                let kind = d.kind.clone().unwrap_or_else(|| "?".into());
+                match &d.tool {
+                    Some(tool) => format!("{} {}", short(&kind, 40), short(tool, 60)),
+                    None => short(&kind, 40),
+                }
+            })
+            .unwrap_or_else(|| "-".into());
+        let observation = step
+            .observation
+            .as_ref()
+            .map(|o| format!("{}: {}", wire(&o.kind), short(&o.summary, 120)))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "  [{}] {:<17} {}  → {}",
+            step.index,
+            wire(&step.status),
+            decision,
+            observation
+        );
+    }
+    let _ = writeln!(out, "Events:");
+    out.push_str(&events_timeline(&status.events));
+    out
+}
+
+/// One line per event: `seq time type [step] data`.
+pub fn events_timeline(events: &[RunEvent]) -> String {
+    let mut out = String::new();
+    for event in events {
+        let step = event.step.map(|s| format!(" step {s}")).unwrap_or_default();
+        let data = event
+            .data
+            .as_ref()
+            .map(|d| format!(" {}", short(&d.to_string(), 160)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {:>4} {} {}{}{}",
+            event.seq,
+            event.time,
+            wire(&event.type_),
+            step,
+            data
+        );
+    }
+    if events.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    out
+}
+
+/// An Approval as a person deciding it should see it.
+pub fn approval_details(approval: &Approval) -> String {
+    let spec = &approval.spec;
+    let tool = &spec.request.tool;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Approval {}/{}",
+        esc(approval.metadata.namespace.as_deref().unwrap_or("")),
+        esc(approval.metadata.name.as_deref().unwrap_or(""))
+    );
+    let _ = writeln!(
+        out,
+        "  Run:          {}/{} (uid {}), step {}",
+        esc(&spec.request.run.namespace),
+        esc(&spec.request.run.name),
+        esc(&spec.request.run.uid),
+        spec.request.step
+    );
+    let _ = writeln!(out, "  Kind:         {}", esc(&spec.kind));
+    if let Some(reason) = &spec.reason {
+        let _ = writeln!(out, "  Reason:       {}", esc(reason));
+    }
+    let _ = writeln!(
+        out,
+        "  Tool:         {} ({}, timeout {}s{})",
+        esc(&tool.name),
+        tool.side_effect.as_str(),
+        tool.timeout_seconds,
+        if tool.terminal { ", terminal" } else { "" }
+    );
+    let _ = writeln!(out, "  Description:  {}", esc(&tool.description));
+    let _ = writeln!(
+        out,
+        "  Args:         {}",
+        indent(&render_json(&spec.request.args, DEFAULT_MAX_CHARS))
+    );
+    if let Some(capability) = &spec.capability {
+        let _ = writeln!(
+            out,
+            "  Capability:   {}",
+            indent(&render_json(capability, DEFAULT_MAX_CHARS))
+        );
+    }
+    if let Some(presentation) = &spec.presentation {
+        let _ = writeln!(
+            out,
+            "  Presentation: {}",
+            indent(&render_json(presentation, DEFAULT_MAX_CHARS))
+        );
+    }
+    let _ = writeln!(out, "  Hash:         {}", esc(&spec.hash));
+    let phase = approval
+        .status
+        .as_ref()
+        .map(|s| wire(&s.phase))
+        .unwrap_or_else(|| "Pending".into());
+    let _ = writeln!(out, "  Phase:        {phase}");
+    if let Some(decision) = &spec.decision {
+        let _ = writeln!(
+            out,
+            "  Decision:     {} by {}{}",
+            wire(&decision.verdict),
+            esc(decision.approver.as_deref().unwrap_or("(unknown)")),
+            decision
+                .note
+                .as_deref()
+                .map(|n| format!(": {}", esc(n)))
+                .unwrap_or_default()
+        );
+    }
+    out
+}
+
+fn indent(text: &str) -> String {
+    text.replace('\n', "\n                ")
+}
+
+/// The closing line the CLI writes itself, naming what is being decided.
+pub fn decision_line(approval: &Approval, verdict: Verdict) -> String {
+    let action = match verdict {
+        Verdict::Approved => "APPROVE (run the tool with exactly these args)",
+        Verdict::Rejected => "REJECT (the run will be cancelled)",
+    };
+    format!(
+        "==> agentrt: you are about to {action}: Approval {}/{} for tool {} on run {}, step {}, hash {}",
+        esc(approval.metadata.namespace.as_deref().unwrap_or("")),
+        esc(approval.metadata.name.as_deref().unwrap_or("")),
+        short(&approval.spec.request.tool.name, 80),
+        esc(&approval.spec.run_name),
+        approval.spec.step_index,
+        esc(&approval.spec.hash),
+    )
+}

@@ -1,0 +1,294 @@
+//! The Helm chart (issue 6): it lints, renders for the default values and each documented
+//! combination, every rendered object is a valid Kubernetes object of its kind (checked by a
+//! round trip through the k8s-openapi types: a misspelt or misplaced field does not survive it),
+//! and its CRDs are the top-level `crds/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn helm() -> PathBuf {
+    let out = Command::new(root().join("scripts/install-helm"))
+        .output()
+        .expect("scripts/install-helm runs");
+    assert!(
+        out.status.success(),
+        "scripts/install-helm failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn render(sets: &[&str]) -> Vec<Value> {
+    let mut cmd = Command::new(helm());
+    cmd.args([
+        "template",
+        "agentrt",
+        "charts/agentrt",
+        "--namespace",
+        "agentrt-system",
+    ])
+    .current_dir(root());
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    let out = cmd.output().expect("helm runs");
+    assert!(
+        out.status.success(),
+        "helm template {sets:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("helm prints UTF-8");
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| {
+            let value: serde_yaml::Value =
+                serde::Deserialize::deserialize(doc).expect("helm renders YAML");
+            serde_json::to_value(value).expect("YAML converts to JSON")
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Round-trips `object` through the typed k8s-openapi struct of its kind and returns what did
+/// not survive (empty when the object is valid for its kind).
+fn round_trip<T>(object: &Value) -> Result<(), String>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let typed: T = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    let back = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+    if &back == object {
+        Ok(())
+    } else {
+        Err(format!(
+            "fields lost or changed in a round trip:\nrendered: {object:#}\nas typed: {back:#}"
+        ))
+    }
+}
+
+fn check_object(object: &Value) -> Result<(), String> {
+    use k8s_openapi::api::{
+        admissionregistration::v1 as adm, apps::v1 as apps, core::v1 as core, policy::v1 as policy,
+        rbac::v1 as rbac,
+    };
+    let kind = object["kind"].as_str().unwrap_or_default();
+    match kind {
+        "Deployment" => round_trip::<apps::Deployment>(object),
+        "ServiceAccount" => round_trip::<core::ServiceAccount>(object),
+        "Service" => round_trip::<core::Service>(object),
+        "ClusterRole" => round_trip::<rbac::ClusterRole>(object),
+        "ClusterRoleBinding" => round_trip::<rbac::ClusterRoleBinding>(object),
+        "Role" => round_trip::<rbac::Role>(object),
+        "RoleBinding" => round_trip::<rbac::RoleBinding>(object),
+        "PodDisruptionBudget" => round_trip::<policy::PodDisruptionBudget>(object),
+        "ValidatingAdmissionPolicy" => round_trip::<adm::ValidatingAdmissionPolicy>(object),
+        "ValidatingAdmissionPolicyBinding" => {
+            round_trip::<adm::ValidatingAdmissionPolicyBinding>(object)
+        }
+        "ServiceMonitor" => {
+            // prometheus-operator's CRD, not in k8s-openapi: check the fields it requires.
+            let endpoints = &object["spec"]["endpoints"];
+            if object["apiVersion"] == "monitoring.coreos.com/v1"
+                && object["spec"]["selector"]["matchLabels"].is_object()
+                && endpoints.as_array().is_some_and(|e| !e.is_empty())
+            {
+                Ok(())
+            } else {
+                Err("ServiceMonitor needs apiVersion monitoring.coreos.com/v1, spec.selector and spec.endpoints".into())
+            }
+        }
+        other => Err(format!("the chart renders an unexpected kind {other:?}")),
+    }
+}
+
+fn kinds(objects: &[Value]) -> Vec<String> {
+    let mut kinds: Vec<String> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+fn assert_valid(objects: &[Value]) {
+    for object in objects {
+        if let Err(err) = check_object(object) {
+            panic!("{} {}: {err}", object["kind"], object["metadata"]["name"]);
+        }
+    }
+}
+
+#[test]
+fn the_chart_lints() {
+    let out = Command::new(helm())
+        .args(["lint", "charts/agentrt", "--strict"])
+        .current_dir(root())
+        .output()
+        .expect("helm runs");
+    assert!(
+        out.status.success(),
+        "helm lint failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn default_values_render_valid_objects_with_a_cluster_role() {
+    let objects = render(&[]);
+    assert_valid(&objects);
+    assert_eq!(
+        kinds(&objects),
+        [
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Service",
+            "ServiceAccount"
+        ]
+    );
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2, "two replicas by default");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    let pod_security = &deployment["spec"]["template"]["spec"]["securityContext"];
+    assert_eq!(pod_security["runAsNonRoot"], true);
+    assert_eq!(pod_security["seccompProfile"]["type"], "RuntimeDefault");
+    assert!(container["args"][0] == "controller");
+}
+
+#[test]
+fn watch_namespaces_render_a_role_per_namespace_and_no_cluster_role_for_the_controller() {
+    let objects = render(&["watchNamespaces={team-a,team-b}"]);
+    assert_valid(&objects);
+    let roles: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Role").collect();
+    let namespaces: Vec<&str> = roles
+        .iter()
+        .filter_map(|r| r["metadata"]["namespace"].as_str())
+        .collect();
+    assert_eq!(namespaces, ["team-a", "team-b"]);
+    assert!(
+        !objects.iter().any(|o| o["kind"] == "ClusterRoleBinding"),
+        "no cluster-wide binding for the controller"
+    );
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
+    let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(
+        args.contains(&"--namespace=team-a") && args.contains(&"--namespace=team-b"),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn admission_policies_render_valid_policies_and_bindings() {
+    let objects = render(&["admissionPolicies.enabled=true"]);
+    assert_valid(&objects);
+    assert_eq!(
+        objects
+            .iter()
+            .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
+            .count(),
+        2
+    );
+    let with_four_eyes = render(&[
+        "admissionPolicies.enabled=true",
+        "admissionPolicies.fourEyes=true",
+    ]);
+    assert_valid(&with_four_eyes);
+    assert_eq!(
+        with_four_eyes
+            .iter()
+            .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
+            .count(),
+        4
+    );
+    assert_eq!(
+        with_four_eyes
+            .iter()
+            .filter(|o| o["kind"] == "ValidatingAdmissionPolicyBinding")
+            .count(),
+        4
+    );
+}
+
+#[test]
+fn service_monitor_renders_when_enabled() {
+    let objects = render(&["metrics.serviceMonitor.enabled=true"]);
+    assert_valid(&objects);
+    assert_eq!(
+        objects
+            .iter()
+            .filter(|o| o["kind"] == "ServiceMonitor")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn values_outside_the_schema_are_refused() {
+    let out = Command::new(helm())
+        .args([
+            "template",
+            "agentrt",
+            "charts/agentrt",
+            "--set",
+            "replicaCount=0",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("helm runs");
+    assert!(
+        !out.status.success(),
+        "replicaCount=0 must be refused by values.schema.json"
+    );
+    let out = Command::new(helm())
+        .args([
+            "template",
+            "agentrt",
+            "charts/agentrt",
+            "--set",
+            "replicas=3",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("helm runs");
+    assert!(
+        !out.status.success(),
+        "an unknown value must be refused by values.schema.json"
+    );
+}
+
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    for name in ["agentruns.yaml", "approvals.yaml"] {
+        let top = std::fs::read_to_string(root().join("crds").join(name)).expect("crds/ file");
+        let chart = std::fs::read_to_string(root().join("charts/agentrt/crds").join(name))
+            .expect("charts/agentrt/crds file");
+        assert!(
+            top == chart,
+            "charts/agentrt/crds/{name} differs from crds/{name}; run scripts/gen-crds"
+        );
+    }
+}
