@@ -112,7 +112,17 @@ pub(crate) fn evaluate(
                     .unwrap_or_else(|| "policy".to_string()),
                 reason: decision.reason.clone(),
                 capability: decision.capability.clone(),
-                presentation: decision.presentation.clone(),
+                // A requirement with no presentation of its own (a class default) shows the
+                // call itself.
+                presentation: decision.presentation.clone().or_else(|| {
+                    let tool = &txn.run.spec.tools[tool];
+                    Some(json!({
+                        "tool": tool.name,
+                        "args": args,
+                        "sideEffect": tool.side_effect,
+                        "reason": decision.reason,
+                    }))
+                }),
                 origin: Origin::Policy,
             };
             if let Some(grant) = grant {

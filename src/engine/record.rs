@@ -93,7 +93,11 @@ impl<'a> Txn<'a> {
     }
 
     /// Appends an event with the next `seq`.
-    pub fn event(&mut self, type_: EventType, step: Option<i64>, data: Value) {
+    /// Absent fields of `data` (JSON `null` at its top level) are left out.
+    pub fn event(&mut self, type_: EventType, step: Option<i64>, mut data: Value) {
+        if let Value::Object(map) = &mut data {
+            map.retain(|_, v| !v.is_null());
+        }
         let seq = self.status.events.last().map_or(0, |e| e.seq) + 1;
         self.status.events.push(RunEvent {
             seq,

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::canonical::content_hash;
 use super::loop_::drive;
 use super::record::{to_value, Txn};
-use super::validate::{check_storable, ToolSchema};
+use super::validate::{check_storable_at, ToolSchema};
 use crate::api::{AgentRunSpec, EventType, RunPhase, TerminalReason};
 
 /// [`super::Input::LeaseAcquired`] for a `Pending` run.
@@ -83,7 +83,7 @@ fn check_spec(spec: &AgentRunSpec) -> Result<(), String> {
                 ))
             }
         }
-        check_storable(&tool.input_schema).map_err(|err| format!("{field}.inputSchema: {err}"))?;
+        check_storable_at(&tool.input_schema, &format!("{field}.inputSchema"))?;
         ToolSchema::compile(index, tool)?;
     }
     Ok(())

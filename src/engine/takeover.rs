@@ -30,6 +30,11 @@ with these arguments; rejecting ends the run.";
 
 /// [`super::Input::LeaseAcquired`] for a `Running` run.
 pub(crate) fn take_over(txn: &mut Txn, takeover: Option<PreviousHolder>) {
+    if takeover.is_none() && txn.holder() == Some(txn.caller.holder.as_str()) {
+        // The start (or a grant) this replica just wrote, applied again: go on from the record.
+        drive(txn);
+        return;
+    }
     let previous = takeover.unwrap_or_else(|| PreviousHolder {
         holder: txn.holder().map(str::to_string),
         expired_at: None,
@@ -85,10 +90,11 @@ fn already_taken_over(txn: &Txn, previous: &PreviousHolder) -> bool {
         .rev()
         .find(|e| e.type_ == EventType::LeaseTakenOver)
         .and_then(|e| e.data.clone());
+    let field = |d: &Value, name: &str| d.get(name).cloned().unwrap_or(Value::Null);
     last.is_some_and(|d| {
-        d.get("previousHolder") == Some(&json!(previous.holder))
-            && d.get("previousExpiry") == Some(&json!(previous.expired_at))
-            && d.get("holder") == Some(&json!(txn.caller.holder))
+        field(&d, "previousHolder") == json!(previous.holder)
+            && field(&d, "previousExpiry") == json!(previous.expired_at)
+            && field(&d, "holder") == json!(txn.caller.holder)
     })
 }
 

@@ -1,1 +1,6 @@
-//! Engine tests.
+//! The engine's unit tests: one per behaviour of BEHAVIOURS.md 1-50 the engine decides, named
+//! for it, built on a fake controller ([`harness`]).
+
+mod harness;
+mod starting;
+mod steps;
