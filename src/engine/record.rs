@@ -369,7 +369,15 @@ pub(crate) fn interrupted_observation(previous: StepStatus, detail: Option<&str>
 }
 
 /// A small observation (engine-written content, never over the step budget).
-pub(crate) fn observation(kind: ObservationKind, content: Value, summary: String) -> Observation {
+/// Absent fields (JSON `null` at the top level of an object) are left out of the content.
+pub(crate) fn observation(
+    kind: ObservationKind,
+    mut content: Value,
+    summary: String,
+) -> Observation {
+    if let Value::Object(map) = &mut content {
+        map.retain(|_, v| !v.is_null());
+    }
     let content_hash = super::canonical::content_hash(&content).unwrap_or_default();
     Observation {
         kind,

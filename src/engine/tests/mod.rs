@@ -1,6 +1,8 @@
 //! The engine's unit tests: one per behaviour of BEHAVIOURS.md 1-50 the engine decides, named
 //! for it, built on a fake controller ([`harness`]).
 
+mod calls;
 mod harness;
+mod outcomes;
 mod starting;
 mod steps;
