@@ -583,11 +583,12 @@ fn execute_grant(
         return Flow::Continue;
     }
     let run = txn.run;
+    // The tool by name: its current schema and the current policy judge the args again.
     let tool = run
         .spec
         .tools
         .iter()
-        .position(|t| tool_ref(t) == spec.request.tool);
+        .position(|t| t.name == spec.request.tool.name);
     let belongs = spec.run_uid == run.uid
         && spec.request.run.uid == run.uid
         && spec.request.step == index as i64

@@ -1,6 +1,7 @@
 //! The engine's unit tests: one per behaviour of BEHAVIOURS.md 1-50 the engine decides, named
 //! for it, built on a fake controller ([`harness`]).
 
+mod approvals;
 mod calls;
 mod harness;
 mod outcomes;
