@@ -7,3 +7,4 @@ mod harness;
 mod outcomes;
 mod starting;
 mod steps;
+mod takeover;
