@@ -374,6 +374,15 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
     // BEHAVIOURS.md 43: a live loop finds the cancellation at its next write.
     if txn.run.spec.cancel {
         observe::cancel(txn);
+        // A tool that returned just now: its outcome comes after `run.finished` (44).
+        if let Input::ToolFinished {
+            step,
+            attempt,
+            outcome,
+        } = input
+        {
+            outcome::late(txn, step, attempt, outcome)?;
+        }
         txn.release_and_stop();
         return Ok(());
     }
