@@ -3,6 +3,8 @@
 //! Kubernetes distribution. It must answer like kube-apiserver 1.32 would, because the operator
 //! will meet a real one.
 
+pub mod schema;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
