@@ -163,6 +163,11 @@ impl Harness {
         effects
     }
 
+    /// Whether the process crashed (its crash point was reached).
+    pub fn crashed(&self) -> bool {
+        self.crash_after == Some(0)
+    }
+
     fn perform(&mut self, holder: &str, effect: &Effect) {
         match effect {
             Effect::WriteStatus { status } => {
@@ -223,6 +228,9 @@ impl Harness {
     pub fn reconcile(&mut self, holder: &str) -> Vec<Effect> {
         let lease = self.lease_view();
         let effects = self.step(holder, Input::Observe { lease });
+        if self.crashed() {
+            return effects;
+        }
         let takeover = effects.iter().find_map(|e| match e {
             Effect::AcquireLease { takeover } => Some(takeover.clone()),
             _ => None,

@@ -5,6 +5,7 @@ mod approvals;
 mod calls;
 mod harness;
 mod outcomes;
+mod properties;
 mod records;
 mod starting;
 mod steps;
