@@ -9,25 +9,22 @@
 //!   again from the record; pending → nothing (requeue for its expiry), or `approval_expired`
 //!   once past it; rejected → the step fails `policy_denied` and the run ends `Cancelled`
 //!   `approval_rejected`; approved → expired when older than grantTTLSeconds, otherwise the
-//!   holder executes it ([`execute_grant`]) and an observer asks for the lease.
-//! - [`execute_grant`]: the hash is verified over the stored Approval (a mismatch is never
-//!   executed: `internal_error`), the args are checked against the current schema, the current
-//!   policy is evaluated again ([`calls::evaluate`]). The write that starts the tool marks the
-//!   approval executed, so a grant executes at most once whatever crashes; the Approval's
-//!   `Executed` status is a projection written after it.
+//!   holder executes it ([`grants::execute_grant`]) and an observer asks for the lease.
+//!
+//! Executing a grant is [`grants`]'s room.
 
 use serde_json::{json, Value};
 
-use super::calls::{self, Grant};
+use super::grants;
 use super::hash::approval_hash;
-use super::loop_::{check_args, check_call, CallProblem, Flow};
+use super::loop_::{check_call, Flow};
 use super::observe::millis_until;
 use super::record::{observation, to_value, Txn};
 use super::Effect;
 use crate::api::{
     Approval, ApprovalDecision, ApprovalPhase, ApprovalRequest, ApprovalSpec, ApprovalStatus,
     EventType, ObservationKind, RunPhase, RunRef, StepApproval, StepStatus, TerminalReason,
-    ToolRef, Verdict, INTERRUPTED_SIDE_EFFECT,
+    ToolRef, Verdict,
 };
 
 /// Who asked for an approval (recorded in `approval.requested` as `origin`).
@@ -339,7 +336,7 @@ fn settle_waiting(txn: &mut Txn) {
             status.decided_at = Some(decided_at);
             status.short_hash = Some(short_hash(&latest.hash));
             if txn.executor {
-                let flow = execute_grant(txn, index, &latest, &approval, &decision, status);
+                let flow = grants::execute_grant(txn, index, &latest, &approval, &decision, status);
                 if flow == Flow::Continue {
                     super::loop_::drive(txn);
                 }
@@ -438,7 +435,7 @@ fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), St
 }
 
 /// The data of the `approval.requested` event for `name`.
-fn requested_event(txn: &Txn, name: &str) -> Option<Value> {
+pub(crate) fn requested_event(txn: &Txn, name: &str) -> Option<Value> {
     txn.status
         .events
         .iter()
@@ -448,20 +445,8 @@ fn requested_event(txn: &Txn, name: &str) -> Option<Value> {
         .find(|d| d.get("approval").and_then(Value::as_str) == Some(name))
 }
 
-fn origin_of(txn: &Txn, latest: &StepApproval) -> Origin {
-    let recorded = requested_event(txn, &latest.name)
-        .and_then(|d| d.get("origin").and_then(Value::as_str).map(str::to_string));
-    match recorded.as_deref() {
-        Some("interruption") => Origin::Interruption,
-        Some("reconcile") => Origin::Reconcile,
-        Some(_) => Origin::Policy,
-        None if latest.kind == INTERRUPTED_SIDE_EFFECT => Origin::Interruption,
-        None => Origin::Policy,
-    }
-}
-
 /// Copies a person's decision into the record (`approval.decided`).
-fn record_decision(
+pub(crate) fn record_decision(
     txn: &mut Txn,
     index: usize,
     latest: &StepApproval,
@@ -555,80 +540,5 @@ fn expire(
             name: latest.name.clone(),
             status: to_value(&status),
         });
-    }
-}
-
-/// Executes the latest approval's grant (BEHAVIOURS.md 21-22, 26, 35), holding the lease.
-fn execute_grant(
-    txn: &mut Txn,
-    index: usize,
-    latest: &StepApproval,
-    approval: &Approval,
-    decision: &ApprovalDecision,
-    status: ApprovalStatus,
-) -> Flow {
-    let spec = &approval.spec;
-    let verified = approval_hash(
-        &spec.kind,
-        spec.capability.as_ref(),
-        spec.presentation.as_ref(),
-        &spec.request,
-    );
-    if verified.as_ref().ok() != Some(&spec.hash) {
-        let detail = format!(
-            "Approval {}: its stored fields do not hash to spec.hash; it is never executed",
-            latest.name
-        );
-        txn.end_run(TerminalReason::InternalError, Some(detail), None);
-        return Flow::Continue;
-    }
-    let run = txn.run;
-    // The tool by name: its current schema and the current policy judge the args again.
-    let tool = run
-        .spec
-        .tools
-        .iter()
-        .position(|t| t.name == spec.request.tool.name);
-    let belongs = spec.run_uid == run.uid
-        && spec.request.run.uid == run.uid
-        && spec.request.step == index as i64
-        && spec.step_index == index as i64;
-    let Some(tool) = tool.filter(|_| belongs) else {
-        let detail = format!(
-            "Approval {}: its request is not for step {index} of this run or names a tool the \
-             run does not have; it is never executed",
-            latest.name
-        );
-        txn.end_run(TerminalReason::InternalError, Some(detail), None);
-        return Flow::Continue;
-    };
-    record_decision(txn, index, latest, decision);
-    txn.status.phase = RunPhase::Running;
-    txn.take_lease();
-    txn.event(
-        EventType::RunResumed,
-        Some(index as i64),
-        json!({"approval": latest.name}),
-    );
-    let now = txn.now();
-    txn.step_mut(index).started_at = Some(now);
-    match check_args(txn, tool, &spec.request.args) {
-        Err(CallProblem::Invalid(invalid)) => {
-            txn.fail_step(index, invalid.observation());
-            Flow::Continue
-        }
-        Err(CallProblem::Internal(detail)) => {
-            txn.end_run(TerminalReason::InternalError, Some(detail), None);
-            Flow::Continue
-        }
-        Ok((tool, args)) => {
-            let grant = Grant {
-                name: latest.name.clone(),
-                hash: latest.hash.clone(),
-                origin: origin_of(txn, latest),
-                status,
-            };
-            calls::evaluate(txn, index, tool, args, Some(grant))
-        }
     }
 }

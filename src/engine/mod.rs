@@ -13,13 +13,29 @@
 //!   and calls [`step`] again with the same input. The engine then re-decides from the fresh
 //!   record (and stops if this replica is no longer the recorded holder or the run ended).
 //! - A transition runs "until the next external action": one status write, then at most one
-//!   external action ([`Effect::CallTool`], [`Effect::CallAgent`], [`Effect::CallModel`],
+//!   external action ([`Effect::CallTool`], [`Effect::CallAgent`],
 //!   [`Effect::CallReconcileHook`]) whose outcome comes back as the next input (DESIGN.md
 //!   section 4: one durable write between two external actions, never fewer).
 //! - [`Input::Observe`] is what a replica that is not executing the run asks; it never starts a
 //!   side effect, and asks for the lease with [`Effect::AcquireLease`] when the run needs a
 //!   holder. After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
-
+//!
+//! What a transition's effects look like, in order:
+//! - `[WriteStatus?, CallTool | CallAgent | CallReconcileHook]`: the loop goes on; the outcome
+//!   comes back as [`Input::ToolFinished`], [`Input::AgentAnswered`] or [`Input::Reconciled`].
+//!   A grant's execution puts `WriteApprovalStatus(Executed)` between the write and the call.
+//! - `[WriteStatus, CreateApproval, WriteApprovalStatus(Pending), ReleaseLease, Stop]`: the run
+//!   paused on an Approval.
+//! - `[WriteStatus?, WriteApprovalStatus?, ReleaseLease?, Stop]`: the run ended, or the executor
+//!   has nothing to do (`ReleaseLease` only from an executor).
+//! - For [`Input::Observe`]: nothing; `[RequeueAfter]`; `[AcquireLease]`;
+//!   `[WriteApprovalStatus?, AcquireLease]` (an approved grant); `[CreateApproval,
+//!   WriteApprovalStatus]` (a recorded Approval that is missing); `[WriteStatus,
+//!   WriteApprovalStatus?, Stop]` (cancel, rejection, expiry, a record that will not decode).
+//!
+//! [`step`] is a pure function of (run, approvals, caller, input): applying an input again to a
+//! record that already holds its effect writes nothing twice and never starts a started step
+//! again (guarantee 1); a step found `executing` by its own holder is left to a takeover.
 //!
 //! The rooms (each names the rules it holds in its `//!` header):
 //! - `record`: the working copy of the status, events numbered without gaps, conditions, the
@@ -32,7 +48,8 @@
 //! - `loop_`: starting steps and taking decisions (BEHAVIOURS.md 7-10);
 //! - `calls`: the policy and starting a tool (BEHAVIOURS.md 11-14);
 //! - `outcome`: tool outcomes and late outcomes (BEHAVIOURS.md 15-18, 44);
-//! - `approvals`: pauses, decided approvals, grants (BEHAVIOURS.md 19, 21-26);
+//! - `approvals`: pauses and decided approvals (BEHAVIOURS.md 19, 23-25);
+//! - `grants`: executing a grant (BEHAVIOURS.md 21-22, 26);
 //! - `takeover`: takeovers, interrupted steps, the reconcile hook (BEHAVIOURS.md 31-40);
 //! - `projection`: Kubernetes Events derived from the journal.
 //!
@@ -44,6 +61,7 @@ mod approvals;
 mod calls;
 pub mod canonical;
 pub mod content;
+mod grants;
 pub mod hash;
 mod limits;
 mod loop_;
