@@ -142,6 +142,10 @@ fn play(case: &Case) -> Harness {
                 continue;
             }
             let content = json!({"v": choice % 2});
+            // A crash point inside the executor's next transition.
+            if crashes < MAX_CRASHES && next() % 6 == 0 {
+                h.crash_after = Some(usize::from(next() % 3));
+            }
             let effects = match choice % 10 {
                 0..=4 => h.result(&holder, content),
                 5 => h.error(&holder, content),
@@ -149,6 +153,7 @@ fn play(case: &Case) -> Harness {
                 7 if crashes < MAX_CRASHES => {
                     // The executor dies with its tool call in flight.
                     crashes += 1;
+                    h.crash_after = None;
                     h.pending_tool = None;
                     h.expire_lease();
                     alive = None;
@@ -159,6 +164,7 @@ fn play(case: &Case) -> Harness {
                     h.result(&holder, content)
                 }
                 _ => {
+                    h.crash_after = None;
                     let other = format!("r{}", replicas + 100);
                     let effects = h.reconcile(&other);
                     assert!(
@@ -168,7 +174,12 @@ fn play(case: &Case) -> Harness {
                     continue;
                 }
             };
-            if !kinds(&effects).iter().any(|k| k.starts_with("CallTool")) {
+            if h.crash_after.take().is_some() {
+                crashes += 1;
+                h.pending_tool = None;
+                h.expire_lease();
+                alive = None;
+            } else if !kinds(&effects).iter().any(|k| k.starts_with("CallTool")) {
                 alive = None;
             }
             continue;
