@@ -167,7 +167,7 @@ pub(crate) fn start_tool(
     let spec_tool = txn.run.spec.tools[tool].clone();
     let step = txn.step_mut(index);
     step.status = StepStatus::Executing;
-    step.attempts += 1;
+    step.attempts = step.attempts.saturating_add(1);
     let attempt = step.attempts;
     let mut data = json!({"tool": spec_tool.name, "args": args, "attempt": attempt});
     if let Some(grant) = &grant {

@@ -106,7 +106,7 @@ fn patch(status: &Value, reason: TerminalReason, detail: Option<String>, now: Ti
         Some(events) => serde_json::from_value(events.clone()).ok(),
     };
     if let Some(journal) = journal {
-        let seq = journal.last().map_or(0, |e| e.seq) + 1;
+        let seq = journal.last().map_or(0, |e| e.seq).saturating_add(1);
         let mut data = json!({"phase": phase, "reason": reason});
         if let Some(detail) = detail {
             data["detail"] = json!(detail);
