@@ -4,8 +4,8 @@
 //! [`drive`] runs a run "until the next external action": while nothing external happens
 //! (a denial, an invalid decision, a scripted agent's next decision) the steps share one status
 //! write. A step starts after the limits ([`super::limits`]); a scripted agent's decision i is
-//! `spec.agent.scripted.decisions[i]`, a webhook (or openai) agent is asked with
-//! [`Effect::CallAgent`]. The decision is recorded verbatim (`step.decided`, `steps[i].decision`,
+//! `spec.agent.scripted.decisions[i]`, a webhook agent is asked with [`Effect::CallAgent`], a
+//! model with [`Effect::CallModel`] ([`super::model`]). The decision is recorded verbatim (`step.decided`, `steps[i].decision`,
 //! args that are not usable JSON in `invalidArgs`) before it is validated; an unusable one fails
 //! the step `invalid_decision` and the loop goes on. A started step is never started again of
 //! its own accord (guarantee 1): an `executing` step found on the loop's way stops it.
@@ -101,7 +101,10 @@ fn decide(txn: &mut Txn) -> Flow {
             }
         };
     }
-    if agent.webhook.is_some() || agent.openai.is_some() {
+    if agent.openai.is_some() {
+        return super::model::dispatch(txn, index, 0);
+    }
+    if agent.webhook.is_some() {
         let request = agent_request(txn, index);
         txn.after.push(Effect::CallAgent {
             step: index as i64,
@@ -152,8 +155,8 @@ pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
     }
 }
 
-/// The body a webhook agent receives: the run, its goal, its tools and its steps so far.
-fn agent_request(txn: &Txn, index: usize) -> Value {
+/// The body a webhook agent (or the model's decider) receives: the run, its goal, its tools and its steps so far.
+pub(crate) fn agent_request(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let tools: Vec<Value> = run
         .spec

@@ -13,7 +13,7 @@
 //!   and calls [`step`] again with the same input. The engine then re-decides from the fresh
 //!   record (and stops if this replica is no longer the recorded holder or the run ended).
 //! - A transition runs "until the next external action": one status write, then at most one
-//!   external action ([`Effect::CallTool`], [`Effect::CallAgent`],
+//!   external action ([`Effect::CallTool`], [`Effect::CallAgent`], [`Effect::CallModel`],
 //!   [`Effect::CallReconcileHook`]) whose outcome comes back as the next input (DESIGN.md
 //!   section 4: one durable write between two external actions, never fewer).
 //! - [`Input::Observe`] is what a replica that is not executing the run asks; it never starts a
@@ -21,8 +21,9 @@
 //!   holder. After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
 //!
 //! What a transition's effects look like, in order:
-//! - `[WriteStatus?, CallTool | CallAgent | CallReconcileHook]`: the loop goes on; the outcome
-//!   comes back as [`Input::ToolFinished`], [`Input::AgentAnswered`] or [`Input::Reconciled`].
+//! - `[WriteStatus?, CallTool | CallAgent | CallModel | CallReconcileHook]`: the loop goes on;
+//!   the outcome comes back as [`Input::ToolFinished`], [`Input::AgentAnswered`],
+//!   [`Input::ModelAnswered`] or [`Input::Reconciled`].
 //!   A grant's execution puts `WriteApprovalStatus(Executed)` between the write and the call.
 //! - `[WriteStatus, CreateApproval, WriteApprovalStatus(Pending), ReleaseLease, Stop]`: the run
 //!   paused on an Approval.
@@ -46,6 +47,7 @@
 //! - `start`: a new run's first write (BEHAVIOURS.md 1-3);
 //! - `limits`: the limits before each step (BEHAVIOURS.md 4-6);
 //! - `loop_`: starting steps and taking decisions (BEHAVIOURS.md 7-10);
+//! - `model`: model attempts and their accounting (BEHAVIOURS.md 45-48);
 //! - `calls`: the policy and starting a tool (BEHAVIOURS.md 11-14);
 //! - `outcome`: tool outcomes and late outcomes (BEHAVIOURS.md 15-18, 44);
 //! - `approvals`: pauses and decided approvals (BEHAVIOURS.md 19, 23-25);
@@ -65,6 +67,7 @@ mod grants;
 pub mod hash;
 mod limits;
 mod loop_;
+mod model;
 mod observe;
 mod outcome;
 pub mod policy;
@@ -205,6 +208,60 @@ pub enum ToolOutcome {
     },
 }
 
+/// Token counts a model reported for one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ModelUsage {
+    /// Prompt tokens, cached ones included.
+    pub input_tokens: i64,
+    /// Completion tokens.
+    pub output_tokens: i64,
+    /// Prompt tokens served from the provider's cache (priced apart).
+    pub cached_input_tokens: i64,
+}
+
+/// How one model attempt ended, as the executor saw it (DESIGN.md section 6; BEHAVIOURS.md
+/// 45-48).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelOutcome {
+    /// A usable reply, translated by the decider into a decision (`{kind, tool, args}`, or
+    /// `{kind, tool, invalidArgs}` for arguments that are not JSON; a truncated or tool-less
+    /// reply as a decision that will not validate), with the usage the provider reported.
+    Answered {
+        /// The decision.
+        decision: Value,
+        /// The reported usage; `None` when the provider reported none (the projection is
+        /// charged).
+        usage: Option<ModelUsage>,
+        /// Wall time in milliseconds.
+        latency_ms: u64,
+    },
+    /// An HTTP answer that is not a reply. 408, 409, 425, 429 and 5xx are transient and tried
+    /// again; anything else ends the run `model_unavailable`.
+    Failed {
+        /// The HTTP status.
+        status: u16,
+        /// `Retry-After`, in milliseconds, when the answer had one.
+        retry_after_ms: Option<u64>,
+        /// What happened, for the record.
+        detail: String,
+        /// Wall time in milliseconds.
+        latency_ms: u64,
+    },
+    /// The request was sent and no answer came (timeout, lost connection): charged its
+    /// projection and tried again.
+    NoAnswer {
+        /// What happened.
+        detail: String,
+        /// Wall time in milliseconds.
+        latency_ms: u64,
+    },
+    /// Nothing was sent (connection refused, no such host): the run ends `model_unavailable`.
+    Unreachable {
+        /// What happened.
+        detail: String,
+    },
+}
+
 /// One input to the state machine.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
@@ -237,6 +294,15 @@ pub enum Input {
         attempt: i64,
         /// How it ended.
         outcome: ToolOutcome,
+    },
+    /// A model attempt ([`Effect::CallModel`]) ended.
+    ModelAnswered {
+        /// The step being decided.
+        step: i64,
+        /// The attempt that ended.
+        attempt: i64,
+        /// How it ended.
+        outcome: ModelOutcome,
     },
     /// The reconcile hook answered a Reconciliation (`{outcome, result, detail, pause}`), or
     /// failed after its retries.
@@ -293,13 +359,30 @@ pub enum Effect {
     },
     /// Call the tool (only if this replica's lease is unexpired by its own clock).
     CallTool(ToolCall),
-    /// Ask the run's agent (webhook; openai until model calls have their own effect) for step
-    /// `step`'s decision, POSTing `request`; the answer comes back as [`Input::AgentAnswered`].
+    /// Ask the run's webhook agent for step `step`'s decision, POSTing `request`; the answer
+    /// comes back as [`Input::AgentAnswered`].
     CallAgent {
         /// The step.
         step: i64,
         /// The JSON body (goal, tool specs, steps, approvals).
         request: Value,
+    },
+    /// Ask the run's model (`spec.agent.openai`) for step `step`'s decision: wait
+    /// `delay_millis` (a retry's backoff; 0 for a first attempt), check the lease, then send
+    /// `request` with at most `max_output_tokens` output tokens. The write before it recorded
+    /// `model.dispatched` with this attempt's projection; the outcome comes back as
+    /// [`Input::ModelAnswered`].
+    CallModel {
+        /// The step.
+        step: i64,
+        /// 1, 2, ... per step; each retry is a new attempt.
+        attempt: i64,
+        /// The JSON body (goal, tool specs, steps), as for [`Effect::CallAgent`].
+        request: Value,
+        /// The output cap to send (`maxOutputTokens`, or `maxOutputTokensPerCall`, the smaller).
+        max_output_tokens: Option<i64>,
+        /// How long to wait before sending.
+        delay_millis: u64,
     },
     /// POST this RunView to the reconcile hook.
     CallReconcileHook {
@@ -418,6 +501,11 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
             attempt,
             outcome,
         } => outcome::tool_finished(txn, step, attempt, outcome)?,
+        Input::ModelAnswered {
+            step,
+            attempt,
+            outcome,
+        } => model::answered(txn, step, attempt, outcome)?,
         Input::Reconciled { answer } => takeover::reconciled(txn, answer),
         Input::Observe { .. } | Input::LeaseLost => txn.stop(),
     }

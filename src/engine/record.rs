@@ -98,7 +98,12 @@ impl<'a> Txn<'a> {
         if let Value::Object(map) = &mut data {
             map.retain(|_, v| !v.is_null());
         }
-        let seq = self.status.events.last().map_or(0, |e| e.seq).saturating_add(1);
+        let seq = self
+            .status
+            .events
+            .last()
+            .map_or(0, |e| e.seq)
+            .saturating_add(1);
         self.status.events.push(RunEvent {
             seq,
             time: self.now(),
@@ -123,7 +128,12 @@ impl<'a> Txn<'a> {
 
     /// Records the caller as holder under a new epoch (the fence; DESIGN.md section 4).
     pub fn take_lease(&mut self) {
-        let epoch = self.status.lease.as_ref().map_or(0, |l| l.epoch).saturating_add(1);
+        let epoch = self
+            .status
+            .lease
+            .as_ref()
+            .map_or(0, |l| l.epoch)
+            .saturating_add(1);
         self.status.lease = Some(LeaseRecord {
             holder: self.caller.holder.clone(),
             epoch,

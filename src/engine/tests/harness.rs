@@ -20,6 +20,7 @@ use crate::engine::{
 pub const REFUND: &str = include_str!("../../../tests/fixtures/engine/refund.yaml");
 pub const TOOLS: &str = include_str!("../../../tests/fixtures/engine/tools.yaml");
 pub const WEBHOOK: &str = include_str!("../../../tests/fixtures/engine/webhook.yaml");
+pub const OPENAI: &str = include_str!("../../../tests/fixtures/engine/openai.yaml");
 
 /// 2026-01-01T00:00:00Z.
 pub const T0: i64 = 1_767_225_600_000;
@@ -48,6 +49,8 @@ pub struct Harness {
     pub pending_agent: Option<(i64, Value)>,
     /// The reconcile hook view awaited.
     pub pending_hook: Option<Value>,
+    /// The model attempt awaited (step, attempt).
+    pub pending_model: Option<(i64, i64)>,
     /// Stop after performing this many more effects (a crash point); `None` performs all.
     pub crash_after: Option<usize>,
 }
@@ -90,6 +93,7 @@ impl Harness {
             pending_tool: None,
             pending_agent: None,
             pending_hook: None,
+            pending_model: None,
             crash_after: None,
         }
     }
@@ -196,6 +200,7 @@ impl Harness {
                 self.pending_agent = Some((*step, request.clone()));
             }
             Effect::CallReconcileHook { view } => self.pending_hook = Some(view.clone()),
+            Effect::CallModel { step, attempt, .. } => self.pending_model = Some((*step, *attempt)),
             Effect::ReleaseLease => {
                 if self.lease.as_ref().is_some_and(|l| l.holder == holder) {
                     self.lease = None;
@@ -408,6 +413,12 @@ pub fn kinds(effects: &[Effect]) -> Vec<String> {
             Effect::CallTool(call) => format!("CallTool({}#{})", call.tool.name, call.attempt),
             Effect::CallAgent { step, .. } => format!("CallAgent({step})"),
             Effect::CallReconcileHook { .. } => "CallReconcileHook".to_string(),
+            Effect::CallModel {
+                step,
+                attempt,
+                delay_millis,
+                ..
+            } => format!("CallModel({step}#{attempt}+{delay_millis}ms)"),
             Effect::ReleaseLease => "ReleaseLease".to_string(),
             Effect::RequeueAfter { millis } => format!("RequeueAfter({millis})"),
             Effect::Stop => "Stop".to_string(),

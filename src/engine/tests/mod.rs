@@ -4,6 +4,7 @@
 mod approvals;
 mod calls;
 mod harness;
+mod model;
 mod outcomes;
 mod properties;
 mod records;
