@@ -1,1 +1,3 @@
 //! The deciders (DESIGN.md section 6): scripted, openai, webhook.
+
+pub mod openai;

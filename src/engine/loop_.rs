@@ -5,9 +5,9 @@
 //! (a denial, an invalid decision, a scripted agent's next decision) the steps share one status
 //! write. A step starts after the limits ([`super::limits`]); a scripted agent's decision i is
 //! `spec.agent.scripted.decisions[i]`, a webhook agent is asked with [`Effect::CallAgent`], a
-//! model with [`Effect::CallModel`] ([`super::model`]). The decision is recorded verbatim (`step.decided`, `steps[i].decision`,
-//! args that are not usable JSON in `invalidArgs`) before it is validated; an unusable one fails
-//! the step `invalid_decision` and the loop goes on. A started step is never started again of
+//! model with [`Effect::CallModel`] ([`super::model_calls`]). The decision is recorded verbatim
+//! (`step.decided`, `steps[i].decision`, args that are not usable JSON in `invalidArgs`) before
+//! it is validated; an unusable one fails the step `invalid_decision` and the loop goes on. A started step is never started again of
 //! its own accord (guarantee 1): an `executing` step found on the loop's way stops it.
 
 use serde_json::{json, Map, Value};
@@ -102,7 +102,7 @@ fn decide(txn: &mut Txn) -> Flow {
         };
     }
     if agent.openai.is_some() {
-        return super::model::dispatch(txn, index, 0);
+        return super::model_calls::dispatch(txn, index, 0);
     }
     if agent.webhook.is_some() {
         let request = agent_request(txn, index);
@@ -155,8 +155,8 @@ pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
     }
 }
 
-/// The body a webhook agent (or the model's decider) receives: the run, its goal, its tools and its steps so far.
-pub(crate) fn agent_request(txn: &Txn, index: usize) -> Value {
+/// The body a webhook agent receives: the run, its goal, its tools and its steps so far.
+fn agent_request(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let tools: Vec<Value> = run
         .spec

@@ -47,7 +47,7 @@
 //! - `start`: a new run's first write (BEHAVIOURS.md 1-3);
 //! - `limits`: the limits before each step (BEHAVIOURS.md 4-6);
 //! - `loop_`: starting steps and taking decisions (BEHAVIOURS.md 7-10);
-//! - `model`: model attempts and their accounting (BEHAVIOURS.md 45-48);
+//! - `model_calls`: model attempts, accounted by the `model` rules (BEHAVIOURS.md 45-48);
 //! - `calls`: the policy and starting a tool (BEHAVIOURS.md 11-14);
 //! - `outcome`: tool outcomes and late outcomes (BEHAVIOURS.md 15-18, 44);
 //! - `approvals`: pauses and decided approvals (BEHAVIOURS.md 19, 23-25);
@@ -55,9 +55,9 @@
 //! - `takeover`: takeovers, interrupted steps, the reconcile hook (BEHAVIOURS.md 31-40);
 //! - `projection`: Kubernetes Events derived from the journal.
 //!
-//! The rule modules `canonical`, `hash`, `validate`, `policy` and `content` hold the pure
-//! functions the machine calls (canonical JSON and hashes, schema checks, the policy, content
-//! budgets).
+//! The rule modules `canonical`, `hash`, `validate`, `policy`, `content` and `model` hold the
+//! pure functions the machine calls (canonical JSON and hashes, schema checks, the policy,
+//! content budgets, model accounting).
 
 mod approvals;
 mod calls;
@@ -67,7 +67,8 @@ mod grants;
 pub mod hash;
 mod limits;
 mod loop_;
-mod model;
+pub mod model;
+mod model_calls;
 mod observe;
 mod outcome;
 pub mod policy;
@@ -208,39 +209,27 @@ pub enum ToolOutcome {
     },
 }
 
-/// Token counts a model reported for one attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ModelUsage {
-    /// Prompt tokens, cached ones included.
-    pub input_tokens: i64,
-    /// Completion tokens.
-    pub output_tokens: i64,
-    /// Prompt tokens served from the provider's cache (priced apart).
-    pub cached_input_tokens: i64,
-}
-
 /// How one model attempt ended, as the executor saw it (DESIGN.md section 6; BEHAVIOURS.md
-/// 45-48).
+/// 45-48). Charged by [`model::charge`], retried by [`model::retry_plan`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelOutcome {
-    /// A usable reply, translated by the decider into a decision (`{kind, tool, args}`, or
-    /// `{kind, tool, invalidArgs}` for arguments that are not JSON; a truncated or tool-less
-    /// reply as a decision that will not validate), with the usage the provider reported.
+    /// A 2xx reply, read by the decider (`agents::openai::parse_reply`) into the decision to
+    /// record and the usage the reply reported.
     Answered {
-        /// The decision.
+        /// The decision (`{kind, tool, args}`, `{kind, tool, invalidArgs}`, `{kind: complete,
+        /// result}`, `{kind: fail, message}`, or an invalid reply as `{kind: invalid, ...}`).
         decision: Value,
-        /// The reported usage; `None` when the provider reported none (the projection is
-        /// charged).
-        usage: Option<ModelUsage>,
+        /// The usage reported; `None` when the reply reported none.
+        usage: Option<model::ReportedUsage>,
         /// Wall time in milliseconds.
         latency_ms: u64,
     },
-    /// An HTTP answer that is not a reply. 408, 409, 425, 429 and 5xx are transient and tried
-    /// again; anything else ends the run `model_unavailable`.
+    /// Any other HTTP answer: 408, 409, 425, 429 and 5xx are tried again, anything else ends
+    /// the run `model_unavailable`.
     Failed {
         /// The HTTP status.
         status: u16,
-        /// `Retry-After`, in milliseconds, when the answer had one.
+        /// `Retry-After` (or `retry-after-ms`) in milliseconds, when the answer had one.
         retry_after_ms: Option<u64>,
         /// What happened, for the record.
         detail: String,
@@ -255,10 +244,13 @@ pub enum ModelOutcome {
         /// Wall time in milliseconds.
         latency_ms: u64,
     },
-    /// Nothing was sent (connection refused, no such host): the run ends `model_unavailable`.
-    Unreachable {
+    /// Nothing was sent: charged nothing. A refused connection is tried again (`retryable`);
+    /// an unusable endpoint or key ends the run `model_unavailable`.
+    NotSent {
         /// What happened.
         detail: String,
+        /// Whether sending again may help.
+        retryable: bool,
     },
 }
 
@@ -505,7 +497,7 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
             step,
             attempt,
             outcome,
-        } => model::answered(txn, step, attempt, outcome)?,
+        } => model_calls::answered(txn, step, attempt, outcome)?,
         Input::Reconciled { answer } => takeover::reconciled(txn, answer),
         Input::Observe { .. } | Input::LeaseLost => txn.stop(),
     }

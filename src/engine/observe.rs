@@ -67,7 +67,7 @@ pub(crate) fn cancel(txn: &mut Txn) {
             StepStatus::Deciding | StepStatus::AwaitingApproval | StepStatus::Executing
         ) {
             if previous == StepStatus::Deciding {
-                super::model::close_open_attempt(txn, index, "cancelled before its answer");
+                super::model_calls::close_open_attempt(txn, index, "cancelled before its answer");
             }
             txn.fail_step(index, interrupted_observation(previous, None));
         }

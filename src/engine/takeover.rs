@@ -102,7 +102,11 @@ fn already_taken_over(txn: &Txn, previous: &PreviousHolder) -> bool {
 pub(crate) fn interrupt(txn: &mut Txn, index: usize, detail: Option<&str>) {
     let previous = txn.status.steps[index].status;
     if previous == StepStatus::Deciding {
-        super::model::close_open_attempt(txn, index, "interrupted before its answer was recorded");
+        super::model_calls::close_open_attempt(
+            txn,
+            index,
+            "interrupted before its answer was recorded",
+        );
     }
     let mut data = json!({"previousStatus": previous});
     if let Some(detail) = detail {

@@ -3,17 +3,17 @@
 use serde_json::{json, Value};
 
 use super::harness::*;
-use crate::api::{RunPhase, StepStatus, TerminalReason, Usage};
-use crate::engine::{Effect, Input, ModelOutcome, ModelUsage};
+use crate::agents::openai::encode;
+use crate::api::{RunPhase, StepStatus, TerminalReason};
+use crate::engine::model::ReportedUsage;
+use crate::engine::{Effect, Input, ModelOutcome};
 
 /// The projection `dispatch` makes of the request in `effects`.
 fn projected_input(effects: &[Effect]) -> i64 {
     effects
         .iter()
         .find_map(|e| match e {
-            Effect::CallModel { request, .. } => {
-                Some((serde_json::to_vec(request).unwrap().len() / 3 + 1) as i64)
-            }
+            Effect::CallModel { request, .. } => Some((encode(request).len() / 3 + 1) as i64),
             _ => None,
         })
         .expect("a model call")
@@ -32,7 +32,7 @@ fn answer(h: &mut Harness, outcome: ModelOutcome) -> Vec<String> {
     kinds(&effects)
 }
 
-fn reply(decision: Value, usage: Option<ModelUsage>) -> ModelOutcome {
+fn reply(decision: Value, usage: Option<ReportedUsage>) -> ModelOutcome {
     ModelOutcome::Answered {
         decision,
         usage,
@@ -40,8 +40,8 @@ fn reply(decision: Value, usage: Option<ModelUsage>) -> ModelOutcome {
     }
 }
 
-fn usage(input: i64, output: i64, cached: i64) -> Option<ModelUsage> {
-    Some(ModelUsage {
+fn usage(input: i64, output: i64, cached: i64) -> Option<ReportedUsage> {
+    Some(ReportedUsage {
         input_tokens: input,
         output_tokens: output,
         cached_input_tokens: cached,
@@ -92,7 +92,7 @@ fn every_model_attempt_writes_dispatched_before_it_is_sent_and_completed_after()
     );
     assert_eq!(
         h.status().usage,
-        Usage {
+        crate::api::Usage {
             model_calls: 1,
             input_tokens: 1000,
             output_tokens: 50,
@@ -179,11 +179,11 @@ fn under_a_token_limit_a_request_with_no_output_cap_is_refused_before_it_is_sent
     assert!(!kinds(&effects).iter().any(|k| k.starts_with("CallModel")));
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::LimitTokens));
-    let exceeded = h.last_event("limit.exceeded");
-    assert!(exceeded["detail"]
-        .as_str()
-        .unwrap()
-        .contains("no output cap"));
+    assert_eq!(
+        h.last_event("limit.exceeded")["missingOutputCap"],
+        json!(true)
+    );
+    assert!(status.reason_detail.unwrap().contains("output cap"));
 }
 
 #[test]
@@ -296,8 +296,10 @@ fn transient_failures_are_retried_honouring_retry_after() {
             "detail": "slow down",
             "latencyMs": 20,
             "inputTokens": 0,
+            "cachedInputTokens": 0,
             "outputTokens": 0,
             "costMicros": 0,
+            "charged": "nothing",
         })
     );
     let effects = answer(
@@ -330,19 +332,29 @@ fn a_failure_that_is_not_transient_ends_the_run_model_unavailable() {
     assert_eq!(status.reason, Some(TerminalReason::ModelUnavailable));
     assert!(status.reason_detail.unwrap().contains("HTTP 401"));
     assert_eq!(
-        h.last_event("limit.exceeded")["limit"],
-        json!("modelAvailable")
+        h.last_event("limit.exceeded"),
+        json!({"status": 401, "transient": false})
     );
 }
 
 #[test]
-fn an_unreachable_model_ends_the_run_model_unavailable() {
+fn a_refused_connection_is_retried_and_an_unusable_endpoint_ends_the_run() {
     let mut h = Harness::new(OPENAI);
     h.reconcile("a");
+    let effects = answer(
+        &mut h,
+        ModelOutcome::NotSent {
+            detail: "connection refused".into(),
+            retryable: true,
+        },
+    );
+    assert_eq!(effects, words(&["WriteStatus", "CallModel(0#2+1000ms)"]));
+    assert_eq!(h.last_event("model.failed")["charged"], json!("nothing"));
     answer(
         &mut h,
-        ModelOutcome::Unreachable {
-            detail: "connection refused".into(),
+        ModelOutcome::NotSent {
+            detail: "the key would go over plain http".into(),
+            retryable: false,
         },
     );
     assert_eq!(h.status().reason, Some(TerminalReason::ModelUnavailable));
@@ -366,7 +378,11 @@ fn retries_stop_after_the_last_attempt() {
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::ModelUnavailable));
     assert_eq!(status.usage.model_calls, 5);
-    assert!(status.reason_detail.unwrap().contains("after 5 attempts"));
+    assert!(status.reason_detail.unwrap().contains("failed 5 attempts"));
+    assert_eq!(
+        h.last_event("limit.exceeded"),
+        json!({"limit": "modelAttempts", "value": 5, "max": 5})
+    );
 }
 
 #[test]
@@ -410,9 +426,9 @@ fn an_attempt_a_takeover_finds_open_is_charged_its_projection() {
         .unwrap();
     assert_eq!(failed["outcome"], json!("unknown"));
     assert_eq!(failed["inputTokens"], json!(input));
-    let usage = h.status().usage;
-    assert_eq!(usage.model_calls, 2);
-    assert!(usage.input_tokens >= input);
+    let totals = h.status().usage;
+    assert_eq!(totals.model_calls, 2);
+    assert!(totals.input_tokens >= input);
     // The old attempt's answer, from the deposed holder, changes nothing.
     let before = h.run.status.clone();
     h.step(
@@ -420,7 +436,7 @@ fn an_attempt_a_takeover_finds_open_is_charged_its_projection() {
         Input::ModelAnswered {
             step: 0,
             attempt: 1,
-            outcome: reply(complete(json!(1)), None),
+            outcome: reply(complete(json!(1)), usage(1, 1, 0)),
         },
     );
     assert_eq!(h.run.status, before);
@@ -442,4 +458,33 @@ fn a_model_answer_applied_again_changes_nothing() {
     );
     assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
     assert_eq!(h.run.status, before);
+}
+
+#[test]
+fn a_reply_that_reports_no_usage_is_charged_its_projection_and_ends_the_run() {
+    let mut h = Harness::new(OPENAI);
+    let effects = h.reconcile("a");
+    let input = projected_input(&effects);
+    answer(&mut h, reply(complete(json!(1)), None));
+    let status = h.status();
+    assert_eq!(status.reason, Some(TerminalReason::ModelUnavailable));
+    assert_eq!(status.usage.input_tokens, input);
+    assert_eq!(h.last_event("model.failed")["charged"], json!("projection"));
+}
+
+#[test]
+fn the_request_is_rendered_from_the_record_and_projected_over_its_bytes() {
+    let mut h = Harness::new(OPENAI);
+    let effects = h.reconcile("a");
+    let Some(Effect::CallModel { request, .. }) = effects.last() else {
+        panic!("a model call: {effects:?}");
+    };
+    assert_eq!(request["model"], json!("small-model"));
+    assert_eq!(request["max_tokens"], json!(100));
+    assert_eq!(
+        request["messages"][1]["content"],
+        json!("Look something up.")
+    );
+    let projected = h.last_event("model.dispatched")["projection"]["inputTokens"].clone();
+    assert_eq!(projected, json!(encode(request).len() / 3 + 1));
 }
