@@ -4,8 +4,8 @@ use serde_json::json;
 
 use super::harness::*;
 use crate::api::{
-    Approval, ApprovalPhase, ObservationKind, PolicyOutcome, PolicyRule, RunPhase, StepStatus,
-    TerminalReason, Verdict,
+    Approval, ObservationKind, PolicyOutcome, PolicyRule, RunPhase, StepStatus, TerminalReason,
+    Verdict,
 };
 use crate::engine::hash::approval_hash;
 use crate::engine::Input;
@@ -569,5 +569,4 @@ fn a_recorded_approval_that_is_missing_is_created_again_from_the_record() {
         ])
     );
     assert_eq!(h.approval(NAME), &original);
-    let _ = ApprovalPhase::Pending;
 }

@@ -4,8 +4,6 @@
 //! won by compare-and-set). Tests read like the rules: `h.reconcile("a")`, `h.result(...)`,
 //! `h.approve(...)`.
 
-#![allow(dead_code)] // some helpers serve only the property test
-
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};

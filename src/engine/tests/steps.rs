@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::harness::*;
 use crate::api::{ObservationKind, RunPhase, StepStatus, TerminalReason};
-use crate::engine::{Input, PreviousHolder};
+use crate::engine::Input;
 
 fn reads(n: usize) -> Vec<Value> {
     (0..n).map(|_| call("read", json!({"n": 1}))).collect()
@@ -445,8 +445,4 @@ fn a_webhook_agent_is_asked_after_the_step_starts_and_its_answer_runs_the_loop()
     );
     assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
     assert_eq!(h.run.status, before);
-    let _ = PreviousHolder {
-        holder: None,
-        expired_at: None,
-    };
 }

@@ -150,10 +150,10 @@ fn taking_over_ones_own_expired_lease_is_recorded_as_a_takeover() {
     let effects = h.step(
         "a",
         Input::LeaseAcquired {
-            takeover: Some(crate::engine::PreviousHolder {
-                holder: taken["previousHolder"].as_str().map(String::from),
-                expired_at: serde_json::from_value(taken["previousExpiry"].clone()).ok(),
-            }),
+            takeover: Some(previous(
+                "a",
+                serde_json::from_value(taken["previousExpiry"].clone()).unwrap(),
+            )),
         },
     );
     assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
