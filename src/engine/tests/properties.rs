@@ -1,12 +1,13 @@
 //! The property test of DESIGN.md section 9: random scripts (tool calls over tools of random
-//! side-effect classes, complete, fail, invalid decisions), random policies, random tool
-//! outcomes (result, error, unknown), crash points that drop the effects not yet performed
-//! (a new replica then takes over), cancels, and a person approving or rejecting at random.
+//! side-effect classes, complete, fail, invalid decisions), given by a scripted agent or by a
+//! model whose attempts also fail or go unanswered, random policies, random tool outcomes
+//! (result, error, unknown), crash points that drop the effects not yet performed (a new
+//! replica then takes over), cancels, and a person approving or rejecting at random.
 //!
 //! Whatever happens: no non-ReadOnly step's tool call is performed twice without a grant in
 //! between, a grant executes at most once, no run ends with a step deciding or executing,
-//! event seqs have no gaps and history is never rewritten, and the run ends within a bounded
-//! number of inputs.
+//! event seqs have no gaps and history is never rewritten, every model attempt is counted once
+//! and closed by an outcome, and the run ends within a bounded number of inputs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,7 +15,9 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::harness::*;
-use crate::api::{PolicyOutcome, PolicyRule, RunPhase, SideEffect, StepStatus};
+use crate::api::{OpenAiAgent, PolicyOutcome, PolicyRule, RunPhase, SideEffect, StepStatus};
+use crate::engine::model::ReportedUsage;
+use crate::engine::{Effect, Input, ModelOutcome};
 
 const MAX_ROUNDS: usize = 400;
 const MAX_CRASHES: usize = 5;
@@ -56,6 +59,8 @@ struct Case {
     rule: Option<PolicyOutcome>,
     decisions: Vec<Decision>,
     max_steps: i64,
+    /// A model agent (answering the decisions in order) instead of the script.
+    model: bool,
     entropy: Vec<u8>,
 }
 
@@ -66,15 +71,17 @@ fn case() -> impl Strategy<Value = Case> {
         prop::option::of(outcome()),
         prop::collection::vec(decision(), 1..16),
         3..20i64,
+        prop::bool::weighted(0.3),
         prop::collection::vec(any::<u8>(), MAX_ROUNDS * 2),
     )
         .prop_map(
-            |(classes, defaults, rule, decisions, max_steps, entropy)| Case {
+            |(classes, defaults, rule, decisions, max_steps, model, entropy)| Case {
                 classes,
                 defaults,
                 rule,
                 decisions,
                 max_steps,
+                model,
                 entropy,
             },
         )
@@ -107,19 +114,62 @@ fn harness(case: &Case) -> Harness {
         }];
     }
     spec.limits.max_steps = case.max_steps;
-    spec.agent.scripted.as_mut().expect("scripted").decisions = case
-        .decisions
-        .iter()
-        .map(|d| match d {
-            Decision::Call(t, n) => call(&format!("t{t}"), json!({"n": n})),
-            Decision::Complete => complete(json!({"done": true})),
-            Decision::Fail => json!({"kind": "fail", "message": "gave up"}),
-            Decision::UnknownKind => json!({"kind": "dance"}),
-            Decision::UnknownTool => call("nope", json!({})),
-            Decision::BadArgs(t) => call(&format!("t{t}"), json!({"n": "x"})),
-        })
-        .collect();
+    let decisions = case.decisions.iter().map(decision_json).collect();
+    if case.model {
+        spec.agent.scripted = None;
+        spec.agent.openai = Some(OpenAiAgent {
+            base_url: "http://127.0.0.1:8091/v1".into(),
+            model: "m".into(),
+            max_output_tokens: Some(50),
+            ..OpenAiAgent::default()
+        });
+    } else {
+        spec.agent.scripted.as_mut().expect("scripted").decisions = decisions;
+    }
     h
+}
+
+fn decision_json(decision: &Decision) -> Value {
+    match decision {
+        Decision::Call(t, n) => call(&format!("t{t}"), json!({"n": n})),
+        Decision::Complete => complete(json!({"done": true})),
+        Decision::Fail => json!({"kind": "fail", "message": "gave up"}),
+        Decision::UnknownKind => json!({"kind": "dance"}),
+        Decision::UnknownTool => call("nope", json!({})),
+        Decision::BadArgs(t) => call(&format!("t{t}"), json!({"n": "x"})),
+    }
+}
+
+/// A model attempt's outcome, the `k`th answer giving the `k`th decision of the case.
+fn model_outcome(case: &Case, choice: u8, answers: &mut usize) -> ModelOutcome {
+    match choice % 8 {
+        0..=4 => {
+            let decision = case.decisions.get(*answers).map_or_else(
+                || json!({"kind": "fail", "message": "out of ideas"}),
+                decision_json,
+            );
+            *answers += 1;
+            ModelOutcome::Answered {
+                decision,
+                usage: Some(ReportedUsage {
+                    input_tokens: 40,
+                    cached_input_tokens: 10,
+                    output_tokens: 20,
+                }),
+                latency_ms: 10,
+            }
+        }
+        5 => ModelOutcome::Failed {
+            status: if choice % 16 == 5 { 400 } else { 429 },
+            retry_after_ms: None,
+            detail: "busy".into(),
+            latency_ms: 1,
+        },
+        _ => ModelOutcome::NoAnswer {
+            detail: "timeout".into(),
+            latency_ms: 1,
+        },
+    }
 }
 
 /// Plays one case: executors answer, crash and get replaced; a person decides approvals.
@@ -130,13 +180,14 @@ fn play(case: &Case) -> Harness {
     let mut alive: Option<String> = None;
     let mut replicas = 0;
     let mut crashes = 0;
+    let mut answers = 0;
     for _ in 0..MAX_ROUNDS {
         if h.status().phase.is_terminal() && alive.is_none() {
             break;
         }
         let choice = next();
         if let Some(holder) = alive.clone() {
-            if h.pending_tool.is_none() {
+            if h.pending_tool.is_none() && h.pending_model.is_none() {
                 alive = None;
                 continue;
             }
@@ -145,11 +196,31 @@ fn play(case: &Case) -> Harness {
             if crashes < MAX_CRASHES && next() % 6 == 0 {
                 h.crash_after = Some(usize::from(next() % 3));
             }
-            let effects = match choice % 10 {
-                0..=4 => h.result(&holder, content),
-                5 => h.error(&holder, content),
-                6 => h.unknown(&holder),
-                7 if crashes < MAX_CRASHES => {
+            let effects = match (h.pending_model, choice % 10) {
+                (Some(_), 7) if crashes < MAX_CRASHES => {
+                    crashes += 1;
+                    h.crash_after = None;
+                    h.pending_model = None;
+                    h.expire_lease();
+                    alive = None;
+                    continue;
+                }
+                (Some((step, attempt)), _) => {
+                    h.pending_model = None;
+                    let outcome = model_outcome(case, choice, &mut answers);
+                    h.step(
+                        &holder,
+                        Input::ModelAnswered {
+                            step,
+                            attempt,
+                            outcome,
+                        },
+                    )
+                }
+                (None, 0..=4) => h.result(&holder, content),
+                (None, 5) => h.error(&holder, content),
+                (None, 6) => h.unknown(&holder),
+                (None, 7) if crashes < MAX_CRASHES => {
                     // The executor dies with its tool call in flight.
                     crashes += 1;
                     h.crash_after = None;
@@ -158,7 +229,7 @@ fn play(case: &Case) -> Harness {
                     alive = None;
                     continue;
                 }
-                8 => {
+                (None, 8) => {
                     h.spec_mut().cancel = true;
                     h.result(&holder, content)
                 }
@@ -176,9 +247,10 @@ fn play(case: &Case) -> Harness {
             if h.crash_after.take().is_some() {
                 crashes += 1;
                 h.pending_tool = None;
+                h.pending_model = None;
                 h.expire_lease();
                 alive = None;
-            } else if !kinds(&effects).iter().any(|k| k.starts_with("CallTool")) {
+            } else if !calls_out(&effects) {
                 alive = None;
             }
             continue;
@@ -202,9 +274,10 @@ fn play(case: &Case) -> Harness {
             crashes += 1;
             h.crash_after = None;
             h.pending_tool = None;
+            h.pending_model = None;
             h.expire_lease();
             alive = None;
-        } else if kinds(&effects).iter().any(|k| k.starts_with("CallTool")) {
+        } else if calls_out(&effects) {
             alive = Some(holder);
         } else if h.status().phase == RunPhase::Running {
             // Stopped without finishing (e.g. a started step found on its way): let the
@@ -213,6 +286,13 @@ fn play(case: &Case) -> Harness {
         }
     }
     h
+}
+
+/// Whether the transition ended in a tool or model call the executor now awaits.
+fn calls_out(effects: &[Effect]) -> bool {
+    effects
+        .iter()
+        .any(|e| matches!(e, Effect::CallTool(_) | Effect::CallModel { .. }))
 }
 
 /// The latest Approval of the waiting step, if undecided.
@@ -255,6 +335,29 @@ fn check(h: &Harness) {
         );
         previous = events;
     }
+    // Model attempts: each counted once, each closed by an outcome.
+    let word = |e: &crate::api::RunEvent| serde_json::to_value(e.type_).unwrap_or(Value::Null);
+    let mut open: BTreeSet<(Option<i64>, i64)> = BTreeSet::new();
+    let mut dispatched = 0;
+    for event in &status.events {
+        let attempt = event.data.as_ref().and_then(|d| d["attempt"].as_i64());
+        let key = (event.step, attempt.unwrap_or(-1));
+        match word(event).as_str() {
+            Some("model.dispatched") => {
+                dispatched += 1;
+                assert!(open.insert(key), "attempt {key:?} dispatched twice");
+            }
+            Some("model.completed" | "model.failed") => {
+                assert!(
+                    open.remove(&key),
+                    "an outcome for {key:?}, which is not open"
+                );
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "attempts left open: {open:?}");
+    assert_eq!(status.usage.model_calls, dispatched);
     // Which approval each started attempt carried.
     let mut started: BTreeMap<(i64, i64), Option<String>> = BTreeMap::new();
     let mut granted = BTreeSet::new();
@@ -345,6 +448,7 @@ fn play_a_fixed_case_with_crashes_and_approvals() {
             Decision::Complete,
         ],
         max_steps: 10,
+        model: false,
         entropy: (0..=255).collect(),
     };
     let h = play(&case);
