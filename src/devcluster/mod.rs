@@ -2,11 +2,48 @@
 //! (DESIGN.md section 8). Loopback only, no TLS. It is for trying agentrt and for tests, not a
 //! Kubernetes distribution. It must answer like kube-apiserver 1.32 would, because the operator
 //! will meet a real one.
+//!
+//! Map of the rooms:
+//! - [`server`]: [`DevServer`] (start/shutdown, background GC and snapshots) and its config.
+//! - `http`, `route`: the HTTP layer and path routing.
+//! - `store`: objects, the global resourceVersion, the change history.
+//! - `write`, `delete`: the verbs' rules (metadata, preconditions, status subresource,
+//!   finalizers, garbage collection, namespace and CRD cleanup).
+//! - `watch`: watch streams. `discovery`: discovery and OpenAPI v3 documents. `table`: server-
+//!   side printing. `selectors`, `patch`, `convert`, `meta`: their namesakes.
+//! - `registry`, `crd`: the served types. `persist`: `--data-dir`. `kubeconfig`.
+//! - [`schema`]: structural-schema admission of custom resources (owned separately).
+//!
+//! It knows nothing about agentrt's own types.
 
+mod convert;
+mod crd;
+mod delete;
+mod discovery;
+mod error;
+mod fields;
+mod http;
+mod kubeconfig;
+mod meta;
+mod patch;
+mod persist;
+mod protobuf;
+mod registry;
+mod route;
 pub mod schema;
+mod selectors;
+pub mod server;
+mod status;
+mod store;
+mod table;
+mod watch;
+mod write;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+pub use error::DevClusterError;
+pub use server::{DevServer, DevServerConfig};
 
 /// Arguments of `agentrt dev`.
 #[derive(clap::Args, Debug, Clone)]
@@ -26,6 +63,52 @@ pub struct DevArgs {
     /// Directory of CRD YAML files installed at start, when it exists.
     #[arg(long, default_value = "crds")]
     pub crds_dir: PathBuf,
+    /// How many recent changes are kept for watches; watching from an older resourceVersion
+    /// gets 410 Gone and clients re-list.
+    #[arg(long, default_value_t = 1000)]
+    pub watch_history: usize,
+}
+
+/// Reads every `*.yaml`/`*.yml` file of `dir` (multi-document), in name order, and returns
+/// the CustomResourceDefinitions among the documents. A directory that does not exist holds
+/// none.
+///
+/// # Errors
+/// [`DevClusterError::Io`] for an unreadable file; [`DevClusterError::Crd`] naming a file that
+/// is not valid YAML.
+pub fn read_crds_dir(dir: &Path) -> Result<Vec<serde_json::Value>, DevClusterError> {
+    use serde::Deserialize;
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| DevClusterError::Io { path, source }
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    let mut crds = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(io(&file))?;
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let value = serde_yaml::Value::deserialize(doc)
+                .and_then(|v| serde_json::to_value(v).map_err(serde::de::Error::custom))
+                .map_err(|e| DevClusterError::Crd {
+                    name: file.display().to_string(),
+                    reason: format!("not valid YAML: {e}"),
+                })?;
+            if value["kind"] == "CustomResourceDefinition" {
+                crds.push(value);
+            }
+        }
+    }
+    Ok(crds)
 }
 
 /// Runs `agentrt dev` until SIGINT or SIGTERM.
@@ -34,6 +117,39 @@ pub struct DevArgs {
 /// When the address cannot be bound, the kubeconfig cannot be written, or `--data-dir` holds a
 /// torn or corrupt state file.
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("agentrt dev: not built yet")
+    let crds = read_crds_dir(&args.crds_dir)?;
+    let config = DevServerConfig {
+        addr: args.addr,
+        token: args.token.clone(),
+        data_dir: args.data_dir.clone(),
+        watch_history: args.watch_history,
+        crds,
+    };
+    let server = DevServer::start(config).await?;
+    let kubeconfig_path =
+        std::path::absolute(&args.kubeconfig_out).unwrap_or_else(|_| args.kubeconfig_out.clone());
+    kubeconfig::write(&kubeconfig_path, &server.kubeconfig_yaml())?;
+    println!(
+        "agentrt dev: API server listening on http://{}",
+        server.addr()
+    );
+    println!(
+        "agentrt dev: kubeconfig written to {0}; export KUBECONFIG={0}",
+        kubeconfig_path.display()
+    );
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    wait_for_signal().await?;
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
 }

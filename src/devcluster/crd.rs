@@ -1,0 +1,370 @@
+//! CustomResourceDefinitions: validating one, filling the defaults and status kube-apiserver
+//! fills (`NamesAccepted`, `Established`, `acceptedNames`, `storedVersions`), and turning a
+//! stored one into the [`ResourceType`] its custom resources are served as.
+//!
+//! Simplifications (documented for users of `agentrt dev`): names never conflict (every CRD is
+//! accepted and established at once), conversion is always `None` (objects are the same in
+//! every version, only `apiVersion` changes), and the scale subresource is not served.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::registry::{Flavor, PrinterColumn, ResourceType, VersionSpec};
+use super::schema::{CompiledSchema, FieldError, FieldErrorKind};
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    let mut cur = v;
+    for p in path {
+        cur = &cur[*p];
+    }
+    cur.as_str().unwrap_or("")
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn required(field: &str) -> FieldError {
+    FieldError {
+        kind: FieldErrorKind::Required,
+        field: field.to_string(),
+        bad_value: None,
+        detail: String::new(),
+    }
+}
+
+fn invalid(field: &str, value: Value, detail: &str) -> FieldError {
+    FieldError {
+        kind: FieldErrorKind::Invalid,
+        field: field.to_string(),
+        bad_value: Some(value),
+        detail: detail.to_string(),
+    }
+}
+
+/// Checks a CRD (after [`prepare`]) the way kube-apiserver's CRD validation does, for the
+/// rules this server relies on: names present and consistent with `metadata.name`, a known
+/// scope, at least one version, exactly one storage version, unique version names, and every
+/// version's schema compiling.
+///
+/// Returns the field errors (empty = valid).
+pub fn validate(crd: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let group = str_at(crd, &["spec", "group"]);
+    let plural = str_at(crd, &["spec", "names", "plural"]);
+    let kind = str_at(crd, &["spec", "names", "kind"]);
+    let name = str_at(crd, &["metadata", "name"]);
+    if group.is_empty() {
+        errors.push(required("spec.group"));
+    } else if !group.contains('.') {
+        errors.push(invalid(
+            "spec.group",
+            json!(group),
+            "should be a domain with at least one dot",
+        ));
+    }
+    if plural.is_empty() {
+        errors.push(required("spec.names.plural"));
+    } else if plural != plural.to_lowercase() {
+        errors.push(invalid(
+            "spec.names.plural",
+            json!(plural),
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or \
+             '-', and must start and end with an alphanumeric character",
+        ));
+    }
+    if kind.is_empty() {
+        errors.push(required("spec.names.kind"));
+    }
+    if !plural.is_empty() && !group.is_empty() && name != format!("{plural}.{group}") {
+        errors.push(invalid(
+            "metadata.name",
+            json!(name),
+            "must be spec.names.plural+\".\"+spec.group",
+        ));
+    }
+    let scope = str_at(crd, &["spec", "scope"]);
+    if scope != "Namespaced" && scope != "Cluster" {
+        errors.push(FieldError {
+            kind: FieldErrorKind::NotSupported,
+            field: "spec.scope".to_string(),
+            bad_value: Some(json!(scope)),
+            detail: "supported values: \"Cluster\", \"Namespaced\"".to_string(),
+        });
+    }
+    let versions = crd["spec"]["versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if versions.is_empty() {
+        errors.push(invalid(
+            "spec.versions",
+            json!([]),
+            "must have exactly one version marked as storage version",
+        ));
+    }
+    let storage_count = versions
+        .iter()
+        .filter(|v| v["storage"].as_bool() == Some(true))
+        .count();
+    if !versions.is_empty() && storage_count != 1 {
+        errors.push(invalid(
+            "spec.versions",
+            Value::Array(versions.clone()),
+            "must have exactly one version marked as storage version",
+        ));
+    }
+    let mut seen = Vec::new();
+    for (i, v) in versions.iter().enumerate() {
+        let vname = v["name"].as_str().unwrap_or("");
+        if vname.is_empty() {
+            errors.push(required(&format!("spec.versions[{i}].name")));
+        } else if seen.contains(&vname) {
+            errors.push(FieldError {
+                kind: FieldErrorKind::Duplicate,
+                field: format!("spec.versions[{i}].name"),
+                bad_value: Some(json!(vname)),
+                detail: String::new(),
+            });
+        }
+        seen.push(vname);
+        if let Some(schema) = v["schema"].get("openAPIV3Schema") {
+            if let Err(msg) = CompiledSchema::compile(schema) {
+                errors.push(invalid(
+                    &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                    Value::String(String::new()),
+                    &msg,
+                ));
+            }
+        }
+    }
+    if !versions.iter().any(|v| v["served"].as_bool() == Some(true)) && !versions.is_empty() {
+        errors.push(invalid(
+            "spec.versions",
+            Value::Array(versions),
+            "must have at least one served version",
+        ));
+    }
+    errors
+}
+
+/// Fills what kube-apiserver defaults and sets on a CRD being written: `names.singular`,
+/// `names.listKind`, `conversion.strategy: None`, per-version `served`/`storage` booleans; and
+/// the status (`acceptedNames`, `NamesAccepted`/`Established` conditions, `storedVersions`,
+/// keeping condition times and stored versions from `old`). `now` is an RFC 3339 timestamp.
+pub fn prepare(crd: &mut Value, old: Option<&Value>, now: &str) {
+    let kind = str_at(crd, &["spec", "names", "kind"]).to_string();
+    if let Some(names) = crd["spec"]["names"].as_object_mut() {
+        if names
+            .get("singular")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            names.insert("singular".into(), json!(kind.to_lowercase()));
+        }
+        if names
+            .get("listKind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            names.insert("listKind".into(), json!(format!("{kind}List")));
+        }
+    }
+    if let Some(spec) = crd["spec"].as_object_mut() {
+        if !spec.contains_key("conversion") {
+            spec.insert("conversion".into(), json!({"strategy": "None"}));
+        }
+    }
+    if let Some(versions) = crd["spec"]["versions"].as_array_mut() {
+        for v in versions.iter_mut().filter_map(Value::as_object_mut) {
+            v.entry("served").or_insert(json!(false));
+            v.entry("storage").or_insert(json!(false));
+        }
+    }
+    let storage_version = crd["spec"]["versions"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["storage"].as_bool() == Some(true)))
+        .and_then(|v| v["name"].as_str())
+        .unwrap_or("")
+        .to_string();
+    let mut stored: Vec<String> = old
+        .map(|o| strings(&o["status"]["storedVersions"]))
+        .unwrap_or_default();
+    if !storage_version.is_empty() && !stored.contains(&storage_version) {
+        stored.push(storage_version);
+    }
+    let since = |ty: &str| -> String {
+        old.and_then(|o| o["status"]["conditions"].as_array())
+            .and_then(|cs| cs.iter().find(|c| c["type"] == ty))
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .unwrap_or(now)
+            .to_string()
+    };
+    let status = json!({
+        "acceptedNames": crd["spec"]["names"].clone(),
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+             "message": "no conflicts found", "lastTransitionTime": since("NamesAccepted")},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+             "message": "the initial names have been accepted",
+             "lastTransitionTime": since("Established")},
+        ],
+        "storedVersions": stored,
+    });
+    if let Some(map) = crd.as_object_mut() {
+        map.insert("status".into(), status);
+    }
+}
+
+fn columns(version: &Value) -> Vec<PrinterColumn> {
+    version["additionalPrinterColumns"]
+        .as_array()
+        .map(|cols| {
+            cols.iter()
+                .map(|c| PrinterColumn {
+                    name: c["name"].as_str().unwrap_or("").to_string(),
+                    type_: c["type"].as_str().unwrap_or("string").to_string(),
+                    format: c["format"].as_str().unwrap_or("").to_string(),
+                    description: c["description"].as_str().unwrap_or("").to_string(),
+                    priority: c["priority"].as_i64().unwrap_or(0),
+                    json_path: c["jsonPath"].as_str().unwrap_or("").to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The resource type a stored CRD declares: its served versions with their status
+/// subresource, printer columns and compiled schema.
+///
+/// # Errors
+/// A message when the CRD lacks names, a storage version, or a schema does not compile.
+pub fn resource_type(crd: &Value) -> Result<ResourceType, String> {
+    let group = str_at(crd, &["spec", "group"]).to_string();
+    let names = &crd["spec"]["names"];
+    let plural = str_at(names, &["plural"]).to_string();
+    let kind = str_at(names, &["kind"]).to_string();
+    if group.is_empty() || plural.is_empty() || kind.is_empty() {
+        return Err("spec.group, spec.names.plural and spec.names.kind are required".into());
+    }
+    let mut versions = Vec::new();
+    let mut storage_version = None;
+    for v in crd["spec"]["versions"].as_array().into_iter().flatten() {
+        let name = v["name"].as_str().unwrap_or("").to_string();
+        if v["storage"].as_bool() == Some(true) {
+            storage_version = Some(name.clone());
+        }
+        if v["served"].as_bool() != Some(true) {
+            continue;
+        }
+        let schema = match v["schema"].get("openAPIV3Schema") {
+            Some(s) => Some(Arc::new(CompiledSchema::compile(s)?)),
+            None => None,
+        };
+        let deprecation_warning = if v["deprecated"].as_bool() == Some(true) {
+            Some(v["deprecationWarning"].as_str().map_or_else(
+                || format!("{group}/{name} {kind} is deprecated"),
+                str::to_string,
+            ))
+        } else {
+            None
+        };
+        versions.push(VersionSpec {
+            status_subresource: v["subresources"].get("status").is_some(),
+            columns: columns(v),
+            schema,
+            deprecation_warning,
+            name,
+        });
+    }
+    let storage_version = storage_version.ok_or("no storage version")?;
+    let singular = match str_at(names, &["singular"]) {
+        "" => kind.to_lowercase(),
+        s => s.to_string(),
+    };
+    let list_kind = match str_at(names, &["listKind"]) {
+        "" => format!("{kind}List"),
+        s => s.to_string(),
+    };
+    Ok(ResourceType {
+        storage: Arc::from(format!("{plural}.{group}").as_str()),
+        namespaced: str_at(crd, &["spec", "scope"]) != "Cluster",
+        short_names: strings(&names["shortNames"]),
+        categories: strings(&names["categories"]),
+        group,
+        plural,
+        singular,
+        kind,
+        list_kind,
+        versions,
+        storage_version,
+        flavor: Flavor::Custom,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn widget_crd() -> Value {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.dev"},
+            "spec": {
+                "group": "example.dev",
+                "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+                "versions": [
+                    {"name": "v1", "served": true, "storage": true,
+                     "subresources": {"status": {}},
+                     "additionalPrinterColumns": [
+                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}]},
+                    {"name": "v1beta1", "served": true, "storage": false}
+                ]
+            }
+        })
+    }
+
+    #[test]
+    fn prepared_crd_is_established_with_its_names() {
+        let mut crd = widget_crd();
+        prepare(&mut crd, None, "2025-01-01T00:00:00Z");
+        assert!(validate(&crd).is_empty());
+        assert_eq!(crd["spec"]["names"]["listKind"], "WidgetList");
+        assert_eq!(crd["status"]["acceptedNames"]["singular"], "widget");
+        assert_eq!(crd["status"]["conditions"][1]["type"], "Established");
+        assert_eq!(crd["status"]["storedVersions"], json!(["v1"]));
+        let rt = resource_type(&crd).expect("type");
+        assert_eq!(rt.versions.len(), 2);
+        assert!(rt.has_status("v1"));
+        assert!(!rt.has_status("v1beta1"));
+        assert_eq!(rt.versions[0].columns[0].json_path, ".status.phase");
+    }
+
+    #[test]
+    fn crd_name_must_be_plural_dot_group() {
+        let mut crd = widget_crd();
+        crd["metadata"]["name"] = json!("gadgets.example.dev");
+        prepare(&mut crd, None, "2025-01-01T00:00:00Z");
+        let errors = validate(&crd);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "metadata.name");
+    }
+
+    #[test]
+    fn two_storage_versions_are_refused() {
+        let mut crd = widget_crd();
+        crd["spec"]["versions"][1]["storage"] = json!(true);
+        assert!(validate(&crd).iter().any(|e| e.field == "spec.versions"));
+    }
+}

@@ -1,0 +1,305 @@
+//! The object store: every object (in its storage version) keyed by storage, namespace and
+//! name; the global, monotonically increasing `resourceVersion`; and a bounded history of
+//! changes from which watches are served.
+//!
+//! Every write goes through [`Store::put`] or [`Store::remove`], which take the next
+//! resourceVersion, stamp it into `metadata.resourceVersion`, record the change and wake the
+//! watchers. The store does not know the rules of any verb (see `write.rs` and `delete.rs`);
+//! it is always used under the server's one lock, so a verb's checks and its write are atomic.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::registry::Registry;
+
+/// Storage id of CustomResourceDefinitions (their writes change the [`Registry`]).
+pub const CRD_STORAGE: &str = "customresourcedefinitions.apiextensions.k8s.io";
+/// Storage id of namespaces.
+pub const NAMESPACE_STORAGE: &str = "namespaces";
+
+/// Where an object lives: its type's storage id, namespace (`""` if cluster-scoped) and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjKey {
+    /// Storage id of the resource type, e.g. `widgets.example.dev`.
+    pub storage: Arc<str>,
+    /// Namespace, empty for cluster-scoped objects.
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+}
+
+/// What happened to an object, as a watch event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// Created.
+    Added,
+    /// Updated (including deletion being requested on an object with finalizers).
+    Modified,
+    /// Removed; the object is its last state with the deletion's resourceVersion.
+    Deleted,
+}
+
+impl ChangeKind {
+    /// The watch event `type`: `ADDED`, `MODIFIED` or `DELETED`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Added => "ADDED",
+            ChangeKind::Modified => "MODIFIED",
+            ChangeKind::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One recorded change.
+#[derive(Debug)]
+pub struct Change {
+    /// The resourceVersion the change produced.
+    pub rv: u64,
+    /// What happened.
+    pub kind: ChangeKind,
+    /// Which object.
+    pub key: ObjKey,
+    /// The object after the change (for deletes, its last state).
+    pub object: Arc<Value>,
+    /// The object before the change (`None` for creations), for selector transitions.
+    pub prev: Option<Arc<Value>>,
+}
+
+/// Changes after a resourceVersion, or the reason they cannot be given.
+pub enum Since {
+    /// Every change after the requested resourceVersion, oldest first.
+    Changes(Vec<Arc<Change>>),
+    /// The requested resourceVersion is older than the retained history; the value is the
+    /// oldest resourceVersion a watch may start from.
+    Expired(u64),
+}
+
+/// The objects, the resourceVersion counter, the change history and the served types.
+pub struct Store {
+    objects: BTreeMap<ObjKey, Arc<Value>>,
+    rv: u64,
+    history: VecDeque<Arc<Change>>,
+    history_cap: usize,
+    /// Every change with a resourceVersion above this is still in `history`.
+    history_floor: u64,
+    registry: Arc<Registry>,
+    notify: watch::Sender<u64>,
+}
+
+impl Store {
+    /// An empty store keeping the last `history_cap` changes (at least 1), starting at
+    /// resourceVersion `rv`.
+    pub fn new(history_cap: usize, rv: u64) -> Store {
+        let (notify, _) = watch::channel(rv);
+        Store {
+            objects: BTreeMap::new(),
+            rv,
+            history: VecDeque::new(),
+            history_cap: history_cap.max(1),
+            history_floor: rv,
+            registry: Arc::new(Registry::builtins()),
+            notify,
+        }
+    }
+
+    /// The current (latest) resourceVersion.
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// A receiver that changes whenever the resourceVersion moves (for watchers and the
+    /// snapshot writer).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.notify.subscribe()
+    }
+
+    /// The served types (rebuilt when a CRD is written).
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+
+    /// Rebuilds the served types from the stored CRDs.
+    pub fn rebuild_registry(&mut self) {
+        let crds: Vec<Arc<Value>> = self
+            .list(CRD_STORAGE, None)
+            .map(|(_, v)| v.clone())
+            .collect();
+        self.registry = Arc::new(Registry::with_crds(crds.iter().map(|v| v.as_ref())));
+    }
+
+    /// The object at `key`.
+    pub fn get(&self, key: &ObjKey) -> Option<&Arc<Value>> {
+        self.objects.get(key)
+    }
+
+    /// The objects of one storage, in one namespace (`Some`) or all (`None`), ordered by
+    /// namespace then name.
+    pub fn list<'a>(
+        &'a self,
+        storage: &str,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a {
+        let start = ObjKey {
+            storage: Arc::from(storage),
+            namespace: namespace.unwrap_or("").to_string(),
+            name: String::new(),
+        };
+        let storage_id = start.storage.clone();
+        self.objects
+            .range((Bound::Included(start), Bound::Unbounded))
+            .take_while(move |(k, _)| {
+                k.storage == storage_id && namespace.is_none_or(|ns| k.namespace == ns)
+            })
+    }
+
+    /// Every object (for garbage collection and snapshots).
+    pub fn all(&self) -> impl Iterator<Item = (&ObjKey, &Arc<Value>)> {
+        self.objects.iter()
+    }
+
+    /// Stores `object` at `key` with the next resourceVersion and records the change.
+    /// Returns the stored object.
+    pub fn put(&mut self, key: ObjKey, mut object: Value, kind: ChangeKind) -> Arc<Value> {
+        self.rv += 1;
+        set_rv(&mut object, self.rv);
+        let object = Arc::new(object);
+        let prev = self.objects.insert(key.clone(), object.clone());
+        self.record(kind, key, object.clone(), prev);
+        object
+    }
+
+    /// Removes the object at `key`, recording a DELETED change whose object is `last` (or the
+    /// stored object) with the deletion's resourceVersion. Returns that object.
+    pub fn remove(&mut self, key: &ObjKey, last: Option<Value>) -> Option<Arc<Value>> {
+        let stored = self.objects.remove(key)?;
+        self.rv += 1;
+        let mut object = last.unwrap_or_else(|| stored.as_ref().clone());
+        set_rv(&mut object, self.rv);
+        let object = Arc::new(object);
+        self.record(
+            ChangeKind::Deleted,
+            key.clone(),
+            object.clone(),
+            Some(stored),
+        );
+        Some(object)
+    }
+
+    fn record(
+        &mut self,
+        kind: ChangeKind,
+        key: ObjKey,
+        object: Arc<Value>,
+        prev: Option<Arc<Value>>,
+    ) {
+        self.history.push_back(Arc::new(Change {
+            rv: self.rv,
+            kind,
+            key,
+            object,
+            prev,
+        }));
+        while self.history.len() > self.history_cap {
+            if let Some(old) = self.history.pop_front() {
+                self.history_floor = old.rv;
+            }
+        }
+        self.notify.send_replace(self.rv);
+    }
+
+    /// The changes after resourceVersion `rv`, if the history still holds all of them.
+    pub fn since(&self, rv: u64) -> Since {
+        if rv < self.history_floor {
+            return Since::Expired(self.history_floor);
+        }
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        Since::Changes(self.history.range(start..).cloned().collect())
+    }
+
+    /// Loads objects (from a snapshot) at resourceVersion `rv`, replacing everything, with an
+    /// empty history starting there.
+    pub fn restore(&mut self, rv: u64, objects: Vec<(ObjKey, Value)>) {
+        self.objects = objects.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
+        self.rv = rv;
+        self.history.clear();
+        self.history_floor = rv;
+        self.rebuild_registry();
+        self.notify.send_replace(rv);
+    }
+}
+
+fn set_rv(object: &mut Value, rv: u64) {
+    if let Some(meta) = object
+        .as_object_mut()
+        .map(|o| {
+            o.entry("metadata")
+                .or_insert_with(|| Value::Object(Default::default()))
+        })
+        .and_then(Value::as_object_mut)
+    {
+        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key(name: &str) -> ObjKey {
+        ObjKey {
+            storage: Arc::from("configmaps"),
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn every_write_takes_the_next_resource_version() {
+        let mut s = Store::new(10, 100);
+        let a = s.put(
+            key("a"),
+            json!({"metadata": {"name": "a"}}),
+            ChangeKind::Added,
+        );
+        let b = s.put(
+            key("b"),
+            json!({"metadata": {"name": "b"}}),
+            ChangeKind::Added,
+        );
+        assert_eq!(a["metadata"]["resourceVersion"], "101");
+        assert_eq!(b["metadata"]["resourceVersion"], "102");
+        let gone = s.remove(&key("a"), None).expect("removed");
+        assert_eq!(gone["metadata"]["resourceVersion"], "103");
+        assert_eq!(s.rv(), 103);
+    }
+
+    #[test]
+    fn history_older_than_the_window_has_expired() {
+        let mut s = Store::new(2, 0);
+        for n in ["a", "b", "c", "d"] {
+            s.put(key(n), json!({}), ChangeKind::Added);
+        }
+        assert!(matches!(s.since(1), Since::Expired(2)));
+        match s.since(2) {
+            Since::Changes(c) => assert_eq!(c.iter().map(|c| c.rv).collect::<Vec<_>>(), [3, 4]),
+            Since::Expired(_) => panic!("rv 2 is still in the window"),
+        }
+    }
+
+    #[test]
+    fn list_is_scoped_to_storage_and_namespace() {
+        let mut s = Store::new(10, 0);
+        s.put(key("a"), json!({}), ChangeKind::Added);
+        let mut other = key("b");
+        other.namespace = "other".into();
+        s.put(other, json!({}), ChangeKind::Added);
+        assert_eq!(s.list("configmaps", Some("default")).count(), 1);
+        assert_eq!(s.list("configmaps", None).count(), 2);
+        assert_eq!(s.list("secrets", None).count(), 0);
+    }
+}

@@ -1,0 +1,325 @@
+//! The CRD contract as an API server enforces it (issue 3 acceptance, BEHAVIOURS.md 1 and 20):
+//! `kubectl apply -f crds/` works, defaults are filled, a bad field is refused with a message
+//! naming it, immutable fields stay immutable, and an Approval's decision must carry its hash
+//! and is written once. Runs against the embedded API server, or a real cluster when
+//! `AGENTRT_TEST_KUBECONFIG` is set.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use support::cluster::TestCluster;
+
+fn crds_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+async fn cluster() -> TestCluster {
+    let c = TestCluster::start().await;
+    let crds = crds_dir();
+    c.kubectl_ok(&["apply", "-f", crds.to_str().expect("utf-8 path")]);
+    c.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/agentruns.agentrt.dev",
+        "crd/approvals.agentrt.dev",
+        "--timeout=30s",
+    ]);
+    c
+}
+
+fn run_yaml() -> String {
+    std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture")
+}
+
+/// `refund-run.yaml` with one line replaced.
+fn run_with(from: &str, to: &str) -> String {
+    let yaml = run_yaml();
+    assert!(yaml.contains(from), "fixture has no {from:?}");
+    yaml.replacen(from, to, 1)
+}
+
+fn refused(c: &TestCluster, yaml: &str) -> String {
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], yaml);
+    assert!(
+        !out.status.success(),
+        "the API server accepted:\n{yaml}\n{}",
+        text(&out)
+    );
+    text(&out)
+}
+
+#[tokio::test]
+async fn crds_apply_and_a_run_gets_the_documented_defaults() {
+    let c = cluster().await;
+    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml());
+    let spec: serde_json::Value = serde_json::from_str(&c.kubectl_ok(&[
+        "get",
+        "agentrun",
+        "refund-1042",
+        "-o",
+        "jsonpath={.spec}",
+    ]))
+    .expect("spec is JSON");
+    assert_eq!(spec["limits"]["maxSteps"], 50);
+    assert_eq!(spec["limits"]["maxConsecutiveToolFailures"], 3);
+    assert_eq!(spec["limits"]["loopThreshold"], 3);
+    assert!(
+        spec["limits"].get("maxModelCalls").is_none(),
+        "optional limits are off: {spec}"
+    );
+    assert_eq!(spec["leaseDurationSeconds"], 30);
+    assert_eq!(spec["cancel"], false);
+    assert_eq!(
+        spec["policy"]["sideEffects"],
+        serde_json::json!({"ReadOnly": "Allow", "LocalMutation": "Allow", "RemoteMutation": "RequireApproval", "Destructive": "Deny"})
+    );
+    // Free JSON survives: the scripted decisions and the input schemas are kept as written.
+    assert_eq!(
+        spec["agent"]["scripted"]["decisions"][1]["args"]["amount"],
+        250
+    );
+    assert_eq!(
+        spec["tools"][1]["inputSchema"]["required"],
+        serde_json::json!(["order", "amount"])
+    );
+    // Short name and category work.
+    let names = c.kubectl_ok(&["get", "ar", "-o", "name"]);
+    assert_eq!(names.trim(), "agentrun.agentrt.dev/refund-1042");
+    let by_category = c.kubectl_ok(&["get", "agentrt", "-o", "name"]);
+    assert!(
+        by_category.contains("agentrun.agentrt.dev/refund-1042"),
+        "{by_category}"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_field_is_refused_with_a_message_naming_it() {
+    let c = cluster().await;
+    let msg = refused(&c, &run_with("timeoutSeconds: 10", "timeoutSeconds: 0"));
+    assert!(msg.contains("spec.tools[0].timeoutSeconds"), "{msg}");
+    let msg = refused(
+        &c,
+        &run_with("sideEffect: ReadOnly", "sideEffect: Sometimes"),
+    );
+    assert!(
+        msg.contains("spec.tools[0].sideEffect") && msg.contains("Unsupported value"),
+        "{msg}"
+    );
+    let msg = refused(&c, &run_with("  goal:", "  gaol: typo\n  goal:"));
+    assert!(msg.contains("unknown field \"spec.gaol\""), "{msg}");
+    let msg = refused(
+        &c,
+        &run_with("  policy:", "  limits: {maxSteps: 0}\n  policy:"),
+    );
+    assert!(msg.contains("spec.limits.maxSteps"), "{msg}");
+    let msg = refused(
+        &c,
+        &run_with("  policy:", "  limits: {loopThreshold: -1}\n  policy:"),
+    );
+    assert!(msg.contains("spec.limits.loopThreshold"), "{msg}");
+}
+
+#[tokio::test]
+async fn tool_names_must_be_unique_and_non_empty_and_schemas_non_empty() {
+    let c = cluster().await;
+    let msg = refused(&c, &run_with("name: issue_refund", "name: lookup_order"));
+    assert!(
+        msg.contains("spec.tools[1]") && msg.contains("Duplicate value"),
+        "{msg}"
+    );
+    let msg = refused(&c, &run_with("name: lookup_order", "name: \"\""));
+    assert!(msg.contains("spec.tools[0].name"), "{msg}");
+    let msg = refused(
+        &c,
+        &run_with(
+            "inputSchema: {type: object, required: [order], properties: {order: {type: integer}}}",
+            "inputSchema: {}",
+        ),
+    );
+    assert!(msg.contains("spec.tools[0].inputSchema"), "{msg}");
+}
+
+#[tokio::test]
+async fn exactly_one_agent_kind_is_required() {
+    let c = cluster().await;
+    let msg = refused(
+        &c,
+        &run_with(
+            "    scripted:",
+            "    webhook: {url: \"http://127.0.0.1:9/agent\"}\n    scripted:",
+        ),
+    );
+    assert!(
+        msg.contains("exactly one of scripted, openai, webhook"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn goal_agent_and_tools_are_immutable_and_cancel_only_goes_true() {
+    let c = cluster().await;
+    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml());
+    let out = c.kubectl(&[
+        "patch",
+        "ar",
+        "refund-1042",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"goal":"Refund everything"}}"#,
+    ]);
+    assert!(
+        !out.status.success() && text(&out).contains("spec.goal is immutable"),
+        "{}",
+        text(&out)
+    );
+    let out = c.kubectl(&[
+        "patch",
+        "ar",
+        "refund-1042",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/tools/0/timeoutSeconds","value":99}]"#,
+    ]);
+    assert!(
+        !out.status.success() && text(&out).contains("spec.tools is immutable"),
+        "{}",
+        text(&out)
+    );
+    // Policy and limits may change.
+    c.kubectl_ok(&[
+        "patch",
+        "ar",
+        "refund-1042",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"limits":{"maxSteps":10}}}"#,
+    ]);
+    c.kubectl_ok(&[
+        "patch",
+        "ar",
+        "refund-1042",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"cancel":true}}"#,
+    ]);
+    let out = c.kubectl(&[
+        "patch",
+        "ar",
+        "refund-1042",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"cancel":false}}"#,
+    ]);
+    assert!(
+        !out.status.success()
+            && text(&out).contains("spec.cancel may only change from false to true"),
+        "{}",
+        text(&out)
+    );
+}
+
+fn approval_yaml() -> String {
+    std::fs::read_to_string(support::fixtures::path("api/approval.yaml")).expect("fixture")
+}
+
+const HASH: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+const OTHER: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+fn decide(c: &TestCluster, verdict: &str, hash: &str) -> Output {
+    let patch = format!(
+        r#"{{"spec":{{"decision":{{"verdict":"{verdict}","hash":"{hash}","approver":"alice"}}}}}}"#
+    );
+    c.kubectl(&[
+        "patch",
+        "approval",
+        "refund-1042-1-1",
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ])
+}
+
+#[tokio::test]
+async fn a_decision_must_carry_the_approvals_hash_and_is_written_once() {
+    let c = cluster().await;
+    c.kubectl_stdin(&["apply", "-f", "-"], &approval_yaml());
+    let out = decide(&c, "Approved", OTHER);
+    assert!(
+        !out.status.success(),
+        "a decision with another hash was accepted"
+    );
+    assert!(
+        text(&out).contains("spec.decision.hash must equal spec.hash"),
+        "{}",
+        text(&out)
+    );
+    let out = decide(&c, "Approved", HASH);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = decide(&c, "Rejected", HASH);
+    assert!(!out.status.success(), "a second decision was accepted");
+    assert!(
+        text(&out).contains("spec.decision is written once"),
+        "{}",
+        text(&out)
+    );
+    let stored = c.kubectl_ok(&[
+        "get",
+        "approval",
+        "refund-1042-1-1",
+        "-o",
+        "jsonpath={.spec.decision.verdict}",
+    ]);
+    assert_eq!(stored.trim(), "Approved");
+}
+
+#[tokio::test]
+async fn an_approvals_request_cannot_be_changed() {
+    let c = cluster().await;
+    c.kubectl_stdin(&["apply", "-f", "-"], &approval_yaml());
+    let out = c.kubectl(&[
+        "patch",
+        "approval",
+        "refund-1042-1-1",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"request":{"args":{"order":1042,"amount":25000}}}}"#,
+    ]);
+    assert!(!out.status.success(), "the request was changed");
+    assert!(
+        text(&out).contains("an Approval's spec is immutable"),
+        "{}",
+        text(&out)
+    );
+    let out = c.kubectl(&[
+        "patch",
+        "approval",
+        "refund-1042-1-1",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"presentation":{"note":"looks fine"}}}"#,
+    ]);
+    assert!(!out.status.success(), "a presentation was added");
+    let printed = c.kubectl_ok(&["get", "apv"]);
+    assert!(
+        printed.contains("issue_refund") && printed.contains("refund-1042"),
+        "{printed}"
+    );
+}

@@ -1,0 +1,341 @@
+//! kubectl 1.32 against the API server (the embedded `agentrt dev`, or a real cluster when
+//! `AGENTRT_TEST_KUBECONFIG` is set): apply, get with printer columns, patch, delete, watch,
+//! api-resources and selectors, as a person would use them.
+
+mod support;
+
+use std::time::Duration;
+
+use support::cluster::TestCluster;
+use support::fixtures;
+
+fn widgets_yaml() -> String {
+    fixtures::devcluster("widgets.yaml")
+        .to_string_lossy()
+        .to_string()
+}
+
+async fn cluster_with_widgets() -> TestCluster {
+    let c = TestCluster::start().await;
+    c.apply_test_crds();
+    c.kubectl_ok(&["apply", "-f", &widgets_yaml()]);
+    c
+}
+
+fn yaml(text: &str) -> serde_yaml::Value {
+    serde_yaml::from_str(text).expect("kubectl printed YAML")
+}
+
+#[tokio::test]
+async fn get_shows_the_printer_columns_and_wide_adds_the_priority_one_column() {
+    let c = cluster_with_widgets().await;
+    let out = c.kubectl_ok(&["get", "widgets"]);
+    let lines: Vec<&str> = out.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["NAME", "COLOR", "SIZE", "PHASE", "AGE"]);
+    let red: Vec<&str> = lines
+        .iter()
+        .find(|l| l.starts_with("red-one"))
+        .expect("red-one listed")
+        .split_whitespace()
+        .collect();
+    assert_eq!(&red[..3], ["red-one", "red", "3"]);
+    assert!(!out.contains("alice"), "OWNER is priority 1:\n{out}");
+
+    let wide = c.kubectl_ok(&["get", "widgets", "-o", "wide"]);
+    let header: Vec<&str> = wide
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "COLOR", "SIZE", "PHASE", "OWNER", "AGE"]);
+    assert!(wide.contains("alice") && wide.contains("bob"), "{wide}");
+
+    let short = c.kubectl_ok(&["get", "wd", "green-one", "--no-headers"]);
+    assert!(short.starts_with("green-one"), "{short}");
+}
+
+#[tokio::test]
+async fn get_o_yaml_shows_the_stored_object_with_system_metadata() {
+    let c = cluster_with_widgets().await;
+    let doc = yaml(&c.kubectl_ok(&["get", "widget", "red-one", "-o", "yaml"]));
+    assert_eq!(doc["apiVersion"].as_str(), Some("example.dev/v1"));
+    assert_eq!(doc["kind"].as_str(), Some("Widget"));
+    assert_eq!(doc["metadata"]["generation"].as_i64(), Some(1));
+    assert_eq!(doc["metadata"]["namespace"].as_str(), Some(c.namespace()));
+    assert!(doc["metadata"]["uid"]
+        .as_str()
+        .is_some_and(|u| u.len() == 36));
+    assert!(doc["metadata"]["creationTimestamp"].as_str().is_some());
+    let rv: u64 = doc["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("resourceVersion is an integer string");
+    assert!(rv > 0);
+    assert_eq!(doc["spec"]["owner"]["name"].as_str(), Some("alice"));
+
+    // The other served version shows the same object with its own apiVersion.
+    let beta = yaml(&c.kubectl_ok(&[
+        "get",
+        "widgets.v1beta1.example.dev",
+        "red-one",
+        "-o",
+        "yaml",
+    ]));
+    assert_eq!(beta["apiVersion"].as_str(), Some("example.dev/v1beta1"));
+    assert_eq!(beta["metadata"]["uid"], doc["metadata"]["uid"]);
+}
+
+#[tokio::test]
+async fn patch_by_merge_json_and_status_subresource() {
+    let c = cluster_with_widgets().await;
+    c.kubectl_ok(&[
+        "patch",
+        "widget",
+        "red-one",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"size":4}}"#,
+    ]);
+    c.kubectl_ok(&[
+        "patch",
+        "widget",
+        "red-one",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/color","value":"blue"}]"#,
+    ]);
+    c.kubectl_ok(&[
+        "patch",
+        "widget",
+        "red-one",
+        "--subresource",
+        "status",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"status":{"phase":"Ready"}}"#,
+    ]);
+    // The main endpoint ignores status.
+    c.kubectl_ok(&[
+        "patch",
+        "widget",
+        "red-one",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"status":{"phase":"Hacked"}}"#,
+    ]);
+    let doc = yaml(&c.kubectl_ok(&["get", "widget", "red-one", "-o", "yaml"]));
+    assert_eq!(doc["spec"]["size"].as_i64(), Some(4));
+    assert_eq!(doc["spec"]["color"].as_str(), Some("blue"));
+    assert_eq!(doc["status"]["phase"].as_str(), Some("Ready"));
+    assert_eq!(
+        doc["metadata"]["generation"].as_i64(),
+        Some(3),
+        "two spec changes"
+    );
+
+    let out = c.kubectl_ok(&["get", "widget", "red-one", "--no-headers"]);
+    assert!(out.contains("Ready"), "{out}");
+
+    // Strategic merge patch is refused for custom resources, as kube-apiserver does.
+    let refused = c.kubectl(&["patch", "widget", "red-one", "-p", r#"{"spec":{"size":5}}"#]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("application/strategic-merge-patch+json is not supported"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn delete_removes_a_widget_and_get_then_reports_not_found() {
+    let c = cluster_with_widgets().await;
+    let out = c.kubectl_ok(&["delete", "widget", "green-one"]);
+    assert!(
+        out.contains("widget.example.dev \"green-one\" deleted"),
+        "{out}"
+    );
+    let gone = c.kubectl(&["get", "widget", "green-one"]);
+    assert!(!gone.status.success());
+    let err = String::from_utf8_lossy(&gone.stderr);
+    assert!(
+        err.contains("Error from server (NotFound): widgets.example.dev \"green-one\" not found"),
+        "{err}"
+    );
+    let names = c.kubectl_ok(&["get", "widgets", "-o", "name"]);
+    assert_eq!(names.lines().count(), 2, "{names}");
+}
+
+#[tokio::test]
+async fn get_watch_sees_every_change() {
+    let c = cluster_with_widgets().await;
+    let watch = c.kubectl_spawn(&["get", "widgets", "-w", "--output-watch-events"]);
+    watch
+        .wait_for("the three widgets", Duration::from_secs(20), |l| {
+            l.iter().filter(|l| l.starts_with("ADDED")).count() == 3
+        })
+        .await;
+    c.kubectl_ok(&[
+        "patch",
+        "widget",
+        "red-one",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"size":7}}"#,
+    ]);
+    watch
+        .wait_for("the patch", Duration::from_secs(20), |l| {
+            l.iter()
+                .any(|l| l.starts_with("MODIFIED") && l.contains("red-one") && l.contains(" 7 "))
+        })
+        .await;
+    c.kubectl_ok(&["delete", "widget", "blue-one"]);
+    watch
+        .wait_for("the delete", Duration::from_secs(20), |l| {
+            l.iter()
+                .any(|l| l.starts_with("DELETED") && l.contains("blue-one"))
+        })
+        .await;
+    // Re-create only blue-one: re-applying red-one's original size would shrink it, which the
+    // CRD's transition rule refuses.
+    c.kubectl_ok(&["apply", "-f", &widgets_yaml(), "-l", "color=blue"]);
+    watch
+        .wait_for("the re-creation", Duration::from_secs(20), |l| {
+            l.iter()
+                .filter(|l| l.starts_with("ADDED") && l.contains("blue-one"))
+                .count()
+                == 2
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn api_resources_lists_the_crd_with_short_name_and_category() {
+    let c = TestCluster::start().await;
+    c.apply_test_crds();
+    let out = c.kubectl_ok(&["api-resources", "--api-group=example.dev", "-o", "wide"]);
+    let widgets: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("widgets"))
+        .expect("widgets listed")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &widgets[..5],
+        ["widgets", "wd", "example.dev/v1", "true", "Widget"]
+    );
+    assert!(widgets.iter().any(|w| w.contains("examples")), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("gizmos") && l.contains("false")),
+        "{out}"
+    );
+
+    c.kubectl_ok(&["apply", "-f", &widgets_yaml()]);
+    let by_category = c.kubectl_ok(&["get", "examples", "-o", "name"]);
+    assert_eq!(by_category.lines().count(), 3, "{by_category}");
+}
+
+#[tokio::test]
+async fn label_and_field_selectors_filter_lists() {
+    let c = cluster_with_widgets().await;
+    let names = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["get", "widgets", "-o", "name"];
+        all.extend_from_slice(args);
+        let mut v: Vec<String> = c.kubectl_ok(&all).lines().map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&["-l", "tier=front"]), ["widget.example.dev/red-one"]);
+    assert_eq!(
+        names(&["-l", "color in (green,blue)"]),
+        [
+            "widget.example.dev/blue-one",
+            "widget.example.dev/green-one"
+        ]
+    );
+    assert_eq!(names(&["-l", "!tier"]), ["widget.example.dev/blue-one"]);
+    assert_eq!(
+        names(&["-l", "tier,tier!=back"]),
+        ["widget.example.dev/red-one"]
+    );
+    assert_eq!(
+        names(&["--field-selector", "metadata.name=green-one"]),
+        ["widget.example.dev/green-one"]
+    );
+    assert_eq!(
+        names(&["--field-selector", "metadata.name!=green-one"]).len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn kubectl_create_generators_make_builtin_objects() {
+    let c = TestCluster::start().await;
+    c.kubectl_ok(&[
+        "create",
+        "configmap",
+        "settings",
+        "--from-literal=mode=fast",
+    ]);
+    c.kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "api-key",
+        "--from-literal=token=s3cret",
+    ]);
+    c.kubectl_ok(&["create", "serviceaccount", "bot"]);
+    let cm = yaml(&c.kubectl_ok(&["get", "configmap", "settings", "-o", "yaml"]));
+    assert_eq!(cm["data"]["mode"].as_str(), Some("fast"));
+    let secret = yaml(&c.kubectl_ok(&["get", "secret", "api-key", "-o", "yaml"]));
+    assert_eq!(secret["data"]["token"].as_str(), Some("czNjcmV0"));
+    assert_eq!(secret["type"].as_str(), Some("Opaque"));
+    let table = c.kubectl_ok(&["get", "configmaps,secrets,serviceaccounts"]);
+    assert!(table.contains("configmap/settings"), "{table}");
+    assert!(table.contains("secret/api-key"), "{table}");
+    assert!(table.contains("serviceaccount/bot"), "{table}");
+}
+
+#[tokio::test]
+async fn creating_in_a_missing_namespace_is_not_found() {
+    let c = TestCluster::start().await;
+    let out = c.kubectl(&["create", "configmap", "x", "-n", "no-such-namespace-here"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("namespaces \"no-such-namespace-here\" not found"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_fields_of_builtins_follow_field_validation() {
+    let c = TestCluster::start().await;
+    let manifest =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: odd\ndata:\n  a: b\nspec:\n  x: 1\n";
+    let strict = c.kubectl_stdin(&["apply", "-f", "-"], manifest);
+    assert!(!strict.status.success());
+    let err = String::from_utf8_lossy(&strict.stderr);
+    assert!(
+        err.contains("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"spec\""),
+        "{err}"
+    );
+    let warn = c.kubectl_stdin(&["apply", "--validate=warn", "-f", "-"], manifest);
+    assert!(
+        warn.status.success(),
+        "{}",
+        String::from_utf8_lossy(&warn.stderr)
+    );
+    let err = String::from_utf8_lossy(&warn.stderr);
+    assert!(err.contains("Warning: unknown field \"spec\""), "{err}");
+    let stored = yaml(&c.kubectl_ok(&["get", "configmap", "odd", "-o", "yaml"]));
+    assert!(stored.get("spec").is_none());
+    assert_eq!(stored["data"]["a"].as_str(), Some("b"));
+}

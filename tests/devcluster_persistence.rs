@@ -1,0 +1,136 @@
+//! `agentrt dev --data-dir`: objects and the resourceVersion survive a restart, a corrupt
+//! state file is refused rather than emptied, and `--crds-dir` installs CRDs at start.
+
+mod support;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+use support::cluster::{Options, TestCluster};
+use support::fixtures;
+
+fn yaml(text: &str) -> serde_yaml::Value {
+    serde_yaml::from_str(text).expect("kubectl printed YAML")
+}
+
+#[tokio::test]
+async fn objects_and_the_resource_version_survive_a_restart() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut c = TestCluster::start_with(Options {
+        data_dir: Some(data.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await;
+    if !c.is_embedded() {
+        return;
+    }
+    c.apply_test_crds();
+    c.kubectl_ok(&[
+        "apply",
+        "-f",
+        &fixtures::devcluster("widgets.yaml").to_string_lossy(),
+    ]);
+    c.kubectl_ok(&[
+        "patch",
+        "widget",
+        "red-one",
+        "--subresource",
+        "status",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"status":{"phase":"Ready"}}"#,
+    ]);
+    let before = yaml(&c.kubectl_ok(&["get", "widget", "red-one", "-o", "yaml"]));
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    let list_rv: u64 = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .and_then(|r| r.parse().ok())
+        .expect("rv");
+
+    c.restart().await.expect("restarts");
+
+    let after = yaml(&c.kubectl_ok(&["get", "widget", "red-one", "-o", "yaml"]));
+    assert_eq!(after, before, "the object is exactly as it was");
+    let table = c.kubectl_ok(&["get", "widgets"]);
+    assert!(
+        table.lines().next().unwrap_or("").contains("PHASE"),
+        "{table}"
+    );
+    assert_eq!(table.lines().count(), 4, "{table}");
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "later"}})).expect("cm"),
+        )
+        .await
+        .expect("the namespace survived too");
+    let rv: u64 = created
+        .metadata
+        .resource_version
+        .and_then(|r| r.parse().ok())
+        .expect("rv");
+    assert!(rv > list_rv, "resourceVersion continues ({rv} > {list_rv})");
+}
+
+#[tokio::test]
+async fn a_corrupt_state_file_is_refused_and_left_in_place() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let options = Options {
+        data_dir: Some(data.path().to_path_buf()),
+        no_namespace: true,
+        ..Default::default()
+    };
+    let mut c = TestCluster::start_with(options.clone()).await;
+    if !c.is_embedded() {
+        return;
+    }
+    c.kubectl_ok(&["create", "configmap", "keep-me", "-n", "default"]);
+    c.stop();
+    let state = data.path().join("state.json");
+    let bytes = std::fs::read(&state).expect("state written at shutdown");
+    assert!(String::from_utf8_lossy(&bytes).contains("keep-me"));
+    let torn = &bytes[..bytes.len() / 2];
+    std::fs::write(&state, torn).expect("tear it");
+
+    let err = c
+        .try_spawn_other(&options)
+        .expect_err("a torn state file is refused");
+    assert!(err.contains(&state.display().to_string()), "{err}");
+    assert!(err.contains("corrupt"), "{err}");
+    assert_eq!(
+        std::fs::read(&state).expect("still there"),
+        torn,
+        "never emptied"
+    );
+}
+
+#[tokio::test]
+async fn crds_dir_installs_the_crds_at_start() {
+    let c = TestCluster::start_with(Options {
+        crds_dir: Some(fixtures::path("devcluster")),
+        ..Default::default()
+    })
+    .await;
+    if !c.is_embedded() {
+        return;
+    }
+    let out = c.kubectl_ok(&["get", "crd", "-o", "name"]);
+    assert!(
+        out.contains("widgets.example.dev") && out.contains("gizmos.example.dev"),
+        "{out}"
+    );
+    c.kubectl_ok(&[
+        "apply",
+        "-f",
+        &fixtures::devcluster("widgets.yaml").to_string_lossy(),
+    ]);
+    let table = c.kubectl_ok(&["get", "wd"]);
+    assert_eq!(table.lines().count(), 4, "{table}");
+}
