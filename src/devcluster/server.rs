@@ -94,6 +94,15 @@ fn bookmark_interval() -> Duration {
         .map_or(Duration::from_secs(5), Duration::from_millis)
 }
 
+/// Where a fresh server's resourceVersions start: the current Unix time in milliseconds, so a
+/// server started afresh always counts above any earlier one and clients still holding an
+/// earlier server's resourceVersion get 410 and re-list rather than skip changes.
+fn initial_resource_version() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64)
+}
+
 /// Resolves the target of a built-in or custom type by its API path pieces.
 fn target(
     store: &Store,
@@ -163,7 +172,7 @@ impl DevServer {
             Some(dir) => Some(persist::lock(dir)?),
             None => None,
         };
-        let mut store = Store::new(config.watch_history, 0);
+        let mut store = Store::new(config.watch_history, initial_resource_version());
         let restored = match &config.data_dir {
             Some(dir) => persist::load(dir)?,
             None => None,
@@ -307,13 +316,18 @@ async fn snapshot_task(shared: Arc<Shared>, dir: PathBuf) {
 }
 
 async fn gc_task(shared: Arc<Shared>) {
+    let mut last_pass = 0;
     loop {
-        tokio::select! {
-            _ = shared.gc.notified() => {}
-            _ = tokio::time::sleep(GC_PERIOD) => {}
+        let forced = tokio::select! {
+            _ = shared.gc.notified() => true,
+            _ = tokio::time::sleep(GC_PERIOD) => false,
             _ = shared.shutdown.cancelled() => return,
-        }
+        };
         let mut store = shared.lock();
-        delete::collect_garbage(&mut store);
+        // The periodic pass is skipped when nothing changed since the last one.
+        if forced || store.rv() != last_pass {
+            delete::collect_garbage(&mut store);
+            last_pass = store.rv();
+        }
     }
 }
