@@ -83,7 +83,7 @@ pub struct DevServer {
 
 const BUILTIN_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 const GC_PERIOD: Duration = Duration::from_secs(1);
-const SNAPSHOT_DEBOUNCE: Duration = Duration::from_millis(20);
+const SNAPSHOT_DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// How often watches get a BOOKMARK: 5 s, or `AGENTRT_DEV_BOOKMARK_INTERVAL_MS` (tests).
 fn bookmark_interval() -> Duration {
@@ -181,13 +181,15 @@ impl DevServer {
             Some((rv, objects)) => store.restore(rv, objects),
             None => {
                 let Some(t) = target(&store, "", "v1", "namespaces", None) else {
-                    return Err(DevClusterError::Client("namespaces are not served".into()));
+                    return Err(DevClusterError::Bootstrap(
+                        "namespaces are not served".into(),
+                    ));
                 };
                 for ns in BUILTIN_NAMESPACES {
                     let body = json!({"apiVersion": "v1", "kind": "Namespace",
                                       "metadata": {"name": ns}});
                     write::create(&mut store, &t, body, &WriteOpts::default())
-                        .map_err(|e| DevClusterError::Client(e.to_string()))?;
+                        .map_err(|e| DevClusterError::Bootstrap(e.to_string()))?;
                 }
             }
         }
@@ -285,7 +287,7 @@ async fn save(shared: &Arc<Shared>, dir: &std::path::Path) -> Result<(), DevClus
     let dir = dir.to_path_buf();
     tokio::task::spawn_blocking(move || persist::save(&dir, rv, &objects))
         .await
-        .map_err(|e| DevClusterError::Client(format!("snapshot task failed: {e}")))?
+        .map_err(|e| DevClusterError::Bootstrap(format!("the snapshot task failed: {e}")))?
 }
 
 async fn snapshot_task(shared: Arc<Shared>, dir: PathBuf) {
