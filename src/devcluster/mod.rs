@@ -4,7 +4,7 @@
 //! will meet a real one.
 //!
 //! Map of the rooms:
-//! - [`server`]: [`DevServer`] (start/shutdown, background GC and snapshots) and its config.
+//! - `server`: [`DevServer`] (start/shutdown, background GC and snapshots) and its config.
 //! - `http`, `route`: the HTTP layer and path routing.
 //! - `store`: objects, the global resourceVersion, the change history.
 //! - `write`, `delete`: the verbs' rules (metadata, preconditions, status subresource,
@@ -15,6 +15,16 @@
 //! - [`schema`]: structural-schema admission of custom resources (owned separately).
 //!
 //! It knows nothing about agentrt's own types.
+//!
+//! Deliberate simplifications (each documented where it lives): only the legacy discovery
+//! format (kubectl falls back from the aggregated one); a minimal OpenAPI v3 without schemas
+//! (no `kubectl explain`); no server-side apply (415) and strategic merge patch applied as a
+//! merge patch on built-ins; `limit`/`continue` ignored (lists come whole); no
+//! `managedFields`; `propagationPolicy: Foreground` behaves as `Background`; CRD conversion
+//! `None` only and names never conflict; protobuf accepted only for the built-ins kubectl's
+//! generators send; one global lock (fine for a dev server); the `--data-dir` snapshot is the
+//! whole state, written shortly after each burst of changes and at shutdown (a SIGKILL can
+//! lose the last ~50 ms).
 
 mod convert;
 mod crd;
@@ -32,7 +42,7 @@ mod registry;
 mod route;
 pub mod schema;
 mod selectors;
-pub mod server;
+mod server;
 mod status;
 mod store;
 mod table;
