@@ -113,6 +113,14 @@ async fn approve_with_yes_patches_the_printed_hash() {
     assert_eq!(decided["verdict"], "Approved");
     assert_eq!(decided["hash"], HASH);
     assert_eq!(decided["note"], "checked the photos");
+    // The approver is who the API server says we are (SelfSubjectReview).
+    assert!(
+        decided["approver"].as_str().is_some_and(|a| !a.is_empty()),
+        "{decided}"
+    );
+    if c.is_embedded() {
+        assert_eq!(decided["approver"], "agentrt-dev-admin");
+    }
     // A second decision is refused by the API server, and the CLI says so with exit 1.
     let out = agentrt(&c, &["reject", "refund-1042-1-1", "--yes"], &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));

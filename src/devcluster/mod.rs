@@ -26,6 +26,7 @@
 //! whole state, written shortly after each burst of changes and at shutdown (a SIGKILL can
 //! lose the last ~50 ms).
 
+mod audit;
 mod convert;
 mod crd;
 mod delete;
@@ -77,6 +78,10 @@ pub struct DevArgs {
     /// gets 410 Gone and clients re-list.
     #[arg(long, default_value_t = 1000)]
     pub watch_history: usize,
+    /// Append one JSON line per resource request (verb, group, resource, subresource,
+    /// namespace, name, code) to this file, like an API server's audit log.
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
 }
 
 /// Reads every `*.yaml`/`*.yml` file of `dir` (multi-document), in name order, and returns
@@ -134,6 +139,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         watch_history: args.watch_history,
         crds,
+        audit_log: args.audit_log.clone(),
     };
     let server = DevServer::start(config).await?;
     let kubeconfig_path =

@@ -35,6 +35,8 @@ pub struct DevServerConfig {
     pub watch_history: usize,
     /// CustomResourceDefinitions (JSON objects) installed at start, created or replaced.
     pub crds: Vec<Value>,
+    /// When set, one JSON line per resource request is appended here (see `audit.rs`).
+    pub audit_log: Option<PathBuf>,
 }
 
 impl Default for DevServerConfig {
@@ -45,6 +47,7 @@ impl Default for DevServerConfig {
             data_dir: None,
             watch_history: 1000,
             crds: Vec::new(),
+            audit_log: None,
         }
     }
 }
@@ -63,6 +66,8 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     /// The bound address (for `/api`'s serverAddressByClientCIDRs).
     pub addr: SocketAddr,
+    /// The request audit log, when asked for.
+    pub audit: Option<super::audit::AuditLog>,
 }
 
 impl Shared {
@@ -208,6 +213,15 @@ impl DevServer {
                 addr: config.addr,
                 source,
             })?;
+        let audit = match &config.audit_log {
+            Some(path) => Some(super::audit::AuditLog::create(path).map_err(|source| {
+                DevClusterError::Io {
+                    path: path.clone(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             token: config.token.clone(),
@@ -215,6 +229,7 @@ impl DevServer {
             gc: Notify::new(),
             bookmark_interval: bookmark_interval(),
             addr,
+            audit,
         });
         let mut tasks = Vec::new();
         if let Some(dir) = config.data_dir.clone() {
