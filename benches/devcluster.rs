@@ -3,7 +3,7 @@
 //! an in-process `DevServer`.
 //!
 //! `cargo bench --bench devcluster`; `AGENTRT_BENCH_SECS` (default 0.5) sets how long each
-//! create and update measurement runs, `AGENTRT_BENCH_WATCH_WRITES` (default 300) how many
+//! create and update measurement runs, `AGENTRT_BENCH_WATCH_WRITES` (default 1000) how many
 //! writes each watch measurement delivers to every watcher.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -146,7 +146,7 @@ fn env_f64(name: &str, default: f64) -> f64 {
 
 async fn bench() -> BenchResult<()> {
     let run = Duration::from_secs_f64(env_f64("AGENTRT_BENCH_SECS", 0.5));
-    let writes = env_f64("AGENTRT_BENCH_WATCH_WRITES", 300.0) as u64;
+    let writes = env_f64("AGENTRT_BENCH_WATCH_WRITES", 1000.0) as u64;
     let server = DevServer::start(DevServerConfig {
         watch_history: 100_000,
         ..Default::default()

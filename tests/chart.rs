@@ -12,7 +12,13 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The helm binary, installed once per test process (tests run as threads).
 fn helm() -> PathBuf {
+    static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HELM.get_or_init(install_helm).clone()
+}
+
+fn install_helm() -> PathBuf {
     let out = Command::new(root().join("scripts/install-helm"))
         .output()
         .expect("scripts/install-helm runs");

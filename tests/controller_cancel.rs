@@ -12,9 +12,6 @@ use support::toolserver::{Behaviour, ToolServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() {
-    if !engine_ready() {
-        return;
-    }
     let cluster = agentrt_cluster().await;
     let client = cluster.client();
     let ns = cluster.namespace().to_string();
@@ -91,9 +88,6 @@ async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_mebibyte_tool_answer_is_cut_keeping_its_size_and_hash() {
-    if !engine_ready() {
-        return;
-    }
     let cluster = agentrt_cluster().await;
     let client = cluster.client();
     let ns = cluster.namespace().to_string();

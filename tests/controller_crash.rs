@@ -229,32 +229,20 @@ async fn crash_matrix_for(class: &'static str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_points_never_repeat_a_read_only_step_beyond_its_starts() {
-    if !engine_ready() {
-        return;
-    }
     crash_matrix_for("ReadOnly").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_points_never_repeat_a_local_mutation_without_an_approval() {
-    if !engine_ready() {
-        return;
-    }
     crash_matrix_for("LocalMutation").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_points_never_repeat_a_remote_mutation_without_an_approval() {
-    if !engine_ready() {
-        return;
-    }
     crash_matrix_for("RemoteMutation").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_points_never_repeat_a_destructive_step_without_an_approval() {
-    if !engine_ready() {
-        return;
-    }
     crash_matrix_for("Destructive").await;
 }

@@ -28,9 +28,6 @@ fn samples_for(addr: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_kubectl_patch() {
-    if !engine_ready() {
-        return;
-    }
     let cluster = agentrt_cluster().await;
     let client = cluster.client();
     let ns = cluster.namespace().to_string();

@@ -144,16 +144,10 @@ async fn many_runs_with(replicas: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_controllers_share_200_runs_executing_each_call_once() {
-    if !engine_ready() {
-        return;
-    }
     many_runs_with(2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_controllers_share_200_runs_executing_each_call_once() {
-    if !engine_ready() {
-        return;
-    }
     many_runs_with(3).await;
 }

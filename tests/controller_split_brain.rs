@@ -19,9 +19,6 @@ fn seq_of(status: &Value, kind: &str) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
-    if !engine_ready() {
-        return;
-    }
     let cluster = agentrt_cluster().await;
     let client = cluster.client();
     let ns = cluster.namespace().to_string();
@@ -120,9 +117,6 @@ async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_with_a_skewed_clock_starts_no_side_effect_after_a_takeover() {
-    if !engine_ready() {
-        return;
-    }
     let cluster = agentrt_cluster().await;
     let client = cluster.client();
     let ns = cluster.namespace().to_string();

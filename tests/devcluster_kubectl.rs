@@ -339,3 +339,20 @@ async fn unknown_fields_of_builtins_follow_field_validation() {
     assert!(stored.get("spec").is_none());
     assert_eq!(stored["data"]["a"].as_str(), Some("b"));
 }
+
+#[tokio::test]
+async fn server_side_apply_is_refused_and_client_side_apply_is_the_way() {
+    let c = TestCluster::start().await;
+    if !c.is_embedded() {
+        return;
+    }
+    c.apply_test_crds();
+    let out = c.kubectl(&["apply", "--server-side", "-f", &widgets_yaml()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Server-side apply not available on the server"),
+        "{err}"
+    );
+    c.kubectl_ok(&["apply", "-f", &widgets_yaml()]);
+}

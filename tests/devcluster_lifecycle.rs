@@ -332,3 +332,81 @@ async fn requests_without_the_bearer_token_are_unauthorized() {
     let resp = http.get(&by_path).send().await.expect("answered");
     assert_eq!(resp.status().as_u16(), 200);
 }
+
+#[tokio::test]
+async fn deleting_a_crd_deletes_its_resources_then_stops_serving_them() {
+    let c = TestCluster::start().await;
+    let crd = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: sprockets.lifecycle.example.dev}
+spec:
+  group: lifecycle.example.dev
+  scope: Namespaced
+  names: {plural: sprockets, kind: Sprocket}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+    c.kubectl_stdin(&["apply", "-f", "-"], crd);
+    c.kubectl_ok(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "crd/sprockets.lifecycle.example.dev",
+    ]);
+    let sprocket = |name: &str, finalizers: &str| {
+        format!(
+            "apiVersion: lifecycle.example.dev/v1\nkind: Sprocket\nmetadata: {{name: {name}, finalizers: {finalizers}}}\n"
+        )
+    };
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], &sprocket("held", "[example.dev/a]"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.kubectl_stdin(&["apply", "-f", "-"], &sprocket("free", "[]"));
+
+    c.kubectl_ok(&[
+        "delete",
+        "crd",
+        "sprockets.lifecycle.example.dev",
+        "--wait=false",
+    ]);
+    eventually(
+        "the free sprocket to go",
+        Duration::from_secs(60),
+        || async {
+            let out = c.kubectl(&["get", "sprockets", "free"]);
+            (!out.status.success()).then_some(())
+        },
+    )
+    .await;
+    let refused = c.kubectl_stdin(&["create", "-f", "-"], &sprocket("late", "[]"));
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("create not allowed while custom resource definition is terminating"),
+        "{err}"
+    );
+
+    c.kubectl_ok(&[
+        "patch",
+        "sprocket",
+        "held",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    eventually("the CRD to go", Duration::from_secs(60), || async {
+        let out = c.kubectl(&["get", "crd", "sprockets.lifecycle.example.dev"]);
+        (!out.status.success()).then_some(())
+    })
+    .await;
+    let out = c.kubectl(&["get", "sprockets"]);
+    assert!(!out.status.success(), "no longer served");
+}

@@ -346,6 +346,7 @@ async fn decide(
             bail!("not decided: you typed {:?}, not yes", answer.trim());
         }
     }
+    pause_for_tests();
     let approver = whoami(&session.client).await;
     let mut decision = serde_json::json!({"verdict": verdict, "hash": approval.spec.hash});
     if let Some(approver) = approver {
@@ -369,6 +370,17 @@ async fn decide(
         })?;
     println!("approval {}/{name} {}", session.namespace, past(verdict));
     Ok(())
+}
+
+/// Tests make the window between printing and patching wide enough to change the Approval in
+/// it (`AGENTRT_TEST_PAUSE_BEFORE_DECIDE_MS`); unset in normal use.
+fn pause_for_tests() {
+    if let Some(ms) = std::env::var("AGENTRT_TEST_PAUSE_BEFORE_DECIDE_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
 
 fn verb(verdict: Verdict) -> &'static str {

@@ -1,13 +1,14 @@
 //! The external calls an executor makes once the write recording their start landed and the
 //! lease check passed (DESIGN.md sections 4 and 6): the tool (http), the webhook agent, the
-//! reconcile hook. Each returns how the call ended, as the engine's next input wants it; none
+//! reconcile hook, the model. Each returns how the call ended, as the engine's next input wants it; none
 //! writes the record or decides what happens next.
 
 use std::time::Duration;
 
 use super::context::{Context, RunState};
 use super::fault::{self, FaultPoint};
-use crate::engine::{ToolCall, ToolOutcome};
+use crate::agents::openai;
+use crate::engine::{ModelOutcome, ToolCall, ToolOutcome};
 use crate::tools::http::{self, HttpCall, SecretSource};
 
 struct ApiSecrets<'a>(&'a Context);
@@ -102,4 +103,77 @@ pub async fn call_hook(
     };
     let timeout = Duration::from_secs(u64::try_from(webhook.timeout_seconds.max(1)).unwrap_or(1));
     crate::agents::webhook::call_reconcile_hook(&ctx.http, &webhook.url, timeout, view).await
+}
+
+/// How long one model attempt may take (the openai agent has no timeout field).
+pub const MODEL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Sends one model attempt (the chat-completions body the engine rendered) and says how it
+/// ended; the engine charges it and decides on retries.
+pub async fn call_model(
+    ctx: &Context,
+    state: &RunState,
+    request: &serde_json::Value,
+    max_output_tokens: Option<i64>,
+) -> ModelOutcome {
+    let snapshot = &state.run.snapshot;
+    let Some(agent) = snapshot.spec.agent.openai.as_ref() else {
+        return ModelOutcome::NotSent {
+            detail: "the engine asked for a model call but spec.agent.openai is not set".into(),
+            retryable: false,
+        };
+    };
+    let key = match &agent.api_key_secret_ref {
+        None => None,
+        Some(secret) => match ctx.api.secret_value(&snapshot.namespace, secret).await {
+            Ok(key) => Some(openai::ApiKey::new(key.trim().to_string())),
+            Err(err) => {
+                return ModelOutcome::NotSent {
+                    detail: format!(
+                        "spec.agent.openai.apiKeySecretRef: cannot read key {:?} of Secret {}/{}: {err}",
+                        secret.key, snapshot.namespace, secret.name
+                    ),
+                    retryable: true,
+                }
+            }
+        },
+    };
+    let client = match openai::build_client() {
+        Ok(client) => client,
+        Err(err) => {
+            return ModelOutcome::NotSent {
+                detail: err.to_string(),
+                retryable: false,
+            }
+        }
+    };
+    match openai::call(&client, agent, key.as_ref(), request, MODEL_TIMEOUT).await {
+        Ok(answer) if (200..300).contains(&answer.status) => {
+            let parsed = openai::parse_reply(&answer.body, max_output_tokens);
+            ModelOutcome::Answered {
+                decision: parsed.decision,
+                usage: parsed.usage,
+                latency_ms: answer.latency_ms,
+            }
+        }
+        Ok(answer) => ModelOutcome::Failed {
+            status: answer.status,
+            retry_after_ms: answer.retry_after_millis,
+            detail: String::from_utf8_lossy(&answer.body)
+                .chars()
+                .take(300)
+                .collect(),
+            latency_ms: answer.latency_ms,
+        },
+        Err(err) => match err {
+            openai::ModelCallError::Ambiguous { latency_ms, .. } => ModelOutcome::NoAnswer {
+                detail: err.to_string(),
+                latency_ms,
+            },
+            other => ModelOutcome::NotSent {
+                retryable: other.retryable(),
+                detail: other.to_string(),
+            },
+        },
+    }
 }

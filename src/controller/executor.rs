@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::calls::{call_agent, call_hook, call_tool};
+use super::calls::{call_agent, call_hook, call_model, call_tool};
 use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
 use super::lease::{HeldLease, LeaseCell};
 use crate::engine::{Effect, Input, ToolOutcome};
@@ -95,7 +95,10 @@ async fn drive(
         let starts_side_effect = transition.effects.iter().any(|effect| {
             matches!(
                 effect,
-                Effect::CallTool(_) | Effect::CallAgent { .. } | Effect::CallReconcileHook { .. }
+                Effect::CallTool(_)
+                    | Effect::CallAgent { .. }
+                    | Effect::CallModel { .. }
+                    | Effect::CallReconcileHook { .. }
             )
         });
         let mut next = None;
@@ -198,6 +201,36 @@ async fn drive(
                         Input::LeaseLost
                     } else {
                         Input::AgentAnswered { step, decision }
+                    });
+                    break;
+                }
+                Effect::CallModel {
+                    step,
+                    attempt,
+                    request,
+                    max_output_tokens,
+                    delay_millis,
+                } => {
+                    if delay_millis > 0 {
+                        tokio::select! {
+                            _ = stop.cancelled() => {}
+                            _ = ctx.shutdown.cancelled() => {}
+                            _ = tokio::time::sleep(Duration::from_millis(delay_millis)) => {}
+                        }
+                    }
+                    if !may_start(ctx, lease, stop) {
+                        next = stopped_or_lost(lease);
+                        break;
+                    }
+                    let outcome = call_model(ctx, &state, &request, max_output_tokens).await;
+                    next = Some(if lease.is_lost() {
+                        Input::LeaseLost
+                    } else {
+                        Input::ModelAnswered {
+                            step,
+                            attempt,
+                            outcome,
+                        }
                     });
                     break;
                 }

@@ -1,8 +1,9 @@
 //! Kubernetes Events on the AgentRun (events.k8s.io/v1, through kube-runtime's `Recorder`):
 //! a projection of what one status write added to the record (DESIGN.md section 4: Events are
-//! projections of the record). Phase changes, approvals requested and decided, takeovers and
-//! interruptions each become one Event. Nothing here is asked of the engine beyond what it
-//! recorded, and a failure to publish never touches the run.
+//! projections of the record). Which journal entries become which Event is the engine's
+//! projection (`engine::kube_events`): the run started and finished, approvals requested and
+//! decided, takeovers, interruptions, resumptions, limits. Publishing is best effort: a failure
+//! never touches the run.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -10,110 +11,24 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::cluster::StoredRun;
-use super::fault::added_events;
+use crate::engine::KubeEventType;
 
-/// The Events one write deserves, from the status before and after it.
+/// The Events one write deserves, from the status before and after it: the engine's projection
+/// of the journal entries the write added (`engine::kube_events`), as kube-runtime Events.
 pub fn events_for_write(old_status: &Value, new_status: &Value) -> Vec<Event> {
-    let mut out = Vec::new();
-    let text = |status: &Value, field: &str| {
-        status
-            .get(field)
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    let new_events = new_status.get("events").and_then(Value::as_array);
-    let find = |kind: &str, step: Option<i64>| {
-        new_events.and_then(|events| {
-            events.iter().rev().find(|event| {
-                event.get("type").and_then(Value::as_str) == Some(kind)
-                    && event.get("step").and_then(Value::as_i64) == step
-            })
-        })
-    };
-    for (kind, step) in added_events(old_status, new_status) {
-        let data = find(&kind, step)
-            .and_then(|event| event.get("data"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        let field = |name: &str| {
-            data.get(name)
-                .and_then(Value::as_str)
-                .unwrap_or("?")
-                .to_string()
-        };
-        let step_text = step.map(|s| s.to_string()).unwrap_or_else(|| "?".into());
-        let (type_, reason, note) = match kind.as_str() {
-            "approval.requested" => (
-                EventType::Normal,
-                "ApprovalRequested",
-                format!(
-                    "step {step_text} waits for Approval {} ({})",
-                    field("approval"),
-                    field("kind")
-                ),
-            ),
-            "approval.decided" => (
-                EventType::Normal,
-                "ApprovalDecided",
-                format!("Approval {} was {}", field("approval"), field("verdict")),
-            ),
-            "lease.taken_over" => (
-                EventType::Warning,
-                "TakenOver",
-                format!(
-                    "{} took the run over from {}",
-                    field("holder"),
-                    data.get("previousHolder")
-                        .and_then(Value::as_str)
-                        .unwrap_or("nobody")
-                ),
-            ),
-            "step.interrupted" => (
-                EventType::Warning,
-                "Interrupted",
-                format!(
-                    "step {step_text} was interrupted while {}",
-                    field("previousStatus")
-                ),
-            ),
-            _ => continue,
-        };
-        out.push(Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        });
-    }
-    let old_phase = text(old_status, "phase");
-    let new_phase = text(new_status, "phase");
-    if new_phase.is_some() && new_phase != old_phase {
-        let phase = new_phase.unwrap_or_default();
-        let reason = text(new_status, "reason");
-        let detail = text(new_status, "reasonDetail");
-        let mut note = format!("phase {phase}");
-        if let Some(reason) = &reason {
-            note.push_str(&format!(", reason {reason}"));
-        }
-        if let Some(detail) = detail {
-            let cut: String = detail.chars().take(200).collect();
-            note.push_str(&format!(": {cut}"));
-        }
-        let warning = phase == "Failed";
-        out.push(Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
+    crate::engine::kube_events(old_status, new_status)
+        .into_iter()
+        .map(|projection| Event {
+            type_: match projection.type_ {
+                KubeEventType::Normal => EventType::Normal,
+                KubeEventType::Warning => EventType::Warning,
             },
-            reason: phase,
-            note: Some(note),
+            reason: projection.reason,
+            note: Some(projection.message),
             action: "Reconcile".into(),
             secondary: None,
-        });
-    }
-    out
+        })
+        .collect()
 }
 
 /// The reference an Event about `run` names.
@@ -182,7 +97,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn a_write_projects_its_phase_change_takeover_and_interruption() {
+    fn a_write_projects_its_takeover_interruption_and_approval() {
         let old = json!({"phase": "Running", "events": [{"seq": 1, "type": "run.created"}]});
         let new = json!({"phase": "WaitingForApproval", "events": [
             {"seq": 1, "type": "run.created"},
@@ -194,17 +109,9 @@ mod tests {
         let reasons: Vec<_> = events.iter().map(|e| e.reason.as_str()).collect();
         assert_eq!(
             reasons,
-            [
-                "Interrupted",
-                "TakenOver",
-                "ApprovalRequested",
-                "WaitingForApproval"
-            ]
+            ["StepInterrupted", "TakenOver", "ApprovalRequested"]
         );
-        assert_eq!(
-            events[1].note.as_deref(),
-            Some("b-2 took the run over from a-1")
-        );
+        assert!(matches!(events[1].type_, EventType::Warning));
     }
 
     #[test]

@@ -188,6 +188,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                 Effect::Stop => break 'decide,
                 Effect::CallTool(_)
                 | Effect::CallAgent { .. }
+                | Effect::CallModel { .. }
                 | Effect::CallReconcileHook { .. } => {
                     tracing::error!(run = %key, "the engine asked for a side effect on Observe; ignored");
                 }

@@ -52,6 +52,9 @@ pub enum DevClusterError {
         /// Why (the API server's message).
         reason: String,
     },
+    /// The server could not set itself up (built-in namespaces, the snapshot task).
+    #[error("cannot set up the embedded API server: {0}")]
+    Bootstrap(String),
     /// The kube client for the server could not be built.
     #[error("cannot build a client for the embedded API server: {0}")]
     Client(String),

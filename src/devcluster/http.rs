@@ -71,11 +71,33 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .map(|q| q.0.into_iter().collect())
         .unwrap_or_default();
     tracing::debug!(method = %parts.method, uri = %parts.uri, "request");
-    let result = dispatch(&shared, &parts.method, &path, &parts.headers, &params, body);
-    match result {
-        Ok(resp) => resp,
-        Err(e) => error(&e),
+    let audited = shared.audit.as_ref().and_then(|log| {
+        let watch = params.get("watch").is_some_and(|w| w == "true" || w == "1");
+        super::audit::entry(&parts.method, &path, watch).map(|e| (log, e))
+    });
+    let response = if parts.method == Method::POST
+        && path.trim_end_matches('/') == super::audit::SELF_SUBJECT_REVIEWS
+    {
+        json_response(
+            StatusCode::CREATED,
+            &super::audit::self_subject_review(),
+            &[],
+        )
+    } else {
+        match dispatch(&shared, &parts.method, &path, &parts.headers, &params, body) {
+            Ok(resp) => resp,
+            Err(e) => error(&e),
+        }
+    };
+    if let Some((log, entry)) = audited {
+        let agent = parts
+            .headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        log.record(&entry, response.status().as_u16(), agent);
     }
+    response
 }
 
 /// A `Status` error response.

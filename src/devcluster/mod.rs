@@ -4,7 +4,7 @@
 //! will meet a real one.
 //!
 //! Map of the rooms:
-//! - [`server`]: [`DevServer`] (start/shutdown, background GC and snapshots) and its config.
+//! - `server`: [`DevServer`] (start/shutdown, background GC and snapshots) and its config.
 //! - `http`, `route`: the HTTP layer and path routing.
 //! - `store`: objects, the global resourceVersion, the change history.
 //! - `write`, `delete`: the verbs' rules (metadata, preconditions, status subresource,
@@ -15,7 +15,18 @@
 //! - [`schema`]: structural-schema admission of custom resources (owned separately).
 //!
 //! It knows nothing about agentrt's own types.
+//!
+//! Deliberate simplifications (each documented where it lives): only the legacy discovery
+//! format (kubectl falls back from the aggregated one); a minimal OpenAPI v3 without schemas
+//! (no `kubectl explain`); no server-side apply (415) and strategic merge patch applied as a
+//! merge patch on built-ins; `limit`/`continue` ignored (lists come whole); no
+//! `managedFields`; `propagationPolicy: Foreground` behaves as `Background`; CRD conversion
+//! `None` only and names never conflict; protobuf accepted only for the built-ins kubectl's
+//! generators send; one global lock (fine for a dev server); the `--data-dir` snapshot is the
+//! whole state, written shortly after each burst of changes and at shutdown (a SIGKILL can
+//! lose the last ~50 ms).
 
+mod audit;
 mod convert;
 mod crd;
 mod delete;
@@ -32,7 +43,7 @@ mod registry;
 mod route;
 pub mod schema;
 mod selectors;
-pub mod server;
+mod server;
 mod status;
 mod store;
 mod table;
@@ -67,6 +78,10 @@ pub struct DevArgs {
     /// gets 410 Gone and clients re-list.
     #[arg(long, default_value_t = 1000)]
     pub watch_history: usize,
+    /// Append one JSON line per resource request (verb, group, resource, subresource,
+    /// namespace, name, code) to this file, like an API server's audit log.
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
     /// The controller, the sample tools and `--apply` (see `crate::controller::dev`).
     #[command(flatten)]
     pub controller: crate::controller::dev::DevControllerArgs,
@@ -127,6 +142,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         watch_history: args.watch_history,
         crds,
+        audit_log: args.audit_log.clone(),
     };
     let server = DevServer::start(config).await?;
     let kubeconfig_path =

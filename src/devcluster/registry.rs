@@ -135,15 +135,6 @@ impl ResourceType {
         api_version(&self.group, version)
     }
 
-    /// `Kind.group` as kube-apiserver qualifies kinds in messages (`Kind` for core).
-    pub fn qualified_kind(&self) -> String {
-        if self.group.is_empty() {
-            self.kind.clone()
-        } else {
-            format!("{}.{}", self.kind, self.group)
-        }
-    }
-
     /// Whether the version (or, when unknown, any version) has the status subresource.
     pub fn has_status(&self, version: &str) -> bool {
         self.version(version)
@@ -202,11 +193,6 @@ impl Registry {
             }
         }
         registry
-    }
-
-    /// Every type.
-    pub fn types(&self) -> &[Arc<ResourceType>] {
-        &self.types
     }
 
     /// The type served at `group`/`version` under `plural`.

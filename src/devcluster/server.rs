@@ -35,6 +35,8 @@ pub struct DevServerConfig {
     pub watch_history: usize,
     /// CustomResourceDefinitions (JSON objects) installed at start, created or replaced.
     pub crds: Vec<Value>,
+    /// When set, one JSON line per resource request is appended here (see `audit.rs`).
+    pub audit_log: Option<PathBuf>,
 }
 
 impl Default for DevServerConfig {
@@ -45,6 +47,7 @@ impl Default for DevServerConfig {
             data_dir: None,
             watch_history: 1000,
             crds: Vec::new(),
+            audit_log: None,
         }
     }
 }
@@ -63,6 +66,8 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     /// The bound address (for `/api`'s serverAddressByClientCIDRs).
     pub addr: SocketAddr,
+    /// The request audit log, when asked for.
+    pub audit: Option<super::audit::AuditLog>,
 }
 
 impl Shared {
@@ -83,7 +88,7 @@ pub struct DevServer {
 
 const BUILTIN_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 const GC_PERIOD: Duration = Duration::from_secs(1);
-const SNAPSHOT_DEBOUNCE: Duration = Duration::from_millis(20);
+const SNAPSHOT_DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// How often watches get a BOOKMARK: 5 s, or `AGENTRT_DEV_BOOKMARK_INTERVAL_MS` (tests).
 fn bookmark_interval() -> Duration {
@@ -92,6 +97,15 @@ fn bookmark_interval() -> Duration {
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|ms| *ms > 0)
         .map_or(Duration::from_secs(5), Duration::from_millis)
+}
+
+/// Where a fresh server's resourceVersions start: the current Unix time in milliseconds, so a
+/// server started afresh always counts above any earlier one and clients still holding an
+/// earlier server's resourceVersion get 410 and re-list rather than skip changes.
+fn initial_resource_version() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64)
 }
 
 /// Resolves the target of a built-in or custom type by its API path pieces.
@@ -163,7 +177,7 @@ impl DevServer {
             Some(dir) => Some(persist::lock(dir)?),
             None => None,
         };
-        let mut store = Store::new(config.watch_history, 0);
+        let mut store = Store::new(config.watch_history, initial_resource_version());
         let restored = match &config.data_dir {
             Some(dir) => persist::load(dir)?,
             None => None,
@@ -172,13 +186,15 @@ impl DevServer {
             Some((rv, objects)) => store.restore(rv, objects),
             None => {
                 let Some(t) = target(&store, "", "v1", "namespaces", None) else {
-                    return Err(DevClusterError::Client("namespaces are not served".into()));
+                    return Err(DevClusterError::Bootstrap(
+                        "namespaces are not served".into(),
+                    ));
                 };
                 for ns in BUILTIN_NAMESPACES {
                     let body = json!({"apiVersion": "v1", "kind": "Namespace",
                                       "metadata": {"name": ns}});
                     write::create(&mut store, &t, body, &WriteOpts::default())
-                        .map_err(|e| DevClusterError::Client(e.to_string()))?;
+                        .map_err(|e| DevClusterError::Bootstrap(e.to_string()))?;
                 }
             }
         }
@@ -197,6 +213,15 @@ impl DevServer {
                 addr: config.addr,
                 source,
             })?;
+        let audit = match &config.audit_log {
+            Some(path) => Some(super::audit::AuditLog::create(path).map_err(|source| {
+                DevClusterError::Io {
+                    path: path.clone(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             token: config.token.clone(),
@@ -204,6 +229,7 @@ impl DevServer {
             gc: Notify::new(),
             bookmark_interval: bookmark_interval(),
             addr,
+            audit,
         });
         let mut tasks = Vec::new();
         if let Some(dir) = config.data_dir.clone() {
@@ -276,7 +302,7 @@ async fn save(shared: &Arc<Shared>, dir: &std::path::Path) -> Result<(), DevClus
     let dir = dir.to_path_buf();
     tokio::task::spawn_blocking(move || persist::save(&dir, rv, &objects))
         .await
-        .map_err(|e| DevClusterError::Client(format!("snapshot task failed: {e}")))?
+        .map_err(|e| DevClusterError::Bootstrap(format!("the snapshot task failed: {e}")))?
 }
 
 async fn snapshot_task(shared: Arc<Shared>, dir: PathBuf) {
@@ -307,13 +333,18 @@ async fn snapshot_task(shared: Arc<Shared>, dir: PathBuf) {
 }
 
 async fn gc_task(shared: Arc<Shared>) {
+    let mut last_pass = 0;
     loop {
-        tokio::select! {
-            _ = shared.gc.notified() => {}
-            _ = tokio::time::sleep(GC_PERIOD) => {}
+        let forced = tokio::select! {
+            _ = shared.gc.notified() => true,
+            _ = tokio::time::sleep(GC_PERIOD) => false,
             _ = shared.shutdown.cancelled() => return,
-        }
+        };
         let mut store = shared.lock();
-        delete::collect_garbage(&mut store);
+        // The periodic pass is skipped when nothing changed since the last one.
+        if forced || store.rv() != last_pass {
+            delete::collect_garbage(&mut store);
+            last_pass = store.rv();
+        }
     }
 }

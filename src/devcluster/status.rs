@@ -86,6 +86,14 @@ pub enum ApiError {
         /// The resource addressed.
         gr: GroupResource,
     },
+    /// 405 MethodNotAllowed with a specific message.
+    #[error("{message}")]
+    MethodNotAllowedMessage {
+        /// The resource addressed.
+        gr: GroupResource,
+        /// Why.
+        message: String,
+    },
     /// 410 Expired (a watch or list from a resourceVersion older than the retained history).
     #[error("{0}")]
     Expired(String),
@@ -121,7 +129,9 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MethodNotAllowed { .. } | ApiError::MethodNotAllowedMessage { .. } => {
+                StatusCode::METHOD_NOT_ALLOWED
+            }
             ApiError::Expired(_) => StatusCode::GONE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -140,7 +150,9 @@ impl ApiError {
             ApiError::AlreadyExists { gr, name } => ("AlreadyExists", Some(details(gr, name))),
             ApiError::Conflict { gr, name, .. } => ("Conflict", Some(details(gr, name))),
             ApiError::Forbidden { gr, name, .. } => ("Forbidden", Some(details(gr, name))),
-            ApiError::MethodNotAllowed { gr } => ("MethodNotAllowed", Some(details(gr, ""))),
+            ApiError::MethodNotAllowed { gr } | ApiError::MethodNotAllowedMessage { gr, .. } => {
+                ("MethodNotAllowed", Some(details(gr, "")))
+            }
             ApiError::BadRequest(_) => ("BadRequest", None),
             ApiError::Unauthorized => ("Unauthorized", None),
             ApiError::Expired(_) => ("Expired", None),

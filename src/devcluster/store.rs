@@ -212,8 +212,12 @@ impl Store {
     }
 
     /// The changes after resourceVersion `rv`, if the history still holds all of them.
+    ///
+    /// A resourceVersion from the future (a client of an earlier server that started afresh)
+    /// is treated as expired too, so the client re-lists instead of waiting for changes it
+    /// would never see.
     pub fn since(&self, rv: u64) -> Since {
-        if rv < self.history_floor {
+        if rv < self.history_floor || rv > self.rv {
             return Since::Expired(self.history_floor);
         }
         let start = self.history.partition_point(|c| c.rv <= rv);
@@ -289,6 +293,14 @@ mod tests {
             Since::Changes(c) => assert_eq!(c.iter().map(|c| c.rv).collect::<Vec<_>>(), [3, 4]),
             Since::Expired(_) => panic!("rv 2 is still in the window"),
         }
+    }
+
+    #[test]
+    fn a_resource_version_from_the_future_has_expired() {
+        let mut s = Store::new(10, 50);
+        s.put(key("a"), json!({}), ChangeKind::Added);
+        assert!(matches!(s.since(51), Since::Changes(_)));
+        assert!(matches!(s.since(52), Since::Expired(50)));
     }
 
     #[test]

@@ -209,12 +209,17 @@ fn cell(c: &PrinterColumn, obj: &Value, now: jiff::Timestamp) -> Value {
             .or_else(|| obj.get("note"))
             .cloned()
             .unwrap_or(Value::Null),
-        "#lastSeen" => ["lastTimestamp", "deprecatedLastTimestamp", "eventTime"]
-            .iter()
-            .filter_map(|f| obj.get(*f).filter(|v| v.is_string()))
-            .next()
-            .cloned()
-            .unwrap_or_else(|| obj["metadata"]["creationTimestamp"].clone()),
+        "#lastSeen" => [
+            &obj["series"]["lastObservedTime"],
+            &obj["lastTimestamp"],
+            &obj["deprecatedLastTimestamp"],
+            &obj["eventTime"],
+            &obj["metadata"]["creationTimestamp"],
+        ]
+        .into_iter()
+        .find(|v| v.is_string())
+        .cloned()
+        .unwrap_or(Value::Null),
         "#createdAt" => return obj["metadata"]["creationTimestamp"].clone(),
         path => eval_path(obj, path).unwrap_or(Value::Null),
     };

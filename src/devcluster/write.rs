@@ -18,7 +18,7 @@ use super::registry::{Builtin, Flavor, ResourceType};
 use super::route::Target;
 use super::schema::{invalid_status, AdmissionError, FieldError, FieldErrorKind, FieldValidation};
 use super::status::{ApiError, GroupResource};
-use super::store::{ChangeKind, ObjKey, Store, NAMESPACE_STORAGE};
+use super::store::{ChangeKind, ObjKey, Store, CRD_STORAGE, NAMESPACE_STORAGE};
 
 /// Options shared by the write verbs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -271,6 +271,20 @@ pub fn create(
     if rt.namespaced {
         check_namespace_open(store, t, &ns, &requested)?;
     }
+    if rt.flavor == Flavor::Custom {
+        let crd = ObjKey {
+            storage: CRD_STORAGE.into(),
+            namespace: String::new(),
+            name: format!("{}.{}", rt.plural, rt.group),
+        };
+        if store.get(&crd).is_some_and(|c| meta::is_deleting(c)) {
+            return Err(ApiError::MethodNotAllowedMessage {
+                gr: t.gr(),
+                message: "create not allowed while custom resource definition is terminating"
+                    .into(),
+            });
+        }
+    }
     if !meta_str(&obj, "resourceVersion").is_empty() {
         return Err(ApiError::Internal(
             "resourceVersion should not be set on objects to be created".into(),
@@ -480,12 +494,15 @@ fn apply_update(
     }
     let finished = meta::is_deleting(&stored_new)
         && meta::finalizers(&stored_new).is_empty()
-        && !matches!(rt.builtin(), Some(Builtin::Namespace | Builtin::Crd));
+        && rt.builtin() != Some(Builtin::Namespace);
     let object = if opts.dry_run {
         from_storage(&rt, &t.version, &stored_new)
     } else if finished {
         // The last finalizer is gone: the object is deleted now.
         let last = store.remove(key, Some(stored_new.clone()));
+        if rt.builtin() == Some(Builtin::Crd) {
+            store.rebuild_registry();
+        }
         from_storage(&rt, &t.version, last.as_deref().unwrap_or(&stored_new))
     } else {
         let saved = store.put(key.clone(), stored_new, ChangeKind::Modified);

@@ -19,17 +19,76 @@
 //! - [`Input::Observe`] is what a replica that is not executing the run asks; it never starts a
 //!   side effect, and asks for the lease with [`Effect::AcquireLease`] when the run needs a
 //!   holder. After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
+//!
+//! What a transition's effects look like, in order:
+//! - `[WriteStatus?, CallTool | CallAgent | CallModel | CallReconcileHook]`: the loop goes on;
+//!   the outcome comes back as [`Input::ToolFinished`], [`Input::AgentAnswered`],
+//!   [`Input::ModelAnswered`] or [`Input::Reconciled`].
+//!   A grant's execution puts `WriteApprovalStatus(Executed)` between the write and the call.
+//! - `[WriteStatus, CreateApproval, WriteApprovalStatus(Pending), ReleaseLease, Stop]`: the run
+//!   paused on an Approval.
+//! - `[WriteStatus?, WriteApprovalStatus?, ReleaseLease?, Stop]`: the run ended, or the executor
+//!   has nothing to do (`ReleaseLease` only from an executor).
+//! - For [`Input::Observe`]: nothing; `[RequeueAfter]`; `[AcquireLease]`;
+//!   `[WriteApprovalStatus?, AcquireLease]` (an approved grant); `[CreateApproval,
+//!   WriteApprovalStatus]` (a recorded Approval that is missing); `[WriteStatus,
+//!   WriteApprovalStatus?, Stop]` (cancel, rejection, expiry, a record that will not decode).
+//!
+//! [`step`] is a pure function of (run, approvals, caller, input): applying an input again to a
+//! record that already holds its effect writes nothing twice and never starts a started step
+//! again (guarantee 1); a step found `executing` by its own holder is left to a takeover.
+//!
+//! The rooms (each names the rules it holds in its `//!` header):
+//! - `record`: the working copy of the status, events numbered without gaps, conditions, the
+//!   one write a transition ends with and the object budget (BEHAVIOURS.md 49-50);
+//! - `raw`: a record that will not decode (BEHAVIOURS.md 41);
+//! - `observe`: the resume table for a replica that is not executing the run, and cancel
+//!   (BEHAVIOURS.md 30, 42);
+//! - `start`: a new run's first write (BEHAVIOURS.md 1-3);
+//! - `limits`: the limits before each step (BEHAVIOURS.md 4-6);
+//! - `loop_`: starting steps and taking decisions (BEHAVIOURS.md 7-10);
+//! - `model_calls`: model attempts, accounted by the `model` rules (BEHAVIOURS.md 45-48);
+//! - `calls`: the policy and starting a tool (BEHAVIOURS.md 11-14);
+//! - `outcome`: tool outcomes and late outcomes (BEHAVIOURS.md 15-18, 44);
+//! - `approvals`: pauses and decided approvals (BEHAVIOURS.md 19, 23-25);
+//! - `grants`: executing a grant (BEHAVIOURS.md 21-22, 26);
+//! - `takeover`: takeovers, interrupted steps, the reconcile hook (BEHAVIOURS.md 31-40);
+//! - `projection`: Kubernetes Events derived from the journal.
+//!
+//! The rule modules `canonical`, `hash`, `validate`, `policy`, `content` and `model` hold the
+//! pure functions the machine calls (canonical JSON and hashes, schema checks, the policy,
+//! content budgets, model accounting).
 
+mod approvals;
+mod calls;
 pub mod canonical;
 pub mod content;
+mod grants;
 pub mod hash;
+mod limits;
+mod loop_;
 pub mod model;
+mod model_calls;
+mod observe;
+mod outcome;
 pub mod policy;
+mod projection;
+mod raw;
+mod record;
+mod start;
+mod takeover;
 pub mod validate;
+
+#[cfg(test)]
+mod tests;
 
 use serde_json::Value;
 
-use crate::api::{AgentRunSpec, Time, ToolSpec};
+use crate::api::{AgentRunSpec, RunPhase, Time, ToolSpec};
+
+pub use approvals::{approval_name, short_hash};
+pub use projection::{decode_status, kube_events, KubeEventProjection, KubeEventType};
+pub use takeover::INTERRUPTED_NOTICE;
 
 /// How big things may get (DESIGN.md section 3, guarantee 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,6 +209,51 @@ pub enum ToolOutcome {
     },
 }
 
+/// How one model attempt ended, as the executor saw it (DESIGN.md section 6; BEHAVIOURS.md
+/// 45-48). Charged by [`model::charge`], retried by [`model::retry_plan`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelOutcome {
+    /// A 2xx reply, read by the decider (`agents::openai::parse_reply`) into the decision to
+    /// record and the usage the reply reported.
+    Answered {
+        /// The decision (`{kind, tool, args}`, `{kind, tool, invalidArgs}`, `{kind: complete,
+        /// result}`, `{kind: fail, message}`, or an invalid reply as `{kind: invalid, ...}`).
+        decision: Value,
+        /// The usage reported; `None` when the reply reported none.
+        usage: Option<model::ReportedUsage>,
+        /// Wall time in milliseconds.
+        latency_ms: u64,
+    },
+    /// Any other HTTP answer: 408, 409, 425, 429 and 5xx are tried again, anything else ends
+    /// the run `model_unavailable`.
+    Failed {
+        /// The HTTP status.
+        status: u16,
+        /// `Retry-After` (or `retry-after-ms`) in milliseconds, when the answer had one.
+        retry_after_ms: Option<u64>,
+        /// What happened, for the record.
+        detail: String,
+        /// Wall time in milliseconds.
+        latency_ms: u64,
+    },
+    /// The request was sent and no answer came (timeout, lost connection): charged its
+    /// projection and tried again.
+    NoAnswer {
+        /// What happened.
+        detail: String,
+        /// Wall time in milliseconds.
+        latency_ms: u64,
+    },
+    /// Nothing was sent: charged nothing. A refused connection is tried again (`retryable`);
+    /// an unusable endpoint or key ends the run `model_unavailable`.
+    NotSent {
+        /// What happened.
+        detail: String,
+        /// Whether sending again may help.
+        retryable: bool,
+    },
+}
+
 /// One input to the state machine.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
@@ -182,6 +286,15 @@ pub enum Input {
         attempt: i64,
         /// How it ended.
         outcome: ToolOutcome,
+    },
+    /// A model attempt ([`Effect::CallModel`]) ended.
+    ModelAnswered {
+        /// The step being decided.
+        step: i64,
+        /// The attempt that ended.
+        attempt: i64,
+        /// How it ended.
+        outcome: ModelOutcome,
     },
     /// The reconcile hook answered a Reconciliation (`{outcome, result, detail, pause}`), or
     /// failed after its retries.
@@ -238,12 +351,30 @@ pub enum Effect {
     },
     /// Call the tool (only if this replica's lease is unexpired by its own clock).
     CallTool(ToolCall),
-    /// Ask the webhook agent for step `step`'s decision, POSTing `request`.
+    /// Ask the run's webhook agent for step `step`'s decision, POSTing `request`; the answer
+    /// comes back as [`Input::AgentAnswered`].
     CallAgent {
         /// The step.
         step: i64,
         /// The JSON body (goal, tool specs, steps, approvals).
         request: Value,
+    },
+    /// Ask the run's model (`spec.agent.openai`) for step `step`'s decision: wait
+    /// `delay_millis` (a retry's backoff; 0 for a first attempt), check the lease, then send
+    /// `request` with at most `max_output_tokens` output tokens. The write before it recorded
+    /// `model.dispatched` with this attempt's projection; the outcome comes back as
+    /// [`Input::ModelAnswered`].
+    CallModel {
+        /// The step.
+        step: i64,
+        /// 1, 2, ... per step; each retry is a new attempt.
+        attempt: i64,
+        /// The JSON body (goal, tool specs, steps), as for [`Effect::CallAgent`].
+        request: Value,
+        /// The output cap to send (`maxOutputTokens`, or `maxOutputTokensPerCall`, the smaller).
+        max_output_tokens: Option<i64>,
+        /// How long to wait before sending.
+        delay_millis: u64,
     },
     /// POST this RunView to the reconcile hook.
     CallReconcileHook {
@@ -299,6 +430,76 @@ pub fn step(
     budgets: &Budgets,
     input: Input,
 ) -> Result<Transition, EngineError> {
-    let _ = (run, approvals, caller, budgets, input);
-    Ok(Transition::default())
+    let stored = match record::decode(&run.status) {
+        Ok(stored) => stored,
+        Err(detail) => return Ok(raw::undecodable(run, caller, &input, detail)),
+    };
+    let executor = !matches!(input, Input::Observe { .. });
+    let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, executor);
+    match input {
+        Input::Observe { lease } => observe::observe(&mut txn, &lease),
+        Input::LeaseLost => txn.stop(),
+        input => executor_input(&mut txn, input)?,
+    }
+    Ok(txn.finish())
+}
+
+/// An input from the executor (the replica holding, or just winning, the lease).
+fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError> {
+    let acquired = matches!(input, Input::LeaseAcquired { .. });
+    // Someone took the run over: this executor stops without writing (BEHAVIOURS.md 33).
+    if !acquired && txn.holder() != Some(txn.caller.holder.as_str()) {
+        txn.stop();
+        return Ok(());
+    }
+    if txn.status.phase.is_terminal() {
+        if let Input::ToolFinished {
+            step,
+            attempt,
+            outcome,
+        } = input
+        {
+            outcome::late(txn, step, attempt, outcome)?;
+        }
+        txn.release_and_stop();
+        return Ok(());
+    }
+    // BEHAVIOURS.md 43: a live loop finds the cancellation at its next write.
+    if txn.run.spec.cancel {
+        observe::cancel(txn);
+        // A tool that returned just now: its outcome comes after `run.finished` (44).
+        if let Input::ToolFinished {
+            step,
+            attempt,
+            outcome,
+        } = input
+        {
+            outcome::late(txn, step, attempt, outcome)?;
+        }
+        txn.release_and_stop();
+        return Ok(());
+    }
+    let phase = txn.status.phase;
+    match input {
+        Input::LeaseAcquired { takeover } => match phase {
+            RunPhase::Pending => start::begin(txn),
+            RunPhase::WaitingForApproval => approvals::waiting(txn),
+            _ => takeover::take_over(txn, takeover),
+        },
+        _ if phase != RunPhase::Running => txn.release_and_stop(),
+        Input::AgentAnswered { step, decision } => loop_::agent_answered(txn, step, decision)?,
+        Input::ToolFinished {
+            step,
+            attempt,
+            outcome,
+        } => outcome::tool_finished(txn, step, attempt, outcome)?,
+        Input::ModelAnswered {
+            step,
+            attempt,
+            outcome,
+        } => model_calls::answered(txn, step, attempt, outcome)?,
+        Input::Reconciled { answer } => takeover::reconciled(txn, answer),
+        Input::Observe { .. } | Input::LeaseLost => txn.stop(),
+    }
+    Ok(())
 }

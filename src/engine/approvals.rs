@@ -1,0 +1,544 @@
+//! Approvals (DESIGN.md sections 2, 4, 5; BEHAVIOURS.md 19, 21-26, 34-35): the record is the
+//! source of truth, the Approval object its projection.
+//!
+//! - [`pause`]: `approval.requested` {approval, kind, reason, capability, presentation, hash},
+//!   step `awaiting_approval` and run `WaitingForApproval` in one write, then the Approval is
+//!   created (Pending, shortHash, expiresAt when approvalTTLSeconds is set) and the lease
+//!   released. The hash is computed over the request as it will be stored and read back.
+//! - [`waiting`]: a waiting run's latest Approval (only the latest can grant). Missing → created
+//!   again from the record; pending → nothing (requeue for its expiry), or `approval_expired`
+//!   once past it; rejected → the step fails `policy_denied` and the run ends `Cancelled`
+//!   `approval_rejected`; approved → expired when older than grantTTLSeconds, otherwise the
+//!   holder executes it ([`grants::execute_grant`]) and an observer asks for the lease.
+//!
+//! Executing a grant is [`grants`]'s room.
+
+use serde_json::{json, Value};
+
+use super::grants;
+use super::hash::approval_hash;
+use super::loop_::{check_call, Flow};
+use super::observe::millis_until;
+use super::record::{observation, to_value, Txn};
+use super::Effect;
+use crate::api::{
+    Approval, ApprovalDecision, ApprovalPhase, ApprovalRequest, ApprovalSpec, ApprovalStatus,
+    EventType, ObservationKind, RunPhase, RunRef, StepApproval, StepStatus, TerminalReason,
+    ToolRef, Verdict,
+};
+
+/// Who asked for an approval (recorded in `approval.requested` as `origin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The policy's `require_approval`.
+    Policy,
+    /// A takeover found a non-ReadOnly call whose outcome is unknown.
+    Interruption,
+    /// The reconcile hook answered `waiting`.
+    Reconcile,
+}
+
+impl Origin {
+    fn as_str(self) -> &'static str {
+        match self {
+            Origin::Policy => "policy",
+            Origin::Interruption => "interruption",
+            Origin::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// What an approval asks for, besides the request.
+pub(crate) struct Requirement {
+    pub kind: String,
+    pub reason: Option<String>,
+    pub capability: Option<Value>,
+    pub presentation: Option<Value>,
+    pub origin: Origin,
+}
+
+/// `<run>-<step>-<n>`, n counting from 1 per step.
+pub fn approval_name(run: &str, step: i64, n: usize) -> String {
+    format!("{run}-{step}-{n}")
+}
+
+/// The first 12 hex characters after `sha256:` (the printer column).
+pub fn short_hash(hash: &str) -> String {
+    hash.trim_start_matches("sha256:")
+        .chars()
+        .take(12)
+        .collect()
+}
+
+/// The request an approval of step `index` calling `spec.tools[tool]` with `args` covers, as it
+/// will be stored and read back.
+fn request_for(
+    txn: &Txn,
+    index: usize,
+    tool: usize,
+    args: &Value,
+) -> Result<ApprovalRequest, String> {
+    let run = txn.run;
+    let spec_tool = &run.spec.tools[tool];
+    let request = ApprovalRequest {
+        run: RunRef {
+            namespace: run.namespace.clone(),
+            name: run.name.clone(),
+            uid: run.uid.clone(),
+        },
+        step: index as i64,
+        tool: tool_ref(spec_tool),
+        args: args.clone(),
+    };
+    serde_json::from_value(to_value(&request)).map_err(|e| format!("approval request: {e}"))
+}
+
+fn tool_ref(tool: &crate::api::ToolSpec) -> ToolRef {
+    ToolRef {
+        name: tool.name.clone(),
+        description: tool.description.clone(),
+        input_schema: tool.input_schema.clone(),
+        side_effect: tool.side_effect,
+        timeout_seconds: tool.timeout_seconds,
+        terminal: tool.terminal,
+    }
+}
+
+/// The hash an approval for `requirement` on this call would carry.
+pub(crate) fn requirement_hash(
+    txn: &Txn,
+    index: usize,
+    tool: usize,
+    args: &Value,
+    requirement: &Requirement,
+) -> Result<String, String> {
+    let request = request_for(txn, index, tool, args)?;
+    approval_hash(
+        &requirement.kind,
+        requirement.capability.as_ref(),
+        requirement.presentation.as_ref(),
+        &request,
+    )
+    .map_err(|e| format!("approval hash: {e}"))
+}
+
+/// Pauses step `index` on a new Approval (BEHAVIOURS.md 19, 34).
+pub(crate) fn pause(
+    txn: &mut Txn,
+    index: usize,
+    tool: usize,
+    args: Value,
+    requirement: Requirement,
+) -> Flow {
+    let built = request_for(txn, index, tool, &args).and_then(|request| {
+        let hash = approval_hash(
+            &requirement.kind,
+            requirement.capability.as_ref(),
+            requirement.presentation.as_ref(),
+            &request,
+        )
+        .map_err(|e| format!("approval hash: {e}"))?;
+        Ok((request, hash))
+    });
+    let (request, hash) = match built {
+        Ok(built) => built,
+        Err(detail) => {
+            txn.end_run(TerminalReason::InternalError, Some(detail), None);
+            return Flow::Continue;
+        }
+    };
+    let run = txn.run;
+    let now = txn.now();
+    let n = txn.status.steps[index].approvals.len() + 1;
+    let name = approval_name(&run.name, index as i64, n);
+    let expires_at = run
+        .spec
+        .limits
+        .approval_ttl_seconds
+        .map(|s| now.plus_seconds(s));
+    let spec = ApprovalSpec {
+        run_name: run.name.clone(),
+        run_uid: run.uid.clone(),
+        step_index: index as i64,
+        kind: requirement.kind.clone(),
+        request,
+        capability: requirement.capability.clone(),
+        presentation: requirement.presentation.clone(),
+        reason: requirement.reason.clone(),
+        hash: hash.clone(),
+        decision: None,
+    };
+    txn.add_active_time(index);
+    let step = txn.step_mut(index);
+    step.status = StepStatus::AwaitingApproval;
+    step.approvals.push(StepApproval {
+        name: name.clone(),
+        kind: requirement.kind.clone(),
+        hash: hash.clone(),
+        requested_at: now,
+        expires_at,
+        verdict: None,
+        executed: false,
+    });
+    txn.event(
+        EventType::ApprovalRequested,
+        Some(index as i64),
+        json!({
+            "approval": name,
+            "kind": requirement.kind,
+            "reason": requirement.reason,
+            "capability": requirement.capability,
+            "presentation": requirement.presentation,
+            "hash": hash,
+            "origin": requirement.origin.as_str(),
+        }),
+    );
+    txn.status.phase = RunPhase::WaitingForApproval;
+    txn.after.push(Effect::CreateApproval {
+        approval: approval_object(txn, &name, &spec),
+    });
+    txn.after.push(pending_status(&name, &hash, expires_at));
+    txn.release_and_stop();
+    Flow::Halt
+}
+
+/// The whole Approval object: metadata (name, namespace, labels, ownerReference) and spec.
+fn approval_object(txn: &Txn, name: &str, spec: &ApprovalSpec) -> Value {
+    let run = txn.run;
+    json!({
+        "apiVersion": "agentrt.dev/v1alpha1",
+        "kind": "Approval",
+        "metadata": {
+            "name": name,
+            "namespace": run.namespace,
+            "labels": {"agentrt.dev/run": run.name, "agentrt.dev/run-uid": run.uid},
+            "ownerReferences": [{
+                "apiVersion": "agentrt.dev/v1alpha1",
+                "kind": "AgentRun",
+                "name": run.name,
+                "uid": run.uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": to_value(spec),
+    })
+}
+
+fn pending_status(name: &str, hash: &str, expires_at: Option<crate::api::Time>) -> Effect {
+    let status = ApprovalStatus {
+        phase: ApprovalPhase::Pending,
+        short_hash: Some(short_hash(hash)),
+        decided_at: None,
+        expires_at,
+        executed_at: None,
+    };
+    Effect::WriteApprovalStatus {
+        name: name.to_string(),
+        status: to_value(&status),
+    }
+}
+
+/// How the latest Approval object stands.
+enum Found {
+    Missing,
+    Undecodable(String),
+    Present(Box<Approval>),
+}
+
+fn find(txn: &Txn, name: &str) -> Found {
+    match txn.approvals.iter().find(|a| a.name == name) {
+        None => Found::Missing,
+        Some(snapshot) => match serde_json::from_value::<Approval>(snapshot.object.clone()) {
+            Ok(approval) => Found::Present(Box::new(approval)),
+            Err(err) => Found::Undecodable(format!("Approval {name} does not decode: {err}")),
+        },
+    }
+}
+
+/// A waiting run's latest Approval, for an observer or the holder (see the module doc).
+pub(crate) fn waiting(txn: &mut Txn) {
+    settle_waiting(txn);
+    if txn.status.phase.is_terminal() && !txn.after.contains(&Effect::Stop) {
+        txn.release_and_stop();
+    }
+}
+
+fn settle_waiting(txn: &mut Txn) {
+    let awaiting = txn
+        .status
+        .steps
+        .iter()
+        .rposition(|s| s.status == StepStatus::AwaitingApproval);
+    let latest = awaiting.and_then(|i| txn.status.steps[i].approvals.last().cloned());
+    let (Some(index), Some(latest)) = (awaiting, latest) else {
+        let detail = "status.phase is WaitingForApproval but no step awaits an approval".into();
+        txn.end_run(TerminalReason::InternalError, Some(detail), None);
+        return;
+    };
+    let now = txn.now();
+    let approval = match find(txn, &latest.name) {
+        Found::Undecodable(detail) => {
+            txn.end_run(TerminalReason::InternalError, Some(detail), None);
+            return;
+        }
+        Found::Missing => {
+            if latest.expires_at.is_some_and(|e| e <= now) {
+                expire(txn, index, &latest, None, None);
+                return;
+            }
+            if let Err(detail) = recreate(txn, index, &latest) {
+                txn.end_run(TerminalReason::InternalError, Some(detail), None);
+                return;
+            }
+            park(txn, latest.expires_at);
+            return;
+        }
+        Found::Present(approval) => approval,
+    };
+    let hash = &approval.spec.hash;
+    let decision = approval.spec.decision.clone();
+    if *hash != latest.hash || decision.as_ref().is_some_and(|d| d.hash != *hash) {
+        let detail = format!(
+            "Approval {}: its hash does not match the record's {}; it is never executed",
+            latest.name, latest.hash
+        );
+        txn.end_run(TerminalReason::InternalError, Some(detail), None);
+        return;
+    }
+    let status = approval.status.clone().unwrap_or_default();
+    match decision {
+        None => {
+            if latest.expires_at.is_some_and(|e| e <= now) {
+                expire(txn, index, &latest, Some(&status), None);
+                return;
+            }
+            if approval.status.is_none() || status.phase != ApprovalPhase::Pending {
+                txn.after.push(pending_status(
+                    &latest.name,
+                    &latest.hash,
+                    latest.expires_at,
+                ));
+            }
+            park(txn, latest.expires_at);
+        }
+        Some(decision) if decision.verdict == Verdict::Rejected => {
+            reject(txn, index, &latest, &status, &decision);
+        }
+        Some(decision) => {
+            let decided_at = status.decided_at.unwrap_or(now);
+            let ttl = txn.run.spec.limits.grant_ttl_seconds;
+            if ttl.is_some_and(|ttl| decided_at.plus_seconds(ttl) <= now) {
+                expire(txn, index, &latest, Some(&status), Some(&decision));
+                return;
+            }
+            let mut status = status;
+            status.decided_at = Some(decided_at);
+            status.short_hash = Some(short_hash(&latest.hash));
+            if txn.executor {
+                let flow = grants::execute_grant(txn, index, &latest, &approval, &decision, status);
+                if flow == Flow::Continue {
+                    super::loop_::drive(txn);
+                }
+            } else {
+                if approval
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.decided_at)
+                    .is_none()
+                    || approval.status.as_ref().map(|s| s.phase) != Some(ApprovalPhase::Approved)
+                {
+                    status.phase = ApprovalPhase::Approved;
+                    txn.after.push(Effect::WriteApprovalStatus {
+                        name: latest.name.clone(),
+                        status: to_value(&status),
+                    });
+                }
+                // Executing a grant needs a lease.
+                txn.after.push(Effect::AcquireLease { takeover: None });
+            }
+        }
+    }
+}
+
+/// Nothing to do while the latest approval is pending: an observer requeues for its expiry,
+/// the holder lets go.
+fn park(txn: &mut Txn, expires_at: Option<crate::api::Time>) {
+    if txn.executor {
+        txn.release_and_stop();
+    } else if let Some(expiry) = expires_at {
+        let millis = millis_until(txn.now(), expiry);
+        txn.after.push(Effect::RequeueAfter { millis });
+    }
+}
+
+/// Creates a recorded Approval that is missing, from the record (its `approval.requested`
+/// event and the step's decision); the hash must come out as recorded.
+fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), String> {
+    let requested = requested_event(txn, &latest.name)
+        .ok_or_else(|| format!("Approval {}: no approval.requested event", latest.name))?;
+    let text = |field: &str| {
+        requested
+            .get(field)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let present = |field: &str| requested.get(field).filter(|v| !v.is_null()).cloned();
+    let requirement = Requirement {
+        kind: latest.kind.clone(),
+        reason: text("reason"),
+        capability: present("capability"),
+        presentation: present("presentation"),
+        origin: Origin::Policy,
+    };
+    let decision = txn.status.steps[index]
+        .decision
+        .clone()
+        .ok_or_else(|| format!("step {index} awaits {} with no decision", latest.name))?;
+    let (tool, args) = check_call(txn, &decision)
+        .map_err(|_| format!("Approval {}: the step's call no longer checks", latest.name))?;
+    let request = request_for(txn, index, tool, &args)?;
+    let hash = approval_hash(
+        &requirement.kind,
+        requirement.capability.as_ref(),
+        requirement.presentation.as_ref(),
+        &request,
+    )
+    .map_err(|e| format!("approval hash: {e}"))?;
+    if hash != latest.hash {
+        return Err(format!(
+            "Approval {} is missing and the record does not rebuild it (hash {hash}, recorded {})",
+            latest.name, latest.hash
+        ));
+    }
+    let run = txn.run;
+    let spec = ApprovalSpec {
+        run_name: run.name.clone(),
+        run_uid: run.uid.clone(),
+        step_index: index as i64,
+        kind: requirement.kind,
+        request,
+        capability: requirement.capability,
+        presentation: requirement.presentation,
+        reason: requirement.reason,
+        hash,
+        decision: None,
+    };
+    let object = approval_object(txn, &latest.name, &spec);
+    txn.after.push(Effect::CreateApproval { approval: object });
+    txn.after.push(pending_status(
+        &latest.name,
+        &latest.hash,
+        latest.expires_at,
+    ));
+    Ok(())
+}
+
+/// The data of the `approval.requested` event for `name`.
+pub(crate) fn requested_event(txn: &Txn, name: &str) -> Option<Value> {
+    txn.status
+        .events
+        .iter()
+        .rev()
+        .filter(|e| e.type_ == EventType::ApprovalRequested)
+        .filter_map(|e| e.data.clone())
+        .find(|d| d.get("approval").and_then(Value::as_str) == Some(name))
+}
+
+/// Copies a person's decision into the record (`approval.decided`).
+pub(crate) fn record_decision(
+    txn: &mut Txn,
+    index: usize,
+    latest: &StepApproval,
+    decision: &ApprovalDecision,
+) {
+    if let Some(a) = txn.status.steps[index]
+        .approvals
+        .iter_mut()
+        .find(|a| a.name == latest.name)
+    {
+        a.verdict = Some(decision.verdict);
+    }
+    txn.event(
+        EventType::ApprovalDecided,
+        Some(index as i64),
+        json!({
+            "approval": latest.name,
+            "verdict": decision.verdict,
+            "approver": decision.approver,
+            "note": decision.note,
+        }),
+    );
+}
+
+/// BEHAVIOURS.md 24 (and 35): the step fails `policy_denied`, the run ends `Cancelled`
+/// `approval_rejected` with the note as detail.
+fn reject(
+    txn: &mut Txn,
+    index: usize,
+    latest: &StepApproval,
+    status: &ApprovalStatus,
+    decision: &ApprovalDecision,
+) {
+    record_decision(txn, index, latest, decision);
+    let content =
+        json!({"approval": latest.name, "verdict": Verdict::Rejected, "note": decision.note});
+    let summary = format!("Approval {} was rejected", latest.name);
+    txn.fail_step(
+        index,
+        observation(ObservationKind::PolicyDenied, content, summary),
+    );
+    txn.end_run(
+        TerminalReason::ApprovalRejected,
+        decision.note.clone(),
+        None,
+    );
+    let mut status = status.clone();
+    status.phase = ApprovalPhase::Rejected;
+    status.short_hash = Some(short_hash(&latest.hash));
+    status.decided_at = Some(status.decided_at.unwrap_or(txn.now()));
+    txn.after.push(Effect::WriteApprovalStatus {
+        name: latest.name.clone(),
+        status: to_value(&status),
+    });
+}
+
+/// BEHAVIOURS.md 25: a pending approval past expiresAt, or a grant older than
+/// grantTTLSeconds, expires; nothing executes.
+fn expire(
+    txn: &mut Txn,
+    index: usize,
+    latest: &StepApproval,
+    status: Option<&ApprovalStatus>,
+    granted: Option<&ApprovalDecision>,
+) {
+    if let Some(decision) = granted {
+        record_decision(txn, index, latest, decision);
+    }
+    let content = json!({"approval": latest.name, "phase": ApprovalPhase::Expired});
+    let summary = format!("Approval {} expired", latest.name);
+    txn.fail_step(
+        index,
+        observation(ObservationKind::PolicyDenied, content, summary),
+    );
+    let detail = match granted {
+        Some(_) => format!(
+            "the grant of Approval {} expired unexecuted (grantTTLSeconds)",
+            latest.name
+        ),
+        None => format!(
+            "Approval {} expired undecided (approvalTTLSeconds)",
+            latest.name
+        ),
+    };
+    txn.end_run(TerminalReason::ApprovalExpired, Some(detail), None);
+    if let Some(status) = status {
+        let mut status = status.clone();
+        status.phase = ApprovalPhase::Expired;
+        status.short_hash = Some(short_hash(&latest.hash));
+        txn.after.push(Effect::WriteApprovalStatus {
+            name: latest.name.clone(),
+            status: to_value(&status),
+        });
+    }
+}

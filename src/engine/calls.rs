@@ -1,0 +1,199 @@
+//! A tool call's way from the policy to the tool (DESIGN.md sections 3-4; BEHAVIOURS.md 11-14,
+//! 21-22): the policy sees the canonical args; `allow` writes the step `executing`,
+//! `step.policy` and `step.tool_started` in one write and only then asks for
+//! [`Effect::CallTool`]; `deny` fails the step `policy_denied` with `step.policy` in the same
+//! write and the loop goes on; `abort` ends the run `policy_abort`; `require_approval` pauses
+//! ([`approvals::pause`]). A policy error, or a capability or presentation the record cannot
+//! store, fails the run `internal_error` before anything executes or any Approval exists.
+//!
+//! Re-evaluating for a grant: `allow`, or `require_approval` with the grant's own hash,
+//! executes the grant. An approval the policy did not ask for (an `interrupted_side_effect`
+//! Approval, or a pause the reconcile hook asked for) was given for this exact request by a
+//! person who saw it, so a policy that requires approval is satisfied by it.
+
+use serde_json::{json, Value};
+
+use super::approvals::{self, Origin, Requirement};
+use super::loop_::Flow;
+use super::policy::{self, PolicyDecision};
+use super::record::{observation, Txn};
+use super::validate::check_storable;
+use super::{Effect, ToolCall};
+use crate::api::{
+    EventType, ObservationKind, PolicyDecisionKind, PolicyRecord, StepStatus, TerminalReason,
+};
+
+/// The approval a re-evaluation is for.
+pub(crate) struct Grant {
+    /// The Approval's name.
+    pub name: String,
+    /// Its hash.
+    pub hash: String,
+    /// Who asked for it.
+    pub origin: Origin,
+    /// The Approval object's status as read, for the `Executed` projection.
+    pub status: crate::api::ApprovalStatus,
+}
+
+/// Evaluates the policy for step `index` calling `spec.tools[tool]` with the canonical `args`
+/// and acts on it.
+pub(crate) fn evaluate(
+    txn: &mut Txn,
+    index: usize,
+    tool: usize,
+    args: Value,
+    grant: Option<Grant>,
+) -> Flow {
+    let spec = &txn.run.spec;
+    let decided = policy::evaluate(&spec.policy, &spec.tools[tool], &args)
+        .map_err(|err| format!("policy error: {err}"))
+        .and_then(|d| check_policy_json(&d).map(|()| d));
+    let decision = match decided {
+        Ok(decision) => decision,
+        Err(detail) => {
+            txn.end_run(TerminalReason::InternalError, Some(detail), None);
+            return Flow::Continue;
+        }
+    };
+    let record = PolicyRecord {
+        decision: decision.decision,
+        rule: decision.rule.clone(),
+        reason: decision.reason.clone(),
+    };
+    let data = json!({
+        "decision": record.decision,
+        "rule": record.rule,
+        "reason": record.reason,
+    });
+    txn.step_mut(index).policy = Some(record);
+    txn.event(EventType::StepPolicy, Some(index as i64), data);
+    match decision.decision {
+        PolicyDecisionKind::Allow => start_tool(txn, index, tool, args, grant),
+        PolicyDecisionKind::Deny => {
+            let content = json!({
+                "tool": txn.run.spec.tools[tool].name,
+                "rule": decision.rule,
+                "reason": decision.reason,
+            });
+            let summary = match &decision.reason {
+                Some(reason) => format!("the policy denied this call: {reason}"),
+                None => "the policy denied this call".to_string(),
+            };
+            txn.add_active_time(index);
+            txn.fail_step(
+                index,
+                observation(ObservationKind::PolicyDenied, content, summary),
+            );
+            Flow::Continue
+        }
+        PolicyDecisionKind::Abort => {
+            let detail = decision
+                .reason
+                .clone()
+                .or_else(|| decision.rule.as_ref().map(|r| format!("policy rule {r}")));
+            txn.add_active_time(index);
+            let now = txn.now();
+            let step = txn.step_mut(index);
+            step.status = StepStatus::Failed;
+            step.finished_at = Some(now);
+            txn.event(
+                EventType::StepFailed,
+                Some(index as i64),
+                json!({"reason": TerminalReason::PolicyAbort}),
+            );
+            txn.end_run(TerminalReason::PolicyAbort, detail, None);
+            Flow::Continue
+        }
+        PolicyDecisionKind::RequireApproval => {
+            let requirement = Requirement {
+                kind: decision
+                    .approval_kind
+                    .clone()
+                    .unwrap_or_else(|| "policy".to_string()),
+                reason: decision.reason.clone(),
+                capability: decision.capability.clone(),
+                // A requirement with no presentation of its own (a class default) shows the
+                // call itself.
+                presentation: decision.presentation.clone().or_else(|| {
+                    let tool = &txn.run.spec.tools[tool];
+                    Some(json!({
+                        "tool": tool.name,
+                        "args": args,
+                        "sideEffect": tool.side_effect,
+                        "reason": decision.reason,
+                    }))
+                }),
+                origin: Origin::Policy,
+            };
+            if let Some(grant) = grant {
+                let satisfied = grant.origin != Origin::Policy
+                    || approvals::requirement_hash(txn, index, tool, &args, &requirement)
+                        .is_ok_and(|hash| hash == grant.hash);
+                if satisfied {
+                    return start_tool(txn, index, tool, args, Some(grant));
+                }
+            }
+            approvals::pause(txn, index, tool, args, requirement)
+        }
+    }
+}
+
+/// BEHAVIOURS.md 12: a capability or presentation must be JSON the record can store.
+fn check_policy_json(decision: &PolicyDecision) -> Result<(), String> {
+    for (field, value) in [
+        ("capability", &decision.capability),
+        ("presentation", &decision.presentation),
+    ] {
+        if let Some(value) = value {
+            check_storable(value).map_err(|err| {
+                let rule = decision.rule.as_deref().unwrap_or("(class default)");
+                format!("policy rule {rule}: {field} is not storable JSON: {err}")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts the tool: step `executing`, `attempts` + 1, `step.tool_started` (with the approval
+/// when a grant executes, marked executed in the same write), then [`Effect::CallTool`].
+pub(crate) fn start_tool(
+    txn: &mut Txn,
+    index: usize,
+    tool: usize,
+    args: Value,
+    grant: Option<Grant>,
+) -> Flow {
+    let now = txn.now();
+    let spec_tool = txn.run.spec.tools[tool].clone();
+    let step = txn.step_mut(index);
+    step.status = StepStatus::Executing;
+    step.attempts = step.attempts.saturating_add(1);
+    let attempt = step.attempts;
+    let mut data = json!({"tool": spec_tool.name, "args": args, "attempt": attempt});
+    if let Some(grant) = &grant {
+        // BEHAVIOURS.md 22: the wait was not active time; the grant is spent in this write.
+        step.started_at = Some(now);
+        if let Some(approval) = step.approvals.iter_mut().find(|a| a.name == grant.name) {
+            approval.executed = true;
+        }
+        data["approval"] = json!(grant.name);
+    }
+    txn.event(EventType::StepToolStarted, Some(index as i64), data);
+    if let Some(grant) = grant {
+        let mut status = grant.status;
+        status.phase = crate::api::ApprovalPhase::Executed;
+        status.executed_at = Some(now);
+        txn.after.push(Effect::WriteApprovalStatus {
+            name: grant.name,
+            status: super::record::to_value(&status),
+        });
+    }
+    txn.after.push(Effect::CallTool(ToolCall {
+        step: index as i64,
+        attempt,
+        tool: spec_tool,
+        args,
+        idempotency_key: format!("{}/{}", txn.run.uid, index),
+    }));
+    Flow::Halt
+}

@@ -1,0 +1,419 @@
+//! The loop: starting steps and taking the agent's decisions (DESIGN.md sections 4 and 6;
+//! BEHAVIOURS.md 4, 7-10).
+//!
+//! [`drive`] runs a run "until the next external action": while nothing external happens
+//! (a denial, an invalid decision, a scripted agent's next decision) the steps share one status
+//! write. A step starts after the limits ([`super::limits`]); a scripted agent's decision i is
+//! `spec.agent.scripted.decisions[i]`, a webhook agent is asked with [`Effect::CallAgent`], a
+//! model with [`Effect::CallModel`] ([`super::model_calls`]). The decision is recorded verbatim
+//! (`step.decided`, `steps[i].decision`, args that are not usable JSON in `invalidArgs`) before
+//! it is validated; an unusable one fails the step `invalid_decision` and the loop goes on. A started step is never started again of
+//! its own accord (guarantee 1): an `executing` step found on the loop's way stops it.
+
+use serde_json::{json, Map, Value};
+
+use super::calls;
+use super::canonical::canonical_json;
+use super::limits;
+use super::record::{observation, to_value, Txn};
+use super::takeover;
+use super::validate::{check_storable, ToolSchema};
+use super::{approvals, Effect, EngineError};
+use crate::api::{
+    DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepStatus, TerminalReason,
+};
+
+/// Whether a transition goes on deciding or has reached its external action (or its end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Nothing external happened; the loop may take its next move.
+    Continue,
+    /// The effects after the write are set (a call, a pause, a stop).
+    Halt,
+}
+
+/// Runs the loop from the record as it is until the next external action or the run's end.
+pub(crate) fn drive(txn: &mut Txn) {
+    loop {
+        if txn.status.phase.is_terminal() {
+            txn.release_and_stop();
+            return;
+        }
+        let flow = match txn.status.steps.last().map(|s| s.status) {
+            None | Some(StepStatus::Done | StepStatus::Failed) => start_step(txn),
+            Some(StepStatus::Deciding) => decide(txn),
+            // Guarantee 1: a started step is not started again; a takeover resolves it.
+            Some(StepStatus::Executing) => {
+                txn.release_and_stop();
+                Flow::Halt
+            }
+            Some(StepStatus::Interrupted) => takeover::resume_interrupted(txn),
+            Some(StepStatus::AwaitingApproval) => {
+                approvals::waiting(txn);
+                Flow::Halt
+            }
+        };
+        if flow == Flow::Halt {
+            return;
+        }
+    }
+}
+
+/// Starts the next step: limits in order (BEHAVIOURS.md 4), then `step.started` and the
+/// agent's decision.
+pub(crate) fn start_step(txn: &mut Txn) -> Flow {
+    if limits::check(txn) {
+        return Flow::Continue;
+    }
+    let index = txn.status.steps.len();
+    txn.status.steps.push(Step {
+        index: index as i64,
+        status: StepStatus::Deciding,
+        decision: None,
+        policy: None,
+        observation: None,
+        approvals: Vec::new(),
+        attempts: 0,
+        started_at: Some(txn.now()),
+        finished_at: None,
+    });
+    txn.event(EventType::StepStarted, Some(index as i64), Value::Null);
+    decide(txn)
+}
+
+/// Gets the decision of the last step (which is `deciding`).
+fn decide(txn: &mut Txn) -> Flow {
+    let Some(index) = txn.last_index() else {
+        return Flow::Continue;
+    };
+    let agent = &txn.run.spec.agent;
+    if let Some(scripted) = &agent.scripted {
+        let consumed = txn.status.steps[..index]
+            .iter()
+            .filter(|s| s.decision.is_some())
+            .count();
+        return match scripted.decisions.get(consumed) {
+            Some(decision) => apply_decision(txn, index, decision.clone()),
+            None => {
+                let detail = format!("scripted agent has no decision {consumed}");
+                txn.end_run(TerminalReason::AgentError, Some(detail), None);
+                Flow::Continue
+            }
+        };
+    }
+    if agent.openai.is_some() {
+        return super::model_calls::dispatch(txn, index, 0);
+    }
+    if agent.webhook.is_some() {
+        let request = agent_request(txn, index);
+        txn.after.push(Effect::CallAgent {
+            step: index as i64,
+            request,
+        });
+        return Flow::Halt;
+    }
+    let detail = "spec.agent sets none of scripted, openai, webhook".to_string();
+    txn.end_run(TerminalReason::AgentError, Some(detail), None);
+    Flow::Continue
+}
+
+/// [`super::Input::AgentAnswered`]: the decision of a `deciding` step, or the agent's error.
+pub(crate) fn agent_answered(
+    txn: &mut Txn,
+    step: i64,
+    decision: Result<Value, String>,
+) -> Result<(), EngineError> {
+    let index = usize::try_from(step)
+        .ok()
+        .filter(|i| *i < txn.status.steps.len())
+        .ok_or_else(|| unexpected(txn, format!("no step {step} to decide")))?;
+    let current =
+        txn.last_index() == Some(index) && txn.status.steps[index].status == StepStatus::Deciding;
+    if current {
+        match decision {
+            Ok(decision) => {
+                if apply_decision(txn, index, decision) == Flow::Halt {
+                    return Ok(());
+                }
+            }
+            Err(error) => {
+                let detail = format!("the agent failed deciding step {step}: {error}");
+                txn.end_run(TerminalReason::AgentError, Some(detail), None);
+            }
+        }
+    }
+    // An answer already applied (or for a step no longer deciding) changes nothing.
+    drive(txn);
+    Ok(())
+}
+
+pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
+    EngineError::UnexpectedInput {
+        namespace: txn.run.namespace.clone(),
+        name: txn.run.name.clone(),
+        detail,
+    }
+}
+
+/// The body a webhook agent receives: the run, its goal, its tools and its steps so far.
+fn agent_request(txn: &Txn, index: usize) -> Value {
+    let run = txn.run;
+    let tools: Vec<Value> = run
+        .spec
+        .tools
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "description": t.description,
+                "inputSchema": t.input_schema,
+                "sideEffect": t.side_effect,
+                "terminal": t.terminal,
+            })
+        })
+        .collect();
+    json!({
+        "run": {"namespace": run.namespace, "name": run.name, "uid": run.uid},
+        "goal": run.spec.goal,
+        "step": index,
+        "tools": tools,
+        "steps": to_value(&txn.status.steps),
+    })
+}
+
+/// Records `raw` as step `index`'s decision (verbatim, `step.decided`), then validates and
+/// acts on it (BEHAVIOURS.md 7-9).
+pub(crate) fn apply_decision(txn: &mut Txn, index: usize, raw: Value) -> Flow {
+    let record = decision_record(&raw);
+    let data = json!({"kind": record.kind, "tool": record.tool});
+    txn.step_mut(index).decision = Some(record.clone());
+    txn.event(EventType::StepDecided, Some(index as i64), data);
+    match validate(txn, &raw, &record) {
+        Ok(Valid::Complete(result)) => {
+            let now = txn.now();
+            let step = txn.step_mut(index);
+            step.status = StepStatus::Done;
+            step.finished_at = Some(now);
+            txn.add_active_time(index);
+            txn.end_run(TerminalReason::GoalCompleted, None, result);
+            Flow::Continue
+        }
+        Ok(Valid::Fail(message)) => {
+            let now = txn.now();
+            let step = txn.step_mut(index);
+            step.status = StepStatus::Failed;
+            step.finished_at = Some(now);
+            txn.add_active_time(index);
+            txn.end_run(TerminalReason::GoalFailed, message, None);
+            Flow::Continue
+        }
+        Ok(Valid::Call { tool, args }) => calls::evaluate(txn, index, tool, args, None),
+        Err(Reject::Invalid(invalid)) => {
+            txn.add_active_time(index);
+            txn.fail_step(index, invalid.observation());
+            Flow::Continue
+        }
+        Err(Reject::Internal(detail)) => {
+            txn.end_run(TerminalReason::InternalError, Some(detail), None);
+            Flow::Continue
+        }
+    }
+}
+
+/// The decision as the agent gave it. Values the API server could not store exactly are kept
+/// as their JSON text (args in `invalidArgs`), never in a field that holds JSON.
+pub(crate) fn decision_record(raw: &Value) -> DecisionRecord {
+    let mut record = DecisionRecord::default();
+    let Value::Object(map) = raw else {
+        record.extra.insert("value".into(), storable_or_text(raw));
+        return record;
+    };
+    for (key, value) in map {
+        match (key.as_str(), value) {
+            ("kind", Value::String(kind)) => record.kind = Some(kind.clone()),
+            ("tool", Value::String(tool)) => record.tool = Some(tool.clone()),
+            ("message", Value::String(message)) => record.message = Some(message.clone()),
+            ("invalidArgs", Value::String(text)) => record.invalid_args = Some(text.clone()),
+            ("args", args) => match check_storable(args) {
+                Ok(()) => record.args = Some(args.clone()),
+                Err(_) => record.invalid_args = Some(args.to_string()),
+            },
+            ("result", result) if check_storable(result).is_ok() => {
+                record.result = Some(result.clone());
+            }
+            (key @ ("kind" | "tool" | "message" | "invalidArgs" | "result"), other) => {
+                let mut chars = key.chars();
+                let renamed = chars
+                    .next()
+                    .map(|c| format!("invalid{}{}", c.to_ascii_uppercase(), chars.as_str()))
+                    .unwrap_or_default();
+                record
+                    .extra
+                    .insert(renamed, Value::String(other.to_string()));
+            }
+            (key, other) => {
+                record
+                    .extra
+                    .insert(key.to_string(), storable_or_text(other));
+            }
+        }
+    }
+    record
+}
+
+fn storable_or_text(value: &Value) -> Value {
+    match check_storable(value) {
+        Ok(()) => value.clone(),
+        Err(_) => Value::String(value.to_string()),
+    }
+}
+
+/// A usable decision.
+enum Valid {
+    Complete(Option<Value>),
+    Fail(Option<String>),
+    Call { tool: usize, args: Value },
+}
+
+/// Why a decision cannot be used.
+enum Reject {
+    /// The step fails `invalid_decision`; the loop continues.
+    Invalid(Invalid),
+    /// The run fails `internal_error` (a schema that no longer compiles, an unencodable value).
+    Internal(String),
+}
+
+/// An `invalid_decision` observation's content.
+pub(crate) struct Invalid {
+    pub error: String,
+    pub details: Vec<String>,
+}
+
+impl Invalid {
+    pub fn new(error: impl Into<String>) -> Invalid {
+        Invalid {
+            error: error.into(),
+            details: Vec::new(),
+        }
+    }
+
+    pub fn observation(&self) -> crate::api::Observation {
+        let mut content = Map::new();
+        content.insert("error".into(), json!(self.error));
+        if !self.details.is_empty() {
+            content.insert("details".into(), json!(self.details));
+        }
+        observation(
+            ObservationKind::InvalidDecision,
+            Value::Object(content),
+            self.error.clone(),
+        )
+    }
+}
+
+fn validate(txn: &Txn, raw: &Value, record: &DecisionRecord) -> Result<Valid, Reject> {
+    if !raw.is_object() {
+        return Err(Reject::Invalid(Invalid::new(
+            "the decision is not a JSON object",
+        )));
+    }
+    let Some(kind) = record.kind.as_deref() else {
+        return Err(Reject::Invalid(Invalid::new(
+            "the decision has no kind (expected tool_call, complete or fail)",
+        )));
+    };
+    match DecisionKind::parse(kind) {
+        None => Err(Reject::Invalid(Invalid::new(format!(
+            "unknown decision kind {kind:?} (expected tool_call, complete or fail)"
+        )))),
+        Some(DecisionKind::Complete) => {
+            if record.extra.contains_key("invalidResult") {
+                return Err(Reject::Invalid(Invalid::new(
+                    "the result is not JSON the record can store exactly",
+                )));
+            }
+            Ok(Valid::Complete(record.result.clone()))
+        }
+        Some(DecisionKind::Fail) => Ok(Valid::Fail(record.message.clone())),
+        Some(DecisionKind::ToolCall) => {
+            let (tool, args) = check_call(txn, record).map_err(|r| match r {
+                CallProblem::Invalid(i) => Reject::Invalid(i),
+                CallProblem::Internal(d) => Reject::Internal(d),
+            })?;
+            Ok(Valid::Call { tool, args })
+        }
+    }
+}
+
+/// Why a recorded tool call cannot run.
+pub(crate) enum CallProblem {
+    Invalid(Invalid),
+    Internal(String),
+}
+
+/// Checks a recorded tool call against the run's tools and the tool's current schema: the
+/// tool's index and the canonical args (BEHAVIOURS.md 8, 11). Used by the loop, by grants
+/// (BEHAVIOURS.md 21) and by the resume table (BEHAVIOURS.md 36).
+pub(crate) fn check_call(
+    txn: &Txn,
+    record: &DecisionRecord,
+) -> Result<(usize, Value), CallProblem> {
+    let tools = &txn.run.spec.tools;
+    let Some(name) = record.tool.as_deref() else {
+        return Err(CallProblem::Invalid(Invalid::new(
+            "a tool_call decision must name a tool",
+        )));
+    };
+    let Some(index) = tools.iter().position(|t| t.name == name) else {
+        let known: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        return Err(CallProblem::Invalid(Invalid::new(format!(
+            "unknown tool {name:?}; the run's tools are {known:?}"
+        ))));
+    };
+    if let Some(text) = &record.invalid_args {
+        let shown: String = text.chars().take(200).collect();
+        return Err(CallProblem::Invalid(Invalid::new(format!(
+            "the args of {name:?} are not usable JSON: {shown}"
+        ))));
+    }
+    let args = record
+        .args
+        .clone()
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    check_args(txn, index, &args)
+}
+
+/// Checks `args` against `spec.tools[index]`'s schema and returns their canonical form.
+pub(crate) fn check_args(
+    txn: &Txn,
+    index: usize,
+    args: &Value,
+) -> Result<(usize, Value), CallProblem> {
+    let tool = &txn.run.spec.tools[index];
+    if let Err(err) = check_storable(args) {
+        return Err(CallProblem::Invalid(Invalid::new(format!(
+            "the args of {:?}: {err}",
+            tool.name
+        ))));
+    }
+    let schema = ToolSchema::compile(index, tool).map_err(CallProblem::Internal)?;
+    if let Err(details) = schema.check(args) {
+        return Err(CallProblem::Invalid(Invalid {
+            error: format!(
+                "the args do not match spec.tools[{index}].inputSchema ({})",
+                tool.name
+            ),
+            details,
+        }));
+    }
+    canonical_args(args)
+        .map(|canonical| (index, canonical))
+        .map_err(|err| CallProblem::Internal(format!("the args of {:?}: {err}", tool.name)))
+}
+
+/// The args as the policy, the hash and the tool see them: parsed back from their canonical
+/// JSON, so every evaluation sees the same bytes (BEHAVIOURS.md 11).
+pub(crate) fn canonical_args(args: &Value) -> Result<Value, String> {
+    let text = canonical_json(args).map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}

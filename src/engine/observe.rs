@@ -1,0 +1,76 @@
+//! What a replica that is not executing a run does with it (DESIGN.md section 5, the resume
+//! table), and cancel (BEHAVIOURS.md 30, 42, 43).
+//!
+//! An observer never starts a side effect. It may write what needs no lease (cancel, an expired
+//! or rejected approval), recreate a recorded Approval that is missing, ask for the lease
+//! ([`Effect::AcquireLease`]) when the run needs a holder, or requeue for an expiry. Terminal
+//! runs are left alone.
+
+use super::approvals;
+use super::record::{interrupted_observation, Txn};
+use super::{Effect, LeaseView, PreviousHolder};
+use crate::api::{RunPhase, StepStatus, TerminalReason, Time};
+
+/// When the lease `lease` expires; `None` when it names no holder or says nothing of time.
+pub(crate) fn lease_expiry(lease: &LeaseView) -> Option<Time> {
+    lease.holder.as_ref()?;
+    let renewed = lease.renewed_at?;
+    Some(renewed.plus_seconds(lease.duration_seconds?))
+}
+
+/// Milliseconds from `now` until `then` (0 when past).
+pub(crate) fn millis_until(now: Time, then: Time) -> u64 {
+    u64::try_from(then.as_millis().saturating_sub(now.as_millis())).unwrap_or(0)
+}
+
+/// [`super::Input::Observe`].
+pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
+    let phase = txn.status.phase;
+    if phase.is_terminal() {
+        return;
+    }
+    if txn.run.spec.cancel {
+        cancel(txn);
+        txn.stop();
+        return;
+    }
+    match phase {
+        RunPhase::Pending => txn.after.push(Effect::AcquireLease { takeover: None }),
+        RunPhase::WaitingForApproval => approvals::waiting(txn),
+        _ => {
+            let now = txn.now();
+            match lease_expiry(lease) {
+                // BEHAVIOURS.md 30: someone (this replica included) holds it: wait it out.
+                Some(expiry) if expiry > now => txn.after.push(Effect::RequeueAfter {
+                    millis: millis_until(now, expiry),
+                }),
+                expired_at => txn.after.push(Effect::AcquireLease {
+                    takeover: Some(PreviousHolder {
+                        holder: lease.holder.clone(),
+                        expired_at,
+                    }),
+                }),
+            }
+        }
+    }
+}
+
+/// Cancels a non-terminal run (BEHAVIOURS.md 42): every step deciding, awaiting approval or
+/// executing fails with an `interrupted` observation naming its status, the run ends
+/// `Cancelled` `operator_cancelled`. No lease is needed; pending Approvals stay as they are; a
+/// running tool is not interrupted (its outcome is appended late, BEHAVIOURS.md 44).
+pub(crate) fn cancel(txn: &mut Txn) {
+    for index in 0..txn.status.steps.len() {
+        let previous = txn.status.steps[index].status;
+        if matches!(
+            previous,
+            StepStatus::Deciding | StepStatus::AwaitingApproval | StepStatus::Executing
+        ) {
+            if previous == StepStatus::Deciding {
+                super::model_calls::close_open_attempt(txn, index, "cancelled before its answer");
+            }
+            txn.fail_step(index, interrupted_observation(previous, None));
+        }
+    }
+    txn.end_run(TerminalReason::OperatorCancelled, None, None);
+}

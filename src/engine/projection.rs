@@ -1,0 +1,182 @@
+//! Projections of the record the controller publishes (DESIGN.md section 4: "Approvals,
+//! Kubernetes Events and metrics are projections of it"): the Kubernetes Events a status write
+//! implies, derived from the journal entries it added. Nothing here decides what a run does.
+
+use serde_json::Value;
+
+use crate::api::AgentRunStatus;
+
+/// A Kubernetes Event's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeEventType {
+    /// Something expected happened.
+    Normal,
+    /// Something an operator may want to look at.
+    Warning,
+}
+
+impl KubeEventType {
+    /// `Normal` or `Warning`, as the Event API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KubeEventType::Normal => "Normal",
+            KubeEventType::Warning => "Warning",
+        }
+    }
+}
+
+/// One Kubernetes Event to publish on the AgentRun.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeEventProjection {
+    /// Normal or Warning.
+    pub type_: KubeEventType,
+    /// CamelCase reason (`Started`, `Completed`, `ApprovalRequested`, `TakenOver`, ...).
+    pub reason: String,
+    /// A human line.
+    pub message: String,
+}
+
+/// Decodes a stored status (`null` is a new run's empty status).
+///
+/// # Errors
+/// A sentence naming the part that does not decode (`status.steps[2] does not decode: ...`).
+pub fn decode_status(status: &Value) -> Result<AgentRunStatus, String> {
+    super::record::decode(status)
+}
+
+/// The Kubernetes Events for the journal entries `new_status` adds to `old_status`: phase
+/// changes (started, finished), approvals requested and decided, takeovers, interruptions,
+/// resumptions and limits. Reads the journals leniently, so it works on any two statuses.
+pub fn kube_events(old_status: &Value, new_status: &Value) -> Vec<KubeEventProjection> {
+    let last_seq = events(old_status)
+        .iter()
+        .filter_map(|e| e.get("seq").and_then(Value::as_i64))
+        .max()
+        .unwrap_or(0);
+    events(new_status)
+        .iter()
+        .filter(|e| e.get("seq").and_then(Value::as_i64).unwrap_or(0) > last_seq)
+        .filter_map(project)
+        .collect()
+}
+
+fn events(status: &Value) -> Vec<Value> {
+    status
+        .get("events")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn project(event: &Value) -> Option<KubeEventProjection> {
+    let type_ = event.get("type").and_then(Value::as_str)?;
+    let data = event.get("data").cloned().unwrap_or(Value::Null);
+    let text = |field: &str| {
+        data.get(field)
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                Value::Null => "-".to_string(),
+                other => other.to_string(),
+            })
+            .unwrap_or_else(|| "-".to_string())
+    };
+    let step = event
+        .get("step")
+        .and_then(Value::as_i64)
+        .map_or_else(|| "-".to_string(), |s| s.to_string());
+    let (kind, reason, message) = match type_ {
+        "run.started" => (
+            KubeEventType::Normal,
+            "Started",
+            format!("the run started (holder {})", text("holder")),
+        ),
+        "run.finished" => {
+            let phase = text("phase");
+            let kind = if phase == "Completed" {
+                KubeEventType::Normal
+            } else {
+                KubeEventType::Warning
+            };
+            let mut message = format!("the run ended {phase}: {}", text("reason"));
+            if data.get("detail").is_some() {
+                message.push_str(&format!(" ({})", text("detail")));
+            }
+            return Some(KubeEventProjection {
+                type_: kind,
+                reason: phase,
+                message,
+            });
+        }
+        "approval.requested" => (
+            KubeEventType::Normal,
+            "ApprovalRequested",
+            format!(
+                "step {step} waits for Approval {} ({}): {}",
+                text("approval"),
+                text("kind"),
+                text("reason")
+            ),
+        ),
+        "approval.decided" => (
+            KubeEventType::Normal,
+            "ApprovalDecided",
+            format!(
+                "Approval {} was {} by {}",
+                text("approval"),
+                text("verdict"),
+                text("approver")
+            ),
+        ),
+        "lease.taken_over" => (
+            KubeEventType::Warning,
+            "TakenOver",
+            format!(
+                "{} took the run over from {} (lease expired {})",
+                text("holder"),
+                text("previousHolder"),
+                text("previousExpiry")
+            ),
+        ),
+        "step.interrupted" => (
+            KubeEventType::Warning,
+            "StepInterrupted",
+            format!(
+                "step {step} was interrupted while {}",
+                text("previousStatus")
+            ),
+        ),
+        "run.resumed" => (
+            KubeEventType::Normal,
+            "Resumed",
+            match data.get("approval") {
+                Some(_) => format!("the run resumed with Approval {}", text("approval")),
+                None => format!("the run resumed after {}", text("after")),
+            },
+        ),
+        "limit.exceeded" => (
+            KubeEventType::Warning,
+            "LimitExceeded",
+            format!(
+                "{} reached: {} of {}",
+                text("limit"),
+                text("value"),
+                text("max")
+            ),
+        ),
+        "loop.detected" => (
+            KubeEventType::Warning,
+            "LoopDetected",
+            format!(
+                "{} was called {} times in a row with the same args and answer",
+                text("tool"),
+                text("count")
+            ),
+        ),
+        _ => return None,
+    };
+    Some(KubeEventProjection {
+        type_: kind,
+        reason: reason.to_string(),
+        message,
+    })
+}

@@ -1,0 +1,411 @@
+//! The run's record as one transition edits it: the decoded status, a working copy, events
+//! numbered without gaps, conditions, and the one status write a transition ends with.
+//!
+//! Holds DESIGN.md section 4 ("the AgentRun's status is the record"; one write between two
+//! external actions), section 3 guarantee 8 (a status over the object budget becomes a
+//! `record_too_large` write that fits, never a retry loop) and BEHAVIOURS.md 49-50. It must not
+//! decide what a run does next; the other rooms do, through [`Txn`].
+
+use serde_json::{json, Value};
+
+use super::{ApprovalSnapshot, Budgets, Caller, Effect, RunSnapshot, Transition};
+use crate::api::{
+    AgentRunStatus, Condition, EventType, LeaseRecord, Observation, ObservationKind, RunEvent,
+    RunPhase, Step, StepStatus, TerminalReason, Time,
+};
+
+/// Room left for the object's metadata and spec framing when the status is measured against
+/// the object budget.
+pub(crate) const OBJECT_MARGIN_BYTES: usize = 4096;
+
+/// Decodes a stored status (`null` is a new run's empty status).
+pub(crate) fn decode(status: &Value) -> Result<AgentRunStatus, String> {
+    if status.is_null() {
+        return Ok(AgentRunStatus::default());
+    }
+    serde_json::from_value::<AgentRunStatus>(status.clone()).map_err(|err| locate(status, err))
+}
+
+/// Names the part of a status that does not decode (`status.steps[2]: ...`), so the detail
+/// tells an operator where to look.
+fn locate(status: &Value, err: serde_json::Error) -> String {
+    for (field, decode_one) in [
+        (
+            "steps",
+            (|v: &Value| serde_json::from_value::<Step>(v.clone()).map(|_| ()))
+                as fn(&Value) -> Result<(), serde_json::Error>,
+        ),
+        ("events", |v: &Value| {
+            serde_json::from_value::<RunEvent>(v.clone()).map(|_| ())
+        }),
+    ] {
+        if let Some(items) = status.get(field).and_then(Value::as_array) {
+            for (i, item) in items.iter().enumerate() {
+                if let Err(inner) = decode_one(item) {
+                    return format!("status.{field}[{i}] does not decode: {inner}");
+                }
+            }
+        }
+    }
+    format!("status does not decode: {err}")
+}
+
+/// One transition's view of the run: what was stored, the working copy, and the effects that
+/// follow the status write.
+pub(crate) struct Txn<'a> {
+    pub run: &'a RunSnapshot,
+    pub approvals: &'a [ApprovalSnapshot],
+    pub caller: &'a Caller,
+    pub budgets: &'a Budgets,
+    /// The status as stored (decoded).
+    pub stored: AgentRunStatus,
+    /// The working copy; written when it differs from `stored`.
+    pub status: AgentRunStatus,
+    /// Effects performed after the status write, in order.
+    pub after: Vec<Effect>,
+    /// Whether the caller executes the run (holds its lease) rather than observing it.
+    pub executor: bool,
+}
+
+impl<'a> Txn<'a> {
+    pub fn new(
+        run: &'a RunSnapshot,
+        approvals: &'a [ApprovalSnapshot],
+        caller: &'a Caller,
+        budgets: &'a Budgets,
+        stored: AgentRunStatus,
+        executor: bool,
+    ) -> Txn<'a> {
+        Txn {
+            run,
+            approvals,
+            caller,
+            budgets,
+            status: stored.clone(),
+            stored,
+            after: Vec::new(),
+            executor,
+        }
+    }
+
+    pub fn now(&self) -> Time {
+        self.caller.now
+    }
+
+    /// Appends an event with the next `seq`.
+    /// Absent fields of `data` (JSON `null` at its top level) are left out.
+    pub fn event(&mut self, type_: EventType, step: Option<i64>, mut data: Value) {
+        if let Value::Object(map) = &mut data {
+            map.retain(|_, v| !v.is_null());
+        }
+        let seq = self
+            .status
+            .events
+            .last()
+            .map_or(0, |e| e.seq)
+            .saturating_add(1);
+        self.status.events.push(RunEvent {
+            seq,
+            time: self.now(),
+            type_,
+            step,
+            data: if data.is_null() { None } else { Some(data) },
+        });
+    }
+
+    pub fn step_mut(&mut self, index: usize) -> &mut Step {
+        &mut self.status.steps[index]
+    }
+
+    pub fn last_index(&self) -> Option<usize> {
+        self.status.steps.len().checked_sub(1)
+    }
+
+    /// The recorded holder.
+    pub fn holder(&self) -> Option<&str> {
+        self.status.lease.as_ref().map(|l| l.holder.as_str())
+    }
+
+    /// Records the caller as holder under a new epoch (the fence; DESIGN.md section 4).
+    pub fn take_lease(&mut self) {
+        let epoch = self
+            .status
+            .lease
+            .as_ref()
+            .map_or(0, |l| l.epoch)
+            .saturating_add(1);
+        self.status.lease = Some(LeaseRecord {
+            holder: self.caller.holder.clone(),
+            epoch,
+        });
+    }
+
+    /// Adds the step's current active segment (startedAt to now) to `activeSeconds`.
+    pub fn add_active_time(&mut self, index: usize) {
+        let now = self.now();
+        if let Some(started) = self.status.steps[index].started_at {
+            let millis = now.as_millis().saturating_sub(started.as_millis()).max(0);
+            self.status.active_seconds += millis as f64 / 1000.0;
+        }
+    }
+
+    /// Ends a step `failed` with `observation`, writing `step.failed`.
+    pub fn fail_step(&mut self, index: usize, observation: Observation) {
+        let now = self.now();
+        let data = json!({"observation": observation.kind, "summary": observation.summary});
+        let step = self.step_mut(index);
+        step.status = StepStatus::Failed;
+        step.finished_at = Some(now);
+        step.observation = Some(observation);
+        self.event(EventType::StepFailed, Some(index as i64), data);
+    }
+
+    /// Ends the run with `reason`: a step still deciding or executing fails (an executing one
+    /// with an `interrupted` observation, since its outcome is not recorded), then
+    /// `run.finished`.
+    pub fn end_run(
+        &mut self,
+        reason: TerminalReason,
+        detail: Option<String>,
+        result: Option<Value>,
+    ) {
+        for index in 0..self.status.steps.len() {
+            let previous = self.status.steps[index].status;
+            match previous {
+                StepStatus::Deciding => {
+                    let now = self.now();
+                    let step = self.step_mut(index);
+                    step.status = StepStatus::Failed;
+                    step.finished_at = Some(now);
+                    let data = json!({"reason": reason});
+                    self.event(EventType::StepFailed, Some(index as i64), data);
+                }
+                StepStatus::Executing => {
+                    self.fail_step(index, interrupted_observation(previous, None));
+                }
+                _ => {}
+            }
+        }
+        self.status.phase = reason.phase();
+        self.status.reason = Some(reason);
+        self.status.reason_detail = detail.clone();
+        self.status.result = result;
+        self.status.finished_at = Some(self.now());
+        let mut data = json!({"phase": reason.phase(), "reason": reason});
+        if let Some(detail) = detail {
+            data["detail"] = Value::String(detail);
+        }
+        self.event(EventType::RunFinished, None, data);
+    }
+
+    /// The executor is done with the run: release the lease (when it holds one) and stop.
+    pub fn release_and_stop(&mut self) {
+        if self.executor {
+            self.after.push(Effect::ReleaseLease);
+        }
+        self.after.push(Effect::Stop);
+    }
+
+    pub fn stop(&mut self) {
+        self.after.push(Effect::Stop);
+    }
+
+    /// The transition: one status write when the record changed, then the effects after it.
+    pub fn finish(mut self) -> Transition {
+        let mut effects = Vec::new();
+        if self.status != self.stored {
+            self.sync_derived();
+            let status = to_value(&self.status);
+            if !self.fits(&status) {
+                return self.too_large(&status);
+            }
+            effects.push(Effect::WriteStatus { status });
+        }
+        effects.append(&mut self.after);
+        Transition { effects }
+    }
+
+    fn fits(&self, status: &Value) -> bool {
+        let status_bytes = serde_json::to_vec(status).map_or(usize::MAX, |b| b.len());
+        let spec_bytes = serde_json::to_vec(&self.run.spec).map_or(usize::MAX, |b| b.len());
+        status_bytes
+            .saturating_add(spec_bytes)
+            .saturating_add(OBJECT_MARGIN_BYTES)
+            <= self.budgets.object_bytes
+    }
+
+    /// The write that replaces a status over the object budget: the previous stored status,
+    /// ended `record_too_large` (BEHAVIOURS.md 50). Nothing external follows.
+    fn too_large(self, status: &Value) -> Transition {
+        let attempted = serde_json::to_vec(status).map_or(0, |b| b.len());
+        let mut txn = Txn::new(
+            self.run,
+            self.approvals,
+            self.caller,
+            self.budgets,
+            self.stored.clone(),
+            self.executor,
+        );
+        let detail = format!(
+            "AgentRun {}/{}: the status would be {attempted} bytes, over the object budget of {} \
+             bytes; the run ended here instead of growing its record",
+            self.run.namespace, self.run.name, self.budgets.object_bytes
+        );
+        txn.end_run(TerminalReason::RecordTooLarge, Some(detail), None);
+        txn.sync_derived();
+        let status = to_value(&txn.status);
+        let mut effects = vec![Effect::WriteStatus { status }];
+        if self.executor {
+            effects.push(Effect::ReleaseLease);
+        }
+        effects.push(Effect::Stop);
+        Transition { effects }
+    }
+
+    /// Keeps the derived fields in step with the record: `stepCount`, `currentTool`,
+    /// `observedGeneration`, conditions.
+    pub fn sync_derived(&mut self) {
+        let generation = self.run.generation;
+        self.status.step_count = self.status.steps.len() as i64;
+        self.status.current_tool = self
+            .status
+            .steps
+            .last()
+            .and_then(|s| s.decision.as_ref())
+            .and_then(|d| d.tool.clone());
+        self.status.observed_generation = Some(generation);
+        let ready = ready_condition(&self.status);
+        let waiting = waiting_condition(&self.status);
+        let now = self.now();
+        let old = std::mem::take(&mut self.status.conditions);
+        self.status.conditions = [ready, waiting]
+            .into_iter()
+            .map(|(type_, status, reason, message)| {
+                let last_transition_time = old
+                    .iter()
+                    .find(|c| c.type_ == type_ && c.status == status)
+                    .map_or(now, |c| c.last_transition_time);
+                Condition {
+                    type_: type_.to_string(),
+                    status: status.to_string(),
+                    reason,
+                    message,
+                    last_transition_time,
+                    observed_generation: Some(generation),
+                }
+            })
+            .collect();
+    }
+}
+
+type ConditionParts = (&'static str, &'static str, String, String);
+
+fn ready_condition(status: &AgentRunStatus) -> ConditionParts {
+    match (status.phase, status.reason) {
+        (RunPhase::Completed, _) => (
+            "Ready",
+            "True",
+            "goal_completed".into(),
+            "the run completed its goal".into(),
+        ),
+        (_, Some(reason)) => (
+            "Ready",
+            "False",
+            to_value(&reason).as_str().unwrap_or_default().to_string(),
+            status
+                .reason_detail
+                .clone()
+                .unwrap_or_else(|| format!("the run ended {}", phase_word(status.phase))),
+        ),
+        (phase, None) => (
+            "Ready",
+            "False",
+            phase_word(phase).to_string(),
+            format!("the run is {}", phase_word(phase)),
+        ),
+    }
+}
+
+fn waiting_condition(status: &AgentRunStatus) -> ConditionParts {
+    if status.phase == RunPhase::WaitingForApproval {
+        let name = status
+            .steps
+            .iter()
+            .rev()
+            .find_map(|s| s.approvals.last())
+            .map(|a| a.name.clone())
+            .unwrap_or_default();
+        (
+            "WaitingForApproval",
+            "True",
+            "ApprovalPending".into(),
+            format!("waiting for a decision on Approval {name}"),
+        )
+    } else {
+        (
+            "WaitingForApproval",
+            "False",
+            phase_word(status.phase).to_string(),
+            "no approval is pending".into(),
+        )
+    }
+}
+
+fn phase_word(phase: RunPhase) -> &'static str {
+    match phase {
+        RunPhase::Pending => "Pending",
+        RunPhase::Running => "Running",
+        RunPhase::WaitingForApproval => "WaitingForApproval",
+        RunPhase::Completed => "Completed",
+        RunPhase::Failed => "Failed",
+        RunPhase::Cancelled => "Cancelled",
+    }
+}
+
+/// An `interrupted` observation naming the status the step was in (guarantee 3).
+pub(crate) fn interrupted_observation(previous: StepStatus, detail: Option<&str>) -> Observation {
+    let mut content = json!({"previousStatus": previous});
+    if let Some(detail) = detail {
+        content["detail"] = Value::String(detail.to_string());
+    }
+    observation(
+        ObservationKind::Interrupted,
+        content,
+        format!(
+            "interrupted while {}",
+            to_value(&previous).as_str().unwrap_or_default()
+        ),
+    )
+}
+
+/// A small observation (engine-written content, never over the step budget).
+/// Absent fields (JSON `null` at the top level of an object) are left out of the content.
+pub(crate) fn observation(
+    kind: ObservationKind,
+    mut content: Value,
+    summary: String,
+) -> Observation {
+    if let Value::Object(map) = &mut content {
+        map.retain(|_, v| !v.is_null());
+    }
+    let content_hash = super::canonical::content_hash(&content).unwrap_or_default();
+    Observation {
+        kind,
+        content: Some(content),
+        summary,
+        content_hash,
+        truncated: None,
+    }
+}
+
+/// Serializes a record type; the record types serialize infallibly (string keys, finite
+/// numbers checked before they enter the record).
+pub(crate) fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// The `previousStatus` an `interrupted` observation names.
+pub(crate) fn previous_status(step: &Step) -> Option<StepStatus> {
+    let content = step.observation.as_ref()?.content.as_ref()?;
+    serde_json::from_value(content.get("previousStatus")?.clone()).ok()
+}

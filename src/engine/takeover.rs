@@ -1,0 +1,374 @@
+//! Takeover and interrupted steps (DESIGN.md sections 3-5; BEHAVIOURS.md 31-32, 34-40).
+//!
+//! A takeover (after the Lease was won) records the new holder under a new epoch, writes
+//! `lease.taken_over` {previousHolder, previousExpiry, holder} and marks every `deciding` or
+//! `executing` step `interrupted` (observation {previousStatus}, `step.interrupted`) in one
+//! write. Then the interrupted step (the last one, still `interrupted`: a takeover that died
+//! before resolving it leaves it recognisable) is resolved ([`resume_interrupted`]):
+//! - with `spec.reconcile.webhook`: the hook is asked ([`Effect::CallReconcileHook`]) and its
+//!   Reconciliation applied ([`reconciled`]);
+//! - without: a non-`ReadOnly` tool that was executing pauses on an `interrupted_side_effect`
+//!   Approval (args that fail the schema or were never JSON: `reconcile_conflict`); a
+//!   `ReadOnly` tool, a deciding agent or nothing in flight → `run.resumed` {after:
+//!   interruption} and the loop goes on, the agent seeing the interrupted observation.
+//!
+//! A tool whose outcome is unknown ([`super::ToolOutcome::Unknown`]) is handled the same way.
+
+use serde_json::{json, Value};
+
+use super::approvals::{self, Origin, Requirement};
+use super::loop_::{check_call, drive, start_step, CallProblem, Flow};
+use super::record::{interrupted_observation, previous_status, to_value, Txn};
+use super::validate::check_storable;
+use super::{Effect, PreviousHolder};
+use crate::api::{EventType, SideEffect, StepStatus, TerminalReason, INTERRUPTED_SIDE_EFFECT};
+
+/// The notice an `interrupted_side_effect` Approval shows (DESIGN.md section 5).
+pub const INTERRUPTED_NOTICE: &str = "The tool call started, but the process running it stopped \
+before its outcome was recorded, so whether it took effect is unknown. Approving runs it again \
+with these arguments; rejecting ends the run.";
+
+/// [`super::Input::LeaseAcquired`] for a `Running` run.
+pub(crate) fn take_over(txn: &mut Txn, takeover: Option<PreviousHolder>) {
+    if takeover.is_none() && txn.holder() == Some(txn.caller.holder.as_str()) {
+        // The start (or a grant) this replica just wrote, applied again: go on from the record.
+        drive(txn);
+        return;
+    }
+    let previous = takeover.unwrap_or_else(|| PreviousHolder {
+        holder: txn.holder().map(str::to_string),
+        expired_at: None,
+    });
+    if already_taken_over(txn, &previous) {
+        drive(txn);
+        return;
+    }
+    txn.take_lease();
+    let epoch = txn.status.lease.as_ref().map_or(0, |l| l.epoch);
+    txn.event(
+        EventType::LeaseTakenOver,
+        None,
+        json!({
+            "previousHolder": previous.holder,
+            "previousExpiry": previous.expired_at,
+            "holder": txn.caller.holder,
+            "epoch": epoch,
+        }),
+    );
+    for index in 0..txn.status.steps.len() {
+        let status = txn.status.steps[index].status;
+        if matches!(status, StepStatus::Deciding | StepStatus::Executing) {
+            interrupt(txn, index, None);
+        }
+    }
+    let in_flight = txn
+        .status
+        .steps
+        .last()
+        .is_some_and(|s| s.status == StepStatus::Interrupted);
+    if !in_flight {
+        // Nothing in flight: the loop simply goes on.
+        txn.event(
+            EventType::RunResumed,
+            None,
+            json!({"after": "interruption"}),
+        );
+    }
+    drive(txn);
+}
+
+/// Whether this very takeover is already in the record (the input applied again after a
+/// write whose answer was lost).
+fn already_taken_over(txn: &Txn, previous: &PreviousHolder) -> bool {
+    if txn.holder() != Some(txn.caller.holder.as_str()) {
+        return false;
+    }
+    let last = txn
+        .status
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.type_ == EventType::LeaseTakenOver)
+        .and_then(|e| e.data.clone());
+    let field = |d: &Value, name: &str| d.get(name).cloned().unwrap_or(Value::Null);
+    last.is_some_and(|d| {
+        field(&d, "previousHolder") == json!(previous.holder)
+            && field(&d, "previousExpiry") == json!(previous.expired_at)
+            && field(&d, "holder") == json!(txn.caller.holder)
+    })
+}
+
+/// Marks step `index` interrupted (guarantee 3).
+pub(crate) fn interrupt(txn: &mut Txn, index: usize, detail: Option<&str>) {
+    let previous = txn.status.steps[index].status;
+    if previous == StepStatus::Deciding {
+        super::model_calls::close_open_attempt(
+            txn,
+            index,
+            "interrupted before its answer was recorded",
+        );
+    }
+    let mut data = json!({"previousStatus": previous});
+    if let Some(detail) = detail {
+        data["detail"] = json!(detail);
+    }
+    txn.step_mut(index).status = StepStatus::Interrupted;
+    txn.step_mut(index).observation = Some(interrupted_observation(previous, detail));
+    txn.event(EventType::StepInterrupted, Some(index as i64), data);
+}
+
+/// Resolves the last step, which is `interrupted` (see the module doc).
+pub(crate) fn resume_interrupted(txn: &mut Txn) -> Flow {
+    let Some(index) = txn.last_index() else {
+        return Flow::Continue;
+    };
+    if txn
+        .run
+        .spec
+        .reconcile
+        .as_ref()
+        .is_some_and(|r| r.webhook.is_some())
+    {
+        let view = run_view(txn, index);
+        txn.after.push(Effect::CallReconcileHook { view });
+        return Flow::Halt;
+    }
+    let step = &txn.status.steps[index];
+    if previous_status(step) == Some(StepStatus::Executing) {
+        let tool = step
+            .decision
+            .as_ref()
+            .and_then(|d| d.tool.as_deref())
+            .and_then(|name| txn.run.spec.tools.iter().find(|t| t.name == name));
+        if tool.is_none_or(|t| t.side_effect != SideEffect::ReadOnly) {
+            return pause_unknown_outcome(txn, index);
+        }
+    }
+    txn.event(
+        EventType::RunResumed,
+        None,
+        json!({"after": "interruption"}),
+    );
+    start_step(txn)
+}
+
+/// BEHAVIOURS.md 34, 36: an interrupted non-ReadOnly call pauses on an
+/// `interrupted_side_effect` Approval, unless its call no longer checks.
+fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
+    let Some(decision) = txn.status.steps[index].decision.clone() else {
+        let detail = format!("step {index} was executing with no recorded decision");
+        txn.end_run(TerminalReason::ReconcileConflict, Some(detail), None);
+        return Flow::Continue;
+    };
+    let (tool, args) = match check_call(txn, &decision) {
+        Ok(call) => call,
+        Err(CallProblem::Invalid(invalid)) => {
+            let detail = format!(
+                "step {index} was interrupted executing a call that no longer checks: {}",
+                invalid.error
+            );
+            txn.end_run(TerminalReason::ReconcileConflict, Some(detail), None);
+            return Flow::Continue;
+        }
+        Err(CallProblem::Internal(detail)) => {
+            txn.end_run(TerminalReason::InternalError, Some(detail), None);
+            return Flow::Continue;
+        }
+    };
+    let spec_tool = &txn.run.spec.tools[tool];
+    let requirement = Requirement {
+        kind: INTERRUPTED_SIDE_EFFECT.to_string(),
+        reason: Some(format!(
+            "the outcome of {} (step {index}) is unknown after an interruption",
+            spec_tool.name
+        )),
+        capability: None,
+        presentation: Some(json!({
+            "tool": spec_tool.name,
+            "args": args,
+            "sideEffect": spec_tool.side_effect,
+            "notice": INTERRUPTED_NOTICE,
+        })),
+        origin: Origin::Interruption,
+    };
+    approvals::pause(txn, index, tool, args, requirement)
+}
+
+/// What the reconcile hook receives: the run, a summary of its spec, its steps and approvals.
+fn run_view(txn: &Txn, index: usize) -> Value {
+    let run = txn.run;
+    let approvals: Vec<Value> = txn
+        .status
+        .steps
+        .iter()
+        .flat_map(|s| s.approvals.iter().map(move |a| (s.index, a)))
+        .map(|(step, a)| {
+            let object = txn.approvals.iter().find(|o| o.name == a.name);
+            json!({
+                "name": a.name,
+                "step": step,
+                "kind": a.kind,
+                "hash": a.hash,
+                "verdict": a.verdict,
+                "executed": a.executed,
+                "phase": object.and_then(|o| o.object.pointer("/status/phase")).cloned(),
+            })
+        })
+        .collect();
+    json!({
+        "run": {"namespace": run.namespace, "name": run.name, "uid": run.uid},
+        "spec": {
+            "goal": run.spec.goal,
+            "tools": run.spec.tools.iter().map(|t| json!({
+                "name": t.name,
+                "sideEffect": t.side_effect,
+                "terminal": t.terminal,
+            })).collect::<Vec<_>>(),
+        },
+        "phase": txn.status.phase,
+        "interruptedStep": index,
+        "steps": to_value(&txn.status.steps),
+        "approvals": approvals,
+    })
+}
+
+/// [`super::Input::Reconciled`] (BEHAVIOURS.md 39-40).
+pub(crate) fn reconciled(txn: &mut Txn, answer: Result<Value, String>) {
+    let pending = txn
+        .last_index()
+        .filter(|i| txn.status.steps[*i].status == StepStatus::Interrupted);
+    let Some(index) = pending else {
+        // Already applied: go on from the record.
+        drive(txn);
+        return;
+    };
+    let flow = apply_reconciliation(txn, index, answer);
+    if flow == Flow::Continue {
+        drive(txn);
+    }
+}
+
+fn apply_reconciliation(txn: &mut Txn, index: usize, answer: Result<Value, String>) -> Flow {
+    let internal = |txn: &mut Txn, detail: String| {
+        txn.end_run(TerminalReason::InternalError, Some(detail), None);
+        Flow::Continue
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(err) => return internal(txn, format!("the reconcile hook failed: {err}")),
+    };
+    let outcome = answer.get("outcome").and_then(Value::as_str).unwrap_or("");
+    let detail = answer
+        .get("detail")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    match outcome {
+        "continue" => {
+            txn.event(
+                EventType::RunResumed,
+                None,
+                json!({"after": "interruption", "reconciliation": "continue"}),
+            );
+            start_step(txn)
+        }
+        "completed" => match answer.get("result") {
+            Some(result) if check_storable(result).is_ok() => {
+                txn.end_run(TerminalReason::GoalCompleted, detail, Some(result.clone()));
+                Flow::Continue
+            }
+            _ => internal(
+                txn,
+                "the reconcile hook answered completed without a JSON result".into(),
+            ),
+        },
+        "conflict" => {
+            txn.end_run(TerminalReason::ReconcileConflict, detail, None);
+            Flow::Continue
+        }
+        "waiting" => waiting(txn, index, answer.get("pause")),
+        other => internal(
+            txn,
+            format!(
+                "the reconcile hook answered outcome {other:?} (expected continue, completed, \
+                 waiting or conflict)"
+            ),
+        ),
+    }
+}
+
+/// `waiting`: the interrupted call pauses on the hook's require_approval decision.
+fn waiting(txn: &mut Txn, index: usize, pause: Option<&Value>) -> Flow {
+    let conflict = |txn: &mut Txn, detail: String| {
+        txn.end_run(TerminalReason::ReconcileConflict, Some(detail), None);
+        Flow::Continue
+    };
+    let Some(pause) = pause.filter(|p| !p.is_null()) else {
+        return conflict(
+            txn,
+            "the reconcile hook answered waiting without a pause".into(),
+        );
+    };
+    let decision = pause
+        .get("decision")
+        .or_else(|| pause.get("outcome"))
+        .and_then(Value::as_str);
+    if !matches!(decision, Some("require_approval" | "RequireApproval")) {
+        let detail = format!(
+            "the reconcile hook's pause must be a require_approval decision (got {decision:?})"
+        );
+        txn.end_run(TerminalReason::InternalError, Some(detail), None);
+        return Flow::Continue;
+    }
+    let step = &txn.status.steps[index];
+    let record = step.decision.clone();
+    let (Some(record), Some(StepStatus::Executing)) = (record, previous_status(step)) else {
+        return conflict(
+            txn,
+            format!("waiting: step {index} was not executing a tool call"),
+        );
+    };
+    let (tool, args) = match check_call(txn, &record) {
+        Ok(call) => call,
+        Err(CallProblem::Internal(detail)) => {
+            txn.end_run(TerminalReason::InternalError, Some(detail), None);
+            return Flow::Continue;
+        }
+        Err(CallProblem::Invalid(invalid)) => {
+            let detail = format!(
+                "waiting: step {index}'s call no longer checks: {}",
+                invalid.error
+            );
+            let registered = txn
+                .run
+                .spec
+                .tools
+                .iter()
+                .any(|t| record.tool.as_deref() == Some(t.name.as_str()));
+            if registered && record.invalid_args.is_none() {
+                // Args that now fail the schema end the step invalid_decision first.
+                txn.fail_step(index, invalid.observation());
+            }
+            return conflict(txn, detail);
+        }
+    };
+    let field = |name: &str| pause.get(name).filter(|v| !v.is_null()).cloned();
+    for name in ["capability", "presentation"] {
+        if let Some(value) = field(name) {
+            if let Err(err) = check_storable(&value) {
+                let detail = format!("the reconcile hook's pause.{name} is not storable: {err}");
+                txn.end_run(TerminalReason::InternalError, Some(detail), None);
+                return Flow::Continue;
+            }
+        }
+    }
+    let requirement = Requirement {
+        kind: field("kind")
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "reconcile".into()),
+        reason: field("reason").and_then(|v| v.as_str().map(str::to_string)),
+        capability: field("capability"),
+        presentation: field("presentation"),
+        origin: Origin::Reconcile,
+    };
+    approvals::pause(txn, index, tool, args, requirement)
+}

@@ -1,0 +1,572 @@
+//! BEHAVIOURS.md 19, 21-26: approvals, grants and their expiry.
+
+use serde_json::json;
+
+use super::harness::*;
+use crate::api::{
+    Approval, ObservationKind, PolicyOutcome, PolicyRule, RunPhase, StepStatus, TerminalReason,
+    Verdict,
+};
+use crate::engine::hash::approval_hash;
+use crate::engine::Input;
+
+const NAME: &str = "refund-1042-1-1";
+
+/// The refund example up to its pause on the refund's Approval.
+fn paused() -> Harness {
+    let mut h = Harness::new(REFUND);
+    h.reconcile("a");
+    h.result("a", json!({"order": 1042, "damaged": true}));
+    h
+}
+
+fn rule(name: &str, outcome: PolicyOutcome, kind: Option<&str>) -> PolicyRule {
+    PolicyRule {
+        name: name.into(),
+        tools: vec!["issue_refund".into()],
+        when: None,
+        outcome,
+        reason: Some(format!("rule {name}")),
+        kind: kind.map(String::from),
+        capability: None,
+        presentation: None,
+    }
+}
+
+#[test]
+fn require_approval_pauses_on_a_pending_approval_and_releases_the_lease() {
+    let mut h = Harness::new(REFUND);
+    h.spec_mut().limits.approval_ttl_seconds = Some(60);
+    h.reconcile("a");
+    let effects = h.result("a", json!({"order": 1042, "damaged": true}));
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "CreateApproval(refund-1042-1-1)",
+            "WriteApprovalStatus(refund-1042-1-1:Pending)",
+            "ReleaseLease",
+            "Stop"
+        ])
+    );
+    assert!(h.lease.is_none(), "the lease was released");
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::WaitingForApproval);
+    let step = &status.steps[1];
+    assert_eq!(step.status, StepStatus::AwaitingApproval);
+    assert_eq!(step.approvals.len(), 1);
+    let recorded = &step.approvals[0];
+    assert_eq!(recorded.name, NAME);
+    assert_eq!(recorded.kind, "policy");
+    assert_eq!(recorded.requested_at, h.now);
+    assert_eq!(recorded.expires_at, Some(h.now.plus_seconds(60)));
+    assert!(!recorded.executed);
+    assert_eq!(
+        h.journal_tail(5),
+        words(&[
+            "step.tool_finished@0",
+            "step.started@1",
+            "step.decided@1",
+            "step.policy@1",
+            "approval.requested@1"
+        ])
+    );
+    let object = h.approval(NAME).clone();
+    let presentation = json!({
+        "tool": "issue_refund",
+        "args": {"amount": 250, "order": 1042},
+        "sideEffect": "RemoteMutation",
+        "reason": "RemoteMutation tools require approval by default",
+    });
+    assert_eq!(
+        h.last_event("approval.requested"),
+        json!({
+            "approval": NAME,
+            "kind": "policy",
+            "reason": "RemoteMutation tools require approval by default",
+            "presentation": presentation,
+            "hash": recorded.hash,
+            "origin": "policy",
+        })
+    );
+    assert_eq!(
+        object,
+        json!({
+            "apiVersion": "agentrt.dev/v1alpha1",
+            "kind": "Approval",
+            "metadata": {
+                "name": NAME,
+                "namespace": "default",
+                "labels": {"agentrt.dev/run": "refund-1042", "agentrt.dev/run-uid": "uid-1"},
+                "ownerReferences": [{
+                    "apiVersion": "agentrt.dev/v1alpha1",
+                    "kind": "AgentRun",
+                    "name": "refund-1042",
+                    "uid": "uid-1",
+                    "controller": true,
+                    "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": {
+                "runName": "refund-1042",
+                "runUID": "uid-1",
+                "stepIndex": 1,
+                "kind": "policy",
+                "request": {
+                    "run": {"namespace": "default", "name": "refund-1042", "uid": "uid-1"},
+                    "step": 1,
+                    "tool": {
+                        "name": "issue_refund",
+                        "description": "Refund an order.",
+                        "inputSchema": {"type": "object", "required": ["order", "amount"], "properties": {"order": {"type": "integer"}, "amount": {"type": "number"}}},
+                        "sideEffect": "RemoteMutation",
+                        "timeoutSeconds": 30,
+                        "terminal": false,
+                    },
+                    "args": {"amount": 250, "order": 1042},
+                },
+                "presentation": presentation,
+                "reason": "RemoteMutation tools require approval by default",
+                "hash": recorded.hash,
+            },
+            "status": {
+                "phase": "Pending",
+                "shortHash": recorded.hash["sha256:".len().."sha256:".len() + 12],
+                "expiresAt": h.now.plus_seconds(60),
+            },
+        })
+    );
+    let stored: Approval = serde_json::from_value(object).expect("the Approval decodes");
+    let spec = &stored.spec;
+    assert_eq!(
+        approval_hash(&spec.kind, None, spec.presentation.as_ref(), &spec.request).unwrap(),
+        recorded.hash,
+        "the hash covers the request as stored"
+    );
+    let waiting = &status.conditions[1];
+    assert_eq!(
+        (waiting.type_.as_str(), waiting.status.as_str()),
+        ("WaitingForApproval", "True")
+    );
+}
+
+#[test]
+fn executing_a_grant_writes_resumed_policy_and_tool_started_together() {
+    let mut h = paused();
+    h.advance(600);
+    h.approve(NAME);
+    let observed = h.decide(
+        "b",
+        Input::Observe {
+            lease: h.lease_view(),
+        },
+    );
+    assert_eq!(
+        kinds(&observed),
+        words(&[
+            "WriteApprovalStatus(refund-1042-1-1:Approved)",
+            "AcquireLease"
+        ])
+    );
+    let before = h.events().len();
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Executed)",
+            "CallTool(issue_refund#1)"
+        ])
+    );
+    assert_eq!(
+        h.journal_from(before),
+        words(&[
+            "approval.decided@1",
+            "run.resumed@1",
+            "step.policy@1",
+            "step.tool_started@1"
+        ])
+    );
+    assert_eq!(
+        h.last_event("approval.decided"),
+        json!({"approval": NAME, "verdict": "Approved", "approver": "alice"})
+    );
+    assert_eq!(h.last_event("run.resumed"), json!({"approval": NAME}));
+    assert_eq!(
+        h.last_event("step.tool_started"),
+        json!({"tool": "issue_refund", "args": {"amount": 250, "order": 1042}, "attempt": 1, "approval": NAME})
+    );
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Running);
+    assert_eq!(
+        status.lease.as_ref().map(|l| (l.holder.as_str(), l.epoch)),
+        Some(("b", 2))
+    );
+    let step = &status.steps[1];
+    assert_eq!(step.status, StepStatus::Executing);
+    assert_eq!(step.started_at, Some(h.now), "the wait is not active time");
+    assert_eq!(step.attempts, 1);
+    assert!(step.approvals[0].executed);
+    assert_eq!(step.approvals[0].verdict, Some(Verdict::Approved));
+    let approval = h.approval(NAME);
+    assert_eq!(approval["status"]["phase"], json!("Executed"));
+    assert_eq!(approval["status"]["executedAt"], json!(h.now));
+    h.result("b", json!({"refunded": 250}));
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Completed);
+    assert_eq!(
+        status.active_seconds, 0.0,
+        "600 s of waiting are not active time"
+    );
+}
+
+#[test]
+fn a_grant_executes_at_most_once_whatever_crashes() {
+    let mut h = paused();
+    h.approve(NAME);
+    // b writes the grant's execution and dies before the Approval's status and the call.
+    h.step(
+        "b",
+        Input::Observe {
+            lease: h.lease_view(),
+        },
+    );
+    assert!(h.win_lease("b"));
+    h.crash_after = Some(1);
+    h.step("b", Input::LeaseAcquired { takeover: None });
+    h.crash_after = None;
+    assert!(h.tool_calls.len() == 1, "only the lookup ran");
+    assert!(h.status().steps[1].approvals[0].executed);
+    assert_eq!(h.approval(NAME)["status"]["phase"], json!("Approved"));
+    // The same input applied again on the record that contains it starts nothing.
+    let effects = h.step("b", Input::LeaseAcquired { takeover: None });
+    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    // A takeover finds the step executing with an unknown outcome: a new approval, never the
+    // spent grant.
+    h.expire_lease();
+    let effects = h.reconcile("c");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "CreateApproval(refund-1042-1-2)",
+            "WriteApprovalStatus(refund-1042-1-2:Pending)",
+            "ReleaseLease",
+            "Stop"
+        ])
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+    for _ in 0..3 {
+        assert!(h.reconcile("d").is_empty());
+    }
+    assert_eq!(h.tool_calls.len(), 1);
+    assert_eq!(h.status().steps[1].approvals.len(), 2);
+}
+
+#[test]
+fn a_grant_whose_args_no_longer_pass_the_schema_fails_the_step_invalid_decision_and_continues() {
+    let mut h = paused();
+    h.approve(NAME);
+    h.spec_mut().tools[1].input_schema =
+        json!({"type": "object", "properties": {"amount": {"type": "number", "maximum": 100}}});
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "ReleaseLease", "Stop"])
+    );
+    let status = h.status();
+    let step = &status.steps[1];
+    assert_eq!(step.status, StepStatus::Failed);
+    assert_eq!(
+        step.observation.as_ref().unwrap().kind,
+        ObservationKind::InvalidDecision
+    );
+    assert_eq!(
+        status.phase,
+        RunPhase::Completed,
+        "the loop went on to the next decision"
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn a_grant_under_a_policy_that_now_denies_fails_the_step_and_continues() {
+    let mut h = paused();
+    h.approve(NAME);
+    h.spec_mut().policy.rules = vec![rule("no-refunds", PolicyOutcome::Deny, None)];
+    h.reconcile("b");
+    let status = h.status();
+    assert_eq!(
+        status.steps[1].observation.as_ref().unwrap().kind,
+        ObservationKind::PolicyDenied
+    );
+    assert_eq!(status.phase, RunPhase::Completed);
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn a_grant_under_a_policy_that_now_aborts_fails_the_run() {
+    let mut h = paused();
+    h.approve(NAME);
+    h.spec_mut().policy.rules = vec![rule("stop", PolicyOutcome::Abort, None)];
+    h.reconcile("b");
+    let status = h.status();
+    assert_eq!(status.reason, Some(TerminalReason::PolicyAbort));
+    assert_eq!(status.steps[1].status, StepStatus::Failed);
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn a_grant_under_a_policy_that_now_allows_executes() {
+    let mut h = paused();
+    h.approve(NAME);
+    h.spec_mut().policy.rules = vec![rule("fine", PolicyOutcome::Allow, None)];
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Executed)",
+            "CallTool(issue_refund#1)"
+        ])
+    );
+}
+
+#[test]
+fn a_different_requirement_pauses_again_on_a_new_approval() {
+    let mut h = paused();
+    h.approve(NAME);
+    h.spec_mut().policy.rules = vec![rule(
+        "finance",
+        PolicyOutcome::RequireApproval,
+        Some("finance"),
+    )];
+    let before = h.events().len();
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "CreateApproval(refund-1042-1-2)",
+            "WriteApprovalStatus(refund-1042-1-2:Pending)",
+            "ReleaseLease",
+            "Stop"
+        ])
+    );
+    assert_eq!(
+        h.journal_from(before),
+        words(&[
+            "approval.decided@1",
+            "run.resumed@1",
+            "step.policy@1",
+            "approval.requested@1"
+        ])
+    );
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::WaitingForApproval);
+    assert_eq!(
+        h.approval("refund-1042-1-2")["spec"]["kind"],
+        json!("finance")
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn only_the_latest_approval_can_grant_and_a_pending_one_changes_nothing() {
+    let mut h = paused();
+    h.approve(NAME);
+    h.spec_mut().policy.rules = vec![rule(
+        "finance",
+        PolicyOutcome::RequireApproval,
+        Some("finance"),
+    )];
+    h.reconcile("b");
+    let before = h.run.status.clone();
+    let writes = h.writes.len();
+    // The older approval is approved, the latest pending: however often it is reconciled,
+    // nothing changes and nothing runs.
+    for _ in 0..5 {
+        let effects = h.reconcile("c");
+        assert!(effects.is_empty(), "{effects:?}");
+        h.advance(60);
+    }
+    assert_eq!(h.run.status, before);
+    assert_eq!(h.writes.len(), writes);
+    assert_eq!(h.tool_calls.len(), 1);
+    h.approve("refund-1042-1-2");
+    let effects = h.reconcile("c");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-2:Executed)",
+            "CallTool(issue_refund#1)"
+        ])
+    );
+}
+
+#[test]
+fn a_rejection_cancels_the_run_approval_rejected_with_the_note() {
+    let mut h = paused();
+    h.reject(NAME, "refund is too large");
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Rejected)",
+            "Stop"
+        ])
+    );
+    assert!(h.lease.is_none(), "no lease was needed");
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Cancelled);
+    assert_eq!(status.reason, Some(TerminalReason::ApprovalRejected));
+    assert_eq!(status.reason_detail.as_deref(), Some("refund is too large"));
+    let step = &status.steps[1];
+    assert_eq!(step.status, StepStatus::Failed);
+    let observation = step.observation.clone().unwrap();
+    assert_eq!(observation.kind, ObservationKind::PolicyDenied);
+    assert_eq!(
+        observation.content,
+        Some(json!({"approval": NAME, "verdict": "Rejected", "note": "refund is too large"}))
+    );
+    assert_eq!(step.approvals[0].verdict, Some(Verdict::Rejected));
+    assert_eq!(
+        h.journal_tail(3),
+        words(&["approval.decided@1", "step.failed@1", "run.finished"])
+    );
+    assert_eq!(
+        h.last_event("approval.decided"),
+        json!({"approval": NAME, "verdict": "Rejected", "approver": "alice", "note": "refund is too large"})
+    );
+    assert_eq!(h.approval(NAME)["status"]["phase"], json!("Rejected"));
+    assert_eq!(h.tool_calls.len(), 1);
+    assert!(h.reconcile("b").is_empty(), "a terminal run is left alone");
+}
+
+#[test]
+fn a_pending_approval_past_expires_at_expires_the_run() {
+    let mut h = Harness::new(REFUND);
+    h.spec_mut().limits.approval_ttl_seconds = Some(60);
+    h.reconcile("a");
+    h.result("a", json!({}));
+    h.advance(20);
+    let effects = h.reconcile("b");
+    assert_eq!(kinds(&effects), words(&["RequeueAfter(40000)"]));
+    h.advance(40);
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Expired)",
+            "Stop"
+        ])
+    );
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Cancelled);
+    assert_eq!(status.reason, Some(TerminalReason::ApprovalExpired));
+    assert_eq!(status.steps[1].status, StepStatus::Failed);
+    assert_eq!(h.approval(NAME)["status"]["phase"], json!("Expired"));
+    // Approving after the expiry changes nothing: the run ended.
+    h.approve(NAME);
+    assert!(h.reconcile("b").is_empty());
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn a_grant_older_than_grant_ttl_expires_and_nothing_executes() {
+    let mut h = paused();
+    h.spec_mut().limits.grant_ttl_seconds = Some(30);
+    h.approve(NAME);
+    // The decision is first seen now; the lease cannot be had (someone else holds it).
+    h.lease = Some(FakeLease {
+        holder: "z".into(),
+        renewed_at: h.now,
+        duration_seconds: 3600,
+    });
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteApprovalStatus(refund-1042-1-1:Approved)",
+            "AcquireLease"
+        ])
+    );
+    assert_eq!(h.approval(NAME)["status"]["decidedAt"], json!(h.now));
+    h.advance(31);
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Expired)",
+            "Stop"
+        ])
+    );
+    let status = h.status();
+    assert_eq!(status.reason, Some(TerminalReason::ApprovalExpired));
+    assert_eq!(
+        h.journal_tail(3),
+        words(&["approval.decided@1", "step.failed@1", "run.finished"])
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn approval_ttl_alone_never_expires_a_grant() {
+    let mut h = Harness::new(REFUND);
+    h.spec_mut().limits.approval_ttl_seconds = Some(60);
+    h.reconcile("a");
+    h.result("a", json!({}));
+    h.advance(10);
+    h.approve(NAME);
+    h.advance(1000);
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Executed)",
+            "CallTool(issue_refund#1)"
+        ])
+    );
+}
+
+#[test]
+fn an_approval_whose_stored_fields_do_not_hash_to_its_hash_is_never_executed() {
+    let mut h = paused();
+    let object = h.approvals.get_mut(NAME).unwrap();
+    object["spec"]["request"]["args"]["amount"] = json!(25_000);
+    h.approve(NAME);
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "ReleaseLease", "Stop"])
+    );
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Failed);
+    assert_eq!(status.reason, Some(TerminalReason::InternalError));
+    assert!(status
+        .reason_detail
+        .unwrap()
+        .contains("do not hash to spec.hash"));
+    assert_eq!(h.tool_calls.len(), 1);
+    assert!(!status.steps[1].approvals[0].executed);
+}
+
+#[test]
+fn a_recorded_approval_that_is_missing_is_created_again_from_the_record() {
+    let mut h = paused();
+    let original = h.approvals.remove(NAME).unwrap();
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "CreateApproval(refund-1042-1-1)",
+            "WriteApprovalStatus(refund-1042-1-1:Pending)"
+        ])
+    );
+    assert_eq!(h.approval(NAME), &original);
+}

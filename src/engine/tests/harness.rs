@@ -1,0 +1,447 @@
+//! A fake controller for the engine's tests: it holds one run as stored, its Approvals and its
+//! Lease, keeps a clock, and performs effects the way DESIGN.md section 4 says the controller
+//! does (a status write replaces the stored status; an Approval is created once; a Lease is
+//! won by compare-and-set). Tests read like the rules: `h.reconcile("a")`, `h.result(...)`,
+//! `h.approve(...)`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::api::{AgentRun, AgentRunSpec, AgentRunStatus, RunEvent, Step, Time};
+use crate::engine::{
+    step, ApprovalSnapshot, Budgets, Caller, Effect, Input, LeaseView, PreviousHolder, RunSnapshot,
+    ToolCall, ToolOutcome,
+};
+
+/// The fixtures under `tests/fixtures/engine/`.
+pub const REFUND: &str = include_str!("../../../tests/fixtures/engine/refund.yaml");
+pub const TOOLS: &str = include_str!("../../../tests/fixtures/engine/tools.yaml");
+pub const WEBHOOK: &str = include_str!("../../../tests/fixtures/engine/webhook.yaml");
+pub const OPENAI: &str = include_str!("../../../tests/fixtures/engine/openai.yaml");
+
+/// 2026-01-01T00:00:00Z.
+pub const T0: i64 = 1_767_225_600_000;
+
+/// The run's Lease as the fake API server holds it.
+#[derive(Debug, Clone)]
+pub struct FakeLease {
+    pub holder: String,
+    pub renewed_at: Time,
+    pub duration_seconds: i64,
+}
+
+pub struct Harness {
+    pub run: RunSnapshot,
+    pub approvals: BTreeMap<String, Value>,
+    pub lease: Option<FakeLease>,
+    pub now: Time,
+    pub budgets: Budgets,
+    /// Every status written, in order.
+    pub writes: Vec<Value>,
+    /// Every tool call performed, in order.
+    pub tool_calls: Vec<ToolCall>,
+    /// The tool call whose outcome is awaited.
+    pub pending_tool: Option<ToolCall>,
+    /// The agent request awaited (step, body).
+    pub pending_agent: Option<(i64, Value)>,
+    /// The reconcile hook view awaited.
+    pub pending_hook: Option<Value>,
+    /// The model attempt awaited (step, attempt).
+    pub pending_model: Option<(i64, i64)>,
+    /// Stop after performing this many more effects (a crash point); `None` performs all.
+    pub crash_after: Option<usize>,
+}
+
+impl Harness {
+    /// A run from a manifest, with no status yet.
+    pub fn new(manifest: &str) -> Harness {
+        let run: AgentRun = serde_yaml::from_str(manifest).expect("the fixture decodes");
+        Harness::from_spec(run.metadata.name.as_deref().unwrap_or("run"), run.spec)
+    }
+
+    /// A run of the `tools` fixture with these scripted decisions.
+    pub fn scripted(decisions: Vec<Value>) -> Harness {
+        let mut h = Harness::new(TOOLS);
+        h.spec_mut()
+            .agent
+            .scripted
+            .as_mut()
+            .expect("scripted")
+            .decisions = decisions;
+        h
+    }
+
+    pub fn from_spec(name: &str, spec: AgentRunSpec) -> Harness {
+        Harness {
+            run: RunSnapshot {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: "uid-1".into(),
+                generation: 1,
+                spec,
+                status: Value::Null,
+            },
+            approvals: BTreeMap::new(),
+            lease: None,
+            now: Time::from_millis(T0),
+            budgets: Budgets::default(),
+            writes: Vec::new(),
+            tool_calls: Vec::new(),
+            pending_tool: None,
+            pending_agent: None,
+            pending_hook: None,
+            pending_model: None,
+            crash_after: None,
+        }
+    }
+
+    pub fn spec_mut(&mut self) -> &mut AgentRunSpec {
+        &mut self.run.spec
+    }
+
+    pub fn advance(&mut self, seconds: i64) {
+        self.now = self.now.plus_seconds(seconds);
+    }
+
+    pub fn advance_millis(&mut self, millis: i64) {
+        self.now = Time::from_millis(self.now.as_millis() + millis);
+    }
+
+    fn caller(&self, holder: &str) -> Caller {
+        Caller {
+            holder: holder.into(),
+            now: self.now,
+        }
+    }
+
+    pub fn lease_view(&self) -> LeaseView {
+        match &self.lease {
+            None => LeaseView::default(),
+            Some(l) => LeaseView {
+                holder: Some(l.holder.clone()),
+                renewed_at: Some(l.renewed_at),
+                duration_seconds: Some(l.duration_seconds),
+            },
+        }
+    }
+
+    pub fn snapshots(&self) -> Vec<ApprovalSnapshot> {
+        self.approvals
+            .iter()
+            .map(|(name, object)| ApprovalSnapshot {
+                name: name.clone(),
+                object: object.clone(),
+            })
+            .collect()
+    }
+
+    /// Calls the engine without performing anything.
+    pub fn decide(&self, holder: &str, input: Input) -> Vec<Effect> {
+        step(
+            &self.run,
+            &self.snapshots(),
+            &self.caller(holder),
+            &self.budgets,
+            input,
+        )
+        .expect("the engine accepts the input")
+        .effects
+    }
+
+    /// Calls the engine and performs the effects in order (up to a crash point, if set).
+    /// Returns the effects the engine asked for.
+    pub fn step(&mut self, holder: &str, input: Input) -> Vec<Effect> {
+        let effects = self.decide(holder, input);
+        for effect in &effects {
+            if let Some(left) = self.crash_after.as_mut() {
+                if *left == 0 {
+                    break;
+                }
+                *left -= 1;
+            }
+            self.perform(holder, effect);
+        }
+        effects
+    }
+
+    /// Whether the process crashed (its crash point was reached).
+    pub fn crashed(&self) -> bool {
+        self.crash_after == Some(0)
+    }
+
+    fn perform(&mut self, holder: &str, effect: &Effect) {
+        match effect {
+            Effect::WriteStatus { status } => {
+                self.run.status = status.clone();
+                self.writes.push(status.clone());
+            }
+            Effect::CreateApproval { approval } => {
+                let name = approval["metadata"]["name"]
+                    .as_str()
+                    .expect("an Approval has a name")
+                    .to_string();
+                self.approvals
+                    .entry(name)
+                    .or_insert_with(|| approval.clone());
+            }
+            Effect::WriteApprovalStatus { name, status } => {
+                if let Some(object) = self.approvals.get_mut(name) {
+                    object["status"] = status.clone();
+                }
+            }
+            Effect::CallTool(call) => {
+                self.tool_calls.push(call.clone());
+                self.pending_tool = Some(call.clone());
+            }
+            Effect::CallAgent { step, request } => {
+                self.pending_agent = Some((*step, request.clone()));
+            }
+            Effect::CallReconcileHook { view } => self.pending_hook = Some(view.clone()),
+            Effect::CallModel { step, attempt, .. } => self.pending_model = Some((*step, *attempt)),
+            Effect::ReleaseLease => {
+                if self.lease.as_ref().is_some_and(|l| l.holder == holder) {
+                    self.lease = None;
+                }
+            }
+            Effect::AcquireLease { .. } | Effect::RequeueAfter { .. } | Effect::Stop => {}
+        }
+    }
+
+    /// Wins the Lease by compare-and-set for `holder` if it is free, expired or its own.
+    pub fn win_lease(&mut self, holder: &str) -> bool {
+        let free = match &self.lease {
+            None => true,
+            Some(l) => {
+                l.holder == holder || l.renewed_at.plus_seconds(l.duration_seconds) <= self.now
+            }
+        };
+        if free {
+            self.lease = Some(FakeLease {
+                holder: holder.into(),
+                renewed_at: self.now,
+                duration_seconds: self.run.spec.lease_duration_seconds,
+            });
+        }
+        free
+    }
+
+    /// The controller's reconcile: Observe, and when the engine asks for the lease, win it and
+    /// call `LeaseAcquired`. Returns the effects of the last engine call.
+    pub fn reconcile(&mut self, holder: &str) -> Vec<Effect> {
+        let lease = self.lease_view();
+        let effects = self.step(holder, Input::Observe { lease });
+        if self.crashed() {
+            return effects;
+        }
+        let takeover = effects.iter().find_map(|e| match e {
+            Effect::AcquireLease { takeover } => Some(takeover.clone()),
+            _ => None,
+        });
+        match takeover {
+            Some(takeover) if self.win_lease(holder) => {
+                self.step(holder, Input::LeaseAcquired { takeover })
+            }
+            _ => effects,
+        }
+    }
+
+    /// The lease expires (its holder died): the clock moves past it.
+    pub fn expire_lease(&mut self) {
+        if let Some(l) = &self.lease {
+            let expiry = l.renewed_at.plus_seconds(l.duration_seconds);
+            if expiry > self.now {
+                self.now = expiry;
+            }
+        }
+    }
+
+    fn pending(&mut self) -> ToolCall {
+        self.pending_tool.take().expect("a tool call is pending")
+    }
+
+    pub fn finish_tool(&mut self, holder: &str, outcome: ToolOutcome) -> Vec<Effect> {
+        let call = self.pending();
+        self.step(
+            holder,
+            Input::ToolFinished {
+                step: call.step,
+                attempt: call.attempt,
+                outcome,
+            },
+        )
+    }
+
+    /// The pending tool answers 2xx with `content`.
+    pub fn result(&mut self, holder: &str, content: Value) -> Vec<Effect> {
+        self.finish_tool(
+            holder,
+            ToolOutcome::Result {
+                status: 200,
+                content,
+                duration_ms: 5,
+            },
+        )
+    }
+
+    /// The pending tool answers non-2xx with `body`.
+    pub fn error(&mut self, holder: &str, body: Value) -> Vec<Effect> {
+        self.finish_tool(
+            holder,
+            ToolOutcome::Error {
+                failure: "http_status".into(),
+                status: Some(500),
+                content: body,
+                duration_ms: 5,
+            },
+        )
+    }
+
+    /// The pending tool's outcome is unknown (timeout after sending).
+    pub fn unknown(&mut self, holder: &str) -> Vec<Effect> {
+        self.finish_tool(
+            holder,
+            ToolOutcome::Unknown {
+                detail: "timed out after 10s".into(),
+                duration_ms: 10_000,
+            },
+        )
+    }
+
+    /// A person decides the Approval, patching the hash it was shown.
+    pub fn decide_approval(&mut self, name: &str, verdict: &str, note: Option<&str>) {
+        let object = self.approvals.get_mut(name).expect("the Approval exists");
+        let hash = object["spec"]["hash"].clone();
+        object["spec"]["decision"] = json!({
+            "verdict": verdict,
+            "hash": hash,
+            "approver": "alice",
+            "note": note,
+        });
+        if note.is_none() {
+            if let Some(d) = object["spec"]["decision"].as_object_mut() {
+                d.remove("note");
+            }
+        }
+    }
+
+    pub fn approve(&mut self, name: &str) {
+        self.decide_approval(name, "Approved", None);
+    }
+
+    pub fn reject(&mut self, name: &str, note: &str) {
+        self.decide_approval(name, "Rejected", Some(note));
+    }
+
+    pub fn status(&self) -> AgentRunStatus {
+        crate::engine::decode_status(&self.run.status).expect("the status decodes")
+    }
+
+    pub fn steps(&self) -> Vec<Step> {
+        self.status().steps
+    }
+
+    pub fn events(&self) -> Vec<RunEvent> {
+        self.status().events
+    }
+
+    /// The journal as `type` or `type@step` words.
+    pub fn journal(&self) -> Vec<String> {
+        self.events().iter().map(word).collect()
+    }
+
+    /// The journal entries after the first `from`.
+    pub fn journal_from(&self, from: usize) -> Vec<String> {
+        self.events().iter().skip(from).map(word).collect()
+    }
+
+    /// The last `n` journal entries.
+    pub fn journal_tail(&self, n: usize) -> Vec<String> {
+        let journal = self.journal();
+        journal[journal.len().saturating_sub(n)..].to_vec()
+    }
+
+    /// The data of the last event of `type_`.
+    pub fn last_event(&self, type_: &str) -> Value {
+        self.events()
+            .iter()
+            .rev()
+            .find(|e| type_name(e) == type_)
+            .and_then(|e| e.data.clone())
+            .unwrap_or(Value::Null)
+    }
+
+    pub fn approval(&self, name: &str) -> &Value {
+        self.approvals.get(name).expect("the Approval exists")
+    }
+}
+
+fn type_name(event: &RunEvent) -> String {
+    serde_json::to_value(event.type_)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn word(event: &RunEvent) -> String {
+    match event.step {
+        Some(step) => format!("{}@{step}", type_name(event)),
+        None => type_name(event),
+    }
+}
+
+/// The effects as words: `WriteStatus`, `CallTool(send#1)`, ...
+pub fn kinds(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .map(|e| match e {
+            Effect::WriteStatus { .. } => "WriteStatus".to_string(),
+            Effect::CreateApproval { approval } => {
+                format!(
+                    "CreateApproval({})",
+                    approval["metadata"]["name"].as_str().unwrap_or("")
+                )
+            }
+            Effect::WriteApprovalStatus { name, status } => format!(
+                "WriteApprovalStatus({name}:{})",
+                status["phase"].as_str().unwrap_or("")
+            ),
+            Effect::AcquireLease { takeover: None } => "AcquireLease".to_string(),
+            Effect::AcquireLease { takeover: Some(_) } => "AcquireLease(takeover)".to_string(),
+            Effect::CallTool(call) => format!("CallTool({}#{})", call.tool.name, call.attempt),
+            Effect::CallAgent { step, .. } => format!("CallAgent({step})"),
+            Effect::CallReconcileHook { .. } => "CallReconcileHook".to_string(),
+            Effect::CallModel {
+                step,
+                attempt,
+                delay_millis,
+                ..
+            } => format!("CallModel({step}#{attempt}+{delay_millis}ms)"),
+            Effect::ReleaseLease => "ReleaseLease".to_string(),
+            Effect::RequeueAfter { millis } => format!("RequeueAfter({millis})"),
+            Effect::Stop => "Stop".to_string(),
+        })
+        .collect()
+}
+
+/// Shorthand for a tool-call decision.
+pub fn call(tool: &str, args: Value) -> Value {
+    json!({"kind": "tool_call", "tool": tool, "args": args})
+}
+
+pub fn complete(result: Value) -> Value {
+    json!({"kind": "complete", "result": result})
+}
+
+/// Words for a list of `&str`.
+pub fn words(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// A previous holder for a takeover input.
+pub fn previous(holder: &str, expired_at: Time) -> PreviousHolder {
+    PreviousHolder {
+        holder: Some(holder.into()),
+        expired_at: Some(expired_at),
+    }
+}

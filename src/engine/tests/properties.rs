@@ -1,0 +1,456 @@
+//! The property test of DESIGN.md section 9: random scripts (tool calls over tools of random
+//! side-effect classes, complete, fail, invalid decisions), given by a scripted agent or by a
+//! model whose attempts also fail or go unanswered, random policies, random tool outcomes
+//! (result, error, unknown), crash points that drop the effects not yet performed (a new
+//! replica then takes over), cancels, and a person approving or rejecting at random.
+//!
+//! Whatever happens: no non-ReadOnly step's tool call is performed twice without a grant in
+//! between, a grant executes at most once, no run ends with a step deciding or executing,
+//! event seqs have no gaps and history is never rewritten, every model attempt is counted once
+//! and closed by an outcome, and the run ends within a bounded number of inputs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use super::harness::*;
+use crate::api::{OpenAiAgent, PolicyOutcome, PolicyRule, RunPhase, SideEffect, StepStatus};
+use crate::engine::model::ReportedUsage;
+use crate::engine::{Effect, Input, ModelOutcome};
+
+const MAX_ROUNDS: usize = 400;
+const MAX_CRASHES: usize = 5;
+
+#[derive(Debug, Clone)]
+enum Decision {
+    Call(usize, i64),
+    Complete,
+    Fail,
+    UnknownKind,
+    UnknownTool,
+    BadArgs(usize),
+}
+
+fn decision() -> impl Strategy<Value = Decision> {
+    prop_oneof![
+        6 => (0..4usize, 0..8i64).prop_map(|(t, n)| Decision::Call(t, n)),
+        1 => Just(Decision::Complete),
+        1 => Just(Decision::Fail),
+        1 => Just(Decision::UnknownKind),
+        1 => Just(Decision::UnknownTool),
+        1 => (0..4usize).prop_map(Decision::BadArgs),
+    ]
+}
+
+fn outcome() -> impl Strategy<Value = PolicyOutcome> {
+    prop_oneof![
+        4 => Just(PolicyOutcome::Allow),
+        2 => Just(PolicyOutcome::Deny),
+        4 => Just(PolicyOutcome::RequireApproval),
+        1 => Just(PolicyOutcome::Abort),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    classes: Vec<SideEffect>,
+    defaults: Vec<PolicyOutcome>,
+    rule: Option<PolicyOutcome>,
+    decisions: Vec<Decision>,
+    max_steps: i64,
+    /// A model agent (answering the decisions in order) instead of the script.
+    model: bool,
+    entropy: Vec<u8>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        prop::collection::vec(prop::sample::select(SideEffect::ALL.to_vec()), 4),
+        prop::collection::vec(outcome(), 4),
+        prop::option::of(outcome()),
+        prop::collection::vec(decision(), 1..16),
+        3..20i64,
+        prop::bool::weighted(0.3),
+        prop::collection::vec(any::<u8>(), MAX_ROUNDS * 2),
+    )
+        .prop_map(
+            |(classes, defaults, rule, decisions, max_steps, model, entropy)| Case {
+                classes,
+                defaults,
+                rule,
+                decisions,
+                max_steps,
+                model,
+                entropy,
+            },
+        )
+}
+
+fn harness(case: &Case) -> Harness {
+    let mut h = Harness::scripted(Vec::new());
+    let spec = h.spec_mut();
+    spec.tools.truncate(4);
+    for (i, tool) in spec.tools.iter_mut().enumerate() {
+        tool.name = format!("t{i}");
+        tool.side_effect = case.classes[i];
+        tool.input_schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+    }
+    let sides = &mut spec.policy.side_effects;
+    sides.read_only = case.defaults[0];
+    sides.local_mutation = case.defaults[1];
+    sides.remote_mutation = case.defaults[2];
+    sides.destructive = case.defaults[3];
+    if let Some(outcome) = case.rule {
+        spec.policy.rules = vec![PolicyRule {
+            name: "big-n".into(),
+            tools: vec!["t0".into(), "t1".into()],
+            when: Some("args.n > 5".into()),
+            outcome,
+            reason: Some("n is big".into()),
+            kind: Some("big".into()),
+            capability: Some(json!({"n": "big"})),
+            presentation: None,
+        }];
+    }
+    spec.limits.max_steps = case.max_steps;
+    let decisions = case.decisions.iter().map(decision_json).collect();
+    if case.model {
+        spec.agent.scripted = None;
+        spec.agent.openai = Some(OpenAiAgent {
+            base_url: "http://127.0.0.1:8091/v1".into(),
+            model: "m".into(),
+            max_output_tokens: Some(50),
+            ..OpenAiAgent::default()
+        });
+    } else {
+        spec.agent.scripted.as_mut().expect("scripted").decisions = decisions;
+    }
+    h
+}
+
+fn decision_json(decision: &Decision) -> Value {
+    match decision {
+        Decision::Call(t, n) => call(&format!("t{t}"), json!({"n": n})),
+        Decision::Complete => complete(json!({"done": true})),
+        Decision::Fail => json!({"kind": "fail", "message": "gave up"}),
+        Decision::UnknownKind => json!({"kind": "dance"}),
+        Decision::UnknownTool => call("nope", json!({})),
+        Decision::BadArgs(t) => call(&format!("t{t}"), json!({"n": "x"})),
+    }
+}
+
+/// A model attempt's outcome, the `k`th answer giving the `k`th decision of the case.
+fn model_outcome(case: &Case, choice: u8, answers: &mut usize) -> ModelOutcome {
+    match choice % 8 {
+        0..=4 => {
+            let decision = case.decisions.get(*answers).map_or_else(
+                || json!({"kind": "fail", "message": "out of ideas"}),
+                decision_json,
+            );
+            *answers += 1;
+            ModelOutcome::Answered {
+                decision,
+                usage: Some(ReportedUsage {
+                    input_tokens: 40,
+                    cached_input_tokens: 10,
+                    output_tokens: 20,
+                }),
+                latency_ms: 10,
+            }
+        }
+        5 => ModelOutcome::Failed {
+            status: if choice % 16 == 5 { 400 } else { 429 },
+            retry_after_ms: None,
+            detail: "busy".into(),
+            latency_ms: 1,
+        },
+        _ => ModelOutcome::NoAnswer {
+            detail: "timeout".into(),
+            latency_ms: 1,
+        },
+    }
+}
+
+/// Plays one case: executors answer, crash and get replaced; a person decides approvals.
+fn play(case: &Case) -> Harness {
+    let mut h = harness(case);
+    let mut entropy = case.entropy.iter().copied().cycle();
+    let mut next = move || entropy.next().unwrap_or(0);
+    let mut alive: Option<String> = None;
+    let mut replicas = 0;
+    let mut crashes = 0;
+    let mut answers = 0;
+    for _ in 0..MAX_ROUNDS {
+        if h.status().phase.is_terminal() && alive.is_none() {
+            break;
+        }
+        let choice = next();
+        if let Some(holder) = alive.clone() {
+            if h.pending_tool.is_none() && h.pending_model.is_none() {
+                alive = None;
+                continue;
+            }
+            let content = json!({"v": choice % 2});
+            // A crash point inside the executor's next transition.
+            if crashes < MAX_CRASHES && next() % 6 == 0 {
+                h.crash_after = Some(usize::from(next() % 3));
+            }
+            let effects = match (h.pending_model, choice % 10) {
+                (Some(_), 7) if crashes < MAX_CRASHES => {
+                    crashes += 1;
+                    h.crash_after = None;
+                    h.pending_model = None;
+                    h.expire_lease();
+                    alive = None;
+                    continue;
+                }
+                (Some((step, attempt)), _) => {
+                    h.pending_model = None;
+                    let outcome = model_outcome(case, choice, &mut answers);
+                    h.step(
+                        &holder,
+                        Input::ModelAnswered {
+                            step,
+                            attempt,
+                            outcome,
+                        },
+                    )
+                }
+                (None, 0..=4) => h.result(&holder, content),
+                (None, 5) => h.error(&holder, content),
+                (None, 6) => h.unknown(&holder),
+                (None, 7) if crashes < MAX_CRASHES => {
+                    // The executor dies with its tool call in flight.
+                    crashes += 1;
+                    h.crash_after = None;
+                    h.pending_tool = None;
+                    h.expire_lease();
+                    alive = None;
+                    continue;
+                }
+                (None, 8) => {
+                    h.spec_mut().cancel = true;
+                    h.result(&holder, content)
+                }
+                _ => {
+                    h.crash_after = None;
+                    let other = format!("r{}", replicas + 100);
+                    let effects = h.reconcile(&other);
+                    assert!(
+                        !h.status().phase.is_terminal() || h.spec_mut().cancel,
+                        "an observer of a live run changed it: {effects:?}"
+                    );
+                    continue;
+                }
+            };
+            if h.crash_after.take().is_some() {
+                crashes += 1;
+                h.pending_tool = None;
+                h.pending_model = None;
+                h.expire_lease();
+                alive = None;
+            } else if !calls_out(&effects) {
+                alive = None;
+            }
+            continue;
+        }
+        if h.status().phase == RunPhase::WaitingForApproval {
+            if let Some(name) = pending_approval(&h) {
+                match choice % 4 {
+                    0 | 1 => h.approve(&name),
+                    2 => h.reject(&name, "no"),
+                    _ => h.advance(1),
+                }
+            }
+        }
+        replicas += 1;
+        let holder = format!("r{replicas}");
+        if crashes < MAX_CRASHES && next() % 4 == 0 {
+            h.crash_after = Some(usize::from(next() % 4));
+        }
+        let effects = h.reconcile(&holder);
+        if h.crash_after.is_some() {
+            crashes += 1;
+            h.crash_after = None;
+            h.pending_tool = None;
+            h.pending_model = None;
+            h.expire_lease();
+            alive = None;
+        } else if calls_out(&effects) {
+            alive = Some(holder);
+        } else if h.status().phase == RunPhase::Running {
+            // Stopped without finishing (e.g. a started step found on its way): let the
+            // lease run out.
+            h.expire_lease();
+        }
+    }
+    h
+}
+
+/// Whether the transition ended in a tool or model call the executor now awaits.
+fn calls_out(effects: &[Effect]) -> bool {
+    effects
+        .iter()
+        .any(|e| matches!(e, Effect::CallTool(_) | Effect::CallModel { .. }))
+}
+
+/// The latest Approval of the waiting step, if undecided.
+fn pending_approval(h: &Harness) -> Option<String> {
+    let step = h
+        .steps()
+        .into_iter()
+        .rfind(|s| s.status == StepStatus::AwaitingApproval)?;
+    let name = step.approvals.last()?.name.clone();
+    let object = h.approvals.get(&name)?;
+    object["spec"].get("decision").is_none().then_some(name)
+}
+
+fn check(h: &Harness) {
+    let status = h.status();
+    assert!(
+        status.phase.is_terminal(),
+        "the run ends within {MAX_ROUNDS} rounds: {:?} {:?}",
+        status.phase,
+        h.journal()
+    );
+    for step in &status.steps {
+        assert!(
+            !matches!(step.status, StepStatus::Deciding | StepStatus::Executing),
+            "a terminal run has no step in flight: {step:?}"
+        );
+    }
+    // The journal: seq 1, 2, 3... in every write, each write extending the one before.
+    let mut previous: Vec<Value> = Vec::new();
+    for write in &h.writes {
+        let events = write["events"].as_array().cloned().unwrap_or_default();
+        for (i, event) in events.iter().enumerate() {
+            assert_eq!(event["seq"], json!(i + 1), "no gap in {events:?}");
+        }
+        assert!(events.len() >= previous.len());
+        assert_eq!(
+            events[..previous.len()],
+            previous[..],
+            "history is never rewritten"
+        );
+        previous = events;
+    }
+    // Model attempts: each counted once, each closed by an outcome.
+    let word = |e: &crate::api::RunEvent| serde_json::to_value(e.type_).unwrap_or(Value::Null);
+    let mut open: BTreeSet<(Option<i64>, i64)> = BTreeSet::new();
+    let mut dispatched = 0;
+    for event in &status.events {
+        let attempt = event.data.as_ref().and_then(|d| d["attempt"].as_i64());
+        let key = (event.step, attempt.unwrap_or(-1));
+        match word(event).as_str() {
+            Some("model.dispatched") => {
+                dispatched += 1;
+                assert!(open.insert(key), "attempt {key:?} dispatched twice");
+            }
+            Some("model.completed" | "model.failed") => {
+                assert!(
+                    open.remove(&key),
+                    "an outcome for {key:?}, which is not open"
+                );
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "attempts left open: {open:?}");
+    assert_eq!(status.usage.model_calls, dispatched);
+    // Which approval each started attempt carried.
+    let mut started: BTreeMap<(i64, i64), Option<String>> = BTreeMap::new();
+    let mut granted = BTreeSet::new();
+    for event in &status.events {
+        let Some(data) = event.data.as_ref() else {
+            continue;
+        };
+        if serde_json::to_value(event.type_).ok() != Some(json!("step.tool_started")) {
+            continue;
+        }
+        let attempt = data["attempt"].as_i64().expect("an attempt");
+        let approval = data
+            .get("approval")
+            .and_then(Value::as_str)
+            .map(String::from);
+        if let Some(name) = &approval {
+            assert!(granted.insert(name.clone()), "grant {name} executed twice");
+        }
+        let step = event.step.expect("a step");
+        assert!(
+            started.insert((step, attempt), approval).is_none(),
+            "attempt {attempt} of step {step} started twice"
+        );
+    }
+    // Every performed call: once per attempt; a non-ReadOnly step runs again only on a grant.
+    let mut performed = BTreeSet::new();
+    let mut unapproved: BTreeMap<i64, usize> = BTreeMap::new();
+    for call in &h.tool_calls {
+        assert!(
+            performed.insert((call.step, call.attempt)),
+            "attempt {} of step {} performed twice",
+            call.attempt,
+            call.step
+        );
+        let approval = started
+            .get(&(call.step, call.attempt))
+            .expect("every performed call was recorded first");
+        if call.tool.side_effect == SideEffect::ReadOnly {
+            continue;
+        }
+        match approval {
+            None => {
+                let count = unapproved.entry(call.step).or_default();
+                *count += 1;
+                assert_eq!(*count, 1, "step {} ran twice without a grant", call.step);
+                assert_eq!(call.attempt, 1, "only a first attempt runs without a grant");
+            }
+            Some(name) => {
+                let object = &h.approvals[name];
+                assert_eq!(object["spec"]["decision"]["verdict"], json!("Approved"));
+                let step = &status.steps[usize::try_from(call.step).unwrap()];
+                assert!(step.approvals.iter().any(|a| &a.name == name && a.executed));
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn crashes_never_run_a_side_effect_twice_without_a_grant(case in case()) {
+        let h = play(&case);
+        check(&h);
+    }
+}
+
+#[test]
+fn play_a_fixed_case_with_crashes_and_approvals() {
+    let case = Case {
+        classes: vec![
+            SideEffect::RemoteMutation,
+            SideEffect::LocalMutation,
+            SideEffect::ReadOnly,
+            SideEffect::Destructive,
+        ],
+        defaults: vec![
+            PolicyOutcome::Allow,
+            PolicyOutcome::Allow,
+            PolicyOutcome::RequireApproval,
+            PolicyOutcome::Deny,
+        ],
+        rule: None,
+        decisions: vec![
+            Decision::Call(0, 1),
+            Decision::Call(1, 2),
+            Decision::Call(2, 3),
+            Decision::Complete,
+        ],
+        max_steps: 10,
+        model: false,
+        entropy: (0..=255).collect(),
+    };
+    let h = play(&case);
+    check(&h);
+}

@@ -1,0 +1,351 @@
+//! BEHAVIOURS.md 41-44 and 49-50: records that will not decode, cancel, the journal, the
+//! object budget; and the Kubernetes Events projected from the journal.
+
+use serde_json::{json, Value};
+
+use super::harness::*;
+use crate::api::{RunPhase, StepStatus, TerminalReason};
+use crate::engine::{kube_events, Input, KubeEventType, ToolOutcome};
+
+fn executing(tool: &str) -> Harness {
+    let mut h = Harness::scripted(vec![call(tool, json!({"n": 1})), complete(json!("ok"))]);
+    h.reconcile("a");
+    h
+}
+
+fn result_input(content: Value) -> Input {
+    Input::ToolFinished {
+        step: 0,
+        attempt: 1,
+        outcome: ToolOutcome::Result {
+            status: 200,
+            content,
+            duration_ms: 7,
+        },
+    }
+}
+
+/// Everything but the fields a terminal patch may touch.
+fn without_terminal_fields(status: &Value) -> Value {
+    let mut status = status.clone();
+    for field in ["phase", "reason", "reasonDetail", "finishedAt", "events"] {
+        status.as_object_mut().unwrap().remove(field);
+    }
+    status
+}
+
+#[test]
+fn a_step_that_will_not_decode_fails_the_run_internal_error_without_rewriting_it() {
+    let mut h = executing("write_local");
+    h.run.status["steps"][0]["status"] = json!("teleporting");
+    let stored = h.run.status.clone();
+    let effects = h.step("a", result_input(json!(1)));
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "ReleaseLease", "Stop"])
+    );
+    let written = &h.run.status;
+    assert_eq!(
+        without_terminal_fields(written),
+        without_terminal_fields(&stored)
+    );
+    assert_eq!(written["phase"], json!("Failed"));
+    assert_eq!(written["reason"], json!("internal_error"));
+    let detail = written["reasonDetail"].as_str().unwrap();
+    assert!(
+        detail.contains("status.steps[0] does not decode"),
+        "{detail}"
+    );
+    assert_eq!(written["finishedAt"], json!(h.now));
+    let events = written["events"].as_array().unwrap();
+    assert_eq!(events.len(), stored["events"].as_array().unwrap().len() + 1);
+    assert_eq!(events.last().unwrap()["type"], json!("run.finished"));
+    assert_eq!(
+        events.last().unwrap()["seq"],
+        json!(events.len()),
+        "seq continues without a gap"
+    );
+    // The run can still be listed: a terminal undecodable run is left alone.
+    assert!(h.reconcile("b").is_empty());
+}
+
+#[test]
+fn an_undecodable_journal_gets_no_event_it_cannot_encode() {
+    let mut h = executing("write_local");
+    h.run.status["events"][0]["seq"] = json!("one");
+    let stored = h.run.status.clone();
+    h.expire_lease();
+    h.reconcile("b");
+    assert_eq!(h.run.status["events"], stored["events"]);
+    assert_eq!(h.run.status["reason"], json!("internal_error"));
+}
+
+#[test]
+fn an_undecodable_run_held_by_a_live_lease_is_left_to_its_holder() {
+    let mut h = executing("write_local");
+    h.run.status["steps"][0]["status"] = json!(7);
+    let stored = h.run.status.clone();
+    let effects = h.reconcile("b");
+    assert_eq!(kinds(&effects), words(&["RequeueAfter(30000)"]));
+    assert_eq!(h.run.status, stored);
+}
+
+#[test]
+fn an_undecodable_run_can_still_be_cancelled() {
+    let mut h = executing("write_local");
+    h.run.status["steps"][0]["status"] = json!("teleporting");
+    let stored = h.run.status.clone();
+    h.spec_mut().cancel = true;
+    let effects = h.reconcile("b");
+    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    assert_eq!(h.run.status["phase"], json!("Cancelled"));
+    assert_eq!(h.run.status["reason"], json!("operator_cancelled"));
+    assert_eq!(h.run.status["steps"], stored["steps"]);
+}
+
+#[test]
+fn an_approval_that_will_not_decode_fails_the_run_internal_error_and_is_not_rewritten() {
+    let mut h = Harness::new(REFUND);
+    h.reconcile("a");
+    h.result("a", json!({}));
+    let name = "refund-1042-1-1";
+    h.approvals.get_mut(name).unwrap()["spec"]["request"] = json!(5);
+    let object = h.approval(name).clone();
+    let effects = h.reconcile("b");
+    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    let status = h.status();
+    assert_eq!(status.reason, Some(TerminalReason::InternalError));
+    assert!(status.reason_detail.unwrap().contains("does not decode"));
+    assert_eq!(h.approval(name), &object);
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn cancel_needs_no_lease_and_fails_every_step_in_flight() {
+    let mut h = executing("write_local");
+    h.spec_mut().cancel = true;
+    let lease_before = h.lease.clone().map(|l| l.holder);
+    let effects = h.reconcile("b");
+    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    assert_eq!(
+        h.lease.clone().map(|l| l.holder),
+        lease_before,
+        "no lease taken"
+    );
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Cancelled);
+    assert_eq!(status.reason, Some(TerminalReason::OperatorCancelled));
+    let step = &status.steps[0];
+    assert_eq!(step.status, StepStatus::Failed);
+    assert_eq!(
+        step.observation.clone().unwrap().content,
+        Some(json!({"previousStatus": "executing"}))
+    );
+    assert_eq!(h.journal_tail(2), words(&["step.failed@0", "run.finished"]));
+    assert_eq!(
+        h.last_event("run.finished"),
+        json!({"phase": "Cancelled", "reason": "operator_cancelled"})
+    );
+    assert!(h.reconcile("b").is_empty(), "done once");
+}
+
+#[test]
+fn cancel_leaves_pending_approvals_as_they_are() {
+    let mut h = Harness::new(REFUND);
+    h.reconcile("a");
+    h.result("a", json!({}));
+    let object = h.approval("refund-1042-1-1").clone();
+    h.spec_mut().cancel = true;
+    let effects = h.reconcile("b");
+    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    assert_eq!(h.approval("refund-1042-1-1"), &object);
+    let step = &h.steps()[1];
+    assert_eq!(step.status, StepStatus::Failed);
+    assert_eq!(
+        step.observation.clone().unwrap().content,
+        Some(json!({"previousStatus": "awaiting_approval"}))
+    );
+}
+
+#[test]
+fn cancel_of_a_new_run_ends_it_before_any_step() {
+    let mut h = Harness::new(REFUND);
+    h.spec_mut().cancel = true;
+    h.reconcile("a");
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Cancelled);
+    assert!(status.steps.is_empty());
+    assert_eq!(h.journal(), words(&["run.finished"]));
+}
+
+#[test]
+fn a_terminal_run_is_left_unchanged_by_cancel() {
+    let mut h = Harness::scripted(vec![complete(json!(1))]);
+    h.reconcile("a");
+    let before = h.run.status.clone();
+    h.spec_mut().cancel = true;
+    assert!(h.reconcile("b").is_empty());
+    assert_eq!(h.run.status, before);
+}
+
+#[test]
+fn a_live_loop_finds_the_cancellation_at_its_next_write_and_stops() {
+    let mut h = executing("write_local");
+    h.spec_mut().cancel = true;
+    let effects = h.step("a", result_input(json!({"done": true})));
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "ReleaseLease", "Stop"])
+    );
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Cancelled);
+    assert_eq!(status.steps[0].status, StepStatus::Failed);
+    assert_eq!(
+        h.journal_tail(3),
+        words(&["step.failed@0", "run.finished", "step.tool_finished@0"])
+    );
+    assert_eq!(h.last_event("step.tool_finished")["late"], json!(true));
+}
+
+#[test]
+fn a_tool_that_returns_after_cancel_has_its_outcome_appended_late() {
+    let mut h = executing("write_local");
+    h.spec_mut().cancel = true;
+    h.reconcile("b");
+    let cancelled = h.status();
+    let effects = h.step("a", result_input(json!({"done": true})));
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "ReleaseLease", "Stop"])
+    );
+    let status = h.status();
+    assert_eq!(
+        status.steps, cancelled.steps,
+        "the step keeps what cancel wrote"
+    );
+    assert_eq!(status.phase, RunPhase::Cancelled);
+    assert_eq!(status.reason, cancelled.reason);
+    assert_eq!(
+        h.journal_tail(2),
+        words(&["run.finished", "step.tool_finished@0"])
+    );
+    let late = h.last_event("step.tool_finished");
+    assert_eq!(late["late"], json!(true));
+    assert_eq!(late["tool"], json!("write_local"));
+    assert_eq!(late["durationMs"], json!(7));
+    assert_eq!(late["observation"]["kind"], json!("tool_result"));
+    assert_eq!(late["observation"]["content"], json!({"done": true}));
+    let before = h.run.status.clone();
+    let effects = h.step("a", result_input(json!({"done": true})));
+    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    assert_eq!(h.run.status, before, "appended once");
+}
+
+#[test]
+fn events_are_numbered_without_gaps_and_written_with_their_state() {
+    let mut h = Harness::new(REFUND);
+    h.reconcile("a");
+    h.result("a", json!({"order": 1042}));
+    h.approve("refund-1042-1-1");
+    h.reconcile("b");
+    h.result("b", json!({"refunded": 250}));
+    assert_eq!(h.status().phase, RunPhase::Completed);
+    let mut previous: Vec<Value> = Vec::new();
+    for write in &h.writes {
+        let events = write["events"].as_array().unwrap().clone();
+        for (i, event) in events.iter().enumerate() {
+            assert_eq!(event["seq"], json!(i + 1));
+        }
+        assert_eq!(
+            events[..previous.len()].to_vec(),
+            previous,
+            "history is never rewritten"
+        );
+        assert!(
+            events.len() > previous.len(),
+            "every write records what changed"
+        );
+        previous = events;
+    }
+}
+
+#[test]
+fn a_record_over_the_object_budget_fails_record_too_large_in_a_write_that_fits() {
+    let mut h = Harness::scripted((0..40).map(|i| call("read", json!({"n": i}))).collect());
+    h.budgets.object_bytes = 24 * 1024;
+    h.reconcile("a");
+    let mut steps = 0;
+    loop {
+        let effects = h.result("a", json!({"text": "y".repeat(2000)}));
+        steps += 1;
+        if !kinds(&effects).iter().any(|k| k.starts_with("CallTool")) {
+            assert_eq!(
+                kinds(&effects),
+                words(&["WriteStatus", "ReleaseLease", "Stop"])
+            );
+            break;
+        }
+        assert!(steps < 40, "the budget never fired");
+    }
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Failed);
+    assert_eq!(status.reason, Some(TerminalReason::RecordTooLarge));
+    let last = status.steps.last().unwrap();
+    assert_eq!(last.status, StepStatus::Failed, "nothing is left executing");
+    let failed = format!("step.failed@{}", last.index);
+    assert_eq!(h.journal_tail(2), vec![failed, "run.finished".to_string()]);
+    for write in &h.writes {
+        let bytes = serde_json::to_vec(write).unwrap().len()
+            + serde_json::to_vec(&h.run.spec).unwrap().len();
+        assert!(bytes <= h.budgets.object_bytes, "{bytes} bytes written");
+    }
+}
+
+#[test]
+fn kubernetes_events_project_phase_changes_approvals_and_takeovers() {
+    let mut h = Harness::new(REFUND);
+    h.reconcile("a");
+    let started = h.run.status.clone();
+    let projected = kube_events(&Value::Null, &started);
+    assert_eq!(projected.len(), 1);
+    assert_eq!(projected[0].reason, "Started");
+    assert_eq!(projected[0].type_, KubeEventType::Normal);
+    h.result("a", json!({}));
+    let paused = h.run.status.clone();
+    let reasons: Vec<String> = kube_events(&started, &paused)
+        .into_iter()
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(reasons, vec!["ApprovalRequested".to_string()]);
+    h.approve("refund-1042-1-1");
+    h.reconcile("b");
+    let resumed = h.run.status.clone();
+    let reasons: Vec<String> = kube_events(&paused, &resumed)
+        .into_iter()
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(
+        reasons,
+        vec!["ApprovalDecided".to_string(), "Resumed".to_string()]
+    );
+    h.expire_lease();
+    h.reconcile("c");
+    let taken = kube_events(&resumed, &h.run.status);
+    assert_eq!(taken[0].reason, "TakenOver");
+    assert_eq!(taken[0].type_, KubeEventType::Warning);
+    assert_eq!(taken[1].reason, "StepInterrupted");
+    let before = h.run.status.clone();
+    h.reject("refund-1042-1-2", "no");
+    h.reconcile("c");
+    let ended = kube_events(&before, &h.run.status);
+    let last = ended.last().unwrap();
+    assert_eq!(
+        (last.type_, last.reason.as_str()),
+        (KubeEventType::Warning, "Cancelled")
+    );
+    assert!(
+        last.message.contains("approval_rejected"),
+        "{}",
+        last.message
+    );
+}

@@ -1,0 +1,598 @@
+//! BEHAVIOURS.md 30-40: leases, takeovers, interrupted side effects and the reconcile hook.
+
+use serde_json::{json, Value};
+
+use super::harness::*;
+use crate::api::{ObservationKind, RunPhase, StepStatus, TerminalReason};
+use crate::engine::{Input, INTERRUPTED_NOTICE};
+
+/// A run of the `tools` fixture whose holder `a` is executing `tool` on step 0.
+fn executing(tool: &str) -> Harness {
+    let mut h = Harness::scripted(vec![call(tool, json!({"n": 1})), complete(json!("ok"))]);
+    h.reconcile("a");
+    assert_eq!(h.steps()[0].status, StepStatus::Executing);
+    h
+}
+
+#[test]
+fn resume_of_a_live_run_changes_nothing() {
+    let mut h = executing("write_local");
+    h.advance(10);
+    let before = h.run.status.clone();
+    for holder in ["b", "a"] {
+        let effects = h.reconcile(holder);
+        assert_eq!(kinds(&effects), words(&["RequeueAfter(20000)"]));
+    }
+    assert_eq!(h.run.status, before);
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn a_takeover_marks_in_flight_steps_interrupted_with_lease_taken_over_in_one_write() {
+    let mut h = executing("read");
+    let expiry = h.now.plus_seconds(30);
+    h.expire_lease();
+    let observed = h.decide(
+        "b",
+        Input::Observe {
+            lease: h.lease_view(),
+        },
+    );
+    assert_eq!(kinds(&observed), words(&["AcquireLease(takeover)"]));
+    let before = h.events().len();
+    let writes = h.writes.len();
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "ReleaseLease", "Stop"])
+    );
+    assert_eq!(h.writes.len(), writes + 1);
+    assert_eq!(
+        h.journal_from(before),
+        words(&[
+            "lease.taken_over",
+            "step.interrupted@0",
+            "run.resumed",
+            "step.started@1",
+            "step.decided@1",
+            "run.finished"
+        ])
+    );
+    assert_eq!(
+        h.last_event("lease.taken_over"),
+        json!({"previousHolder": "a", "previousExpiry": expiry, "holder": "b", "epoch": 2})
+    );
+    assert_eq!(
+        h.last_event("step.interrupted"),
+        json!({"previousStatus": "executing"})
+    );
+    let status = h.status();
+    assert_eq!(
+        status.lease.as_ref().map(|l| (l.holder.as_str(), l.epoch)),
+        Some(("b", 2))
+    );
+    let step = &status.steps[0];
+    assert_eq!(step.status, StepStatus::Interrupted);
+    let observation = step.observation.clone().unwrap();
+    assert_eq!(observation.kind, ObservationKind::Interrupted);
+    assert_eq!(
+        observation.content,
+        Some(json!({"previousStatus": "executing"}))
+    );
+    assert_eq!(
+        status.phase,
+        RunPhase::Completed,
+        "the loop went on to complete"
+    );
+}
+
+#[test]
+fn of_two_replicas_taking_over_one_wins_and_the_other_changes_nothing() {
+    let mut h = executing("write_local");
+    h.expire_lease();
+    h.reconcile("b");
+    let after_b = h.run.status.clone();
+    let effects = h.reconcile("c");
+    assert!(
+        effects.is_empty(),
+        "a waiting run: c sees the pause: {effects:?}"
+    );
+    assert_eq!(h.run.status, after_b);
+    // The deposed holder's late outcome is not recorded as the step's outcome.
+    let effects = h.step(
+        "a",
+        Input::ToolFinished {
+            step: 0,
+            attempt: 1,
+            outcome: crate::engine::ToolOutcome::Result {
+                status: 200,
+                content: json!(1),
+                duration_ms: 1,
+            },
+        },
+    );
+    assert_eq!(kinds(&effects), words(&["Stop"]));
+    assert_eq!(h.run.status, after_b);
+}
+
+#[test]
+fn the_loser_of_the_lease_race_gets_no_lease_acquired_and_writes_nothing() {
+    let mut h = executing("read");
+    h.expire_lease();
+    let lease = h.lease_view();
+    // Both observe the expired lease; b wins the Lease first.
+    let b = h.decide(
+        "b",
+        Input::Observe {
+            lease: lease.clone(),
+        },
+    );
+    let c = h.decide("c", Input::Observe { lease });
+    assert_eq!(kinds(&b), kinds(&c));
+    assert!(h.win_lease("b"));
+    assert!(
+        !h.win_lease("c"),
+        "the Lease's compare-and-set lets one win"
+    );
+}
+
+#[test]
+fn taking_over_ones_own_expired_lease_is_recorded_as_a_takeover() {
+    let mut h = executing("read");
+    h.expire_lease();
+    h.reconcile("a");
+    let taken = h.last_event("lease.taken_over");
+    assert_eq!(taken["previousHolder"], json!("a"));
+    assert_eq!(taken["holder"], json!("a"));
+    assert_eq!(h.status().lease.unwrap().epoch, 2);
+    // Applied again (the write's answer was lost): no second takeover.
+    let before = h.run.status.clone();
+    let effects = h.step(
+        "a",
+        Input::LeaseAcquired {
+            takeover: Some(previous(
+                "a",
+                serde_json::from_value(taken["previousExpiry"].clone()).unwrap(),
+            )),
+        },
+    );
+    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    assert_eq!(h.run.status, before);
+}
+
+#[test]
+fn acquiring_renewing_and_releasing_write_no_events() {
+    let mut h = Harness::new(REFUND);
+    h.reconcile("a");
+    h.result("a", json!({}));
+    let journal = h.journal();
+    assert!(h.lease.is_none(), "released at the pause");
+    assert!(
+        !journal.iter().any(|w| w.starts_with("lease.")),
+        "{journal:?}"
+    );
+}
+
+#[test]
+fn a_loop_that_lost_its_lease_stops_and_records_nothing() {
+    let mut h = executing("write_local");
+    let before = h.run.status.clone();
+    let effects = h.step("a", Input::LeaseLost);
+    assert_eq!(kinds(&effects), words(&["Stop"]));
+    assert_eq!(h.run.status, before);
+}
+
+#[test]
+fn interrupted_side_effect_waits_for_an_operator() {
+    let mut h = executing("write_local");
+    h.expire_lease();
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "CreateApproval(tools-0-1)",
+            "WriteApprovalStatus(tools-0-1:Pending)",
+            "ReleaseLease",
+            "Stop"
+        ])
+    );
+    assert_eq!(h.tool_calls.len(), 1, "nothing is re-run");
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::WaitingForApproval);
+    let step = &status.steps[0];
+    assert_eq!(step.status, StepStatus::AwaitingApproval);
+    assert_eq!(
+        step.observation.clone().unwrap().content,
+        Some(json!({"previousStatus": "executing"}))
+    );
+    let spec = &h.approval("tools-0-1")["spec"];
+    assert_eq!(spec["kind"], json!("interrupted_side_effect"));
+    assert_eq!(
+        spec["presentation"],
+        json!({
+            "tool": "write_local",
+            "args": {"n": 1},
+            "sideEffect": "LocalMutation",
+            "notice": INTERRUPTED_NOTICE,
+        })
+    );
+    assert!(INTERRUPTED_NOTICE.contains("unknown"));
+    assert_eq!(
+        h.last_event("approval.requested")["origin"],
+        json!("interruption")
+    );
+    assert_eq!(
+        h.journal_tail(3),
+        words(&[
+            "lease.taken_over",
+            "step.interrupted@0",
+            "approval.requested@0"
+        ])
+    );
+}
+
+#[test]
+fn approving_an_interrupted_side_effect_runs_the_same_request_once_more_on_the_same_step() {
+    let mut h = executing("write_local");
+    h.expire_lease();
+    h.reconcile("b");
+    h.approve("tools-0-1");
+    let effects = h.reconcile("c");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(tools-0-1:Executed)",
+            "CallTool(write_local#2)"
+        ])
+    );
+    let first = &h.tool_calls[0];
+    let again = &h.tool_calls[1];
+    assert_eq!((again.step, &again.args), (first.step, &first.args));
+    assert_eq!(again.idempotency_key, first.idempotency_key);
+    h.result("c", json!({"ok": true}));
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Completed);
+    assert_eq!(status.steps[0].status, StepStatus::Done);
+    assert_eq!(h.tool_calls.len(), 2);
+}
+
+#[test]
+fn rejecting_an_interrupted_side_effect_cancels_the_run_without_calling_the_tool() {
+    let mut h = executing("write_local");
+    h.expire_lease();
+    h.reconcile("b");
+    h.reject("tools-0-1", "it already ran");
+    h.reconcile("c");
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Cancelled);
+    assert_eq!(status.reason, Some(TerminalReason::ApprovalRejected));
+    assert_eq!(status.reason_detail.as_deref(), Some("it already ran"));
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn an_interrupted_call_whose_args_now_fail_the_schema_fails_reconcile_conflict() {
+    let mut h = executing("write_local");
+    h.spec_mut().tools[1].input_schema = json!({"type": "object", "required": ["zzz"]});
+    h.expire_lease();
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "ReleaseLease", "Stop"])
+    );
+    let status = h.status();
+    assert_eq!(status.reason, Some(TerminalReason::ReconcileConflict));
+    assert!(h.approvals.is_empty());
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn an_interrupted_read_only_step_does_not_pause_and_the_agent_sees_the_interruption() {
+    let mut h = executing("read");
+    h.expire_lease();
+    h.reconcile("b");
+    assert_eq!(
+        h.last_event("run.resumed"),
+        json!({"after": "interruption"})
+    );
+    assert!(h.approvals.is_empty());
+    assert_eq!(h.steps()[0].status, StepStatus::Interrupted);
+    assert_eq!(h.status().phase, RunPhase::Completed);
+}
+
+fn webhook_without_hook() -> Harness {
+    let mut h = Harness::new(WEBHOOK);
+    h.spec_mut().reconcile = None;
+    h
+}
+
+#[test]
+fn an_interrupted_deciding_step_does_not_pause_and_the_agent_decides_again() {
+    let mut h = webhook_without_hook();
+    h.reconcile("a");
+    assert_eq!(h.steps()[0].status, StepStatus::Deciding);
+    h.expire_lease();
+    let effects = h.reconcile("b");
+    assert_eq!(kinds(&effects), words(&["WriteStatus", "CallAgent(1)"]));
+    assert_eq!(
+        h.journal_tail(4),
+        words(&[
+            "lease.taken_over",
+            "step.interrupted@0",
+            "run.resumed",
+            "step.started@1"
+        ])
+    );
+    let (_, request) = h.pending_agent.clone().unwrap();
+    assert_eq!(
+        request["steps"][0]["observation"]["kind"],
+        json!("interrupted")
+    );
+    assert_eq!(
+        request["steps"][0]["observation"]["content"],
+        json!({"previousStatus": "deciding"})
+    );
+}
+
+#[test]
+fn a_takeover_with_nothing_in_flight_resumes_the_loop() {
+    let mut h = webhook_without_hook();
+    h.reconcile("a");
+    h.step(
+        "a",
+        Input::AgentAnswered {
+            step: 0,
+            decision: Ok(call("send", json!({"n": "bad"}))),
+        },
+    );
+    // Step 0 failed invalid_decision and step 1 is deciding: a takeover interrupts step 1 only.
+    h.expire_lease();
+    h.reconcile("b");
+    let steps = h.steps();
+    assert_eq!(steps[0].status, StepStatus::Failed);
+    assert_eq!(steps[1].status, StepStatus::Interrupted);
+}
+
+/// A hook run whose step 0 is executing `send` under holder `a`.
+fn hooked_executing() -> Harness {
+    let mut h = Harness::new(WEBHOOK);
+    h.reconcile("a");
+    h.step(
+        "a",
+        Input::AgentAnswered {
+            step: 0,
+            decision: Ok(call("send", json!({"n": 1}))),
+        },
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+    h
+}
+
+#[test]
+fn a_takeover_that_died_before_pausing_leaves_the_step_for_the_next_takeover() {
+    let mut h = hooked_executing();
+    h.expire_lease();
+    // b marks the step interrupted and asks the hook, then dies.
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "CallReconcileHook"])
+    );
+    assert_eq!(h.steps()[0].status, StepStatus::Interrupted);
+    // c, still with the hook: asks it again about the same step.
+    h.expire_lease();
+    let effects = h.reconcile("c");
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "CallReconcileHook"])
+    );
+    assert_eq!(h.pending_hook.clone().unwrap()["interruptedStep"], json!(0));
+    // d, after the hook was removed from the spec: pauses the step whose outcome is unknown.
+    h.spec_mut().reconcile = None;
+    h.expire_lease();
+    let effects = h.reconcile("d");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "CreateApproval(hooked-0-1)",
+            "WriteApprovalStatus(hooked-0-1:Pending)",
+            "ReleaseLease",
+            "Stop"
+        ])
+    );
+    assert_eq!(
+        h.approval("hooked-0-1")["spec"]["kind"],
+        json!("interrupted_side_effect")
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+/// The hook run taken over by `b`, the hook's answer awaited.
+fn hook_asked() -> Harness {
+    let mut h = hooked_executing();
+    h.expire_lease();
+    h.reconcile("b");
+    h
+}
+
+fn answer(h: &mut Harness, reconciliation: Result<Value, String>) -> Vec<String> {
+    let effects = h.step(
+        "b",
+        Input::Reconciled {
+            answer: reconciliation,
+        },
+    );
+    kinds(&effects)
+}
+
+#[test]
+fn the_reconcile_hook_receives_the_run_its_steps_and_its_approvals() {
+    let h = hook_asked();
+    let view = h.pending_hook.clone().unwrap();
+    assert_eq!(
+        view["run"],
+        json!({"namespace": "default", "name": "hooked", "uid": "uid-1"})
+    );
+    assert_eq!(view["spec"]["goal"], json!("Send a message once."));
+    assert_eq!(view["steps"][0]["status"], json!("interrupted"));
+    assert_eq!(view["steps"][0]["decision"]["tool"], json!("send"));
+    assert_eq!(view["approvals"], json!([]));
+    assert_eq!(view["interruptedStep"], json!(0));
+}
+
+#[test]
+fn reconcile_continue_proceeds_and_the_agent_sees_the_interruption() {
+    let mut h = hook_asked();
+    let effects = answer(&mut h, Ok(json!({"outcome": "continue"})));
+    assert_eq!(effects, words(&["WriteStatus", "CallAgent(1)"]));
+    assert_eq!(
+        h.last_event("run.resumed"),
+        json!({"after": "interruption", "reconciliation": "continue"})
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+    // The same answer again changes nothing.
+    let before = h.run.status.clone();
+    answer(&mut h, Ok(json!({"outcome": "continue"})));
+    assert_eq!(h.run.status, before);
+}
+
+#[test]
+fn reconcile_completed_ends_the_run_completed_with_its_json_result() {
+    let mut h = hook_asked();
+    let effects = answer(
+        &mut h,
+        Ok(json!({"outcome": "completed", "result": {"sent": 1}})),
+    );
+    assert_eq!(effects, words(&["WriteStatus", "ReleaseLease", "Stop"]));
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Completed);
+    assert_eq!(status.result, Some(json!({"sent": 1})));
+}
+
+#[test]
+fn reconcile_conflict_ends_the_run_reconcile_conflict_with_its_detail() {
+    let mut h = hook_asked();
+    answer(
+        &mut h,
+        Ok(json!({"outcome": "conflict", "detail": "sent twice upstream"})),
+    );
+    let status = h.status();
+    assert_eq!(status.reason, Some(TerminalReason::ReconcileConflict));
+    assert_eq!(status.reason_detail.as_deref(), Some("sent twice upstream"));
+}
+
+#[test]
+fn reconcile_waiting_pauses_the_interrupted_call_on_the_supplied_decision() {
+    let mut h = hook_asked();
+    let pause = json!({
+        "decision": "require_approval",
+        "kind": "verify-send",
+        "reason": "check the outbox first",
+        "presentation": {"outbox": "https://example.com/outbox"},
+    });
+    let effects = answer(&mut h, Ok(json!({"outcome": "waiting", "pause": pause})));
+    assert_eq!(
+        effects,
+        words(&[
+            "WriteStatus",
+            "CreateApproval(hooked-0-1)",
+            "WriteApprovalStatus(hooked-0-1:Pending)",
+            "ReleaseLease",
+            "Stop"
+        ])
+    );
+    let spec = h.approval("hooked-0-1")["spec"].clone();
+    assert_eq!(spec["kind"], json!("verify-send"));
+    assert_eq!(spec["reason"], json!("check the outbox first"));
+    assert_eq!(spec["request"]["args"], json!({"n": 1}));
+    h.approve("hooked-0-1");
+    let effects = h.reconcile("c");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(hooked-0-1:Executed)",
+            "CallTool(send#2)"
+        ])
+    );
+}
+
+fn assert_ends(h: &Harness, reason: TerminalReason) {
+    let status = h.status();
+    assert_eq!(status.reason, Some(reason), "{:?}", status.reason_detail);
+    assert!(h.approvals.is_empty());
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn reconcile_waiting_without_a_pause_fails_reconcile_conflict() {
+    let mut h = hook_asked();
+    answer(&mut h, Ok(json!({"outcome": "waiting"})));
+    assert_ends(&h, TerminalReason::ReconcileConflict);
+}
+
+#[test]
+fn reconcile_waiting_for_a_call_that_no_longer_checks_ends_the_step_invalid_then_conflict() {
+    let mut h = hook_asked();
+    h.spec_mut().tools[0].input_schema = json!({"type": "object", "required": ["zzz"]});
+    answer(
+        &mut h,
+        Ok(json!({"outcome": "waiting", "pause": {"decision": "require_approval"}})),
+    );
+    assert_ends(&h, TerminalReason::ReconcileConflict);
+    let step = &h.steps()[0];
+    assert_eq!(step.status, StepStatus::Failed);
+    assert_eq!(
+        step.observation.as_ref().unwrap().kind,
+        ObservationKind::InvalidDecision
+    );
+}
+
+#[test]
+fn reconcile_waiting_for_a_step_that_was_deciding_fails_reconcile_conflict() {
+    let mut h = Harness::new(WEBHOOK);
+    h.reconcile("a");
+    h.expire_lease();
+    h.reconcile("b");
+    answer(
+        &mut h,
+        Ok(json!({"outcome": "waiting", "pause": {"decision": "require_approval"}})),
+    );
+    let status = h.status();
+    assert_eq!(status.reason, Some(TerminalReason::ReconcileConflict));
+}
+
+#[test]
+fn a_pause_that_is_not_require_approval_fails_internal_error() {
+    let mut h = hook_asked();
+    answer(
+        &mut h,
+        Ok(json!({"outcome": "waiting", "pause": {"decision": "allow"}})),
+    );
+    assert_ends(&h, TerminalReason::InternalError);
+}
+
+#[test]
+fn an_unknown_reconciliation_outcome_fails_internal_error() {
+    let mut h = hook_asked();
+    answer(&mut h, Ok(json!({"outcome": "retry"})));
+    assert_ends(&h, TerminalReason::InternalError);
+}
+
+#[test]
+fn a_hook_failure_fails_internal_error() {
+    let mut h = hook_asked();
+    answer(&mut h, Err("HTTP 500 after 3 attempts".into()));
+    assert_ends(&h, TerminalReason::InternalError);
+    assert!(h.status().reason_detail.unwrap().contains("HTTP 500"));
+}
+
+#[test]
+fn a_completed_reconciliation_without_a_json_result_fails_internal_error() {
+    let mut h = hook_asked();
+    answer(&mut h, Ok(json!({"outcome": "completed"})));
+    assert_ends(&h, TerminalReason::InternalError);
+}
