@@ -168,3 +168,47 @@ pub async fn serve(
     });
     Ok(bound)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn metrics_and_health_are_served() {
+        let metrics = Arc::new(Metrics::default());
+        metrics.status_write("ok");
+        metrics.tool_call("result");
+        let addr = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            metrics.clone(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        let get = |path: &'static str| async move {
+            let response = reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .unwrap()
+                .get(format!("http://{addr}{path}"))
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        };
+        assert_eq!(get("/healthz").await.0, 200);
+        assert_eq!(get("/readyz").await.0, 503);
+        metrics.set_ready();
+        assert_eq!(get("/readyz").await.0, 200);
+        let (status, text) = get("/metrics").await;
+        assert_eq!(status, 200);
+        assert!(
+            text.contains("agentrt_status_writes_total{outcome=\"ok\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agentrt_tool_calls_total{outcome=\"result\"} 1"),
+            "{text}"
+        );
+    }
+}
