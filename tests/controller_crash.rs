@@ -204,6 +204,10 @@ fn check_cell(class: &str, point: &str, uid: &str, tools: &ToolServer, outcome: 
 }
 
 async fn crash_matrix_for(class: &'static str) {
+    if !cfg!(feature = "fault-injection") {
+        eprintln!("skipped: the crash points need `cargo test --features fault-injection`");
+        return;
+    }
     let cluster = agentrt_cluster().await;
     let tools = ToolServer::start().await;
     tools.set("work", Behaviour::sleeping(1500));
@@ -224,6 +228,12 @@ async fn crash_matrix_for(class: &'static str) {
             .expect("run");
         let uid = run.metadata.uid.clone().expect("uid");
         check_cell(class, point, &uid, &tools, &outcome);
+    }
+    if !cluster.is_embedded() {
+        for index in 0..POINTS.len() {
+            let ns = format!("{}-{}", cluster.namespace(), index);
+            let _ = cluster.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+        }
     }
 }
 
