@@ -1,0 +1,105 @@
+//! How a tool's answer ends its step, end to end through the http executor (BEHAVIOURS.md
+//! 15-17): an error status is a tool error the agent sees, a tool that never answers within
+//! its timeout leaves the outcome unknown (an interruption: a non-ReadOnly call pauses for a
+//! person), and an abort header fails the run `tool_abort`.
+
+mod support;
+
+use std::time::Duration;
+
+use support::controller::*;
+use support::toolserver::{Behaviour, ToolServer};
+
+async fn run_one(
+    class: &str,
+    behaviour: Behaviour,
+    name: &str,
+) -> (support::cluster::TestCluster, ToolServer, ControllerProcess) {
+    let cluster = agentrt_cluster().await;
+    let tools = ToolServer::start().await;
+    tools.set("act", behaviour);
+    let controller = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        cluster.namespace(),
+        ControllerSpec::named("c"),
+    );
+    let yaml = fixture("one-call", &tools.base(), name).replace("${CLASS}", class);
+    create_run(&cluster.client(), cluster.namespace(), &yaml).await;
+    (cluster, tools, controller)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_status_is_a_tool_error_the_agent_sees() {
+    let behaviour = Behaviour {
+        status: Some(503),
+        ..Behaviour::default()
+    };
+    let (cluster, tools, _c) = run_one("LocalMutation", behaviour, "errored").await;
+    let done = wait_phase(
+        &cluster.client(),
+        cluster.namespace(),
+        "errored",
+        "Completed",
+        Duration::from_secs(30),
+    )
+    .await;
+    let observation = &done["steps"][0]["observation"];
+    assert_eq!(observation["kind"], "tool_error", "{observation}");
+    assert_eq!(step_statuses(&done), ["failed", "done"]);
+    assert_eq!(tools.calls().len(), 1);
+    assert_seq_contiguous(&done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_never_answers_leaves_a_side_effect_waiting_for_a_person() {
+    let behaviour = Behaviour {
+        hang: true,
+        ..Behaviour::default()
+    };
+    let (cluster, tools, _c) = run_one("RemoteMutation", behaviour, "hung").await;
+    let client = cluster.client();
+    let ns = cluster.namespace();
+    let approval = wait_approval(
+        &client,
+        ns,
+        "hung",
+        "interrupted_side_effect",
+        Duration::from_secs(30),
+    )
+    .await;
+    let waiting = status(&client, ns, "hung").await;
+    assert_eq!(waiting["phase"], "WaitingForApproval");
+    assert!(
+        !events_of(&waiting, "step.interrupted").is_empty(),
+        "{waiting}"
+    );
+    assert_eq!(
+        tools.calls().len(),
+        1,
+        "the call was not repeated on its own"
+    );
+    // Rejecting it ends the run without calling the tool again.
+    decide(&client, ns, &approval, "Rejected").await;
+    let done = wait_phase(&client, ns, "hung", "Cancelled", Duration::from_secs(30)).await;
+    assert_eq!(done["reason"], "approval_rejected");
+    assert_eq!(tools.calls().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_header_fails_the_run_tool_abort() {
+    let behaviour = Behaviour {
+        abort: Some("account frozen".into()),
+        ..Behaviour::default()
+    };
+    let (cluster, _tools, _c) = run_one("ReadOnly", behaviour, "aborted").await;
+    let done = wait_phase(
+        &cluster.client(),
+        cluster.namespace(),
+        "aborted",
+        "Failed",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(done["reason"], "tool_abort");
+    assert_seq_contiguous(&done);
+}
