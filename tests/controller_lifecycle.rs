@@ -144,3 +144,32 @@ async fn agentrt_dev_apply_runs_the_controller_in_process() {
     }
     let _ = child.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_controller_watches_every_namespace_it_is_given() {
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let first = cluster.namespace().to_string();
+    let second = format!("{first}-b");
+    create_namespace(&client, &second).await;
+    let tools = ToolServer::start().await;
+    let _controller = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        &first,
+        ControllerSpec {
+            prefix: "both".into(),
+            extra: vec!["--namespace".into(), second.clone()],
+            ..ControllerSpec::default()
+        },
+    );
+    for ns in [&first, &second] {
+        create_run(&client, ns, &fixture("two-steps", &tools.base(), "here")).await;
+    }
+    for ns in [&first, &second] {
+        wait_phase(&client, ns, "here", "Completed", Duration::from_secs(30)).await;
+    }
+    assert_eq!(tools.calls().len(), 4);
+    if !cluster.is_embedded() {
+        let _ = cluster.kubectl(&["delete", "namespace", &second, "--wait=false"]);
+    }
+}

@@ -65,7 +65,7 @@ pub async fn start(
         let options = args.controller.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            if let Err(err) = super::run_with_client(client, None, options, shutdown).await {
+            if let Err(err) = super::run_with_client(client, Vec::new(), options, shutdown).await {
                 tracing::error!("the controller stopped: {err:#}");
             }
         })

@@ -3,6 +3,8 @@
 //! engine asks for and feeds their outcomes back; it decides nothing about a run itself.
 //!
 //! The rooms:
+//! - [`watches`]: the kube-runtime Controller: what wakes a run (its own changes that matter,
+//!   its Approvals, its Lease's holder, executors' requests).
 //! - [`reconcile`]: the kube-runtime reconcile: `Input::Observe` for runs this replica is not
 //!   executing, the effects that need no side effect, and winning the Lease.
 //! - [`executor`]: one task per held run, performing the engine's effects in order.
@@ -28,21 +30,16 @@ pub mod lease;
 pub mod metrics;
 pub mod projection;
 pub mod reconcile;
+pub mod watches;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{ApiResource, DynamicObject};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{watcher, Controller, PredicateConfig, WatchStreamExt};
-use kube::{Api, Client};
+use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{AgentRun, Approval};
 use crate::engine::Budgets;
 use context::{Context, RunKey, Settings, StepFn};
 use identity::{Clock, HolderId};
@@ -55,9 +52,9 @@ pub struct ControllerArgs {
     /// Path to a kubeconfig; without it, in-cluster config or $KUBECONFIG is used.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<std::path::PathBuf>,
-    /// Watch AgentRuns in this namespace only (default: all namespaces).
-    #[arg(long)]
-    pub namespace: Option<String>,
+    /// Watch AgentRuns in this namespace; repeat for several (default: all namespaces).
+    #[arg(long = "namespace")]
+    pub namespaces: Vec<String>,
     #[command(flatten)]
     pub options: ControllerOptions,
 }
@@ -123,7 +120,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let client = Client::try_from(config).context("cannot build a Kubernetes client")?;
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_on_signal(shutdown.clone()));
-    run_with_client(client, args.namespace, args.options, shutdown).await
+    run_with_client(client, args.namespaces, args.options, shutdown).await
 }
 
 /// Cancels `token` at SIGINT or SIGTERM.
@@ -159,11 +156,11 @@ pub async fn shutdown_on_signal(token: CancellationToken) {
 /// When the metrics address cannot be bound or the HTTP client cannot be built.
 pub async fn run_with_client(
     client: Client,
-    namespace: Option<String>,
+    namespaces: Vec<String>,
     options: ControllerOptions,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    run_with_engine(client, namespace, options, shutdown, crate::engine::step).await
+    run_with_engine(client, namespaces, options, shutdown, crate::engine::step).await
 }
 
 /// [`run_with_client`] with the engine given (tests may script one).
@@ -172,7 +169,7 @@ pub async fn run_with_client(
 /// As [`run_with_client`].
 pub async fn run_with_engine(
     client: Client,
-    namespace: Option<String>,
+    namespaces: Vec<String>,
     options: ControllerOptions,
     shutdown: CancellationToken,
     step_fn: StepFn,
@@ -187,7 +184,7 @@ pub async fn run_with_engine(
         let bound = metrics::serve(addr, metrics.clone(), shutdown.clone()).await?;
         tracing::info!(addr = %bound, "serving metrics");
     }
-    let (kicks_tx, kicks_rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
+    let (kicks_tx, mut kicks_rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
     let ctx = Arc::new(Context::new(
         Arc::new(cluster::KubeApi::new(client.clone())),
         holder.clone(),
@@ -204,83 +201,38 @@ pub async fn run_with_engine(
         shutdown.clone(),
         kicks_tx,
     ));
-    tracing::info!(%holder, namespace = namespace.as_deref().unwrap_or("(all)"), "controller starting");
+    tracing::info!(%holder, namespaces = ?namespaces, "controller starting (no namespaces: all)");
 
-    let runs_type = ApiResource::erase::<AgentRun>(&());
-    let approvals_type = ApiResource::erase::<Approval>(&());
-    let (runs, approvals, leases): (Api<DynamicObject>, Api<DynamicObject>, Api<Lease>) =
-        match &namespace {
-            Some(ns) => (
-                Api::namespaced_with(client.clone(), ns, &runs_type),
-                Api::namespaced_with(client.clone(), ns, &approvals_type),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (
-                Api::all_with(client.clone(), &runs_type),
-                Api::all_with(client.clone(), &approvals_type),
-                Api::all(client.clone()),
-            ),
-        };
-
-    // Runs: wake on what matters to another replica (a new run, a spec change such as cancel,
-    // a phase or holder change), not on every status write.
-    let writer = reflector::store::Writer::new(runs_type.clone());
-    let reader = writer.as_reader();
-    let run_stream = reflector::reflector(writer, watcher(runs, watcher::Config::default()))
-        .default_backoff()
-        .applied_objects()
-        .predicate_filter(run_predicate, PredicateConfig::default());
-    // Leases: wake the run when its holder changes (a release, a takeover).
-    let lease_stream = watcher(
-        leases,
-        watcher::Config::default().labels(&format!(
-            "{}={}",
-            lease::MANAGED_BY_LABEL,
-            lease::MANAGED_BY
-        )),
-    )
-    .default_backoff()
-    .applied_objects()
-    .predicate_filter(lease_predicate, PredicateConfig::default());
-    let lease_runs_type = runs_type.clone();
-    let kick_runs_type = runs_type.clone();
-    let kicks =
-        tokio_stream::wrappers::UnboundedReceiverStream::new(kicks_rx).map(move |key: RunKey| {
-            ObjectRef::new_with(&key.name, kick_runs_type.clone()).within(&key.namespace)
-        });
-
-    metrics.set_ready();
-    let controller = Controller::for_stream_with(run_stream, reader, runs_type.clone())
-        .owns_with(approvals, approvals_type, watcher::Config::default())
-        .watches_stream_with(
-            lease_stream,
-            move |lease: Lease| {
-                let owned_by_run = lease
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|owner| owner.kind == "AgentRun");
-                let name = lease.metadata.name.clone().unwrap_or_default();
-                let namespace = lease.metadata.namespace.clone().unwrap_or_default();
-                owned_by_run
-                    .then(|| ObjectRef::new_with(&name, lease_runs_type.clone()).within(&namespace))
-            },
-            (),
-        )
-        .reconcile_on(kicks)
-        .with_config(kube::runtime::Config::default().concurrency(32))
-        .graceful_shutdown_on({
-            let shutdown = shutdown.clone();
-            async move { shutdown.cancelled().await }
-        })
-        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(%err, "controller stream");
+    // One kube-runtime Controller per watched namespace (or one over all namespaces), all
+    // sharing this replica's executors; executors' reconcile requests are routed to the
+    // Controller watching their namespace.
+    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        let mut unique = namespaces.clone();
+        unique.sort();
+        unique.dedup();
+        unique.into_iter().map(Some).collect()
+    };
+    let mut routes = std::collections::HashMap::new();
+    let mut controllers = Vec::new();
+    for scope in scopes {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
+        routes.insert(scope.clone(), tx);
+        controllers.push(watches::controller(client.clone(), scope, ctx.clone(), rx));
+    }
+    tokio::spawn(async move {
+        while let Some(key) = kicks_rx.recv().await {
+            let route = routes
+                .get(&Some(key.namespace.clone()))
+                .or_else(|| routes.get(&None));
+            if let Some(tx) = route {
+                let _ = tx.send(key);
             }
-        });
-    controller.await;
+        }
+    });
+    metrics.set_ready();
+    futures::future::join_all(controllers).await;
 
     // Shutdown: executors stop before their next side effect (a tool call in flight finishes
     // and is recorded) and release their leases on the way out.
@@ -297,35 +249,6 @@ pub async fn run_with_engine(
     }
     tracing::info!(%holder, "controller stopped");
     Ok(())
-}
-
-fn hash_of(parts: &[Option<&str>]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    parts.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// What a replica must wake for on an AgentRun: its generation (spec changes: cancel, policy),
-/// phase and recorded holder.
-fn run_predicate(run: &DynamicObject) -> Option<u64> {
-    let generation = run.metadata.generation.map(|g| g.to_string());
-    let status = run.data.get("status");
-    let phase = status.and_then(|s| s.get("phase")).and_then(|p| p.as_str());
-    let holder = status
-        .and_then(|s| s.get("lease"))
-        .and_then(|l| l.get("holder"))
-        .and_then(|h| h.as_str());
-    Some(hash_of(&[generation.as_deref(), phase, holder]))
-}
-
-/// A Lease matters when its holder changes.
-fn lease_predicate(lease: &Lease) -> Option<u64> {
-    let holder = lease
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.holder_identity.as_deref());
-    Some(hash_of(&[holder]))
 }
 
 #[cfg(test)]

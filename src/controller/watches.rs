@@ -1,0 +1,124 @@
+//! The kube-runtime Controller over AgentRuns in one scope (a namespace, or all): what wakes a
+//! run's reconcile. Watches are filtered so a replica does not wake on every status write
+//! (STYLE.md): a run wakes on a new generation (a spec change such as cancel), a phase change
+//! or a new recorded holder; on any change to its Approvals (a person's decision); on a change
+//! of its Lease's holder (a release, a takeover); and on its executors' requests.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{watcher, Controller, PredicateConfig, WatchStreamExt};
+use kube::{Api, Client};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::context::{Context, RunKey};
+use super::{lease, reconcile};
+use crate::api::{AgentRun, Approval};
+
+/// Runs the Controller for `scope` (a namespace; `None` for all) until shutdown.
+pub async fn controller(
+    client: Client,
+    scope: Option<String>,
+    ctx: Arc<Context>,
+    kicks: UnboundedReceiver<RunKey>,
+) {
+    let runs_type = ApiResource::erase::<AgentRun>(&());
+    let approvals_type = ApiResource::erase::<Approval>(&());
+    let (runs, approvals, leases): (Api<DynamicObject>, Api<DynamicObject>, Api<Lease>) =
+        match &scope {
+            Some(ns) => (
+                Api::namespaced_with(client.clone(), ns, &runs_type),
+                Api::namespaced_with(client.clone(), ns, &approvals_type),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (
+                Api::all_with(client.clone(), &runs_type),
+                Api::all_with(client.clone(), &approvals_type),
+                Api::all(client.clone()),
+            ),
+        };
+    let writer = reflector::store::Writer::new(runs_type.clone());
+    let reader = writer.as_reader();
+    let run_stream = reflector::reflector(writer, watcher(runs, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(run_predicate, PredicateConfig::default());
+    let lease_stream = watcher(
+        leases,
+        watcher::Config::default().labels(&format!(
+            "{}={}",
+            lease::MANAGED_BY_LABEL,
+            lease::MANAGED_BY
+        )),
+    )
+    .default_backoff()
+    .applied_objects()
+    .predicate_filter(lease_predicate, PredicateConfig::default());
+    let lease_runs_type = runs_type.clone();
+    let kick_runs_type = runs_type.clone();
+    let kicks =
+        tokio_stream::wrappers::UnboundedReceiverStream::new(kicks).map(move |key: RunKey| {
+            ObjectRef::new_with(&key.name, kick_runs_type.clone()).within(&key.namespace)
+        });
+    let shutdown = ctx.shutdown.clone();
+    Controller::for_stream_with(run_stream, reader, runs_type)
+        .owns_with(approvals, approvals_type, watcher::Config::default())
+        .watches_stream_with(
+            lease_stream,
+            move |lease: Lease| {
+                let owned_by_run = lease
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|owner| owner.kind == "AgentRun");
+                let name = lease.metadata.name.clone().unwrap_or_default();
+                let namespace = lease.metadata.namespace.clone().unwrap_or_default();
+                owned_by_run
+                    .then(|| ObjectRef::new_with(&name, lease_runs_type.clone()).within(&namespace))
+            },
+            (),
+        )
+        .reconcile_on(kicks)
+        .with_config(kube::runtime::Config::default().concurrency(32))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(%err, "controller stream");
+            }
+        })
+        .await;
+}
+
+fn hash_of(parts: &[Option<&str>]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// What a replica must wake for on an AgentRun: its generation (spec changes: cancel, policy),
+/// phase and recorded holder.
+fn run_predicate(run: &DynamicObject) -> Option<u64> {
+    let generation = run.metadata.generation.map(|g| g.to_string());
+    let status = run.data.get("status");
+    let phase = status.and_then(|s| s.get("phase")).and_then(|p| p.as_str());
+    let holder = status
+        .and_then(|s| s.get("lease"))
+        .and_then(|l| l.get("holder"))
+        .and_then(|h| h.as_str());
+    Some(hash_of(&[generation.as_deref(), phase, holder]))
+}
+
+/// A Lease matters when its holder changes.
+fn lease_predicate(lease: &Lease) -> Option<u64> {
+    let holder = lease
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.holder_identity.as_deref());
+    Some(hash_of(&[holder]))
+}
