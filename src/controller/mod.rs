@@ -104,8 +104,20 @@ impl Default for ControllerOptions {
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let config = match &args.kubeconfig {
         Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            // A KUBECONFIG-style list (`a:b`) is read and merged in order, as kubectl does.
+            let mut kubeconfig: Option<kube::config::Kubeconfig> = None;
+            for part in std::env::split_paths(path).filter(|p| !p.as_os_str().is_empty()) {
+                let next = kube::config::Kubeconfig::read_from(&part)
+                    .with_context(|| format!("cannot read the kubeconfig {}", part.display()))?;
+                kubeconfig = Some(match kubeconfig {
+                    None => next,
+                    Some(merged) => merged.merge(next).with_context(|| {
+                        format!("cannot merge the kubeconfig {}", part.display())
+                    })?,
+                });
+            }
+            let kubeconfig = kubeconfig
+                .with_context(|| format!("--kubeconfig {:?} names no file", path.display()))?;
             kube::Config::from_custom_kubeconfig(
                 kubeconfig,
                 &kube::config::KubeConfigOptions::default(),
