@@ -83,7 +83,9 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
     let mut soonest = |millis: u64| {
         requeue = Some(requeue.map_or(millis, |current: u64| current.min(millis)));
     };
+    let mut settled = false;
     'decide: for _ in 0..MAX_CONFLICTS {
+        settled = true;
         let executing = ctx.is_executing(key);
         let input = Input::Observe {
             lease: lease::view(lease_read.as_ref()),
@@ -101,6 +103,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                 Effect::WriteStatus { status } => match ctx.write_status(&state, &status).await? {
                     Written::Landed(run) => state.run = *run,
                     Written::Conflict => {
+                        settled = false;
                         lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
                         match ctx.read_state(key).await? {
                             Some(fresh) => state = fresh,
@@ -195,6 +198,10 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
             }
         }
         break;
+    }
+    if !settled {
+        // Lost every write race in a row: look again soon rather than at the resync.
+        soonest(1_000);
     }
     Ok(match requeue {
         Some(millis) => Action::requeue(Duration::from_millis(millis.max(50))),
