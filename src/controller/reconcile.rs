@@ -17,8 +17,10 @@ use super::executor;
 use super::lease;
 use crate::engine::{Effect, Input};
 
-/// How long a run nobody asks about is left before it is looked at again.
-pub const RESYNC: Duration = Duration::from_secs(300);
+/// How long a run the engine has nothing to do for (terminal, or waiting for a person without
+/// an expiry) is left before it is looked at again; its own changes, its Approvals' and its
+/// Lease's wake it sooner. Only a safety net against a missed watch event.
+pub const RESYNC: Duration = Duration::from_secs(3600);
 
 /// Why a reconcile failed (it is retried by [`error_policy`]).
 #[derive(Debug, thiserror::Error)]
