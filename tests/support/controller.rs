@@ -54,10 +54,12 @@ impl ControllerProcess {
     pub fn spawn(kubeconfig: &Path, namespace: &str, spec: ControllerSpec) -> ControllerProcess {
         let dir = std::env::temp_dir().join("agentrt-controller-logs");
         std::fs::create_dir_all(&dir).expect("log dir");
+        static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let serial = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let log = dir.join(format!(
-            "{namespace}-{}-{}.log",
+            "{namespace}-{}-{}-{serial}.log",
             spec.prefix,
-            std::process::id() as u128 * 1000 + (Instant::now().elapsed().as_nanos() % 1000)
+            std::process::id()
         ));
         let file = std::fs::File::create(&log).expect("log file");
         let mut command = Command::new(env!("CARGO_BIN_EXE_agentrt"));
