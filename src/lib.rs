@@ -8,11 +8,15 @@
 //! - [`tools`]: tool executors (http) and schema checks.
 //! - [`cli`]: the operator commands (runs, show, approve, reject, cancel), also `kubectl-agentrt`.
 //! - [`devcluster`]: the embedded Kubernetes-API-compatible server behind `agentrt dev`.
+//! - [`telemetry`]: logs (text or JSON) and, with the `otel` feature, OpenTelemetry traces.
+//! - [`bench`]: `agentrt bench`, the performance figures of DESIGN.md section 10.
 
 pub mod agents;
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod controller;
 pub mod devcluster;
 pub mod engine;
+pub mod telemetry;
 pub mod tools;

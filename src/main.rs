@@ -1,4 +1,4 @@
-//! The `agentrt` command line (DESIGN.md section 7): `controller`, `dev`, `crds`.
+//! The `agentrt` command line (DESIGN.md section 7): `controller`, `dev`, `crds`, `bench`.
 //!
 //! Exit codes (BEHAVIOURS.md 53): 0 success, 1 error, 2 usage (clap's own exit code for bad
 //! arguments). Arguments are validated by clap before any API server is contacted.
@@ -30,23 +30,12 @@ enum Command {
     Dev(agentrt::devcluster::DevArgs),
     /// Print the AgentRun and Approval CustomResourceDefinitions as YAML (what crds/ holds).
     Crds,
+    /// Measure the runtime: writes per tool step, throughput against the API server's bare
+    /// compare-and-set write loop, takeover latency after SIGKILL, controller memory and CPU
+    /// (starts an embedded API server, a tool server and controller processes).
+    Bench(agentrt::bench::BenchArgs),
     #[command(flatten)]
     Operator(agentrt::cli::OperatorCommand),
-}
-
-fn init_tracing(format: &str, default_level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("AGENTRT_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }
 
 fn main() -> ExitCode {
@@ -54,10 +43,10 @@ fn main() -> ExitCode {
     // `kubectl agentrt`, so the plugin needs no parsing of its own.
     let cli = Cli::parse();
     let default_level = match cli.command {
-        Command::Operator(_) => "warn",
+        Command::Operator(_) | Command::Bench(_) => "warn",
         _ => "info",
     };
-    init_tracing(&cli.log_format, default_level);
+    let _telemetry = agentrt::telemetry::init(&cli.log_format, default_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -73,6 +62,7 @@ fn main() -> ExitCode {
             Command::Controller(args) => agentrt::controller::run(args).await,
             Command::Dev(args) => agentrt::devcluster::run(args).await,
             Command::Operator(command) => agentrt::cli::run(command).await,
+            Command::Bench(args) => agentrt::bench::run(args).await,
             Command::Crds => {
                 print!("{}", agentrt::api::crds_yaml()?);
                 Ok(())

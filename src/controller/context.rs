@@ -277,6 +277,7 @@ impl Context {
 
     fn landed(&self, before: &Value, after: &StoredRun) {
         self.events.write_landed(before, after);
+        self.metrics.observe_write(before, &after.snapshot.status);
         fault::after_write(before, &after.snapshot.status);
     }
 

@@ -20,6 +20,7 @@ use tracing::Instrument;
 use super::calls::{call_agent, call_hook, call_model, call_tool};
 use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
 use super::lease::{HeldLease, LeaseCell};
+use super::trace;
 use crate::engine::{Effect, Input, ToolOutcome};
 
 /// Starts executing `key` under `held`, beginning with `input` (normally
@@ -37,7 +38,7 @@ pub fn spawn(
         return false;
     }
     let ctx = ctx.clone();
-    let span = tracing::info_span!("executor", run = %key, holder = %ctx.holder);
+    let span = trace::run_span(&key, &state.run.snapshot.uid, ctx.holder.as_str());
     tokio::spawn(
         async move {
             let lease = LeaseCell::new(held);
@@ -47,12 +48,22 @@ pub fn spawn(
                 let holder = ctx.holder.clone();
                 let clock = ctx.clock;
                 let stop = stop.clone();
-                let metrics = ctx.metrics.clone();
+                let lost = ctx.metrics.clone();
+                let failed = ctx.metrics.clone();
                 async move {
                     lease
-                        .keep_renewed(api, holder, clock, stop, move || {
-                            metrics.leases_lost.inc();
-                        })
+                        .keep_renewed(
+                            api,
+                            holder,
+                            clock,
+                            stop,
+                            move || {
+                                lost.leases_lost.inc();
+                            },
+                            move || {
+                                failed.lease_renew_failures.inc();
+                            },
+                        )
                         .await;
                 }
                 .in_current_span()
@@ -71,7 +82,16 @@ pub fn spawn(
     true
 }
 
-/// The loop: ask the engine, perform its effects, feed the outcome back, until it says stop.
+/// What [`perform`] leaves the loop with.
+enum Flow {
+    /// Ask the engine again with this input.
+    Next(Input),
+    /// The executor is done.
+    Stop,
+}
+
+/// The loop: ask the engine, perform its effects (in the span of the step they work on), feed
+/// the outcome back, until it says stop.
 async fn drive(
     ctx: &Arc<Context>,
     key: &RunKey,
@@ -81,7 +101,8 @@ async fn drive(
     stop: &CancellationToken,
 ) {
     let mut conflicts = 0u32;
-    'decide: loop {
+    let mut steps = trace::StepSpans::default();
+    loop {
         if lease.is_lost() && input != Input::LeaseLost {
             input = Input::LeaseLost;
         }
@@ -92,175 +113,200 @@ async fn drive(
                 return;
             }
         };
-        let starts_side_effect = transition.effects.iter().any(|effect| {
-            matches!(
-                effect,
-                Effect::CallTool(_)
-                    | Effect::CallAgent { .. }
-                    | Effect::CallModel { .. }
-                    | Effect::CallReconcileHook { .. }
-            )
-        });
-        let mut next = None;
-        for effect in transition.effects {
-            match effect {
-                Effect::WriteStatus { status } => {
-                    if lease.is_lost() && input != Input::LeaseLost {
-                        // Record nothing under a lost lease; tell the engine instead.
-                        input = Input::LeaseLost;
-                        continue 'decide;
-                    }
-                    if starts_side_effect
-                        && !lease
-                            .renew_if_half_spent(
-                                ctx.api.as_ref(),
-                                &ctx.holder,
-                                &ctx.clock,
-                                ctx.settings.skew_margin,
-                            )
-                            .await
-                    {
-                        // Do not record a start this replica could not make.
-                        lease.mark_lost();
-                        ctx.metrics.leases_lost.inc();
-                        input = Input::LeaseLost;
-                        continue 'decide;
-                    }
-                    match ctx.write_status(&state, &status).await {
-                        Ok(Written::Landed(run)) => {
-                            state.run = *run;
-                            conflicts = 0;
-                        }
-                        Ok(Written::Conflict) => {
-                            conflicts += 1;
-                            if conflicts > MAX_CONFLICTS {
-                                tracing::warn!("too many conflicting writes in a row; stopping");
-                                return;
-                            }
-                            match reread(ctx, key).await {
-                                Some(fresh) => state = fresh,
-                                None => return,
-                            }
-                            continue 'decide;
-                        }
-                        Ok(Written::Gone) => {
-                            tracing::info!("the run is gone");
-                            return;
-                        }
-                        Err(err) => {
-                            tracing::warn!(%err, "cannot tell whether a status write landed; stopping (a takeover will settle it)");
-                            return;
-                        }
-                    }
-                }
-                Effect::CreateApproval { approval } => {
-                    ctx.create_approval(&key.namespace, &approval).await;
-                }
-                Effect::WriteApprovalStatus { name, status } => {
-                    ctx.write_approval_status(&key.namespace, &name, &status)
-                        .await;
-                }
-                Effect::AcquireLease { takeover } => {
-                    // This executor holds the lease already.
-                    next = Some(Input::LeaseAcquired { takeover });
-                    break;
-                }
-                Effect::CallTool(call) => {
-                    if !may_start(ctx, lease, stop) {
-                        next = stopped_or_lost(lease);
-                        break;
-                    }
-                    let step = call.step;
-                    let attempt = call.attempt;
-                    let outcome = call_tool(ctx, &state, call)
-                        .instrument(tracing::info_span!("tool", step))
-                        .await;
-                    ctx.metrics.tool_call(outcome_word(&outcome));
-                    next = Some(if lease.is_lost() {
-                        tracing::warn!(
-                            step,
-                            "the lease was lost during the tool call; its outcome is not recorded"
-                        );
-                        Input::LeaseLost
-                    } else {
-                        Input::ToolFinished {
-                            step,
-                            attempt,
-                            outcome,
-                        }
-                    });
-                    break;
-                }
-                Effect::CallAgent { step, request } => {
-                    if !may_start(ctx, lease, stop) {
-                        next = stopped_or_lost(lease);
-                        break;
-                    }
-                    let decision = call_agent(ctx, &state, &request).await;
-                    next = Some(if lease.is_lost() {
-                        Input::LeaseLost
-                    } else {
-                        Input::AgentAnswered { step, decision }
-                    });
-                    break;
-                }
-                Effect::CallModel {
-                    step,
-                    attempt,
-                    request,
-                    max_output_tokens,
-                    delay_millis,
-                } => {
-                    if delay_millis > 0 {
-                        tokio::select! {
-                            _ = stop.cancelled() => {}
-                            _ = ctx.shutdown.cancelled() => {}
-                            _ = tokio::time::sleep(Duration::from_millis(delay_millis)) => {}
-                        }
-                    }
-                    if !may_start(ctx, lease, stop) {
-                        next = stopped_or_lost(lease);
-                        break;
-                    }
-                    let outcome = call_model(ctx, &state, &request, max_output_tokens).await;
-                    next = Some(if lease.is_lost() {
-                        Input::LeaseLost
-                    } else {
-                        Input::ModelAnswered {
-                            step,
-                            attempt,
-                            outcome,
-                        }
-                    });
-                    break;
-                }
-                Effect::CallReconcileHook { view } => {
-                    if !may_start(ctx, lease, stop) {
-                        next = stopped_or_lost(lease);
-                        break;
-                    }
-                    let answer = call_hook(ctx, &state, &view).await;
-                    next = Some(if lease.is_lost() {
-                        Input::LeaseLost
-                    } else {
-                        Input::Reconciled { answer }
-                    });
-                    break;
-                }
-                Effect::ReleaseLease => {
-                    lease.release(ctx.api.as_ref(), &ctx.holder).await;
-                }
-                Effect::RequeueAfter { millis } => ctx.kick_after(key, millis),
-                Effect::Stop => return,
-            }
-        }
-        match next {
-            // The transition ended without an external action, or shutdown stopped it before
-            // one: the lease is released on the way out.
-            None => return,
-            Some(next) => input = next,
+        let step = trace::step_of(&transition.effects, &state.run.snapshot.status);
+        let span = steps.for_step(key, step);
+        let flow = perform(
+            ctx,
+            key,
+            lease,
+            &mut state,
+            &input,
+            transition.effects,
+            stop,
+            &mut conflicts,
+        )
+        .instrument(span)
+        .await;
+        match flow {
+            Flow::Next(next) => input = next,
+            Flow::Stop => return,
         }
     }
+}
+
+/// Performs one transition's effects in order; says what the loop does next.
+#[allow(clippy::too_many_arguments)]
+async fn perform(
+    ctx: &Arc<Context>,
+    key: &RunKey,
+    lease: &Arc<LeaseCell>,
+    state: &mut RunState,
+    input: &Input,
+    effects: Vec<Effect>,
+    stop: &CancellationToken,
+    conflicts: &mut u32,
+) -> Flow {
+    let starts_side_effect = effects.iter().any(|effect| {
+        matches!(
+            effect,
+            Effect::CallTool(_)
+                | Effect::CallAgent { .. }
+                | Effect::CallModel { .. }
+                | Effect::CallReconcileHook { .. }
+        )
+    });
+    for effect in effects {
+        match effect {
+            Effect::WriteStatus { status } => {
+                if lease.is_lost() && *input != Input::LeaseLost {
+                    // Record nothing under a lost lease; tell the engine instead.
+                    return Flow::Next(Input::LeaseLost);
+                }
+                if starts_side_effect
+                    && !lease
+                        .renew_if_half_spent(
+                            ctx.api.as_ref(),
+                            &ctx.holder,
+                            &ctx.clock,
+                            ctx.settings.skew_margin,
+                            || {
+                                ctx.metrics.lease_renew_failures.inc();
+                            },
+                        )
+                        .await
+                {
+                    // Do not record a start this replica could not make.
+                    lease.mark_lost();
+                    ctx.metrics.leases_lost.inc();
+                    return Flow::Next(Input::LeaseLost);
+                }
+                match ctx.write_status(state, &status).await {
+                    Ok(Written::Landed(run)) => {
+                        state.run = *run;
+                        *conflicts = 0;
+                    }
+                    Ok(Written::Conflict) => {
+                        *conflicts += 1;
+                        if *conflicts > MAX_CONFLICTS {
+                            tracing::warn!("too many conflicting writes in a row; stopping");
+                            return Flow::Stop;
+                        }
+                        match reread(ctx, key).await {
+                            Some(fresh) => *state = fresh,
+                            None => return Flow::Stop,
+                        }
+                        return Flow::Next(input.clone());
+                    }
+                    Ok(Written::Gone) => {
+                        tracing::info!("the run is gone");
+                        return Flow::Stop;
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "cannot tell whether a status write landed; stopping (a takeover will settle it)");
+                        return Flow::Stop;
+                    }
+                }
+            }
+            Effect::CreateApproval { approval } => {
+                ctx.create_approval(&key.namespace, &approval).await;
+            }
+            Effect::WriteApprovalStatus { name, status } => {
+                ctx.write_approval_status(&key.namespace, &name, &status)
+                    .await;
+            }
+            Effect::AcquireLease { takeover } => {
+                // This executor holds the lease already.
+                return Flow::Next(Input::LeaseAcquired { takeover });
+            }
+            Effect::CallTool(call) => {
+                if !may_start(ctx, lease, stop) {
+                    return stopped_or_lost(lease);
+                }
+                let step = call.step;
+                let attempt = call.attempt;
+                let tool = call.tool.name.clone();
+                let started = std::time::Instant::now();
+                let outcome = call_tool(ctx, state, call)
+                    .instrument(tracing::info_span!("tool", step, tool = %tool))
+                    .await;
+                ctx.metrics.tool_call(
+                    &tool,
+                    outcome_word(&outcome),
+                    started.elapsed().as_secs_f64(),
+                );
+                return Flow::Next(if lease.is_lost() {
+                    tracing::warn!(
+                        step,
+                        "the lease was lost during the tool call; its outcome is not recorded"
+                    );
+                    Input::LeaseLost
+                } else {
+                    Input::ToolFinished {
+                        step,
+                        attempt,
+                        outcome,
+                    }
+                });
+            }
+            Effect::CallAgent { step, request } => {
+                if !may_start(ctx, lease, stop) {
+                    return stopped_or_lost(lease);
+                }
+                let decision = call_agent(ctx, state, &request).await;
+                return Flow::Next(if lease.is_lost() {
+                    Input::LeaseLost
+                } else {
+                    Input::AgentAnswered { step, decision }
+                });
+            }
+            Effect::CallModel {
+                step,
+                attempt,
+                request,
+                max_output_tokens,
+                delay_millis,
+            } => {
+                if delay_millis > 0 {
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = ctx.shutdown.cancelled() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(delay_millis)) => {}
+                    }
+                }
+                if !may_start(ctx, lease, stop) {
+                    return stopped_or_lost(lease);
+                }
+                let outcome = call_model(ctx, state, &request, max_output_tokens).await;
+                return Flow::Next(if lease.is_lost() {
+                    Input::LeaseLost
+                } else {
+                    Input::ModelAnswered {
+                        step,
+                        attempt,
+                        outcome,
+                    }
+                });
+            }
+            Effect::CallReconcileHook { view } => {
+                if !may_start(ctx, lease, stop) {
+                    return stopped_or_lost(lease);
+                }
+                let answer = call_hook(ctx, state, &view).await;
+                return Flow::Next(if lease.is_lost() {
+                    Input::LeaseLost
+                } else {
+                    Input::Reconciled { answer }
+                });
+            }
+            Effect::ReleaseLease => {
+                lease.release(ctx.api.as_ref(), &ctx.holder).await;
+            }
+            Effect::RequeueAfter { millis } => ctx.kick_after(key, millis),
+            Effect::Stop => return Flow::Stop,
+        }
+    }
+    // The transition ended without an external action: the lease is released on the way out.
+    Flow::Stop
 }
 
 /// After a lost write race: the run and its Approvals as stored now (None: gone or unreadable).
@@ -292,11 +338,12 @@ fn may_start(ctx: &Context, lease: &LeaseCell, stop: &CancellationToken) -> bool
     false
 }
 
-fn stopped_or_lost(lease: &LeaseCell) -> Option<Input> {
+/// After a side effect was not started: tell the engine the lease is lost, or stop (shutdown).
+fn stopped_or_lost(lease: &LeaseCell) -> Flow {
     if lease.is_lost() {
-        Some(Input::LeaseLost)
+        Flow::Next(Input::LeaseLost)
     } else {
-        None
+        Flow::Stop
     }
 }
 

@@ -342,6 +342,7 @@ impl LeaseCell {
         holder: &HolderId,
         clock: &Clock,
         skew_margin: Duration,
+        on_renew_failed: impl Fn(),
     ) -> bool {
         let held = self.held();
         let half = held.duration_seconds.saturating_mul(500);
@@ -363,6 +364,7 @@ impl LeaseCell {
             }
             Err(err) => {
                 tracing::info!(lease = ?held.lease.metadata.name, %err, "lease renewal failed");
+                on_renew_failed();
                 self.may_start_side_effect(clock, skew_margin)
             }
         }
@@ -381,7 +383,8 @@ impl LeaseCell {
 
     /// Renews the lease every third of its duration until it is lost or released, or `stop`
     /// fires. A renewal that finds another holder, or that fails until the lease has expired by
-    /// this replica's clock, marks it lost and calls `on_lost`.
+    /// this replica's clock, marks it lost and calls `on_lost`; each renewal the API server does
+    /// not answer calls `on_renew_failed`.
     pub async fn keep_renewed(
         self: Arc<LeaseCell>,
         api: Arc<dyn ClusterApi>,
@@ -389,6 +392,7 @@ impl LeaseCell {
         clock: Clock,
         stop: tokio_util::sync::CancellationToken,
         on_lost: impl Fn() + Send,
+        on_renew_failed: impl Fn() + Send,
     ) {
         loop {
             let held = self.held();
@@ -417,6 +421,7 @@ impl LeaseCell {
                     return;
                 }
                 Err(err) => {
+                    on_renew_failed();
                     if clock.now() >= held.expires_at() {
                         tracing::warn!(lease = ?held.lease.metadata.name, %err, "lease lost: renewals failed past its expiry");
                         self.mark_lost();

@@ -1,20 +1,31 @@
 //! Prometheus metrics and the health endpoints (`--metrics-addr`): `/metrics` in the
-//! Prometheus text format, `/healthz` (the process serves), `/readyz` (the watches started).
-//! A few counters; they are projections, never inputs.
+//! OpenMetrics text format, `/healthz` (the process serves), `/readyz` (the watches started).
+//!
+//! Metrics are projections, never inputs (DESIGN.md section 4). Three sources feed them:
+//! - what each status write added to the record ([`Metrics::observe_write`]): steps by outcome,
+//!   takeovers, interruptions by the status they interrupted, runs finished, model usage;
+//! - what the controller itself saw: status-write outcomes (conflicts among them), tool call
+//!   durations, lease renewals that failed, reconcile durations, leases won and lost;
+//! - at scrape time, the runs the watches hold: runs by phase, approvals pending. Every replica
+//!   watches every run, so these gauges are the same on each (aggregate them with `max`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 /// One label: how something ended.
@@ -32,64 +43,238 @@ impl Outcome {
     }
 }
 
+/// One label: a tool's name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabel {
+    /// The tool.
+    pub tool: String,
+}
+
+/// One label: a run phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// The phase.
+    pub phase: String,
+}
+
+/// How a run ended: phase and terminal reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FinishedLabel {
+    /// The terminal phase.
+    pub phase: String,
+    /// The terminal reason.
+    pub reason: String,
+}
+
+/// One label: the step status an interruption found.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreviousLabel {
+    /// `deciding`, `executing`, `awaiting_approval`.
+    pub previous: String,
+}
+
+/// One label: input or output tokens.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabel {
+    /// `input` or `output`.
+    pub direction: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn tool_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+fn reconcile_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+}
+
+/// The phases a run can be in (DESIGN.md section 2), each reported even at zero.
+const PHASES: [&str; 6] = [
+    "Pending",
+    "Running",
+    "WaitingForApproval",
+    "Completed",
+    "Failed",
+    "Cancelled",
+];
+
 /// The controller's metrics.
 pub struct Metrics {
     registry: Registry,
     /// Reconciles started.
     pub reconciles: Counter,
+    /// How long reconciles took, in seconds.
+    pub reconcile_duration: Histogram,
     /// Run status writes by outcome (`ok`, `conflict`, `error`).
     pub status_writes: Family<Outcome, Counter>,
     /// Tool calls by outcome (`result`, `error`, `unknown`, `abort`).
     pub tool_calls: Family<Outcome, Counter>,
+    /// Tool call durations by tool, in seconds.
+    pub tool_call_duration: HistogramFamily<ToolLabel>,
+    /// Steps that ended, by how (`done`, `failed`, `interrupted`), from the record.
+    pub steps: Family<Outcome, Counter>,
+    /// Runs that ended, by phase and reason, from the record.
+    pub runs_finished: Family<FinishedLabel, Counter>,
+    /// Runs by phase (the watched runs, at scrape time).
+    pub runs: Family<PhaseLabel, Gauge>,
+    /// Approvals waiting for a person (runs in `WaitingForApproval`, at scrape time).
+    pub approvals_pending: Gauge,
+    /// Model tokens charged, by direction, from the record.
+    pub model_tokens: Family<TokenLabel, Counter>,
+    /// Estimated model cost charged, in micros, from the record.
+    pub model_cost_micros: Counter,
+    /// Model attempts dispatched, from the record.
+    pub model_calls: Counter,
+    /// Takeovers this replica recorded (`lease.taken_over`).
+    pub takeovers: Counter,
+    /// Interrupted steps this replica recorded, by the status they were in.
+    pub interruptions: Family<PreviousLabel, Counter>,
+    /// Lease renewals that failed (the API server did not answer; a lost lease is
+    /// `leases_lost`).
+    pub lease_renew_failures: Counter,
     /// Leases won (acquisitions and takeovers).
     pub leases_acquired: Counter,
     /// Leases lost (another holder, or expired unrenewed).
     pub leases_lost: Counter,
     /// Runs this replica executes now.
     pub executors: Gauge,
+    run_stores: Mutex<Vec<Store<DynamicObject>>>,
     ready: AtomicBool,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("agentrt");
-        let reconciles = Counter::default();
-        let status_writes = Family::<Outcome, Counter>::default();
-        let tool_calls = Family::<Outcome, Counter>::default();
-        let leases_acquired = Counter::default();
-        let leases_lost = Counter::default();
-        let executors = Gauge::default();
-        registry.register("reconciles", "Reconciles started", reconciles.clone());
+        let metrics = Metrics {
+            reconciles: Counter::default(),
+            reconcile_duration: reconcile_seconds(),
+            status_writes: Family::default(),
+            tool_calls: Family::default(),
+            tool_call_duration: Family::new_with_constructor(tool_seconds),
+            steps: Family::default(),
+            runs_finished: Family::default(),
+            runs: Family::default(),
+            approvals_pending: Gauge::default(),
+            model_tokens: Family::default(),
+            model_cost_micros: Counter::default(),
+            model_calls: Counter::default(),
+            takeovers: Counter::default(),
+            interruptions: Family::default(),
+            lease_renew_failures: Counter::default(),
+            leases_acquired: Counter::default(),
+            leases_lost: Counter::default(),
+            executors: Gauge::default(),
+            run_stores: Mutex::new(Vec::new()),
+            ready: AtomicBool::new(false),
+            registry: Registry::default(),
+        };
+        let m = &metrics;
+        registry.register("reconciles", "Reconciles started", m.reconciles.clone());
+        registry.register_with_unit(
+            "reconcile_duration",
+            "How long reconciles took",
+            Unit::Seconds,
+            m.reconcile_duration.clone(),
+        );
         registry.register(
             "status_writes",
-            "AgentRun status writes (compare-and-set) by outcome",
-            status_writes.clone(),
+            "AgentRun status writes (compare-and-set) by outcome; conflict: another writer won",
+            m.status_writes.clone(),
         );
-        registry.register("tool_calls", "Tool calls by outcome", tool_calls.clone());
+        registry.register("tool_calls", "Tool calls by outcome", m.tool_calls.clone());
+        registry.register_with_unit(
+            "tool_call_duration",
+            "Tool call durations by tool",
+            Unit::Seconds,
+            m.tool_call_duration.clone(),
+        );
+        registry.register(
+            "steps",
+            "Steps that ended, by outcome (done, failed, interrupted), as recorded by this replica",
+            m.steps.clone(),
+        );
+        registry.register(
+            "runs_finished",
+            "Runs that ended, by phase and reason, as recorded by this replica",
+            m.runs_finished.clone(),
+        );
+        registry.register(
+            "runs",
+            "Watched runs by phase (the same on every replica)",
+            m.runs.clone(),
+        );
+        registry.register(
+            "approvals_pending",
+            "Approvals waiting for a person: watched runs in WaitingForApproval",
+            m.approvals_pending.clone(),
+        );
+        registry.register(
+            "model_tokens",
+            "Model tokens charged to runs by this replica, by direction",
+            m.model_tokens.clone(),
+        );
+        registry.register(
+            "model_cost_micros",
+            "Estimated model cost charged to runs by this replica, in micros",
+            m.model_cost_micros.clone(),
+        );
+        registry.register(
+            "model_calls",
+            "Model attempts dispatched by this replica",
+            m.model_calls.clone(),
+        );
+        registry.register(
+            "takeovers",
+            "Runs this replica took over from another holder (lease.taken_over)",
+            m.takeovers.clone(),
+        );
+        registry.register(
+            "interruptions",
+            "Steps this replica marked interrupted, by the status they were in",
+            m.interruptions.clone(),
+        );
+        registry.register(
+            "lease_renew_failures",
+            "Lease renewals the API server did not answer",
+            m.lease_renew_failures.clone(),
+        );
         registry.register(
             "leases_acquired",
             "Run leases won (acquisitions and takeovers)",
-            leases_acquired.clone(),
+            m.leases_acquired.clone(),
         );
         registry.register(
             "leases_lost",
             "Run leases lost to another holder or to expiry",
-            leases_lost.clone(),
+            m.leases_lost.clone(),
         );
         registry.register(
             "executors",
             "Runs this replica is executing",
-            executors.clone(),
+            m.executors.clone(),
         );
+        // Series that read as zero before anything happened, so a dashboard finds them.
+        for outcome in ["ok", "conflict", "error"] {
+            let _ = m.status_writes.get_or_create(&Outcome::of(outcome));
+        }
+        for outcome in ["done", "failed", "interrupted"] {
+            let _ = m.steps.get_or_create(&Outcome::of(outcome));
+        }
+        for direction in ["input", "output"] {
+            let _ = m.model_tokens.get_or_create(&TokenLabel {
+                direction: direction.into(),
+            });
+        }
+        for phase in PHASES {
+            let _ = m.runs.get_or_create(&PhaseLabel {
+                phase: phase.into(),
+            });
+        }
         Metrics {
             registry,
-            reconciles,
-            status_writes,
-            tool_calls,
-            leases_acquired,
-            leases_lost,
-            executors,
-            ready: AtomicBool::new(false),
+            ..metrics
         }
     }
 }
@@ -102,9 +287,118 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts one tool call.
-    pub fn tool_call(&self, outcome: &str) {
+    /// Counts one tool call of `tool` that took `seconds`.
+    pub fn tool_call(&self, tool: &str, outcome: &str, seconds: f64) {
         self.tool_calls.get_or_create(&Outcome::of(outcome)).inc();
+        self.tool_call_duration
+            .get_or_create(&ToolLabel {
+                tool: tool.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    /// Counts what one landed status write added to the record (`old` → `new`): steps that
+    /// ended, takeovers, interruptions, runs finished, model usage. Reads both leniently.
+    pub fn observe_write(&self, old: &Value, new: &Value) {
+        let step_status = |status: &Value, index: usize| -> Option<String> {
+            status["steps"]
+                .get(index)
+                .and_then(|step| step["status"].as_str())
+                .map(str::to_string)
+        };
+        if let Some(steps) = new["steps"].as_array() {
+            for (index, step) in steps.iter().enumerate() {
+                let now = step["status"].as_str().unwrap_or("");
+                if matches!(now, "done" | "failed" | "interrupted")
+                    && step_status(old, index).as_deref() != Some(now)
+                {
+                    self.steps.get_or_create(&Outcome::of(now)).inc();
+                }
+            }
+        }
+        let last_seq = old["events"]
+            .as_array()
+            .and_then(|events| events.last())
+            .and_then(|event| event["seq"].as_i64())
+            .unwrap_or(0);
+        let added = new["events"].as_array().map_or(&[][..], |events| {
+            let first_new = events
+                .iter()
+                .rposition(|event| event["seq"].as_i64().unwrap_or(0) <= last_seq)
+                .map_or(0, |i| i + 1);
+            &events[first_new..]
+        });
+        for event in added {
+            let data = &event["data"];
+            match event["type"].as_str().unwrap_or("") {
+                "lease.taken_over" => {
+                    self.takeovers.inc();
+                }
+                "step.interrupted" => {
+                    self.interruptions
+                        .get_or_create(&PreviousLabel {
+                            previous: data["previousStatus"].as_str().unwrap_or("-").to_string(),
+                        })
+                        .inc();
+                }
+                "run.finished" => {
+                    self.runs_finished
+                        .get_or_create(&FinishedLabel {
+                            phase: data["phase"].as_str().unwrap_or("-").to_string(),
+                            reason: data["reason"].as_str().unwrap_or("-").to_string(),
+                        })
+                        .inc();
+                }
+                _ => {}
+            }
+        }
+        let grew = |field: &str| -> u64 {
+            let before = old["usage"][field].as_i64().unwrap_or(0);
+            let after = new["usage"][field].as_i64().unwrap_or(0);
+            u64::try_from(after.saturating_sub(before)).unwrap_or(0)
+        };
+        for (direction, field) in [("input", "inputTokens"), ("output", "outputTokens")] {
+            let tokens = grew(field);
+            if tokens > 0 {
+                self.model_tokens
+                    .get_or_create(&TokenLabel {
+                        direction: direction.into(),
+                    })
+                    .inc_by(tokens);
+            }
+        }
+        self.model_cost_micros.inc_by(grew("estimatedCostMicros"));
+        self.model_calls.inc_by(grew("modelCalls"));
+    }
+
+    /// Reads runs by phase from `store` (a watch's reflector) at each scrape.
+    pub fn watch_runs(&self, store: Store<DynamicObject>) {
+        self.lock_stores().push(store);
+    }
+
+    fn lock_stores(&self) -> std::sync::MutexGuard<'_, Vec<Store<DynamicObject>>> {
+        self.run_stores.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn refresh_phases(&self) {
+        let mut counts: std::collections::BTreeMap<String, i64> =
+            PHASES.iter().map(|p| ((*p).to_string(), 0)).collect();
+        for store in self.lock_stores().iter() {
+            for run in store.state() {
+                let phase = run
+                    .data
+                    .get("status")
+                    .and_then(|s| s.get("phase"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("Pending");
+                *counts.entry(phase.to_string()).or_default() += 1;
+            }
+        }
+        self.approvals_pending
+            .set(counts.get("WaitingForApproval").copied().unwrap_or(0));
+        for (phase, count) in counts {
+            self.runs.get_or_create(&PhaseLabel { phase }).set(count);
+        }
     }
 
     /// Marks the controller ready (its watches started).
@@ -112,8 +406,9 @@ impl Metrics {
         self.ready.store(true, Ordering::SeqCst);
     }
 
-    /// The metrics in the Prometheus text format.
+    /// The metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
+        self.refresh_phases();
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -177,7 +472,7 @@ mod tests {
     async fn metrics_and_health_are_served() {
         let metrics = Arc::new(Metrics::default());
         metrics.status_write("ok");
-        metrics.tool_call("result");
+        metrics.tool_call("lookup", "result", 0.02);
         let addr = serve(
             "127.0.0.1:0".parse().unwrap(),
             metrics.clone(),
@@ -210,5 +505,54 @@ mod tests {
             text.contains("agentrt_tool_calls_total{outcome=\"result\"} 1"),
             "{text}"
         );
+        for series in [
+            "agentrt_status_writes_total{outcome=\"conflict\"} 0",
+            "agentrt_tool_call_duration_seconds_count{tool=\"lookup\"} 1",
+            "agentrt_runs{phase=\"Running\"} 0",
+            "agentrt_approvals_pending 0",
+            "agentrt_takeovers_total 0",
+            "agentrt_lease_renew_failures_total 0",
+            "agentrt_reconcile_duration_seconds_count 0",
+        ] {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_write_is_counted_by_what_it_added_to_the_record() {
+        let metrics = Metrics::default();
+        let old = serde_json::json!({
+            "steps": [{"index": 0, "status": "executing"}],
+            "events": [{"seq": 1, "type": "run.started"}, {"seq": 2, "type": "step.tool_started"}],
+            "usage": {"inputTokens": 10, "outputTokens": 5, "estimatedCostMicros": 7, "modelCalls": 1},
+        });
+        let new = serde_json::json!({
+            "steps": [{"index": 0, "status": "interrupted"}, {"index": 1, "status": "done"}],
+            "events": [
+                {"seq": 1, "type": "run.started"}, {"seq": 2, "type": "step.tool_started"},
+                {"seq": 3, "type": "lease.taken_over", "data": {"previousHolder": "a"}},
+                {"seq": 4, "type": "step.interrupted", "data": {"previousStatus": "executing"}},
+                {"seq": 5, "type": "run.finished", "data": {"phase": "Completed", "reason": "goal_completed"}},
+            ],
+            "usage": {"inputTokens": 110, "outputTokens": 25, "estimatedCostMicros": 9, "modelCalls": 2},
+        });
+        metrics.observe_write(&old, &new);
+        // The same write seen again (a replay) adds nothing.
+        metrics.observe_write(&new, &new);
+        let text = metrics.encode();
+        for series in [
+            "agentrt_steps_total{outcome=\"interrupted\"} 1",
+            "agentrt_steps_total{outcome=\"done\"} 1",
+            "agentrt_steps_total{outcome=\"failed\"} 0",
+            "agentrt_takeovers_total 1",
+            "agentrt_interruptions_total{previous=\"executing\"} 1",
+            "agentrt_runs_finished_total{phase=\"Completed\",reason=\"goal_completed\"} 1",
+            "agentrt_model_tokens_total{direction=\"input\"} 100",
+            "agentrt_model_tokens_total{direction=\"output\"} 20",
+            "agentrt_model_cost_micros_total 2",
+            "agentrt_model_calls_total 1",
+        ] {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
     }
 }

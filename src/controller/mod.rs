@@ -16,6 +16,7 @@
 //! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`fault`]: the named crash points of the `fault-injection` feature.
 //! - [`identity`]: the holder identity and this replica's clock.
+//! - [`trace`]: the `run` and `step` spans (and, with `otel`, the run's trace).
 
 pub mod calls;
 pub mod cluster;
@@ -30,6 +31,7 @@ pub mod lease;
 pub mod metrics;
 pub mod projection;
 pub mod reconcile;
+pub mod trace;
 pub mod watches;
 
 use std::net::SocketAddr;

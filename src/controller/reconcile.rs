@@ -51,11 +51,13 @@ pub async fn reconcile(
     if ctx.shutdown.is_cancelled() {
         return Ok(Action::await_change());
     }
-    let span = tracing::debug_span!("reconcile", run = %key);
-    observe(&ctx, &key)
-        .instrument(span)
-        .await
-        .map_err(|source| ReconcileError::Api { run: key, source })
+    let span = super::trace::reconcile_span(&key, obj.metadata.uid.as_deref());
+    let started = std::time::Instant::now();
+    let action = observe(&ctx, &key).instrument(span).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    action.map_err(|source| ReconcileError::Api { run: key, source })
 }
 
 /// kube-runtime's error policy: look again shortly.
@@ -81,6 +83,12 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
         }
         Err(err) => return Err(err),
     };
+    if let Some(count) = state.run.snapshot.status["stepCount"]
+        .as_i64()
+        .filter(|count| *count > 0)
+    {
+        tracing::Span::current().record("step", count - 1);
+    }
     let mut requeue: Option<u64> = None;
     let mut soonest = |millis: u64| {
         requeue = Some(requeue.map_or(millis, |current: u64| current.min(millis)));

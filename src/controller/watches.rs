@@ -42,6 +42,7 @@ pub async fn controller(
         };
     let writer = reflector::store::Writer::new(runs_type.clone());
     let reader = writer.as_reader();
+    ctx.metrics.watch_runs(reader.clone());
     let run_stream = reflector::reflector(writer, watcher(runs, watcher::Config::default()))
         .default_backoff()
         .applied_objects()

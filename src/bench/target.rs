@@ -1,0 +1,272 @@
+//! The API server a benchmark runs against: the embedded one (`DevServer`, in this process, with
+//! its request audit log on) or a cluster given by `--kubeconfig`. Creating runs, waiting for
+//! their phases (one watch, not polling), and counting API writes from the audit log.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Seek};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use crate::api::AgentRun;
+use crate::devcluster::{DevServer, DevServerConfig};
+
+/// The API server under test.
+pub struct Target {
+    server: Option<DevServer>,
+    /// A client for it.
+    pub client: Client,
+    /// A kubeconfig file the controllers use.
+    pub kubeconfig: PathBuf,
+    audit: Option<PathBuf>,
+}
+
+impl Target {
+    /// Starts the embedded API server (CRDs installed, audit log in `dir`), writing its
+    /// kubeconfig to `dir`.
+    ///
+    /// # Errors
+    /// When the server cannot start or the files cannot be written.
+    pub async fn embedded(dir: &Path) -> anyhow::Result<Target> {
+        let crds = crate::api::crds_yaml()?;
+        let crds = serde_yaml::Deserializer::from_str(&crds)
+            .map(|doc| {
+                let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)?;
+                Ok(serde_json::to_value(value)?)
+            })
+            .collect::<anyhow::Result<Vec<Value>>>()?;
+        let audit = dir.join("audit.jsonl");
+        let server = DevServer::start(DevServerConfig {
+            crds,
+            audit_log: Some(audit.clone()),
+            // 10,000 runs arriving at once must not push watchers past the history window.
+            watch_history: 200_000,
+            ..DevServerConfig::default()
+        })
+        .await?;
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, server.kubeconfig_yaml())?;
+        let client = server.client().await?;
+        Ok(Target {
+            server: Some(server),
+            client,
+            kubeconfig,
+            audit: Some(audit),
+        })
+    }
+
+    /// A cluster named by a kubeconfig (the CRDs must be installed).
+    ///
+    /// # Errors
+    /// When the kubeconfig cannot be used or the cluster does not serve AgentRuns.
+    pub async fn external(kubeconfig: &Path) -> anyhow::Result<Target> {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(kubeconfig)
+                .with_context(|| format!("cannot read {}", kubeconfig.display()))?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        let client = Client::try_from(config)?;
+        runs_api(&client, "default")
+            .list(&kube::api::ListParams::default().limit(1))
+            .await
+            .context("the cluster does not serve AgentRuns: apply crds/ first")?;
+        Ok(Target {
+            server: None,
+            client,
+            kubeconfig: std::path::absolute(kubeconfig)?,
+            audit: None,
+        })
+    }
+
+    /// True for the embedded server (whose audit log counts writes).
+    pub fn is_embedded(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Creates namespace `name`.
+    ///
+    /// # Errors
+    /// When the API server refuses.
+    pub async fn namespace(&self, name: &str) -> anyhow::Result<()> {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("cannot create namespace {name}"))?;
+        Ok(())
+    }
+
+    /// Where the audit log is now (to count only what follows).
+    pub fn audit_mark(&self) -> u64 {
+        self.audit
+            .as_ref()
+            .and_then(|path| std::fs::metadata(path).ok())
+            .map_or(0, |m| m.len())
+    }
+
+    /// The write requests (create, update, patch, delete) in `namespace` since `mark`, by
+    /// `resource[/subresource]`; `None` without an audit log.
+    pub fn writes_since(&self, mark: u64, namespace: &str) -> Option<BTreeMap<String, u64>> {
+        let path = self.audit.as_ref()?;
+        let mut file = std::fs::File::open(path).ok()?;
+        file.seek(std::io::SeekFrom::Start(mark)).ok()?;
+        let mut out = BTreeMap::new();
+        for line in std::io::BufReader::new(file).lines() {
+            let Ok(line) = line else { break };
+            let Ok(entry) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if entry["namespace"] != namespace
+                || !matches!(
+                    entry["verb"].as_str(),
+                    Some("create" | "update" | "patch" | "delete")
+                )
+            {
+                continue;
+            }
+            let mut what = entry["resource"].as_str().unwrap_or("?").to_string();
+            if let Some(sub) = entry["subresource"].as_str() {
+                what = format!("{what}/{sub}");
+            }
+            *out.entry(what).or_insert(0) += 1;
+        }
+        Some(out)
+    }
+
+    /// Stops the embedded server.
+    pub async fn shutdown(self) {
+        if let Some(server) = self.server {
+            server.shutdown().await;
+        }
+    }
+}
+
+/// The AgentRun resource in `namespace`.
+pub fn runs_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<AgentRun>(&()),
+    )
+}
+
+/// Creates `runs` (whole AgentRun objects) in `namespace`, `parallel` at a time.
+///
+/// # Errors
+/// The first create the API server refuses.
+pub async fn create_runs(
+    client: &Client,
+    namespace: &str,
+    runs: Vec<Value>,
+    parallel: usize,
+) -> anyhow::Result<()> {
+    let api = runs_api(client, namespace);
+    futures::stream::iter(runs.into_iter().map(|run| {
+        let api = api.clone();
+        async move {
+            let object: DynamicObject = serde_json::from_value(run)?;
+            api.create(&PostParams::default(), &object)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot create AgentRun {namespace}/{}",
+                        object.metadata.name.clone().unwrap_or_default()
+                    )
+                })?;
+            anyhow::Ok(())
+        }
+    }))
+    .buffer_unordered(parallel.max(1))
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
+}
+
+/// A run as last seen by [`watch_until`].
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// `status.phase` ("" before the first write).
+    pub phase: String,
+    /// `status.reason`.
+    pub reason: String,
+    /// `status.stepCount`.
+    pub steps: i64,
+    /// When the watch first saw it in a phase `settled` accepts.
+    pub settled_at: Option<Instant>,
+}
+
+/// Watches the runs of `namespace` until `count` of them are in a phase `settled` accepts (or
+/// `timeout` passes); returns every run as last seen.
+///
+/// # Errors
+/// When the watch fails for good or the timeout passes first.
+pub async fn watch_until(
+    client: &Client,
+    namespace: &str,
+    count: usize,
+    timeout: Duration,
+    settled: impl Fn(&str) -> bool,
+) -> anyhow::Result<HashMap<String, Seen>> {
+    let mut seen: HashMap<String, Seen> = HashMap::new();
+    let mut done = 0usize;
+    let stream = watcher(runs_api(client, namespace), watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    let deadline = tokio::time::Instant::now() + timeout;
+    while done < count {
+        let event = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(event)) => event,
+            Ok(None) => anyhow::bail!("the watch of {namespace} ended"),
+            Err(_) => {
+                let mut phases: BTreeMap<String, usize> = BTreeMap::new();
+                for run in seen.values() {
+                    *phases
+                        .entry(format!("{} {}", run.phase, run.reason))
+                        .or_default() += 1;
+                }
+                anyhow::bail!(
+                    "{namespace}: {done} of {count} runs settled within {timeout:?}; phases: {phases:?}"
+                );
+            }
+        };
+        let objects = match event {
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => vec![object],
+            Ok(_) => Vec::new(),
+            Err(err) => {
+                tracing::debug!(%err, "benchmark watch");
+                Vec::new()
+            }
+        };
+        for object in objects {
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let status = object.data.get("status").cloned().unwrap_or(Value::Null);
+            let phase = status["phase"].as_str().unwrap_or("").to_string();
+            let entry = seen.entry(name).or_insert_with(|| Seen {
+                phase: String::new(),
+                reason: String::new(),
+                steps: 0,
+                settled_at: None,
+            });
+            entry.reason = status["reason"].as_str().unwrap_or("").to_string();
+            entry.steps = status["stepCount"].as_i64().unwrap_or(0);
+            if entry.settled_at.is_none() && settled(&phase) {
+                entry.settled_at = Some(Instant::now());
+                done += 1;
+            }
+            entry.phase = phase;
+        }
+    }
+    Ok(seen)
+}
+
+/// True for a terminal phase.
+pub fn terminal(phase: &str) -> bool {
+    matches!(phase, "Completed" | "Failed" | "Cancelled")
+}

@@ -1,0 +1,185 @@
+//! The workloads that create runs and wait for them to settle: long runs (one run, many
+//! steps, small or large answers), many concurrent runs, and many runs parked waiting for
+//! approval. Each runs in a fresh namespace with fresh controller processes, so its CPU time,
+//! memory and API writes are its own.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::controllers::metric_sum;
+use super::report::{quantile, Row};
+use super::target::{self, create_runs, runs_api, watch_until};
+use super::{floor, manifests, tools, Bench};
+
+/// What one throughput workload does.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Its name (and namespace prefix).
+    pub name: String,
+    /// Runs to create.
+    pub runs: usize,
+    /// Tool steps per run (ignored when `waiting`).
+    pub steps: usize,
+    /// The tool each step calls (`small`, `large`).
+    pub tool: &'static str,
+    /// Controller processes.
+    pub controllers: usize,
+    /// Runs that park on an Approval at their first step instead of looping.
+    pub waiting: bool,
+}
+
+/// Runs `plan` and measures it.
+///
+/// # Errors
+/// When the API server, a controller or the tool server fails, or the runs do not settle in
+/// time.
+pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
+    let ns = bench.fresh_namespace(&plan.name).await?;
+    let mut controllers = bench.start_controllers(&ns, plan.controllers, &[]).await?;
+    let base = bench.tools.base();
+    let manifests: Vec<_> = (0..plan.runs)
+        .map(|i| {
+            let name = format!("run-{i:05}");
+            if plan.waiting {
+                manifests::waiting(&name, &base)
+            } else {
+                manifests::tool_loop(&name, &base, plan.tool, plan.steps, 30)
+            }
+        })
+        .collect();
+    let settled: fn(&str) -> bool = if plan.waiting {
+        |phase| phase == "WaitingForApproval" || target::terminal(phase)
+    } else {
+        target::terminal
+    };
+    let cpu_before: f64 = controllers.iter().map(|c| c.cpu_seconds()).sum();
+    let bench_before = super::own_cpu_seconds();
+    let mark = bench.target.audit_mark();
+    let watch = tokio::spawn({
+        let client = bench.target.client.clone();
+        let ns = ns.clone();
+        let (count, timeout) = (plan.runs, bench.timeout);
+        async move { watch_until(&client, &ns, count, timeout, settled).await }
+    });
+    let started = Instant::now();
+    create_runs(&bench.target.client, &ns, manifests, 32).await?;
+    let seen = watch.await??;
+    let last = seen
+        .values()
+        .filter_map(|s| s.settled_at)
+        .max()
+        .unwrap_or_else(Instant::now);
+    let elapsed = last.saturating_duration_since(started);
+    let mut row = Row {
+        workload: plan.name.clone(),
+        runs: plan.runs,
+        steps_per_run: if plan.waiting { 1 } else { plan.steps },
+        controllers: plan.controllers,
+        elapsed: Some(elapsed),
+        ..Row::default()
+    };
+    if plan.waiting {
+        // Let the executors that parked the last runs wind down, then read the memory.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let mut now_rss = 0;
+        let mut peak = 0;
+        for controller in &controllers {
+            let (now, high) = controller.rss();
+            now_rss = now_rss.max(now);
+            peak = peak.max(high);
+        }
+        row.peak_rss = Some(peak);
+        row.notes.push(format!(
+            "{} runs parked on an Approval in {:.1} s ({:.0} runs/s); controller RSS now {:.1} MiB, peak {:.1} MiB",
+            plan.runs,
+            elapsed.as_secs_f64(),
+            plan.runs as f64 / elapsed.as_secs_f64().max(1e-9),
+            now_rss as f64 / 1048576.0,
+            peak as f64 / 1048576.0
+        ));
+    }
+    row.controller_cpu = controllers.iter().map(|c| c.cpu_seconds()).sum::<f64>() - cpu_before;
+    row.bench_cpu = super::own_cpu_seconds() - bench_before;
+    let mut metric_writes = 0.0;
+    for controller in &controllers {
+        if let Ok(text) = controller.metrics(&bench.http).await {
+            metric_writes += metric_sum(&text, "agentrt_status_writes_total");
+        }
+    }
+    for controller in &mut controllers {
+        controller.stop(Duration::from_secs(10));
+    }
+    drop(controllers);
+
+    let calls = bench.tools.calls_in(&ns);
+    row.tool_steps = calls.values().map(|c| c.len() as u64).sum();
+    let mut first = Vec::new();
+    let mut last = Vec::new();
+    for run_calls in calls.values() {
+        let overheads = tools::overheads(run_calls);
+        let tenth = (overheads.len() / 10).max(1).min(overheads.len());
+        first.extend_from_slice(&overheads[..tenth]);
+        last.extend_from_slice(&overheads[overheads.len() - tenth..]);
+        row.overheads.extend(overheads);
+    }
+    if !row.overheads.is_empty() {
+        let p50 = |v: &[Duration]| quantile(v, 0.5).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+        row.notes.push(format!(
+            "step overhead p50 over each run's first tenth of steps {:.1} ms, last tenth {:.1} ms",
+            p50(&first),
+            p50(&last)
+        ));
+    }
+    match bench.target.writes_since(mark, &ns) {
+        Some(writes) => {
+            row.status_writes = Some(writes.get("agentruns/status").copied().unwrap_or(0));
+            row.writes_by_resource = writes;
+        }
+        None => row.status_writes = Some(metric_writes as u64),
+    }
+    if plan.waiting && plan.runs > 0 {
+        row.notes.push(format!(
+            "controller CPU {:.2} s per 1000 runs parked",
+            row.controller_cpu * 1000.0 / plan.runs as f64
+        ));
+    }
+
+    let finished = runs_api(&bench.target.client, &ns)
+        .list(&Default::default())
+        .await?
+        .items;
+    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    for run in &finished {
+        let status = &run.data["status"];
+        let mut word = status["phase"].as_str().unwrap_or("-").to_string();
+        if let Some(reason) = status["reason"].as_str().filter(|r| *r != "goal_completed") {
+            word = format!("{word} {reason}");
+        }
+        *outcomes.entry(word).or_default() += 1;
+    }
+    row.outcome = outcomes
+        .iter()
+        .map(|(word, n)| format!("{n} {word}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if plan.runs == 1 {
+        if let Some(run) = finished.first() {
+            let bytes = serde_json::to_vec(&run.data["status"]).map_or(0, |b| b.len());
+            row.notes.push(format!(
+                "final record {:.0} KiB after {} steps",
+                bytes as f64 / 1024.0,
+                run.data["status"]["stepCount"]
+            ));
+        }
+    }
+    if !plan.waiting && bench.floor {
+        let floor_ns = bench
+            .fresh_namespace(&format!("floor-{}", plan.name))
+            .await?;
+        let parallel = plan.runs.min(plan.controllers * 256);
+        row.floor_writes_per_sec = Some(
+            floor::writes_per_sec(&bench.target.client, &floor_ns, &finished, parallel).await?,
+        );
+    }
+    Ok(row)
+}
