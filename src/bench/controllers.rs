@@ -230,6 +230,19 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// The value of the one sample `series` (name and labels exactly as exposed; 0 when absent).
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series)
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .unwrap_or(0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,5 +259,9 @@ mod tests {
         let text = "# HELP x\nagentrt_status_writes_total{outcome=\"ok\"} 3\nagentrt_status_writes_total{outcome=\"conflict\"} 1\nagentrt_other 9\n";
         assert_eq!(metric_sum(text, "agentrt_status_writes_total"), 4.0);
         assert_eq!(metric_sum(text, "agentrt_missing"), 0.0);
+        assert_eq!(
+            metric_value(text, "agentrt_status_writes_total{outcome=\"conflict\"}"),
+            1.0
+        );
     }
 }

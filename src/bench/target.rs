@@ -1,17 +1,15 @@
 //! The API server a benchmark runs against: the embedded one (`DevServer`, in this process, with
-//! its request audit log on) or a cluster given by `--kubeconfig`. Creating runs, waiting for
-//! their phases (one watch, not polling), and counting API writes from the audit log.
+//! its request audit log on) or a cluster given by `--kubeconfig`. Creating runs and counting
+//! API writes from the audit log.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{BufRead, Seek};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ApiResource, DynamicObject, PostParams};
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
@@ -188,85 +186,4 @@ pub async fn create_runs(
     .try_collect::<Vec<()>>()
     .await?;
     Ok(())
-}
-
-/// A run as last seen by [`watch_until`].
-#[derive(Debug, Clone)]
-pub struct Seen {
-    /// `status.phase` ("" before the first write).
-    pub phase: String,
-    /// `status.reason`.
-    pub reason: String,
-    /// `status.stepCount`.
-    pub steps: i64,
-    /// When the watch first saw it in a phase `settled` accepts.
-    pub settled_at: Option<Instant>,
-}
-
-/// Watches the runs of `namespace` until `count` of them are in a phase `settled` accepts (or
-/// `timeout` passes); returns every run as last seen.
-///
-/// # Errors
-/// When the watch fails for good or the timeout passes first.
-pub async fn watch_until(
-    client: &Client,
-    namespace: &str,
-    count: usize,
-    timeout: Duration,
-    settled: impl Fn(&str) -> bool,
-) -> anyhow::Result<HashMap<String, Seen>> {
-    let mut seen: HashMap<String, Seen> = HashMap::new();
-    let mut done = 0usize;
-    let stream = watcher(runs_api(client, namespace), watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
-    let deadline = tokio::time::Instant::now() + timeout;
-    while done < count {
-        let event = match tokio::time::timeout_at(deadline, stream.next()).await {
-            Ok(Some(event)) => event,
-            Ok(None) => anyhow::bail!("the watch of {namespace} ended"),
-            Err(_) => {
-                let mut phases: BTreeMap<String, usize> = BTreeMap::new();
-                for run in seen.values() {
-                    *phases
-                        .entry(format!("{} {}", run.phase, run.reason))
-                        .or_default() += 1;
-                }
-                anyhow::bail!(
-                    "{namespace}: {done} of {count} runs settled within {timeout:?}; phases: {phases:?}"
-                );
-            }
-        };
-        let objects = match event {
-            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => vec![object],
-            Ok(_) => Vec::new(),
-            Err(err) => {
-                tracing::debug!(%err, "benchmark watch");
-                Vec::new()
-            }
-        };
-        for object in objects {
-            let name = object.metadata.name.clone().unwrap_or_default();
-            let status = object.data.get("status").cloned().unwrap_or(Value::Null);
-            let phase = status["phase"].as_str().unwrap_or("").to_string();
-            let entry = seen.entry(name).or_insert_with(|| Seen {
-                phase: String::new(),
-                reason: String::new(),
-                steps: 0,
-                settled_at: None,
-            });
-            entry.reason = status["reason"].as_str().unwrap_or("").to_string();
-            entry.steps = status["stepCount"].as_i64().unwrap_or(0);
-            if entry.settled_at.is_none() && settled(&phase) {
-                entry.settled_at = Some(Instant::now());
-                done += 1;
-            }
-            entry.phase = phase;
-        }
-    }
-    Ok(seen)
-}
-
-/// True for a terminal phase.
-pub fn terminal(phase: &str) -> bool {
-    matches!(phase, "Completed" | "Failed" | "Cancelled")
 }

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::controllers::metric_sum;
+use super::controllers::{metric_sum, metric_value, Controller};
 use super::report::{quantile, Row};
-use super::target::{self, create_runs, runs_api, watch_until};
+use super::target::{create_runs, runs_api};
 use super::{floor, manifests, tools, Bench};
 
 /// What one throughput workload does.
@@ -47,29 +47,12 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
             }
         })
         .collect();
-    let settled: fn(&str) -> bool = if plan.waiting {
-        |phase| phase == "WaitingForApproval" || target::terminal(phase)
-    } else {
-        target::terminal
-    };
     let cpu_before: f64 = controllers.iter().map(|c| c.cpu_seconds()).sum();
     let bench_before = super::own_cpu_seconds();
     let mark = bench.target.audit_mark();
-    let watch = tokio::spawn({
-        let client = bench.target.client.clone();
-        let ns = ns.clone();
-        let (count, timeout) = (plan.runs, bench.timeout);
-        async move { watch_until(&client, &ns, count, timeout, settled).await }
-    });
     let started = Instant::now();
     create_runs(&bench.target.client, &ns, manifests, 32).await?;
-    let seen = watch.await??;
-    let last = seen
-        .values()
-        .filter_map(|s| s.settled_at)
-        .max()
-        .unwrap_or_else(Instant::now);
-    let elapsed = last.saturating_duration_since(started);
+    let elapsed = wait_settled(bench, &controllers, plan, started).await?;
     let mut row = Row {
         workload: plan.name.clone(),
         runs: plan.runs,
@@ -182,4 +165,49 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         );
     }
     Ok(row)
+}
+
+/// Waits until every run of `plan` settled (finished; or, for waiting runs, parked on an
+/// Approval), as the controllers' metrics tell (`agentrt_runs_finished_total`, recorded by the
+/// replica whose write ended the run; `agentrt_runs` by phase, from their watches): the
+/// benchmark adds no load of its own to the API server while it measures. Returns the time
+/// since `started`.
+async fn wait_settled(
+    bench: &Bench,
+    controllers: &[Controller],
+    plan: &Plan,
+    started: Instant,
+) -> anyhow::Result<Duration> {
+    let target = plan.runs as f64;
+    loop {
+        let mut finished = 0.0;
+        let mut settled: f64 = 0.0;
+        for controller in controllers {
+            let Ok(text) = controller.metrics(&bench.http).await else {
+                continue;
+            };
+            finished += metric_sum(&text, "agentrt_runs_finished_total");
+            let parked: f64 = ["WaitingForApproval", "Completed", "Failed", "Cancelled"]
+                .iter()
+                .map(|phase| metric_value(&text, &format!("agentrt_runs{{phase=\"{phase}\"}}")))
+                .sum();
+            settled = settled.max(parked);
+        }
+        let done = if plan.waiting { settled } else { finished };
+        if done >= target {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > bench.timeout {
+            anyhow::bail!(
+                "{}: {done} of {} runs settled within {:?}; controller logs in {}",
+                plan.name,
+                plan.runs,
+                bench.timeout,
+                controllers
+                    .first()
+                    .map_or_else(String::new, |c| c.log_path().display().to_string())
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

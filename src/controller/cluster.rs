@@ -22,7 +22,8 @@ pub const RUN_UID_LABEL: &str = "agentrt.dev/run-uid";
 /// A run as read: the whole object and the engine's view of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredRun {
-    /// The object as the API server returned it.
+    /// The object as the API server returned it, without its status (which is
+    /// `snapshot.status`: the record is held once, not twice).
     pub object: Value,
     /// What the engine sees.
     pub snapshot: RunSnapshot,
@@ -36,7 +37,7 @@ impl StoredRun {
     /// # Errors
     /// A sentence naming the run and the field when the metadata is incomplete or the spec does
     /// not decode (such a run is logged and left alone).
-    pub fn from_object(object: Value) -> Result<StoredRun, String> {
+    pub fn from_object(mut object: Value) -> Result<StoredRun, String> {
         let meta = &object["metadata"];
         let text = |field: &str| meta.get(field).and_then(Value::as_str).map(str::to_string);
         let namespace = text("namespace").unwrap_or_default();
@@ -48,7 +49,10 @@ impl StoredRun {
         let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
         let spec: AgentRunSpec = serde_json::from_value(object["spec"].clone())
             .map_err(|err| format!("AgentRun {namespace}/{name}: spec does not decode: {err}"))?;
-        let status = object.get("status").cloned().unwrap_or(Value::Null);
+        let status = object
+            .as_object_mut()
+            .and_then(|fields| fields.remove("status"))
+            .unwrap_or(Value::Null);
         Ok(StoredRun {
             snapshot: RunSnapshot {
                 namespace,
@@ -155,12 +159,62 @@ impl KubeApi {
         }
     }
 
-    fn run_api(&self, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), namespace, &self.runs)
-    }
-
     fn approval_api(&self, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), namespace, &self.approvals)
+    }
+
+    /// Requests on runs are made raw and read as JSON values: a run's record can be large, and
+    /// going through `DynamicObject` (whose flattened fields serde buffers) would copy it
+    /// several times more per step.
+    fn run_request(&self, namespace: &str) -> kube::core::Request {
+        kube::core::Request::new(format!(
+            "/apis/{}/namespaces/{namespace}/{}",
+            self.runs.api_version, self.runs.plural
+        ))
+    }
+}
+
+/// The body of a status replace: the run's object (held without its status), its last-read
+/// `resourceVersion` and the new status, serialized without copying any of them.
+struct StatusReplace<'a> {
+    run: &'a StoredRun,
+    status: &'a Value,
+}
+
+impl serde::Serialize for StatusReplace<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Metadata<'a>(&'a serde_json::Map<String, Value>, &'a str);
+        impl serde::Serialize for Metadata<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(None)?;
+                for (key, value) in self.0 {
+                    if key != "resourceVersion" {
+                        map.serialize_entry(key, value)?;
+                    }
+                }
+                map.serialize_entry("resourceVersion", self.1)?;
+                map.end()
+            }
+        }
+        let empty = serde_json::Map::new();
+        let fields = self.run.object.as_object().unwrap_or(&empty);
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in fields {
+            match key.as_str() {
+                "status" => {}
+                "metadata" => map.serialize_entry(
+                    key,
+                    &Metadata(
+                        value.as_object().unwrap_or(&empty),
+                        &self.run.resource_version,
+                    ),
+                )?,
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        map.serialize_entry("status", self.status)?;
+        map.end()
     }
 }
 
@@ -177,10 +231,16 @@ fn from_value(object: Value) -> Result<DynamicObject, ApiError> {
 #[async_trait]
 impl ClusterApi for KubeApi {
     async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, ApiError> {
-        let Some(object) = self.run_api(namespace).get_opt(name).await? else {
-            return Ok(None);
+        let request = self
+            .run_request(namespace)
+            .get(name, &kube::api::GetParams::default())
+            .map_err(|err| ApiError::Other(err.to_string()))?;
+        let object = match self.client.request::<Value>(request).await {
+            Ok(object) => object,
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+            Err(err) => return Err(err.into()),
         };
-        StoredRun::from_object(to_value(&object)?)
+        StoredRun::from_object(object)
             .map(Some)
             .map_err(ApiError::Undecodable)
     }
@@ -211,18 +271,14 @@ impl ClusterApi for KubeApi {
         run: &StoredRun,
         status: &Value,
     ) -> Result<StoredRun, ApiError> {
-        let mut object = run.object.clone();
-        object["status"] = status.clone();
-        object["metadata"]["resourceVersion"] = Value::String(run.resource_version.clone());
-        let written = self
-            .run_api(&run.snapshot.namespace)
-            .replace_status(
-                &run.snapshot.name,
-                &PostParams::default(),
-                &from_value(object)?,
-            )
-            .await?;
-        StoredRun::from_object(to_value(&written)?).map_err(ApiError::Undecodable)
+        let body = serde_json::to_vec(&StatusReplace { run, status })
+            .map_err(|err| ApiError::Other(format!("cannot encode the status: {err}")))?;
+        let request = self
+            .run_request(&run.snapshot.namespace)
+            .replace_subresource("status", &run.snapshot.name, &PostParams::default(), body)
+            .map_err(|err| ApiError::Other(err.to_string()))?;
+        let written: Value = self.client.request(request).await?;
+        StoredRun::from_object(written).map_err(ApiError::Undecodable)
     }
 
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {

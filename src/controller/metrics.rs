@@ -17,7 +17,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use kube::api::DynamicObject;
 use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -27,6 +26,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use super::watches::WatchedRun;
 
 /// One label: how something ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -140,7 +141,7 @@ pub struct Metrics {
     pub leases_lost: Counter,
     /// Runs this replica executes now.
     pub executors: Gauge,
-    run_stores: Mutex<Vec<Store<DynamicObject>>>,
+    run_stores: Mutex<Vec<Store<WatchedRun>>>,
     ready: AtomicBool,
 }
 
@@ -372,11 +373,11 @@ impl Metrics {
     }
 
     /// Reads runs by phase from `store` (a watch's reflector) at each scrape.
-    pub fn watch_runs(&self, store: Store<DynamicObject>) {
+    pub fn watch_runs(&self, store: Store<WatchedRun>) {
         self.lock_stores().push(store);
     }
 
-    fn lock_stores(&self) -> std::sync::MutexGuard<'_, Vec<Store<DynamicObject>>> {
+    fn lock_stores(&self) -> std::sync::MutexGuard<'_, Vec<Store<WatchedRun>>> {
         self.run_stores.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -385,12 +386,7 @@ impl Metrics {
             PHASES.iter().map(|p| ((*p).to_string(), 0)).collect();
         for store in self.lock_stores().iter() {
             for run in store.state() {
-                let phase = run
-                    .data
-                    .get("status")
-                    .and_then(|s| s.get("phase"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("Pending");
+                let phase = run.status.phase.as_deref().unwrap_or("Pending");
                 *counts.entry(phase.to_string()).or_default() += 1;
             }
         }

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use tracing::Instrument;
 
@@ -15,6 +14,7 @@ use super::cluster::ApiError;
 use super::context::{Context, RunKey, Written, MAX_CONFLICTS};
 use super::executor;
 use super::lease;
+use super::watches::WatchedRun;
 use crate::engine::{Effect, Input};
 
 /// How long a run the engine has nothing to do for (terminal, or waiting for a person without
@@ -39,10 +39,7 @@ pub enum ReconcileError {
 ///
 /// # Errors
 /// When the API server fails; the run is looked at again after a backoff.
-pub async fn reconcile(
-    obj: Arc<DynamicObject>,
-    ctx: Arc<Context>,
-) -> Result<Action, ReconcileError> {
+pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     ctx.metrics.reconciles.inc();
     let key = RunKey {
         namespace: obj.metadata.namespace.clone().unwrap_or_default(),
@@ -61,7 +58,7 @@ pub async fn reconcile(
 }
 
 /// kube-runtime's error policy: look again shortly.
-pub fn error_policy(_obj: Arc<DynamicObject>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(_obj: Arc<WatchedRun>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
     tracing::warn!(%err, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(2))
 }

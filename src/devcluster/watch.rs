@@ -83,8 +83,23 @@ enum Step {
 }
 
 impl Watcher {
+    /// One event line. `type` is written before `object`, as kube-apiserver writes it: a
+    /// client reading the event as an adjacently tagged enum (kube-rs's `WatchEvent`) can then
+    /// parse the object in place instead of buffering it until it learns the type.
     fn line(event: &Value) -> Chunk {
-        let mut bytes = serde_json::to_vec(event).unwrap_or_default();
+        let mut bytes = Vec::new();
+        match (event.get("type"), event.get("object")) {
+            (Some(kind), Some(object)) if event.as_object().is_some_and(|m| m.len() == 2) => {
+                bytes.extend_from_slice(b"{\"type\":");
+                let _ = serde_json::to_writer(&mut bytes, kind);
+                bytes.extend_from_slice(b",\"object\":");
+                let _ = serde_json::to_writer(&mut bytes, object);
+                bytes.push(b'}');
+            }
+            _ => {
+                let _ = serde_json::to_writer(&mut bytes, event);
+            }
+        }
         bytes.push(b'\n');
         Ok(Bytes::from(bytes))
     }
@@ -220,53 +235,47 @@ impl Watcher {
         (events, true)
     }
 
-    /// Sends every change after the cursor that this watch should see.
+    /// Sends every change after the cursor that this watch should see. The changes are taken
+    /// under the store's lock; the events are built and sent after it is released (the changes
+    /// are immutable), so a watcher never holds writers up while it copies objects.
     async fn drain(&mut self) -> Step {
-        let shared = self.shared.clone();
-        let events = {
-            let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
+        let since = {
+            let store = self.lock();
             match store.since(self.cursor) {
-                Since::Expired(oldest) => Err(self.expired(self.cursor, oldest)),
-                Since::Changes(changes) => {
-                    let mut events = Vec::new();
-                    for c in changes {
-                        self.cursor = c.rv;
-                        if !self.in_scope(&c.key.storage, &c.key.namespace) {
-                            continue;
-                        }
-                        let now = c.kind != ChangeKind::Deleted && self.matches(&c.object);
-                        let before = c.prev.as_deref().is_some_and(|p| self.matches(p));
-                        let event = match (now, before) {
-                            (true, false) => self.event("ADDED", &c.object, None),
-                            (true, true) => self.event(c.kind.as_str(), &c.object, None),
-                            (false, true) => match (&c.kind, c.prev.as_deref()) {
-                                (ChangeKind::Deleted, _) => self.event("DELETED", &c.object, None),
-                                (_, Some(prev)) => self.event("DELETED", prev, Some(c.rv)),
-                                (_, None) => continue,
-                            },
-                            (false, false) => continue,
-                        };
-                        events.push(event);
-                    }
-                    self.cursor = self.cursor.max(store.rv());
-                    Ok(events)
-                }
+                Since::Expired(oldest) => Err(oldest),
+                Since::Changes(changes) => Ok((changes, store.rv())),
             }
         };
-        match events {
-            Ok(events) => {
-                for e in events {
-                    if let Step::Stop = self.send(e).await {
-                        return Step::Stop;
-                    }
-                }
-                Step::Continue
+        let (changes, rv) = match since {
+            Ok(since) => since,
+            Err(oldest) => {
+                let _ = self.send(self.expired(self.cursor, oldest)).await;
+                return Step::Stop;
             }
-            Err(expired) => {
-                let _ = self.send(expired).await;
-                Step::Stop
+        };
+        for c in changes {
+            self.cursor = c.rv;
+            if !self.in_scope(&c.key.storage, &c.key.namespace) {
+                continue;
+            }
+            let now = c.kind != ChangeKind::Deleted && self.matches(&c.object);
+            let before = c.prev.as_deref().is_some_and(|p| self.matches(p));
+            let event = match (now, before) {
+                (true, false) => self.event("ADDED", &c.object, None),
+                (true, true) => self.event(c.kind.as_str(), &c.object, None),
+                (false, true) => match (&c.kind, c.prev.as_deref()) {
+                    (ChangeKind::Deleted, _) => self.event("DELETED", &c.object, None),
+                    (_, Some(prev)) => self.event("DELETED", prev, Some(c.rv)),
+                    (_, None) => continue,
+                },
+                (false, false) => continue,
+            };
+            if let Step::Stop = self.send(event).await {
+                return Step::Stop;
             }
         }
+        self.cursor = self.cursor.max(rv);
+        Step::Continue
     }
 }
 

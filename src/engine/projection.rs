@@ -60,12 +60,11 @@ pub fn kube_events(old_status: &Value, new_status: &Value) -> Vec<KubeEventProje
         .collect()
 }
 
-fn events(status: &Value) -> Vec<Value> {
+fn events(status: &Value) -> &[Value] {
     status
         .get("events")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+        .map_or(&[], Vec::as_slice)
 }
 
 fn project(event: &Value) -> Option<KubeEventProjection> {

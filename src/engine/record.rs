@@ -18,12 +18,33 @@ use crate::api::{
 /// the object budget.
 pub(crate) const OBJECT_MARGIN_BYTES: usize = 4096;
 
+/// The length of `value` as compact JSON, counted without building the text (`usize::MAX`
+/// when it cannot be encoded).
+fn encoded_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
 /// Decodes a stored status (`null` is a new run's empty status).
 pub(crate) fn decode(status: &Value) -> Result<AgentRunStatus, String> {
     if status.is_null() {
         return Ok(AgentRunStatus::default());
     }
-    serde_json::from_value::<AgentRunStatus>(status.clone()).map_err(|err| locate(status, err))
+    // Decoded from the value in place: a long run's record is large, a copy of it per step adds up.
+    serde::Deserialize::deserialize(status).map_err(|err| locate(status, err))
 }
 
 /// Names the part of a status that does not decode (`status.steps[2]: ...`), so the detail
@@ -226,8 +247,8 @@ impl<'a> Txn<'a> {
     }
 
     fn fits(&self, status: &Value) -> bool {
-        let status_bytes = serde_json::to_vec(status).map_or(usize::MAX, |b| b.len());
-        let spec_bytes = serde_json::to_vec(&self.run.spec).map_or(usize::MAX, |b| b.len());
+        let status_bytes = encoded_len(status);
+        let spec_bytes = encoded_len(&self.run.spec);
         status_bytes
             .saturating_add(spec_bytes)
             .saturating_add(OBJECT_MARGIN_BYTES)
