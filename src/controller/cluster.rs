@@ -115,6 +115,12 @@ pub trait ClusterApi: Send + Sync + 'static {
         namespace: &str,
         run_uid: &str,
     ) -> Result<Vec<ApprovalSnapshot>, ApiError>;
+    /// GET one Approval; `None` when it is absent.
+    async fn get_approval(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ApprovalSnapshot>, ApiError>;
     /// Replace the run's status with `status` on `run.resource_version` (compare-and-set).
     async fn replace_run_status(
         &self,
@@ -264,6 +270,20 @@ impl ClusterApi for KubeApi {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    async fn get_approval(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ApprovalSnapshot>, ApiError> {
+        let Some(item) = self.approval_api(namespace).get_opt(name).await? else {
+            return Ok(None);
+        };
+        Ok(Some(ApprovalSnapshot {
+            name: name.to_string(),
+            object: to_value(&item)?,
+        }))
     }
 
     async fn replace_run_status(

@@ -2,7 +2,7 @@
 //! clock, the engine, the runs it executes, and the helpers that perform the engine's
 //! bookkeeping effects (compare-and-set status writes, Approval creation and status).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::{ApiError, ClusterApi, StoredRun};
+use super::cluster::{ApiError, ClusterApi, StoredRun, RUN_UID_LABEL};
 use super::fault;
 use super::identity::{Clock, HolderId};
 use super::metrics::Metrics;
@@ -95,8 +95,13 @@ pub struct Context {
     /// Fires at shutdown: no new side effect starts, executors wind down.
     pub shutdown: CancellationToken,
     executors: Mutex<HashMap<RunKey, CancellationToken>>,
+    /// Runs that found every executor slot taken, oldest first; kicked as slots free up.
+    slot_waiters: Mutex<VecDeque<RunKey>>,
     kicks: mpsc::UnboundedSender<RunKey>,
 }
+
+/// Up to this many Approvals named by a record are read one by one; more, by label.
+const MAX_APPROVAL_GETS: usize = 8;
 
 /// Most compare-and-set conflicts in a row before a reconcile or executor gives up and looks
 /// again later.
@@ -128,6 +133,7 @@ impl Context {
             metrics,
             shutdown,
             executors: Mutex::new(HashMap::new()),
+            slot_waiters: Mutex::new(VecDeque::new()),
             kicks,
         }
     }
@@ -192,23 +198,56 @@ impl Context {
         true
     }
 
-    /// Forgets the executor of `key`.
+    /// Forgets the executor of `key`; its slot goes to a run waiting for one.
     pub fn unregister_executor(&self, key: &RunKey) {
-        let mut executors = self.lock_executors();
-        executors.remove(key);
-        self.metrics
-            .executors
-            .set(i64::try_from(executors.len()).unwrap_or(i64::MAX));
+        {
+            let mut executors = self.lock_executors();
+            executors.remove(key);
+            self.metrics
+                .executors
+                .set(i64::try_from(executors.len()).unwrap_or(i64::MAX));
+        }
+        self.kick_slot_waiters();
     }
 
-    fn lock_executors(&self) -> std::sync::MutexGuard<'_, HashMap<RunKey, CancellationToken>> {
-        match self.executors.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
+    /// Remembers that `key` needs an executor slot and found none free (`--max-concurrent-runs`):
+    /// it is reconciled again when one frees, instead of polling for one.
+    pub fn wait_for_slot(&self, key: &RunKey) {
+        let mut waiters = lock(&self.slot_waiters);
+        if !waiters.contains(key) {
+            waiters.push_back(key.clone());
         }
     }
 
+    /// Kicks as many runs waiting for a slot as there are free slots (a kicked run that no
+    /// longer needs one leaves it to the next, at the end of its reconcile).
+    pub fn kick_slot_waiters(&self) {
+        let free = self
+            .settings
+            .max_concurrent_runs
+            .saturating_sub(self.executing());
+        if free == 0 {
+            return;
+        }
+        let kicked: Vec<RunKey> = {
+            let mut waiters = lock(&self.slot_waiters);
+            let n = free.min(waiters.len());
+            waiters.drain(..n).collect()
+        };
+        for key in kicked {
+            self.kick(&key);
+        }
+    }
+
+    fn lock_executors(&self) -> std::sync::MutexGuard<'_, HashMap<RunKey, CancellationToken>> {
+        lock(&self.executors)
+    }
+
     /// Reads the run and its Approvals live; `None` when the run is gone.
+    ///
+    /// The Approvals read are those the record names (the only ones the engine looks at): none
+    /// for most runs, each by name for a few (a GET is O(1) on the API server, where a label
+    /// LIST scans every Approval of the namespace), by label when it names many.
     ///
     /// # Errors
     /// When the API server fails, or the run's spec does not decode.
@@ -216,10 +255,27 @@ impl Context {
         let Some(run) = self.api.get_run(&key.namespace, &key.name).await? else {
             return Ok(None);
         };
-        let approvals = self
-            .api
-            .list_approvals(&key.namespace, &run.snapshot.uid)
-            .await?;
+        let names = crate::engine::recorded_approvals(&run.snapshot.status);
+        let approvals = if names.len() > MAX_APPROVAL_GETS {
+            self.api
+                .list_approvals(&key.namespace, &run.snapshot.uid)
+                .await?
+        } else {
+            let mut approvals = Vec::with_capacity(names.len());
+            let uid = run.snapshot.uid.as_str();
+            for name in &names {
+                // Only this run's (as the label LIST selects them): an Approval of an earlier
+                // run of the same name may still await garbage collection.
+                if let Some(approval) = self.api.get_approval(&key.namespace, name).await? {
+                    if approval.object["metadata"]["labels"][RUN_UID_LABEL] == uid {
+                        approvals.push(approval);
+                    }
+                }
+            }
+            approvals.sort_by(|a, b| a.name.cmp(&b.name));
+            approvals.dedup_by(|a, b| a.name == b.name);
+            approvals
+        };
         Ok(Some(RunState { run, approvals }))
     }
 
@@ -302,6 +358,12 @@ impl Context {
             tracing::warn!(approval = %name, %err, "cannot write the Approval's status");
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// JSON equality where numbers compare by value (`1` equals `1.0`), as an API server may

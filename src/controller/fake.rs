@@ -103,6 +103,21 @@ impl ClusterApi for FakeApi {
             .collect())
     }
 
+    async fn get_approval(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ApprovalSnapshot>, ApiError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .approvals
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|object| ApprovalSnapshot {
+                name: name.to_string(),
+                object: object.clone(),
+            }))
+    }
+
     async fn replace_run_status(
         &self,
         run: &StoredRun,

@@ -1,12 +1,20 @@
-//! Kubernetes Events on the AgentRun (events.k8s.io/v1, through kube-runtime's `Recorder`):
-//! a projection of what one status write added to the record (DESIGN.md section 4: Events are
-//! projections of the record). Which journal entries become which Event is the engine's
-//! projection (`engine::kube_events`): the run started and finished, approvals requested and
-//! decided, takeovers, interruptions, resumptions, limits. Publishing is best effort: a failure
-//! never touches the run.
+//! Kubernetes Events on the AgentRun (events.k8s.io/v1): a projection of what one status write
+//! added to the record (DESIGN.md section 4: Events are projections of the record). Which
+//! journal entries become which Event is the engine's projection (`engine::kube_events`): the
+//! run started and finished, approvals requested and decided, takeovers, interruptions,
+//! resumptions, limits. Publishing is best effort: a failure never touches the run.
+//!
+//! Each Event is created as kube-runtime's `Recorder` would create a new one, but without its
+//! series cache: a journal entry is projected once, so there is no repeat to count, and that
+//! cache (every Event of the last six minutes, scanned on each publish) would cost memory and
+//! time in proportion to the runs a replica works on.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
+use kube::runtime::events::{Event, EventType};
+use kube::Api;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -30,6 +38,41 @@ pub fn events_for_write(old_status: &Value, new_status: &Value) -> Vec<Event> {
         })
         .collect()
 }
+
+/// The events.k8s.io/v1 Event for `event` about `reference`, as reported by `instance`.
+pub fn k8s_event(event: &Event, reference: ObjectReference, instance: &str) -> K8sEvent {
+    let now = jiff::Timestamp::now();
+    K8sEvent {
+        action: Some(event.action.clone()),
+        reason: Some(event.reason.clone()),
+        event_time: Some(MicroTime(now)),
+        note: event.note.clone(),
+        metadata: ObjectMeta {
+            namespace: reference.namespace.clone(),
+            name: Some(format!(
+                "{}.{:x}",
+                reference.name.as_deref().unwrap_or(REPORTER),
+                now.as_nanosecond()
+            )),
+            ..ObjectMeta::default()
+        },
+        regarding: Some(reference),
+        reporting_controller: Some(REPORTER.into()),
+        reporting_instance: Some(instance.to_string()),
+        type_: Some(
+            match event.type_ {
+                EventType::Normal => "Normal",
+                EventType::Warning => "Warning",
+            }
+            .into(),
+        ),
+        related: event.secondary.clone(),
+        ..K8sEvent::default()
+    }
+}
+
+/// The reporting controller named on every Event.
+const REPORTER: &str = "agentrt-controller";
 
 /// The reference an Event about `run` names.
 pub fn reference(run: &StoredRun) -> ObjectReference {
@@ -57,19 +100,15 @@ impl EventSink {
         EventSink { tx: None }
     }
 
-    /// A sink publishing through a `Recorder` as `agentrt-controller` (instance: the holder).
+    /// A sink publishing as `agentrt-controller` (instance: the holder).
     pub fn start(client: kube::Client, instance: String) -> EventSink {
         let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(4096);
-        let recorder = Recorder::new(
-            client,
-            Reporter {
-                controller: "agentrt-controller".into(),
-                instance: Some(instance),
-            },
-        );
         tokio::spawn(async move {
             while let Some((reference, event)) = rx.recv().await {
-                if let Err(err) = recorder.publish(&event, &reference).await {
+                let namespace = reference.namespace.clone().unwrap_or_default();
+                let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
+                let object = k8s_event(&event, reference, &instance);
+                if let Err(err) = api.create(&PostParams::default(), &object).await {
                     tracing::debug!(%err, reason = %event.reason, "cannot publish a Kubernetes Event");
                 }
             }
@@ -121,5 +160,28 @@ mod tests {
             {"seq": 1, "type": "run.created"}, {"seq": 2, "type": "step.tool_finished", "step": 0}
         ]});
         assert!(events_for_write(&old, &new).is_empty());
+    }
+
+    #[test]
+    fn an_event_names_the_run_and_the_reporting_replica() {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "TakenOver".into(),
+            note: Some("taken over".into()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        let reference = ObjectReference {
+            name: Some("r".into()),
+            namespace: Some("ns".into()),
+            ..ObjectReference::default()
+        };
+        let object = k8s_event(&event, reference, "holder-1");
+        assert_eq!(object.metadata.namespace.as_deref(), Some("ns"));
+        assert!(object.metadata.name.as_deref().unwrap().starts_with("r."));
+        assert_eq!(object.type_.as_deref(), Some("Warning"));
+        assert_eq!(object.reporting_controller.as_deref(), Some(REPORTER));
+        assert_eq!(object.reporting_instance.as_deref(), Some("holder-1"));
+        assert_eq!(object.regarding.and_then(|r| r.name).as_deref(), Some("r"));
     }
 }

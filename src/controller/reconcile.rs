@@ -22,6 +22,10 @@ use crate::engine::{Effect, Input};
 /// Lease's wake it sooner. Only a safety net against a missed watch event.
 pub const RESYNC: Duration = Duration::from_secs(3600);
 
+/// How long a run that found every executor slot taken waits at most before it is looked at
+/// again; a slot that frees wakes it sooner.
+const SLOT_WAIT_MILLIS: u64 = 30_000;
+
 /// Why a reconcile failed (it is retried by [`error_policy`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -54,6 +58,8 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
+    // A slot this run was kicked for and did not take goes to the next run waiting for one.
+    ctx.kick_slot_waiters();
     action.map_err(|source| ReconcileError::Api { run: key, source })
 }
 
@@ -137,8 +143,10 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                         continue;
                     }
                     if ctx.executing() >= ctx.settings.max_concurrent_runs {
-                        tracing::debug!(run = %key, "at --max-concurrent-runs; looking again later");
-                        soonest(1_000);
+                        // Looked at again when a slot frees (or after the safety net).
+                        tracing::debug!(run = %key, "at --max-concurrent-runs; waiting for a slot");
+                        ctx.wait_for_slot(key);
+                        soonest(SLOT_WAIT_MILLIS);
                         continue;
                     }
                     let now = ctx.clock.now();

@@ -62,6 +62,20 @@ pub fn approval_name(run: &str, step: i64, n: usize) -> String {
     format!("{run}-{step}-{n}")
 }
 
+/// The names of the Approvals a stored record names (`steps[].approvals[].name`), in record
+/// order, read leniently. These are the only Approvals the machine looks at: an Approval is
+/// created after the write that records it, so every one of a run's Approvals is named here
+/// (DESIGN.md section 4), and one named but missing is created again.
+pub fn recorded_approvals(status: &Value) -> Vec<String> {
+    status["steps"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .flat_map(|step| step["approvals"].as_array().map_or(&[][..], Vec::as_slice))
+        .filter_map(|approval| approval["name"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// The first 12 hex characters after `sha256:` (the printer column).
 pub fn short_hash(hash: &str) -> String {
     hash.trim_start_matches("sha256:")
@@ -540,5 +554,21 @@ fn expire(
             name: latest.name.clone(),
             status: to_value(&status),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_approvals_a_record_names_are_read_from_its_steps() {
+        let status = json!({"steps": [
+            {"index": 0, "approvals": [{"name": "r-0-1"}, {"name": "r-0-2"}]},
+            {"index": 1},
+            {"index": 2, "approvals": [{"name": "r-2-1"}]},
+        ]});
+        assert_eq!(recorded_approvals(&status), ["r-0-1", "r-0-2", "r-2-1"]);
+        assert!(recorded_approvals(&Value::Null).is_empty());
     }
 }

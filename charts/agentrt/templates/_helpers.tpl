@@ -48,7 +48,7 @@ app.kubernetes.io/component: controller
   verbs: ["get", "list", "watch", "create", "update"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
