@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::calls::{call_agent, call_hook, call_model, call_tool};
 use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
+use super::fault::{self, FaultPoint};
 use super::lease::{HeldLease, LeaseCell};
 use crate::engine::{Effect, Input, ToolOutcome};
 
@@ -222,7 +223,9 @@ async fn drive(
                         next = stopped_or_lost(lease);
                         break;
                     }
-                    let outcome = call_model(ctx, &state, &request, max_output_tokens).await;
+                    let outcome = call_model(ctx, &state, step, &request, max_output_tokens)
+                        .instrument(tracing::info_span!("model", step, attempt))
+                        .await;
                     next = Some(if lease.is_lost() {
                         Input::LeaseLost
                     } else {
@@ -240,6 +243,7 @@ async fn drive(
                         break;
                     }
                     let answer = call_hook(ctx, &state, &view).await;
+                    fault::check(FaultPoint::AfterHookAnswered, None);
                     next = Some(if lease.is_lost() {
                         Input::LeaseLost
                     } else {
