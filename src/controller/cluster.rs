@@ -49,6 +49,11 @@ impl StoredRun {
         let spec: AgentRunSpec = serde_json::from_value(object["spec"].clone())
             .map_err(|err| format!("AgentRun {namespace}/{name}: spec does not decode: {err}"))?;
         let status = object.get("status").cloned().unwrap_or(Value::Null);
+        let created_by = meta
+            .get("annotations")
+            .and_then(|a| a.get(crate::engine::CREATED_BY_ANNOTATION))
+            .and_then(Value::as_str)
+            .map(str::to_string);
         Ok(StoredRun {
             snapshot: RunSnapshot {
                 namespace,
@@ -57,6 +62,7 @@ impl StoredRun {
                 generation,
                 spec,
                 status,
+                created_by,
             },
             resource_version,
             object,
