@@ -242,7 +242,13 @@ async fn drive(
                         next = stopped_or_lost(lease);
                         break;
                     }
-                    let answer = call_hook(ctx, &state, &view).await;
+                    // The hook may be asked for up to its timeoutSeconds; asking changes
+                    // nothing, so shutdown need not wait for it (the next holder asks again).
+                    let answer = tokio::select! {
+                        answer = call_hook(ctx, &state, &view) => answer,
+                        _ = stop.cancelled() => return,
+                        _ = ctx.shutdown.cancelled() => return,
+                    };
                     fault::check(FaultPoint::AfterHookAnswered, None);
                     next = Some(if lease.is_lost() {
                         Input::LeaseLost
