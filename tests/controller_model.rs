@@ -386,7 +386,7 @@ async fn transient_failures_are_retried_with_backoff_honouring_retry_after() {
 async fn a_slow_reply_past_the_timeout_is_charged_its_projection_and_tried_again() {
     let (cluster, tools) = setup().await;
     let model = ModelServer::start(vec![
-        Reply::complete(json!({"late": true}), usage(10, 1, 0)).slow(Duration::from_secs(8)),
+        Reply::complete(json!({"late": true}), usage(10, 1, 0)).slow(Duration::from_secs(60)),
         Reply::complete(json!({"damaged": false}), usage(1000, 30, 0)),
     ])
     .await;
@@ -396,7 +396,7 @@ async fn a_slow_reply_past_the_timeout_is_charged_its_projection_and_tried_again
         ControllerSpec::named("c"),
     );
     start_run(&cluster, &tools, "slow", &model.base_url(), |spec| {
-        spec["agent"]["openai"]["timeoutSeconds"] = json!(1);
+        spec["agent"]["openai"]["timeoutSeconds"] = json!(3);
     })
     .await;
     let done = wait_done(&cluster, "slow").await;

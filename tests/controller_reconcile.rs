@@ -507,17 +507,16 @@ async fn a_hook_that_is_down_then_recovers_is_asked_until_it_answers() {
     let mut hook = Hook::down();
     let run = Interrupted::new("recovers", &hook.url, 30).await;
     let second = run.take_over(ControllerSpec::named("second"));
-    // The takeover is recorded before the hook is asked; let it be refused a while.
-    wait_status(
-        &run.cluster.client(),
-        run.cluster.namespace(),
-        "recovers",
-        WAIT,
-        "the takeover",
-        |s| !events_of(s, "lease.taken_over").is_empty(),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Up only once the hook was refused at least once.
+    let deadline = std::time::Instant::now() + WAIT;
+    while !second.log().contains("the reconcile hook failed") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hook was never asked:\n{}",
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     hook.come_up(vec![
         Answer::Raw(503, "starting"),
         Answer::Json(json!({"outcome": "continue"})),
