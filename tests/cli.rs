@@ -223,3 +223,33 @@ async fn json_output_and_exit_codes() {
         "arguments are validated before the kubeconfig is read"
     );
 }
+
+#[tokio::test]
+async fn the_binary_works_as_the_kubectl_plugin_kubectl_agentrt() {
+    let c = cluster().await;
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &approval("{order: 1042, amount: 250}", HASH),
+    );
+    let bin = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_agentrt"),
+        bin.path().join("kubectl-agentrt"),
+    )
+    .expect("symlink");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(support::cluster::KUBECTL)
+        .args(["agentrt", "approvals", "-o", "json", "--kubeconfig"])
+        .arg(c.kubeconfig())
+        .args(["-n", c.namespace()])
+        .env("PATH", path)
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
+    assert_eq!(list[0]["metadata"]["name"], "refund-1042-1-1");
+}

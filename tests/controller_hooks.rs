@@ -112,3 +112,91 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
         "no person was asked"
     );
 }
+
+/// An agent endpoint whose answer depends on the step asked: `(status, body)`.
+async fn agent_endpoint(answer: fn(&Value) -> (u16, Value)) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let record = seen.clone();
+    let app = Router::new().route(
+        "/",
+        post(move |Json(request): Json<Value>| {
+            let record = record.clone();
+            async move {
+                let (status, body) = answer(&request);
+                record.lock().unwrap().push(request);
+                (
+                    axum::http::StatusCode::from_u16(status).unwrap(),
+                    Json(body),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/"), seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_agent_sees_the_approvals_and_its_answer_is_recorded_verbatim_before_it_is_judged(
+) {
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let (agent, requests) = agent_endpoint(|request| match request["step"].as_i64() {
+        Some(0) => (
+            200,
+            json!({"kind": "tool_call", "tool": "quick", "args": {"item": 7}}),
+        ),
+        Some(1) => (
+            200,
+            json!({"kind": "tool_call", "tool": "guess", "args": {"x": 1}, "why": "a hunch"}),
+        ),
+        _ => (500, json!({"error": "the agent crashed"})),
+    })
+    .await;
+    let _controller =
+        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let yaml = fixture("webhook-agent", &tools.base(), "judged").replace("${AGENT}", &agent);
+    let mut run: Value = serde_yaml::from_str(&yaml).unwrap();
+    run["spec"]["policy"] = json!({"sideEffects": {"ReadOnly": "RequireApproval"}});
+    create_run(&client, &ns, &serde_yaml::to_string(&run).unwrap()).await;
+
+    let approval = wait_approval(&client, &ns, "judged", "policy", Duration::from_secs(30)).await;
+    decide(&client, &ns, &approval, "Approved").await;
+    let done = wait_phase(&client, &ns, "judged", "Failed", Duration::from_secs(30)).await;
+    assert_eq!(done["reason"], "agent_error");
+    assert!(
+        done["reasonDetail"]
+            .as_str()
+            .is_some_and(|d| d.contains("500")),
+        "{done}"
+    );
+    assert_eq!(step_statuses(&done), ["done", "failed", "failed"]);
+    // Recorded verbatim, then judged: an unknown tool is an invalid decision.
+    assert_eq!(
+        done["steps"][1]["decision"],
+        json!({"kind": "tool_call", "tool": "guess", "args": {"x": 1}, "why": "a hunch"})
+    );
+    assert_eq!(done["steps"][1]["observation"]["kind"], "invalid_decision");
+    assert_seq_contiguous(&done);
+
+    let requests = requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0]["approvals"], json!([]));
+    assert_eq!(
+        requests[0]["tools"][0]["inputSchema"]["required"],
+        json!(["item"])
+    );
+    let approvals = requests[1]["approvals"].as_array().expect("approvals");
+    assert_eq!(approvals.len(), 1, "{}", requests[1]);
+    assert_eq!(
+        approvals[0]["name"],
+        approval.metadata.name.clone().unwrap()
+    );
+    assert_eq!(approvals[0]["verdict"], "Approved");
+    assert_eq!(approvals[0]["executed"], true);
+    assert_eq!(requests[2]["steps"][1]["decision"]["why"], "a hunch");
+    assert_eq!(tools.calls().len(), 1);
+}

@@ -1,7 +1,9 @@
 //! The samples of `config/samples/`, applied with kubectl against the embedded API server (or
-//! AGENTRT_TEST_KUBECONFIG) with a controller child process: each reaches its phase, and the
-//! approval sample completes after `kubectl patch` with the hash the Approval carries, while a
-//! patch with another hash is refused by the API server.
+//! AGENTRT_TEST_KUBECONFIG) with a controller child process, the sample tools, model and hook
+//! served as `agentrt dev` serves them: each reaches its phase, and the approval sample
+//! completes after `kubectl patch` with the hash the Approval carries, while a patch with another
+//! hash is refused by the API server. The reconcile-hook sample, its controller killed during
+//! the export, is settled by the sample hook without exporting twice.
 
 mod support;
 
@@ -12,13 +14,22 @@ use support::controller::*;
 use tokio_util::sync::CancellationToken;
 
 fn samples_for(addr: &str) -> String {
+    sample_files(
+        addr,
+        &[
+            "readonly-lookup.yaml",
+            "refund-approval.yaml",
+            "slow-export.yaml",
+            "model-lookup.yaml",
+            "export-reconciled.yaml",
+        ],
+    )
+}
+
+fn sample_files(addr: &str, names: &[&str]) -> String {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples");
     let mut out = String::new();
-    for name in [
-        "readonly-lookup.yaml",
-        "refund-approval.yaml",
-        "slow-export.yaml",
-    ] {
+    for name in names {
         let text = std::fs::read_to_string(dir.join(name)).expect("sample");
         out.push_str("---\n");
         out.push_str(&text.replace("127.0.0.1:8089", addr));
@@ -67,6 +78,36 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
     )
     .await;
     assert_eq!(slow["result"]["exported"], "orders");
+    let reconciled = wait_phase(
+        &client,
+        &ns,
+        "export-reconciled",
+        "Completed",
+        Duration::from_secs(40),
+    )
+    .await;
+    assert!(
+        events_of(&reconciled, "lease.taken_over").is_empty(),
+        "without a crash the hook is not asked"
+    );
+    // The sample model decided each step; every attempt was recorded and priced.
+    let decided = wait_phase(
+        &client,
+        &ns,
+        "model-lookup",
+        "Completed",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        decided["result"],
+        serde_json::json!({"order": 1042, "status": "delivered", "damaged": true})
+    );
+    assert_eq!(decided["usage"]["modelCalls"], 2);
+    assert_eq!(decided["usage"]["outputTokens"], 48);
+    assert!(decided["usage"]["estimatedCostMicros"].as_i64() > Some(0));
+    assert_eq!(events_of(&decided, "model.completed").len(), 2);
+    assert_seq_contiguous(&decided);
     let waiting = wait_phase(
         &client,
         &ns,
@@ -149,4 +190,59 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
         .await
         .unwrap();
     assert_eq!(refunds.as_object().map(|o| o.len()), Some(1), "{refunds}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconcile_hook_sample_settles_an_export_interrupted_by_a_crash() {
+    if !cfg!(feature = "fault-injection") {
+        eprintln!("skipped: the crash points need `cargo test --features fault-injection`");
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = agentrt::tools::samples::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Duration::from_secs(4),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    // The sample as written, with a 2-second lease so the takeover comes soon.
+    let yaml = sample_files(&tools.to_string(), &["export-reconciled.yaml"])
+        .replace("leaseDurationSeconds: 10", "leaseDurationSeconds: 2");
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &yaml);
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut first = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        &ns,
+        ControllerSpec::named("first").fault("during-tool"),
+    );
+    assert!(
+        first.was_killed(Duration::from_secs(30)),
+        "the fault fired:\n{}",
+        first.log()
+    );
+    let _second =
+        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("second"));
+    let done = wait_phase(
+        &client,
+        &ns,
+        "export-reconciled",
+        "Completed",
+        Duration::from_secs(60),
+    )
+    .await;
+    // The hook's answer: the export the sample tool finished, not a second one.
+    assert_eq!(done["result"]["rows"], 1200, "{done}");
+    assert_eq!(done["result"]["dataset"], "orders");
+    assert!(!events_of(&done, "lease.taken_over").is_empty());
+    assert!(approvals(&client, &ns, "export-reconciled")
+        .await
+        .is_empty());
+    assert_seq_contiguous(&done);
 }

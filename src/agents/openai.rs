@@ -11,7 +11,8 @@
 //! The API key: held in an [`ApiKey`], whose `Debug` and `Display` print `***`; it is sent
 //! only as `Authorization: Bearer …`, never over plain `http` to a host that is not a loopback
 //! address, never to a redirect target (redirects are not followed), never through a
-//! plain-http proxy; no error, log line or `Debug` output contains it.
+//! plain-http proxy; no error, log line or `Debug` output contains it, and an answer body that
+//! echoes it has it replaced by `***` before anything reads the body.
 
 mod reply;
 mod request;
@@ -251,7 +252,7 @@ pub async fn call(
     tracing::debug!(url = %shown, status, latency_ms, "model endpoint answered");
     Ok(ModelAnswer {
         status,
-        body: Bytes::from(received),
+        body: Bytes::from(scrub_bytes(received, api_key)),
         retry_after_millis,
         latency_ms,
     })
@@ -328,6 +329,32 @@ fn scrub(text: &str, api_key: Option<&ApiKey>) -> String {
         Some(key) => text.replace(key, "***"),
         None => text.to_string(),
     }
+}
+
+/// `body` with every occurrence of the key replaced by `***`: a server that echoes the
+/// `Authorization` header (in an error body, say) must not get the key into the record.
+fn scrub_bytes(body: Vec<u8>, api_key: Option<&ApiKey>) -> Vec<u8> {
+    let Some(key) = api_key
+        .map(|k| k.expose().as_bytes())
+        .filter(|k| !k.is_empty())
+    else {
+        return body;
+    };
+    if !body.windows(key.len()).any(|window| window == key) {
+        return body;
+    }
+    let mut out = Vec::with_capacity(body.len());
+    let mut rest = body.as_slice();
+    while !rest.is_empty() {
+        if rest.starts_with(key) {
+            out.extend_from_slice(b"***");
+            rest = &rest[key.len()..];
+        } else {
+            out.push(rest[0]);
+            rest = &rest[1..];
+        }
+    }
+    out
 }
 
 /// `retry-after-ms`, else `Retry-After` (delta-seconds or an HTTP date), in milliseconds.

@@ -1,49 +1,95 @@
 //! HTTP deciders: the `webhook` agent (POST the engine's request JSON, the answer is the
 //! decision JSON) and the reconcile hook (POST a RunView, the answer is a Reconciliation;
 //! DESIGN.md section 5). Redirects are never followed.
+//!
+//! The agent is asked once per decision (a failure is the engine's `agent_error`). The hook is
+//! asked until it answers, for at most `spec.reconcile.webhook.timeoutSeconds` in all: a
+//! connection that fails, a timeout, 408, 425, 429 and 5xx are tried again with backoff; any
+//! other status, or a 2xx whose body is not JSON, is the answer at once (the engine fails the
+//! run `internal_error`, naming the hook).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// How many times the reconcile hook is asked before the answer is a failure.
-pub const RECONCILE_HOOK_ATTEMPTS: u32 = 3;
+/// The wait before the reconcile hook's second attempt; it doubles up to
+/// [`HOOK_BACKOFF_CAP`].
+pub const HOOK_BACKOFF_START: Duration = Duration::from_millis(250);
+/// The longest wait between two attempts of the reconcile hook.
+pub const HOOK_BACKOFF_CAP: Duration = Duration::from_secs(5);
+
+/// Why a POST has no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostFailure {
+    /// A sentence naming the URL.
+    pub detail: String,
+    /// Whether asking again may help: no connection, a timeout, a lost connection, 408, 425,
+    /// 429 or 5xx.
+    pub transient: bool,
+}
 
 /// POSTs `body` to `url` and returns the JSON answer of a 2xx, or why there is none.
 ///
 /// # Errors
-/// A sentence naming the URL: no connection, a timeout, a non-2xx status (with the start of the
-/// body), or an answer that is not JSON.
-pub async fn post_json(
+/// A [`PostFailure`] naming the URL: no connection, a timeout, a non-2xx status (with the start
+/// of the body), or an answer that is not JSON.
+pub async fn post(
     client: &reqwest::Client,
     url: &str,
     timeout: Duration,
     body: &Value,
-) -> Result<Value, String> {
+) -> Result<Value, PostFailure> {
+    let transient = |detail: String| PostFailure {
+        detail,
+        transient: true,
+    };
     let response = client
         .post(url)
         .timeout(timeout)
         .json(body)
         .send()
         .await
-        .map_err(|err| format!("POST {url}: {err}"))?;
+        .map_err(|err| transient(format!("POST {url}: {}", error_chain(&err))))?;
     let status = response.status();
-    let bytes = response
-        .bytes()
-        .await
-        .map_err(|err| format!("POST {url}: the answer was cut off: {err}"))?;
+    let bytes = response.bytes().await.map_err(|err| {
+        transient(format!(
+            "POST {url}: the answer was cut off: {}",
+            error_chain(&err)
+        ))
+    })?;
     if !status.is_success() {
         let head: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
-        return Err(format!("POST {url}: HTTP {status}: {head}"));
+        let code = status.as_u16();
+        return Err(PostFailure {
+            detail: format!("POST {url}: HTTP {status}: {head}"),
+            transient: matches!(code, 408 | 425 | 429) || status.is_server_error(),
+        });
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|err| format!("POST {url}: the answer is not JSON: {err}"))
+    serde_json::from_slice(&bytes).map_err(|err| PostFailure {
+        detail: format!("POST {url}: the answer is not JSON: {err}"),
+        transient: false,
+    })
+}
+
+/// [`post`], the failure as its sentence.
+///
+/// # Errors
+/// As [`post`].
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+    body: &Value,
+) -> Result<Value, String> {
+    post(client, url, timeout, body)
+        .await
+        .map_err(|failure| failure.detail)
 }
 
 /// Asks the webhook agent for a decision: one attempt (the engine records an agent error).
 ///
 /// # Errors
-/// As [`post_json`].
+/// As [`post`].
 pub async fn call_agent(
     client: &reqwest::Client,
     url: &str,
@@ -53,33 +99,61 @@ pub async fn call_agent(
     post_json(client, url, timeout, request).await
 }
 
-/// Asks the reconcile hook what to do with an interrupted run, retrying a failed attempt with
-/// backoff ([`RECONCILE_HOOK_ATTEMPTS`] in all).
+/// Asks the reconcile hook what to do with an interrupted run, trying again after a transient
+/// failure with backoff ([`HOOK_BACKOFF_START`] doubling to [`HOOK_BACKOFF_CAP`]) for at most
+/// `budget` in all (`spec.reconcile.webhook.timeoutSeconds`); each attempt may use what is left
+/// of it.
 ///
 /// # Errors
-/// The last attempt's failure.
+/// A sentence naming the hook: the failure that is not transient, or, once the budget is
+/// spent, how many attempts were made and the last failure.
 pub async fn call_reconcile_hook(
     client: &reqwest::Client,
     url: &str,
-    timeout: Duration,
+    budget: Duration,
     view: &Value,
 ) -> Result<Value, String> {
-    let mut last = String::new();
-    for attempt in 0..RECONCILE_HOOK_ATTEMPTS {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
-        }
-        match post_json(client, url, timeout, view).await {
+    let deadline = Instant::now() + budget;
+    let mut wait = HOOK_BACKOFF_START;
+    let mut attempts = 0u32;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        attempts += 1;
+        let failure = match post(client, url, left.max(Duration::from_millis(1)), view).await {
             Ok(answer) => return Ok(answer),
-            Err(err) => {
-                tracing::info!(%err, attempt, "the reconcile hook failed");
-                last = err;
-            }
+            Err(failure) => failure,
+        };
+        tracing::info!(detail = %failure.detail, attempts, "the reconcile hook failed");
+        if !failure.transient {
+            return Err(format!("spec.reconcile.webhook {url}: {}", failure.detail));
         }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left <= wait {
+            return Err(format!(
+                "spec.reconcile.webhook {url} gave no usable answer within its timeoutSeconds                  ({} s, {attempts} attempts); the last: {}",
+                budget.as_secs(),
+                failure.detail
+            ));
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(HOOK_BACKOFF_CAP);
     }
-    Err(format!(
-        "the reconcile hook failed {RECONCILE_HOOK_ATTEMPTS} times; last: {last}"
-    ))
+}
+
+/// The error and its sources, joined with `: ` (reqwest's own message alone says little, e.g.
+/// "error sending request").
+fn error_chain(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]
@@ -131,5 +205,75 @@ mod tests {
         .await
         .unwrap_err();
         assert!(err.contains("404"), "{err}");
+    }
+
+    async fn hook(status: u16, body: &'static str) -> (String, Arc<AtomicU32>) {
+        let calls = Arc::new(AtomicU32::new(0));
+        let seen = calls.clone();
+        let app = Router::new().route(
+            "/hook",
+            post(move || {
+                let seen = seen.clone();
+                async move {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    if status == 0 {
+                        std::future::pending::<()>().await;
+                    }
+                    (axum::http::StatusCode::from_u16(status).unwrap(), body)
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}/hook"), calls)
+    }
+
+    #[tokio::test]
+    async fn a_hook_answer_that_is_not_transient_fails_at_once_naming_the_hook() {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        for (status, body, what) in [(400, "no", "400"), (200, "not json", "not JSON")] {
+            let (url, calls) = hook(status, body).await;
+            let err = call_reconcile_hook(&client, &url, Duration::from_secs(20), &json!({}))
+                .await
+                .unwrap_err();
+            assert!(err.contains(&url) && err.contains(what), "{err}");
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hook_that_is_down_or_never_answers_is_given_its_timeout_in_all() {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let (url, calls) = hook(503, "busy").await;
+        let err = call_reconcile_hook(&client, &url, Duration::from_secs(1), &json!({}))
+            .await
+            .unwrap_err();
+        assert!(
+            err.contains("timeoutSeconds") && err.contains("503"),
+            "{err}"
+        );
+        assert!(calls.load(Ordering::SeqCst) >= 2, "{err}");
+
+        let (url, calls) = hook(0, "").await;
+        let err = call_reconcile_hook(&client, &url, Duration::from_secs(1), &json!({}))
+            .await
+            .unwrap_err();
+        assert!(
+            err.contains(&url) && err.contains("timeoutSeconds"),
+            "{err}"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{err}");
+
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}/hook");
+        let err = call_reconcile_hook(&client, &url, Duration::from_secs(1), &json!({}))
+            .await
+            .unwrap_err();
+        assert!(err.contains(&url) && err.contains("attempts"), "{err}");
     }
 }

@@ -148,7 +148,7 @@ fn decisions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// An OpenAI-compatible chat-completions agent.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct OpenAiAgent {
     /// Base URL of the API, e.g. `https://api.openai.com/v1`.
@@ -174,6 +174,30 @@ pub struct OpenAiAgent {
     /// Prices in micros per million tokens, for the cost estimate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prices: Option<ModelPrices>,
+    /// How long one attempt may take, reply body included, in seconds (default 120). An
+    /// attempt that gets no answer in time is charged its projection and tried again.
+    #[serde(default = "default_model_timeout_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout_seconds: i64,
+}
+
+fn default_model_timeout_seconds() -> i64 {
+    120
+}
+
+impl Default for OpenAiAgent {
+    fn default() -> Self {
+        OpenAiAgent {
+            base_url: String::new(),
+            model: String::new(),
+            api_key_secret_ref: None,
+            max_output_tokens: None,
+            temperature: None,
+            system_prompt: None,
+            prices: None,
+            timeout_seconds: default_model_timeout_seconds(),
+        }
+    }
 }
 
 /// Prices of a model, in micros (millionths of a currency unit) per million tokens.
@@ -213,7 +237,9 @@ pub struct WebhookAgent {
     /// The URL (http or https).
     #[schemars(length(min = 1))]
     pub url: String,
-    /// Per-request timeout in seconds (default 30).
+    /// In seconds (default 30): for the webhook agent, how long its one request may take; for
+    /// the reconcile hook, how long it is asked in all, retries after a connection failure or
+    /// a 5xx included, before the run fails `internal_error`.
     #[serde(default = "default_webhook_timeout_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: i64,

@@ -105,14 +105,13 @@ pub async fn call_hook(
     crate::agents::webhook::call_reconcile_hook(&ctx.http, &webhook.url, timeout, view).await
 }
 
-/// How long one model attempt may take (the openai agent has no timeout field).
-pub const MODEL_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Sends one model attempt (the chat-completions body the engine rendered) and says how it
-/// ended; the engine charges it and decides on retries.
+/// Sends one model attempt (the chat-completions body the engine rendered) for step `step` and
+/// says how it ended; the engine charges it and decides on retries. The attempt is bounded by
+/// `spec.agent.openai.timeoutSeconds`.
 pub async fn call_model(
     ctx: &Context,
     state: &RunState,
+    step: i64,
     request: &serde_json::Value,
     max_output_tokens: Option<i64>,
 ) -> ModelOutcome {
@@ -147,7 +146,18 @@ pub async fn call_model(
             }
         }
     };
-    match openai::call(&client, agent, key.as_ref(), request, MODEL_TIMEOUT).await {
+    let timeout = Duration::from_secs(u64::try_from(agent.timeout_seconds.max(1)).unwrap_or(1));
+    tracing::info!(model = %agent.model, "calling the model");
+    let in_flight = openai::call(&client, agent, key.as_ref(), request, timeout);
+    tokio::pin!(in_flight);
+    let answered = tokio::select! {
+        answered = &mut in_flight => answered,
+        _ = tokio::time::sleep(Duration::from_millis(200)) => {
+            fault::check(FaultPoint::DuringModel, Some(step));
+            in_flight.await
+        }
+    };
+    match answered {
         Ok(answer) if (200..300).contains(&answer.status) => {
             let parsed = openai::parse_reply(&answer.body, max_output_tokens);
             ModelOutcome::Answered {

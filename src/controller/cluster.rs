@@ -49,6 +49,11 @@ impl StoredRun {
         let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
         let spec: AgentRunSpec = serde_json::from_value(object["spec"].clone())
             .map_err(|err| format!("AgentRun {namespace}/{name}: spec does not decode: {err}"))?;
+        let created_by = meta
+            .get("annotations")
+            .and_then(|a| a.get(crate::engine::CREATED_BY_ANNOTATION))
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let status = object
             .as_object_mut()
             .and_then(|fields| fields.remove("status"))
@@ -61,6 +66,7 @@ impl StoredRun {
                 generation,
                 spec,
                 status,
+                created_by,
             },
             resource_version,
             object,

@@ -1,7 +1,8 @@
 //! What `agentrt dev` runs around the embedded API server (issue 4): the controller in-process
-//! against the server's client, the sample tools on loopback (`--sample-tools`), and
-//! `--apply PATH`, which applies manifests (a file or a directory of YAML files, multi-document)
-//! through the kube client after the CRDs are installed.
+//! against the server's client, the sample tools, model and reconcile hook on loopback
+//! (`--sample-tools`; `crate::tools::samples`), and `--apply PATH`, which applies manifests (a
+//! file or a directory of YAML files, multi-document) through the kube client after the CRDs
+//! are installed.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,8 @@ pub struct DevControllerArgs {
     /// installed; with it, the sample tools are served unless --sample-tools=false.
     #[arg(long)]
     pub apply: Option<PathBuf>,
-    /// Serve the sample tools (lookup_order, issue_refund, slow_export) on loopback
+    /// Serve the sample tools (lookup_order, issue_refund, slow_export), the sample model
+    /// (/v1/chat/completions) and the sample reconcile hook (/reconcile) on loopback
     /// [default: true with --apply, else false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub sample_tools: Option<bool>,

@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::calls::{call_agent, call_hook, call_model, call_tool};
 use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
+use super::fault::{self, FaultPoint};
 use super::lease::{HeldLease, LeaseCell};
 use super::trace;
 use crate::engine::{Effect, Input, ToolOutcome};
@@ -276,7 +277,9 @@ async fn perform(
                 if !may_start(ctx, lease, stop) {
                     return stopped_or_lost(lease);
                 }
-                let outcome = call_model(ctx, state, &request, max_output_tokens).await;
+                let outcome = call_model(ctx, state, step, &request, max_output_tokens)
+                    .instrument(tracing::info_span!("model", step, attempt))
+                    .await;
                 return Flow::Next(if lease.is_lost() {
                     Input::LeaseLost
                 } else {
@@ -291,7 +294,14 @@ async fn perform(
                 if !may_start(ctx, lease, stop) {
                     return stopped_or_lost(lease);
                 }
-                let answer = call_hook(ctx, state, &view).await;
+                // The hook may be asked for up to its timeoutSeconds; asking changes
+                // nothing, so shutdown need not wait for it (the next holder asks again).
+                let answer = tokio::select! {
+                    answer = call_hook(ctx, state, &view) => answer,
+                    _ = stop.cancelled() => return Flow::Stop,
+                    _ = ctx.shutdown.cancelled() => return Flow::Stop,
+                };
+                fault::check(FaultPoint::AfterHookAnswered, None);
                 return Flow::Next(if lease.is_lost() {
                     Input::LeaseLost
                 } else {

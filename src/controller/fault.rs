@@ -4,8 +4,9 @@
 //! every check compiles to nothing.
 //!
 //! The points sit in the executor right after the status write that recorded the thing
-//! succeeded (derived from the events that write added), and `during-tool` while a tool call is
-//! in flight.
+//! succeeded (derived from the events that write added), `during-tool` while a tool call is in
+//! flight, `during-model` while a model attempt is in flight (after `model.dispatched` landed),
+//! and `after-hook-answered` between the reconcile hook's answer and the write that applies it.
 
 use serde_json::Value;
 
@@ -26,11 +27,15 @@ pub enum FaultPoint {
     AfterInterrupted,
     /// After the write recording `run.resumed`.
     AfterResumed,
+    /// While a model attempt is in flight (after sending).
+    DuringModel,
+    /// After the reconcile hook answered, before the write applying its answer.
+    AfterHookAnswered,
 }
 
 impl FaultPoint {
     /// Every point, as `AGENTRT_FAULT` names them.
-    pub const ALL: [FaultPoint; 7] = [
+    pub const ALL: [FaultPoint; 9] = [
         FaultPoint::AfterStepStarted,
         FaultPoint::AfterDecided,
         FaultPoint::AfterToolStarted,
@@ -38,6 +43,8 @@ impl FaultPoint {
         FaultPoint::AfterToolReturned,
         FaultPoint::AfterInterrupted,
         FaultPoint::AfterResumed,
+        FaultPoint::DuringModel,
+        FaultPoint::AfterHookAnswered,
     ];
 
     /// The name `AGENTRT_FAULT` uses.
@@ -50,6 +57,8 @@ impl FaultPoint {
             FaultPoint::AfterToolReturned => "after-tool-returned",
             FaultPoint::AfterInterrupted => "after-interrupted",
             FaultPoint::AfterResumed => "after-resumed",
+            FaultPoint::DuringModel => "during-model",
+            FaultPoint::AfterHookAnswered => "after-hook-answered",
         }
     }
 
@@ -175,6 +184,14 @@ mod tests {
         assert_eq!(
             parse("after-tool-started:2"),
             Some((FaultPoint::AfterToolStarted, Some(2)))
+        );
+        assert_eq!(
+            parse("during-model:1"),
+            Some((FaultPoint::DuringModel, Some(1)))
+        );
+        assert_eq!(
+            parse("after-hook-answered"),
+            Some((FaultPoint::AfterHookAnswered, None))
         );
         assert_eq!(parse("nowhere"), None);
         assert_eq!(parse("after-decided:x"), None);

@@ -219,7 +219,7 @@ pub(crate) fn pause(
 /// The whole Approval object: metadata (name, namespace, labels, ownerReference) and spec.
 fn approval_object(txn: &Txn, name: &str, spec: &ApprovalSpec) -> Value {
     let run = txn.run;
-    json!({
+    let mut object = json!({
         "apiVersion": "agentrt.dev/v1alpha1",
         "kind": "Approval",
         "metadata": {
@@ -236,7 +236,11 @@ fn approval_object(txn: &Txn, name: &str, spec: &ApprovalSpec) -> Value {
             }],
         },
         "spec": to_value(spec),
-    })
+    });
+    if let Some(creator) = &run.created_by {
+        object["metadata"]["annotations"] = json!({ super::RUN_CREATED_BY_ANNOTATION: creator });
+    }
+    object
 }
 
 fn pending_status(name: &str, hash: &str, expires_at: Option<crate::api::Time>) -> Effect {

@@ -155,7 +155,8 @@ pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
     }
 }
 
-/// The body a webhook agent receives: the run, its goal, its tools and its steps so far.
+/// The body a webhook agent receives: the run, its goal, the step to decide, its tools (as
+/// specified), its steps so far and its approvals.
 fn agent_request(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let tools: Vec<Value> = run
@@ -168,6 +169,7 @@ fn agent_request(txn: &Txn, index: usize) -> Value {
                 "description": t.description,
                 "inputSchema": t.input_schema,
                 "sideEffect": t.side_effect,
+                "timeoutSeconds": t.timeout_seconds,
                 "terminal": t.terminal,
             })
         })
@@ -178,6 +180,7 @@ fn agent_request(txn: &Txn, index: usize) -> Value {
         "step": index,
         "tools": tools,
         "steps": to_value(&txn.status.steps),
+        "approvals": takeover::approvals_view(txn),
     })
 }
 
@@ -287,6 +290,9 @@ enum Reject {
 pub(crate) struct Invalid {
     pub error: String,
     pub details: Vec<String>,
+    /// The model reply's failure word (`no_tool_call`, `truncated`, `unparseable`), when the
+    /// decision was a reply the decider could not read as one.
+    pub failure: Option<String>,
 }
 
 impl Invalid {
@@ -294,6 +300,7 @@ impl Invalid {
         Invalid {
             error: error.into(),
             details: Vec::new(),
+            failure: None,
         }
     }
 
@@ -302,6 +309,9 @@ impl Invalid {
         content.insert("error".into(), json!(self.error));
         if !self.details.is_empty() {
             content.insert("details".into(), json!(self.details));
+        }
+        if let Some(failure) = &self.failure {
+            content.insert("failure".into(), json!(failure));
         }
         observation(
             ObservationKind::InvalidDecision,
@@ -323,6 +333,7 @@ fn validate(txn: &Txn, raw: &Value, record: &DecisionRecord) -> Result<Valid, Re
         )));
     };
     match DecisionKind::parse(kind) {
+        None if kind == INVALID_REPLY => Err(Reject::Invalid(invalid_reply(record))),
         None => Err(Reject::Invalid(Invalid::new(format!(
             "unknown decision kind {kind:?} (expected tool_call, complete or fail)"
         )))),
@@ -342,6 +353,36 @@ fn validate(txn: &Txn, raw: &Value, record: &DecisionRecord) -> Result<Valid, Re
             })?;
             Ok(Valid::Call { tool, args })
         }
+    }
+}
+
+/// The kind a decider records for a reply it could not read as a decision (`{kind: invalid,
+/// failure, content}`; `agents::openai::parse_reply`).
+const INVALID_REPLY: &str = "invalid";
+
+/// BEHAVIOURS.md 8: a model reply with no tool call, cut off at its output cap, or not a chat
+/// completion at all is an invalid decision; the observation names the failure so the model
+/// can do better next time.
+fn invalid_reply(record: &DecisionRecord) -> Invalid {
+    let failure = record
+        .extra
+        .get("failure")
+        .and_then(Value::as_str)
+        .unwrap_or("unparseable");
+    let error = match failure {
+        "no_tool_call" => {
+            "the reply has no tool call; answer by calling one of the tools, agentrt_complete \
+             (the goal is reached) or agentrt_fail (it cannot be reached)"
+        }
+        "truncated" => {
+            "the reply was cut off at its output token cap before it finished; answer with \
+             one shorter tool call"
+        }
+        _ => "the reply could not be read as a decision",
+    };
+    Invalid {
+        failure: Some(failure.to_string()),
+        ..Invalid::new(error)
     }
 }
 
@@ -404,6 +445,7 @@ pub(crate) fn check_args(
                 tool.name
             ),
             details,
+            failure: None,
         }));
     }
     canonical_args(args)

@@ -125,7 +125,17 @@ pub struct RunSnapshot {
     pub spec: AgentRunSpec,
     /// `status` as stored; `Value::Null` when absent.
     pub status: Value,
+    /// The run's creator, from its annotation [`CREATED_BY_ANNOTATION`] (set and checked by the
+    /// chart's optional four-eyes admission policy). Copied onto each Approval as
+    /// [`RUN_CREATED_BY_ANNOTATION`] so the policy can refuse that user's decision.
+    pub created_by: Option<String>,
 }
+
+/// The AgentRun annotation naming the user who created it (the chart's four-eyes policy).
+pub const CREATED_BY_ANNOTATION: &str = "agentrt.dev/created-by";
+
+/// The Approval annotation carrying its run's creator (the chart's four-eyes policy).
+pub const RUN_CREATED_BY_ANNOTATION: &str = "agentrt.dev/run-created-by";
 
 /// One of the run's Approval objects as stored (whole object JSON; it may not decode).
 #[derive(Debug, Clone, PartialEq)]

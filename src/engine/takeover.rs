@@ -194,11 +194,11 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
     approvals::pause(txn, index, tool, args, requirement)
 }
 
-/// What the reconcile hook receives: the run, a summary of its spec, its steps and approvals.
-fn run_view(txn: &Txn, index: usize) -> Value {
-    let run = txn.run;
-    let approvals: Vec<Value> = txn
-        .status
+/// The run's approvals as the reconcile hook and the webhook agent see them: per approval of
+/// each step, its name, step, kind, hash, verdict, whether it was executed, and the Approval
+/// object's phase.
+pub(crate) fn approvals_view(txn: &Txn) -> Vec<Value> {
+    txn.status
         .steps
         .iter()
         .flat_map(|s| s.approvals.iter().map(move |a| (s.index, a)))
@@ -214,7 +214,13 @@ fn run_view(txn: &Txn, index: usize) -> Value {
                 "phase": object.and_then(|o| o.object.pointer("/status/phase")).cloned(),
             })
         })
-        .collect();
+        .collect()
+}
+
+/// What the reconcile hook receives: the run, a summary of its spec, its steps and approvals.
+fn run_view(txn: &Txn, index: usize) -> Value {
+    let run = txn.run;
+    let approvals = approvals_view(txn);
     json!({
         "run": {"namespace": run.namespace, "name": run.name, "uid": run.uid},
         "spec": {

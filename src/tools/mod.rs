@@ -1,4 +1,5 @@
-//! Tool executors (DESIGN.md section 6): http first, and the sample tools `agentrt dev` serves.
+//! Tool executors (DESIGN.md section 6): http first; and what `agentrt dev` serves for the
+//! samples (tools, a scripted model, a reconcile hook).
 //!
 //! An executor turns one [`crate::engine::ToolCall`] into one [`crate::engine::ToolOutcome`]
 //! and nothing else: it never writes the record and never retries a call of its own accord.

@@ -4,14 +4,22 @@
 //! - `POST /issue_refund` (RemoteMutation): `{order, amount}` → a refund, recorded once per
 //!   `Idempotency-Key` (a second call with the same key answers the first refund, `replayed`).
 //! - `POST /slow_export` (LocalMutation): sleeps (20 s by default) and answers how many rows it
-//!   exported: long enough to kill the controller during the call.
+//!   exported: long enough to kill the controller during the call. Each export is kept per
+//!   `Idempotency-Key` (running, then done) for the sample hook.
+//! - `POST /v1/chat/completions`: the sample model ([`model`]), a scripted chat-completions
+//!   endpoint, so the `openai` sample needs no external model.
+//! - `POST /reconcile`: the sample reconcile hook ([`hook`]), which settles an interrupted
+//!   refund or export from what the tools above recorded.
 //!
-//! They are demonstration tools, not part of the runtime: nothing here knows about runs.
+//! They are demonstrations, not part of the runtime: nothing here writes a run.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+pub mod hook;
+pub mod model;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -26,6 +34,14 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:8089";
 #[derive(Default)]
 struct Ledger {
     refunds: BTreeMap<String, Value>,
+    exports: BTreeMap<String, Export>,
+}
+
+/// An export as `slow_export` recorded it, per Idempotency-Key.
+#[derive(Debug, Clone, PartialEq)]
+enum Export {
+    Running,
+    Done(Value),
 }
 
 #[derive(Clone)]
@@ -34,7 +50,31 @@ struct Samples {
     slow: Duration,
 }
 
-/// The sample tools as a router; `slow` is how long `slow_export` takes.
+impl Samples {
+    fn refund(&self, key: &str) -> Option<Value> {
+        self.ledger.lock().ok()?.refunds.get(key).cloned()
+    }
+
+    fn export(&self, key: &str) -> Option<Export> {
+        self.ledger.lock().ok()?.exports.get(key).cloned()
+    }
+
+    fn set_export(&self, key: &str, export: Export) {
+        if let Ok(mut ledger) = self.ledger.lock() {
+            ledger.exports.insert(key.to_string(), export);
+        }
+    }
+}
+
+fn idempotency_key(headers: &HeaderMap) -> String {
+    headers
+        .get("idempotency-key")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The sample tools, model and hook as a router; `slow` is how long `slow_export` takes.
 pub fn router(slow: Duration) -> Router {
     let state = Samples {
         ledger: Arc::default(),
@@ -45,6 +85,8 @@ pub fn router(slow: Duration) -> Router {
         .route("/issue_refund", post(issue_refund))
         .route("/slow_export", post(slow_export))
         .route("/refunds", get(refunds))
+        .route("/v1/chat/completions", post(model::chat_completions))
+        .route("/reconcile", post(hook::reconcile))
         .with_state(state)
 }
 
@@ -110,11 +152,7 @@ async fn issue_refund(
             Json(json!({"error": "args.amount must be a number"})),
         )
     })?;
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let key = idempotency_key(&headers);
     let mut ledger = samples.ledger.lock().map_err(|_| {
         (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -136,13 +174,25 @@ async fn issue_refund(
     Ok(Json(refund))
 }
 
-async fn slow_export(State(samples): State<Samples>, Json(args): Json<Value>) -> Json<Value> {
-    tokio::time::sleep(samples.slow).await;
-    Json(json!({
-        "dataset": args.get("dataset").cloned().unwrap_or(Value::Null),
-        "rows": 1200,
-        "tookSeconds": samples.slow.as_secs()
-    }))
+async fn slow_export(
+    State(samples): State<Samples>,
+    headers: HeaderMap,
+    Json(args): Json<Value>,
+) -> Json<Value> {
+    let key = idempotency_key(&headers);
+    samples.set_export(&key, Export::Running);
+    // The export runs to its end even when the caller goes away, as a real one would.
+    let export = tokio::spawn(async move {
+        tokio::time::sleep(samples.slow).await;
+        let result = json!({
+            "dataset": args.get("dataset").cloned().unwrap_or(Value::Null),
+            "rows": 1200,
+            "tookSeconds": samples.slow.as_secs()
+        });
+        samples.set_export(&key, Export::Done(result.clone()));
+        result
+    });
+    Json(export.await.unwrap_or(Value::Null))
 }
 
 async fn refunds(State(samples): State<Samples>) -> Json<Value> {

@@ -35,6 +35,8 @@ pub struct Options {
     pub bookmark_interval_ms: Option<u64>,
     /// Skip creating the per-test namespace.
     pub no_namespace: bool,
+    /// `--audit-log` (the embedded server's request log).
+    pub audit_log: Option<PathBuf>,
 }
 
 /// A Kubernetes API for one test.
@@ -82,6 +84,9 @@ fn spawn_dev(dir: &Path, options: &Options, kubeconfig: &Path) -> Result<(Child,
     }
     if let Some(t) = &options.token {
         cmd.arg("--token").arg(t);
+    }
+    if let Some(path) = &options.audit_log {
+        cmd.arg("--audit-log").arg(path);
     }
     if let Some(h) = options.watch_history {
         cmd.arg("--watch-history").arg(h.to_string());

@@ -31,6 +31,8 @@ pub struct ControllerSpec {
     pub clock_offset_ms: i64,
     /// More arguments.
     pub extra: Vec<String>,
+    /// `AGENTRT_LOG` (default: info, with kube, hyper and tower at warn).
+    pub log: Option<String>,
 }
 
 impl ControllerSpec {
@@ -45,6 +47,12 @@ impl ControllerSpec {
     /// With `AGENTRT_FAULT=fault`.
     pub fn fault(mut self, fault: &str) -> ControllerSpec {
         self.fault = Some(fault.to_string());
+        self
+    }
+
+    /// With `AGENTRT_LOG=filter` (e.g. `trace`).
+    pub fn log(mut self, filter: &str) -> ControllerSpec {
+        self.log = Some(filter.to_string());
         self
     }
 }
@@ -75,7 +83,12 @@ impl ControllerProcess {
             .arg("300")
             .arg(format!("--clock-offset-ms={}", spec.clock_offset_ms))
             .args(&spec.extra)
-            .env("AGENTRT_LOG", "info,kube=warn,hyper=warn,tower=warn")
+            .env(
+                "AGENTRT_LOG",
+                spec.log
+                    .as_deref()
+                    .unwrap_or("info,kube=warn,hyper=warn,tower=warn"),
+            )
             .env_remove("AGENTRT_FAULT")
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log file"))
@@ -369,4 +382,17 @@ pub async fn create_namespace(client: &Client, name: &str) {
         .create(&PostParams::default(), &ns)
         .await
         .unwrap_or_else(|err| panic!("cannot create namespace {name}: {err}"));
+}
+
+/// Creates Secret `name` in `namespace` holding `key: value`.
+pub async fn create_secret(client: &Client, namespace: &str, name: &str, key: &str, value: &str) {
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": {key: value},
+    }))
+    .expect("secret");
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|err| panic!("cannot create Secret {name}: {err}"));
 }

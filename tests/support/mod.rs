@@ -25,4 +25,5 @@ pub mod fixtures {
     }
 }
 pub mod controller;
+pub mod modelserver;
 pub mod toolserver;

@@ -39,13 +39,15 @@ app.kubernetes.io/component: controller
   verbs: ["update"]
 - apiGroups: ["agentrt.dev"]
   resources: ["approvals"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["list", "watch", "create"]
 - apiGroups: ["agentrt.dev"]
   resources: ["approvals/status"]
-  verbs: ["update"]
+  verbs: ["patch"]
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update"]
+# kube-runtime's Recorder creates an Event, and patches it (its series count) when the same
+# Event repeats.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]

@@ -790,3 +790,21 @@ async fn the_key_appears_in_no_error_display_or_debug() {
     }
     assert!(seen >= 4, "the attempts failed as intended");
 }
+
+#[tokio::test]
+async fn an_answer_that_echoes_the_key_has_it_replaced() {
+    let echo = format!(r#"{{"error": {{"message": "bad key Bearer {KEY}; again: {KEY}"}}}}"#);
+    let server = serve(Script::Reply {
+        status: 401,
+        headers: vec![],
+        body: echo,
+    })
+    .await;
+    let answer = attempt(&server.base_url, SECOND).await.expect("an answer");
+    let text = String::from_utf8_lossy(&answer.body).into_owned();
+    assert!(!text.contains(KEY), "{text}");
+    assert_eq!(
+        text,
+        r#"{"error": {"message": "bad key Bearer ***; again: ***"}}"#
+    );
+}

@@ -570,3 +570,26 @@ fn a_recorded_approval_that_is_missing_is_created_again_from_the_record() {
     );
     assert_eq!(h.approval(NAME), &original);
 }
+
+#[test]
+fn an_approval_carries_its_runs_creator_for_the_four_eyes_policy() {
+    let mut h = Harness::new(REFUND);
+    h.run.created_by = Some("alice".into());
+    h.reconcile("a");
+    h.result("a", json!({"order": 1042, "damaged": true}));
+    let approval = h.approvals.get(NAME).expect("the Approval was created");
+    assert_eq!(
+        approval["metadata"]["annotations"][crate::engine::RUN_CREATED_BY_ANNOTATION],
+        "alice"
+    );
+    // Without a recorded creator there is nothing to copy.
+    let unannotated = paused();
+    let approval = unannotated
+        .approvals
+        .get(NAME)
+        .expect("the Approval was created");
+    assert!(
+        approval["metadata"].get("annotations").is_none(),
+        "{approval}"
+    );
+}

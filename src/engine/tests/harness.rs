@@ -81,6 +81,7 @@ impl Harness {
                 generation: 1,
                 spec,
                 status: Value::Null,
+                created_by: None,
             },
             approvals: BTreeMap::new(),
             lease: None,

@@ -488,3 +488,36 @@ fn the_request_is_rendered_from_the_record_and_projected_over_its_bytes() {
     let projected = h.last_event("model.dispatched")["projection"]["inputTokens"].clone();
     assert_eq!(projected, json!(encode(request).len() / 3 + 1));
 }
+
+#[test]
+fn a_reply_with_no_tool_call_or_cut_off_is_an_invalid_decision_naming_its_failure() {
+    let mut h = Harness::new(OPENAI);
+    h.reconcile("a");
+    for (failure, step) in [("no_tool_call", 0usize), ("truncated", 1)] {
+        let decision = json!({"kind": "invalid", "failure": failure, "content": {"role": "assistant", "content": "hm"}});
+        let effects = answer(&mut h, reply(decision, usage(100, 10, 0)));
+        assert_eq!(effects[0], "WriteStatus", "{effects:?}");
+        let record = &h.steps()[step];
+        assert_eq!(record.status, StepStatus::Failed);
+        assert_eq!(
+            record.decision.as_ref().and_then(|d| d.kind.as_deref()),
+            Some("invalid"),
+            "recorded verbatim"
+        );
+        let observation = record.observation.as_ref().expect("observed");
+        assert_eq!(
+            serde_json::to_value(observation.kind).unwrap(),
+            json!("invalid_decision")
+        );
+        let content = observation.content.as_ref().expect("content");
+        assert_eq!(content["failure"], json!(failure), "{content}");
+        assert!(
+            !content["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("unknown decision kind"),
+            "{content}"
+        );
+    }
+    assert_eq!(h.status().phase, RunPhase::Running, "the loop goes on");
+}
