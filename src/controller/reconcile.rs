@@ -52,6 +52,10 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
     if ctx.shutdown.is_cancelled() {
         return Ok(Action::await_change());
     }
+    if !crate::engine::observe_needed(obj.status.phase.as_deref()) {
+        // Terminal (for good): nothing to read, nothing to do.
+        return Ok(Action::await_change());
+    }
     let span = super::trace::reconcile_span(&key, obj.metadata.uid.as_deref());
     let started = std::time::Instant::now();
     let action = observe(&ctx, &key).instrument(span).await;

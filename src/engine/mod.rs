@@ -87,6 +87,7 @@ use serde_json::Value;
 use crate::api::{AgentRunSpec, RunPhase, Time, ToolSpec};
 
 pub use approvals::{approval_name, recorded_approvals, short_hash};
+pub use observe::observe_needed;
 pub use projection::{decode_status, kube_events, KubeEventProjection, KubeEventType};
 pub use takeover::INTERRUPTED_NOTICE;
 

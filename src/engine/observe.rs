@@ -23,6 +23,19 @@ pub(crate) fn millis_until(now: Time, then: Time) -> u64 {
     u64::try_from(then.as_millis().saturating_sub(now.as_millis())).unwrap_or(0)
 }
 
+/// Whether observing a run whose phase a watch last saw as `phase` can do anything: not when
+/// it is terminal, as a terminal phase never changes again and [`observe`] leaves such a run
+/// alone. A replica can then skip reading it. Any other phase, or none, may need work.
+pub fn observe_needed(phase: Option<&str>) -> bool {
+    let Some(phase) = phase else {
+        return true;
+    };
+    match serde_json::from_value::<RunPhase>(serde_json::Value::String(phase.to_string())) {
+        Ok(phase) => !phase.is_terminal(),
+        Err(_) => true,
+    }
+}
+
 /// [`super::Input::Observe`].
 pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
     let phase = txn.status.phase;
@@ -73,4 +86,20 @@ pub(crate) fn cancel(txn: &mut Txn) {
         }
     }
     txn.end_run(TerminalReason::OperatorCancelled, None, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_terminal_run_needs_no_observer() {
+        for phase in ["Completed", "Failed", "Cancelled"] {
+            assert!(!observe_needed(Some(phase)), "{phase}");
+        }
+        for phase in ["Pending", "Running", "WaitingForApproval", "Unheard"] {
+            assert!(observe_needed(Some(phase)), "{phase}");
+        }
+        assert!(observe_needed(None));
+    }
 }
