@@ -7,6 +7,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc instead of the system allocator: the controller and the embedded API server build
+/// and drop many short-lived JSON trees per request, where glibc's malloc spent a fifth of their
+/// CPU time (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// agentrt runs tool-using AI agents durably on Kubernetes.
 ///
 /// Apply an AgentRun with kubectl; the controller runs its loop, pauses on Approvals a person

@@ -94,7 +94,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Fires at shutdown: no new side effect starts, executors wind down.
     pub shutdown: CancellationToken,
-    executors: Mutex<HashMap<RunKey, CancellationToken>>,
+    /// The runs this replica executes: each executor's stop token and the run's generation
+    /// when it started.
+    executors: Mutex<HashMap<RunKey, (CancellationToken, i64)>>,
     /// Runs that found every executor slot taken, oldest first; kicked as slots free up.
     slot_waiters: Mutex<VecDeque<RunKey>>,
     kicks: mpsc::UnboundedSender<RunKey>,
@@ -185,13 +187,26 @@ impl Context {
         self.lock_executors().len()
     }
 
-    /// Registers an executor for `key`; false when one is registered already.
-    pub fn register_executor(&self, key: &RunKey, stop: CancellationToken) -> bool {
+    /// The generation of `key` its executor started with, while this replica executes it.
+    pub fn executing_generation(&self, key: &RunKey) -> Option<i64> {
+        self.lock_executors()
+            .get(key)
+            .map(|(_, generation)| *generation)
+    }
+
+    /// Registers an executor for `key` (at the run's `generation`); false when one is
+    /// registered already.
+    pub fn register_executor(
+        &self,
+        key: &RunKey,
+        stop: CancellationToken,
+        generation: i64,
+    ) -> bool {
         let mut executors = self.lock_executors();
         if executors.contains_key(key) {
             return false;
         }
-        executors.insert(key.clone(), stop);
+        executors.insert(key.clone(), (stop, generation));
         self.metrics
             .executors
             .set(i64::try_from(executors.len()).unwrap_or(i64::MAX));
@@ -239,7 +254,9 @@ impl Context {
         }
     }
 
-    fn lock_executors(&self) -> std::sync::MutexGuard<'_, HashMap<RunKey, CancellationToken>> {
+    fn lock_executors(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<RunKey, (CancellationToken, i64)>> {
         lock(&self.executors)
     }
 

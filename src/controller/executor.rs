@@ -35,7 +35,7 @@ pub fn spawn(
     input: Input,
 ) -> bool {
     let stop = CancellationToken::new();
-    if !ctx.register_executor(&key, stop.clone()) {
+    if !ctx.register_executor(&key, stop.clone(), state.run.snapshot.generation) {
         return false;
     }
     let ctx = ctx.clone();

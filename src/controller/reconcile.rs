@@ -56,6 +56,13 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
         // Terminal (for good): nothing to read, nothing to do.
         return Ok(Action::await_change());
     }
+    if obj.metadata.generation.is_some()
+        && ctx.executing_generation(&key) == obj.metadata.generation
+    {
+        // This replica's executor works on the run and its spec did not change (no cancel): the
+        // change that woke us is the executor's own; it kicks a reconcile when it stops.
+        return Ok(Action::await_change());
+    }
     let span = super::trace::reconcile_span(&key, obj.metadata.uid.as_deref());
     let started = std::time::Instant::now();
     let action = observe(&ctx, &key).instrument(span).await;
