@@ -45,7 +45,7 @@ impl Target {
             crds,
             audit_log: Some(audit.clone()),
             // 10,000 runs arriving at once must not push watchers past the history window.
-            watch_history: 200_000,
+            watch_history: 20_000,
             ..DevServerConfig::default()
         })
         .await?;

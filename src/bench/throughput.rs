@@ -156,13 +156,19 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         }
     }
     if !plan.waiting && bench.floor {
-        let floor_ns = bench
-            .fresh_namespace(&format!("floor-{}", plan.name))
-            .await?;
+        // Twice, keeping the faster: on a shared machine the floor is what the server can do
+        // at best, and a lower floor would flatter the ratio.
         let parallel = plan.runs.min(plan.controllers * 256);
-        row.floor_writes_per_sec = Some(
-            floor::writes_per_sec(&bench.target.client, &floor_ns, &finished, parallel).await?,
-        );
+        let mut best: f64 = 0.0;
+        for attempt in 1..=2 {
+            let floor_ns = bench
+                .fresh_namespace(&format!("floor{attempt}-{}", plan.name))
+                .await?;
+            let rate =
+                floor::writes_per_sec(&bench.target.client, &floor_ns, &finished, parallel).await?;
+            best = best.max(rate);
+        }
+        row.floor_writes_per_sec = Some(best);
     }
     Ok(row)
 }

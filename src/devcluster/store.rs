@@ -67,6 +67,9 @@ pub struct Change {
     pub object: Arc<Value>,
     /// The object before the change (`None` for creations), for selector transitions.
     pub prev: Option<Arc<Value>>,
+    /// The change's own watch event line (its kind, the object), encoded once for the API
+    /// version of the first watcher that sent it; watchers of that version share it.
+    pub encoded: std::sync::OnceLock<(String, bytes::Bytes)>,
 }
 
 /// Changes after a resourceVersion, or the reason they cannot be given.
@@ -202,6 +205,7 @@ impl Store {
             key,
             object,
             prev,
+            encoded: std::sync::OnceLock::new(),
         }));
         while self.history.len() > self.history_cap {
             if let Some(old) = self.history.pop_front() {

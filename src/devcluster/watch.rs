@@ -260,17 +260,32 @@ impl Watcher {
             }
             let now = c.kind != ChangeKind::Deleted && self.matches(&c.object);
             let before = c.prev.as_deref().is_some_and(|p| self.matches(p));
-            let event = match (now, before) {
-                (true, false) => self.event("ADDED", &c.object, None),
-                (true, true) => self.event(c.kind.as_str(), &c.object, None),
+            let (kind, object, rv) = match (now, before) {
+                (true, false) => ("ADDED", &*c.object, None),
+                (true, true) => (c.kind.as_str(), &*c.object, None),
                 (false, true) => match (&c.kind, c.prev.as_deref()) {
-                    (ChangeKind::Deleted, _) => self.event("DELETED", &c.object, None),
-                    (_, Some(prev)) => self.event("DELETED", prev, Some(c.rv)),
+                    (ChangeKind::Deleted, _) => ("DELETED", &*c.object, None),
+                    (_, Some(prev)) => ("DELETED", prev, Some(c.rv)),
                     (_, None) => continue,
                 },
                 (false, false) => continue,
             };
-            if let Step::Stop = self.send(event).await {
+            let line = if kind == c.kind.as_str() && rv.is_none() && self.p.table.is_none() {
+                // The change as it is: encoded once, shared by every watcher of this version.
+                match c.encoded.get() {
+                    Some((version, line)) if *version == self.t.version => Ok(line.clone()),
+                    _ => {
+                        let line = Self::line(&self.event(kind, object, None));
+                        if let Ok(bytes) = &line {
+                            let _ = c.encoded.set((self.t.version.clone(), bytes.clone()));
+                        }
+                        line
+                    }
+                }
+            } else {
+                Self::line(&self.event(kind, object, rv))
+            };
+            if self.tx.send(line).await.is_err() {
                 return Step::Stop;
             }
         }
