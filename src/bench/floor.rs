@@ -1,9 +1,10 @@
 //! The floor: the same API server's bare compare-and-set status-write loop. It replays the
 //! records the runtime wrote, without the runtime: for each finished run, an AgentRun with the
-//! same spec (in a namespace no controller watches) gets its status replaced with the run's
-//! record as it grew, step by step (steps `[..k]` and the journal up to them, then the whole
-//! record), each on the `resourceVersion` the previous write returned. So the floor writes as
-//! many statuses, of the same sizes, as the runtime did, and nothing else.
+//! same spec is created (in a namespace no controller watches) and its status replaced with the
+//! run's record as it grew, step by step (steps `[..k]` and the journal up to them, then the
+//! whole record), each on the `resourceVersion` the previous write returned. So the floor makes
+//! the runs and writes as many statuses, of the same sizes, as the runtime did, and nothing
+//! else: no leases, no reads, no watches, no tools.
 
 use std::time::Instant;
 
@@ -45,7 +46,9 @@ pub fn growth(status: &Value) -> Vec<Value> {
 }
 
 /// Replays the records of `runs` (whole AgentRun objects as finished) in `namespace`,
-/// `parallel` runs at a time; returns status writes per second.
+/// `parallel` runs at a time: each object is created with the run's spec, then its status is
+/// replaced as the record grew. Returns status writes per second over the whole replay
+/// (creates included, as the runtime's figure includes the creation of its runs).
 ///
 /// # Errors
 /// When a create or a write is refused (a 409 here would mean someone else writes: none must).
@@ -56,10 +59,9 @@ pub async fn writes_per_sec(
     parallel: usize,
 ) -> anyhow::Result<f64> {
     let api = runs_api(client, namespace);
-    // Create the objects first (not timed).
-    let created: Vec<(DynamicObject, Vec<Value>)> = futures::stream::iter(runs.iter().map(|run| {
-        let api = api.clone();
-        async move {
+    let replays: Vec<(DynamicObject, Vec<Value>)> = runs
+        .iter()
+        .map(|run| {
             let name = format!("floor-{}", run.metadata.name.clone().unwrap_or_default());
             let object: DynamicObject = serde_json::from_value(json!({
                 "apiVersion": "agentrt.dev/v1alpha1",
@@ -67,23 +69,22 @@ pub async fn writes_per_sec(
                 "metadata": {"name": name},
                 "spec": run.data["spec"],
             }))?;
-            let object = api
-                .create(&PostParams::default(), &object)
-                .await
-                .with_context(|| format!("floor: cannot create {namespace}/{name}"))?;
-            let statuses = growth(run.data.get("status").unwrap_or(&Value::Null));
-            anyhow::Ok((object, statuses))
-        }
-    }))
-    .buffer_unordered(16)
-    .try_collect()
-    .await?;
-    let total: usize = created.iter().map(|(_, statuses)| statuses.len()).sum();
+            anyhow::Ok((
+                object,
+                growth(run.data.get("status").unwrap_or(&Value::Null)),
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let total: usize = replays.iter().map(|(_, statuses)| statuses.len()).sum();
     let started = Instant::now();
-    futures::stream::iter(created.into_iter().map(|(mut object, statuses)| {
+    futures::stream::iter(replays.into_iter().map(|(object, statuses)| {
         let api = api.clone();
         async move {
             let name = object.metadata.name.clone().unwrap_or_default();
+            let mut object = api
+                .create(&PostParams::default(), &object)
+                .await
+                .with_context(|| format!("floor: cannot create {namespace}/{name}"))?;
             for status in statuses {
                 object.data["status"] = status;
                 object = api
