@@ -40,6 +40,11 @@ pub(crate) fn drive(txn: &mut Txn) {
             return;
         }
         let flow = match txn.status.steps.last().map(|s| s.status) {
+            // A draining replica records the outcome it has and starts no further step.
+            None | Some(StepStatus::Done | StepStatus::Failed) if txn.caller.draining => {
+                txn.release_and_stop();
+                Flow::Halt
+            }
             None | Some(StepStatus::Done | StepStatus::Failed) => start_step(txn),
             Some(StepStatus::Deciding) => decide(txn),
             // Guarantee 1: a started step is not started again; a takeover resolves it.
