@@ -24,7 +24,10 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     let run = create_run(
         &client,
         &ns,
-        &fixture("many-steps", &tools.base(), "drained"),
+        // A LocalMutation tool: had the shutdown recorded a next call it never made, the next
+        // replica would find it interrupted and pause on an approval instead of completing.
+        &fixture("many-steps", &tools.base(), "drained")
+            .replace("sideEffect: ReadOnly", "sideEffect: LocalMutation"),
     )
     .await;
     let uid = run.metadata.uid.clone().unwrap();
@@ -69,6 +72,15 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     )
     .await;
     assert_seq_contiguous(&done);
+    assert!(
+        events_of(&done, "step.interrupted").is_empty(),
+        "a drained step was left for a takeover: {:?}",
+        event_types(&done)
+    );
+    assert!(approvals(&client, &ns, "drained").await.is_empty(), "nobody was asked");
+    for (key, count) in tools.counts() {
+        assert_eq!(count, 1, "{key} was called {count} times");
+    }
     assert!(tools.calls().len() >= before);
     for call in tools.calls() {
         let step: i64 = call.key.rsplit('/').next().unwrap().parse().unwrap();
