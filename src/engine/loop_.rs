@@ -383,6 +383,11 @@ fn invalid_reply(record: &DecisionRecord) -> Invalid {
             "the reply was cut off at its output token cap before it finished; answer with \
              one shorter tool call"
         }
+        "unstorable" => {
+            "the answer holds JSON the Kubernetes API cannot store exactly (nesting deeper than \
+             100 levels, an integer outside int64 or a number outside float64); send plainer \
+             JSON, big numbers as strings"
+        }
         _ => "the reply could not be read as a decision",
     };
     Invalid {
