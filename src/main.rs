@@ -44,6 +44,31 @@ enum Command {
     Operator(agentrt::cli::OperatorCommand),
 }
 
+/// The error chain as one line, with an API server's answer given as its message (the `Status`
+/// it sent) rather than as a Rust debug dump.
+fn describe(err: &anyhow::Error) -> String {
+    err.chain()
+        .map(|cause| match cause.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(status)) => {
+                format!(
+                    "{} ({}, HTTP {})",
+                    status.message, status.reason, status.code
+                )
+            }
+            _ => cause.to_string(),
+        })
+        .fold(String::new(), |mut line, part| {
+            // Many errors repeat their source in their own message; say each thing once.
+            if !line.contains(&part) {
+                if !line.is_empty() {
+                    line.push_str(": ");
+                }
+                line.push_str(&part);
+            }
+            line
+        })
+}
+
 fn main() -> ExitCode {
     // Installed as `kubectl-agentrt`, kubectl runs this binary with the words after
     // `kubectl agentrt`, so the plugin needs no parsing of its own.
@@ -70,7 +95,7 @@ fn main() -> ExitCode {
             Command::Operator(command) => agentrt::cli::run(command).await,
             Command::Bench(args) => agentrt::bench::run(args).await,
             Command::Crds => {
-                print!("{}", agentrt::api::crds_yaml()?);
+                agentrt::cli::emit(&agentrt::api::crds_yaml()?)?;
                 Ok(())
             }
         }
@@ -78,7 +103,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", describe(&err));
             ExitCode::from(1)
         }
     }

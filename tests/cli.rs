@@ -222,6 +222,27 @@ async fn json_output_and_exit_codes() {
         Some(2),
         "arguments are validated before the kubeconfig is read"
     );
+    let out = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .args(["approve", "Bad Name!", "--kubeconfig", "/nonexistent"])
+        .output()
+        .expect("agentrt runs");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an invalid object name is a usage error"
+    );
+    // A reader that goes away early is not an error (`agentrt crds | head -1`).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .arg("crds")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("agentrt runs");
+    drop(child.stdout.take());
+    assert_eq!(
+        child.wait().expect("exits").code(),
+        Some(0),
+        "a closed pipe ends the output quietly"
+    );
 }
 
 #[tokio::test]

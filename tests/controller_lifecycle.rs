@@ -24,7 +24,10 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     let run = create_run(
         &client,
         &ns,
-        &fixture("many-steps", &tools.base(), "drained"),
+        // A LocalMutation tool: had the shutdown recorded a next call it never made, the next
+        // replica would find it interrupted and pause on an approval instead of completing.
+        &fixture("many-steps", &tools.base(), "drained")
+            .replace("sideEffect: ReadOnly", "sideEffect: LocalMutation"),
     )
     .await;
     let uid = run.metadata.uid.clone().unwrap();
@@ -69,6 +72,18 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     )
     .await;
     assert_seq_contiguous(&done);
+    assert!(
+        events_of(&done, "step.interrupted").is_empty(),
+        "a drained step was left for a takeover: {:?}",
+        event_types(&done)
+    );
+    assert!(
+        approvals(&client, &ns, "drained").await.is_empty(),
+        "nobody was asked"
+    );
+    for (key, count) in tools.counts() {
+        assert_eq!(count, 1, "{key} was called {count} times");
+    }
     assert!(tools.calls().len() >= before);
     for call in tools.calls() {
         let step: i64 = call.key.rsplit('/').next().unwrap().parse().unwrap();
@@ -172,4 +187,115 @@ async fn one_controller_watches_every_namespace_it_is_given() {
     if !cluster.is_embedded() {
         let _ = cluster.kubectl(&["delete", "namespace", &second, "--wait=false"]);
     }
+}
+
+/// Starts `agentrt dev` with `args`, returning the child once it printed its address (or
+/// exited), and its stdout path.
+fn spawn_dev(
+    dir: &std::path::Path,
+    name: &str,
+    args: &[&str],
+) -> (std::process::Child, std::path::PathBuf) {
+    let stdout = dir.join(format!("{name}.stdout"));
+    let child = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .args(["dev", "--addr", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("AGENTRT_DEV_NO_CONTROLLER")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(dir.join(format!("{name}.stderr"))).unwrap())
+        .spawn()
+        .expect("agentrt dev starts");
+    (child, stdout)
+}
+
+fn wait_listening(child: &mut std::process::Child, stdout: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(stdout)
+        .unwrap_or_default()
+        .contains("listening on")
+    {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "agentrt dev exited early"
+        );
+        assert!(Instant::now() < deadline, "agentrt dev did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn wait_exit(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn agentrt_dev_stops_on_sigterm_even_when_its_controller_finds_no_crds() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let (mut child, stdout) = spawn_dev(
+        dir.path(),
+        "dev",
+        &[
+            "--crds-dir",
+            &dir.path().join("none").to_string_lossy(),
+            "--kubeconfig-out",
+            &kubeconfig.to_string_lossy(),
+            "--sample-tools=false",
+        ],
+    );
+    wait_listening(&mut child, &stdout);
+    std::thread::sleep(Duration::from_secs(1));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status =
+        wait_exit(&mut child, Duration::from_secs(20)).expect("agentrt dev exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_second_agentrt_dev_that_cannot_start_leaves_the_first_ones_kubeconfig_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let tools_addr = format!("127.0.0.1:{port}");
+    let common = [
+        "--kubeconfig-out",
+        &kubeconfig.to_string_lossy(),
+        "--sample-tools",
+        "--sample-tools-addr",
+        &tools_addr,
+        "--no-controller",
+    ]
+    .map(str::to_string);
+    let common: Vec<&str> = common.iter().map(String::as_str).collect();
+    let (mut first, stdout) = spawn_dev(dir.path(), "first", &common);
+    wait_listening(&mut first, &stdout);
+    let before = std::fs::read_to_string(&kubeconfig).unwrap();
+    let (mut second, _) = spawn_dev(dir.path(), "second", &common);
+    let status = wait_exit(&mut second, Duration::from_secs(30)).expect("the second exits");
+    assert_eq!(status.code(), Some(1), "the sample tools' port is taken");
+    assert_eq!(
+        std::fs::read_to_string(&kubeconfig).unwrap(),
+        before,
+        "the kubeconfig still names the first server"
+    );
+    unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
+    assert!(wait_exit(&mut first, Duration::from_secs(20)).is_some());
 }

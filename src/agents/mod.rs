@@ -7,5 +7,6 @@
 //! writes the record: each returns the answer JSON, or why there is none, as the engine's next
 //! input.
 
+pub mod exact_json;
 pub mod openai;
 pub mod webhook;

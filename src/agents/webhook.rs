@@ -65,8 +65,15 @@ pub async fn post(
             transient: matches!(code, 408 | 425 | 429) || status.is_server_error(),
         });
     }
-    serde_json::from_slice(&bytes).map_err(|err| PostFailure {
-        detail: format!("POST {url}: the answer is not JSON: {err}"),
+    super::exact_json::read_exact(&bytes).map_err(|err| PostFailure {
+        detail: match err {
+            super::exact_json::ExactJsonError::Unstorable(why) => {
+                format!("POST {url}: the answer is JSON the record cannot store exactly {UNSTORABLE_MARK}: {why}")
+            }
+            super::exact_json::ExactJsonError::NotJson(why) => {
+                format!("POST {url}: the answer is not JSON: {why}")
+            }
+        },
         transient: false,
     })
 }
@@ -96,8 +103,22 @@ pub async fn call_agent(
     timeout: Duration,
     request: &Value,
 ) -> Result<Value, String> {
-    post_json(client, url, timeout, request).await
+    match post(client, url, timeout, request).await {
+        Ok(decision) => Ok(decision),
+        // JSON the Kubernetes API would not store exactly is the agent's invalid decision (the
+        // step fails, the run goes on), kept verbatim as far as the record allows, never
+        // silently rounded (DESIGN.md section 6).
+        Err(failure) if failure.detail.contains(UNSTORABLE_MARK) => Ok(serde_json::json!({
+            "kind": "invalid",
+            "failure": "unstorable",
+            "detail": failure.detail,
+        })),
+        Err(failure) => Err(failure.detail),
+    }
 }
+
+/// Marks the failure of an answer that is JSON the record cannot store exactly.
+const UNSTORABLE_MARK: &str = "[unstorable]";
 
 /// Asks the reconcile hook what to do with an interrupted run, trying again after a transient
 /// failure with backoff ([`HOOK_BACKOFF_START`] doubling to [`HOOK_BACKOFF_CAP`]) for at most
@@ -130,7 +151,7 @@ pub async fn call_reconcile_hook(
         let left = deadline.saturating_duration_since(Instant::now());
         if left <= wait {
             return Err(format!(
-                "spec.reconcile.webhook {url} gave no usable answer within its timeoutSeconds                  ({} s, {attempts} attempts); the last: {}",
+                "spec.reconcile.webhook {url} gave no usable answer within its timeoutSeconds ({} s, {attempts} attempts); the last: {}",
                 budget.as_secs(),
                 failure.detail
             ));

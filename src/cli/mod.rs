@@ -78,6 +78,7 @@ pub enum OperatorCommand {
         #[arg(value_enum)]
         what: ShowWhat,
         /// Its name.
+        #[arg(value_parser = object_name)]
         name: String,
         #[command(flatten)]
         target: Target,
@@ -87,6 +88,7 @@ pub enum OperatorCommand {
     /// Show a run's events timeline.
     Events {
         /// The run's name.
+        #[arg(value_parser = object_name)]
         run: String,
         #[command(flatten)]
         target: Target,
@@ -96,6 +98,7 @@ pub enum OperatorCommand {
     /// Approve an Approval: print it, confirm, and patch the hash printed.
     Approve {
         /// The Approval's name.
+        #[arg(value_parser = object_name)]
         name: String,
         #[command(flatten)]
         target: Target,
@@ -109,6 +112,7 @@ pub enum OperatorCommand {
     /// Reject an Approval: print it, confirm, and patch the hash printed. The run is cancelled.
     Reject {
         /// The Approval's name.
+        #[arg(value_parser = object_name)]
         name: String,
         #[command(flatten)]
         target: Target,
@@ -122,6 +126,7 @@ pub enum OperatorCommand {
     /// Cancel a run (sets spec.cancel; a running tool is not interrupted).
     Cancel {
         /// The run's name.
+        #[arg(value_parser = object_name)]
         run: String,
         #[command(flatten)]
         target: Target,
@@ -129,6 +134,42 @@ pub enum OperatorCommand {
         #[arg(long)]
         note: Option<String>,
     },
+}
+
+/// Writes `text` to standard output. A reader that went away (`agentrt runs | head`) is not an
+/// error: the output is simply not wanted any more.
+///
+/// # Errors
+/// Any other write error.
+pub fn emit(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// Validates a Kubernetes object name (a DNS-1123 subdomain) before any API call, so a typo is
+/// a usage error (exit 2) rather than a request.
+fn object_name(name: &str) -> Result<String, String> {
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if valid {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?} is not a Kubernetes object name: use lowercase letters, digits, '-' and \
+             '.', starting and ending with a letter or digit"
+        ))
+    }
 }
 
 /// What `show` shows.
@@ -186,8 +227,8 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             let api: Api<AgentRun> = scoped(&session, all_namespaces);
             let runs = api.list(&ListParams::default()).await?.items;
             match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&runs)?),
-                Output::Text => print!("{}", render::runs_table(&runs, all_namespaces)),
+                Output::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&runs)?))?,
+                Output::Text => emit(&render::runs_table(&runs, all_namespaces))?,
             }
         }
         OperatorCommand::Approvals {
@@ -207,8 +248,8 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 .filter(|a| all || is_pending(a))
                 .collect();
             match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&approvals)?),
-                Output::Text => print!("{}", render::approvals_table(&approvals, every_namespace)),
+                Output::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&approvals)?))?,
+                Output::Text => emit(&render::approvals_table(&approvals, every_namespace))?,
             }
         }
         OperatorCommand::Show {
@@ -225,15 +266,19 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                         .await
                         .with_context(|| format!("AgentRun {}/{name}", session.namespace))?;
                     match output {
-                        Output::Json => println!("{}", serde_json::to_string_pretty(&run)?),
-                        Output::Text => print!("{}", render::run_details(&run)),
+                        Output::Json => {
+                            emit(&format!("{}\n", serde_json::to_string_pretty(&run)?))?
+                        }
+                        Output::Text => emit(&render::run_details(&run))?,
                     }
                 }
                 ShowWhat::Approval => {
                     let approval = get_approval(&session, &name).await?;
                     match output {
-                        Output::Json => println!("{}", serde_json::to_string_pretty(&approval)?),
-                        Output::Text => print!("{}", render::approval_details(&approval)),
+                        Output::Json => {
+                            emit(&format!("{}\n", serde_json::to_string_pretty(&approval)?))?
+                        }
+                        Output::Text => emit(&render::approval_details(&approval))?,
                     }
                 }
             }
@@ -250,8 +295,8 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 .with_context(|| format!("AgentRun {}/{run}", session.namespace))?;
             let events = run.status.map(|s| s.events).unwrap_or_default();
             match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&events)?),
-                Output::Text => print!("{}", render::events_timeline(&events)),
+                Output::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&events)?))?,
+                Output::Text => emit(&render::events_timeline(&events))?,
             }
         }
         OperatorCommand::Approve {
@@ -281,7 +326,10 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             api.patch(&run, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .with_context(|| format!("cannot cancel AgentRun {}/{run}", session.namespace))?;
-            println!("agentrun {}/{run} cancel requested", session.namespace);
+            emit(&format!(
+                "agentrun {}/{run} cancel requested\n",
+                session.namespace
+            ))?;
         }
     }
     Ok(())
@@ -333,6 +381,23 @@ async fn decide(
             session.namespace
         );
     }
+    if let Some(status) = &approval.status {
+        if status.phase != ApprovalPhase::Pending {
+            bail!(
+                "Approval {}/{name} is {:?}, not Pending; it can no longer be decided",
+                session.namespace,
+                status.phase
+            );
+        }
+        if let Some(expires_at) = status.expires_at {
+            if expires_at.0 <= jiff::Timestamp::now() {
+                bail!(
+                    "Approval {}/{name} expired at {expires_at}; a decision now would grant nothing",
+                    session.namespace
+                );
+            }
+        }
+    }
     if !yes {
         let stdin = std::io::stdin();
         if !stdin.is_terminal() {
@@ -368,7 +433,11 @@ async fn decide(
                 session.namespace
             )
         })?;
-    println!("approval {}/{name} {}", session.namespace, past(verdict));
+    emit(&format!(
+        "approval {}/{name} {}\n",
+        session.namespace,
+        past(verdict)
+    ))?;
     Ok(())
 }
 

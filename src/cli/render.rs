@@ -105,10 +105,13 @@ pub fn approvals_table(approvals: &[Approval], with_namespace: bool) -> String {
                 short(&a.spec.kind, 40),
                 short(&a.spec.request.tool.name, 40),
                 phase,
-                short(a.spec.hash.trim_start_matches("sha256:"), 12)
+                esc(&a
+                    .spec
+                    .hash
+                    .trim_start_matches("sha256:")
                     .chars()
                     .take(12)
-                    .collect(),
+                    .collect::<String>()),
             ];
             if with_namespace {
                 row.insert(0, esc(a.metadata.namespace.as_deref().unwrap_or("")));

@@ -145,6 +145,7 @@ impl Context {
         Caller {
             holder: self.holder.as_str().to_string(),
             now: self.clock.now(),
+            draining: self.shutdown.is_cancelled(),
         }
     }
 

@@ -139,7 +139,8 @@ pub async fn controller(
             ObjectRef::new_with(&key.name, kick_runs_type.clone()).within(&key.namespace)
         });
     let shutdown = ctx.shutdown.clone();
-    Controller::for_stream_with(run_stream, reader, runs_type)
+    let deadline = ctx.shutdown.clone();
+    let controller = Controller::for_stream_with(run_stream, reader, runs_type)
         .owns_with(approvals, approvals_type, watcher::Config::default())
         .watches_stream_with(
             lease_stream,
@@ -165,9 +166,23 @@ pub async fn controller(
             if let Err(err) = result {
                 tracing::debug!(%err, "controller stream");
             }
-        })
-        .await;
+        });
+    // A watch stuck in its backoff (e.g. the CRDs are not installed) never lets the
+    // Controller's graceful shutdown finish; after shutdown it gets a few seconds, then it is
+    // dropped. Executors are not part of it: they stop and release their leases on their own.
+    tokio::select! {
+        () = controller => {}
+        () = async move {
+            deadline.cancelled().await;
+            tokio::time::sleep(WATCH_SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!("the watches did not stop within {WATCH_SHUTDOWN_GRACE:?} of shutdown; dropping them");
+        }
+    }
 }
+
+/// How long the watches may take to stop after shutdown begins.
+const WATCH_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn hash_of(parts: &[Option<&str>]) -> u64 {
     use std::hash::{Hash, Hasher};

@@ -71,9 +71,10 @@ pub struct DevArgs {
     /// Keep the server's objects in this directory so they survive a restart.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Directory of CRD YAML files installed at start, when it exists.
-    #[arg(long, default_value = "crds")]
-    pub crds_dir: PathBuf,
+    /// Directory of CRD YAML files installed at start (a missing directory installs none).
+    /// Without it, the CRDs built into this binary (what `agentrt crds` prints) are installed.
+    #[arg(long)]
+    pub crds_dir: Option<PathBuf>,
     /// How many recent changes are kept for watches; watching from an older resourceVersion
     /// gets 410 Gone and clients re-list.
     #[arg(long, default_value_t = 1000)]
@@ -135,7 +136,15 @@ pub fn read_crds_dir(dir: &Path) -> Result<Vec<serde_json::Value>, DevClusterErr
 /// When the address cannot be bound, the kubeconfig cannot be written, or `--data-dir` holds a
 /// torn or corrupt state file.
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
-    let crds = read_crds_dir(&args.crds_dir)?;
+    let crds = match &args.crds_dir {
+        Some(dir) => read_crds_dir(dir)?,
+        // The binary's own CRDs, exactly what `agentrt crds` prints and `crds/` holds, so
+        // `agentrt dev` works from any directory.
+        None => crate::api::crd_files()?
+            .into_iter()
+            .map(|(_, yaml)| serde_yaml::from_str::<serde_json::Value>(&yaml))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
     let config = DevServerConfig {
         addr: args.addr,
         token: args.token.clone(),
@@ -145,6 +154,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         audit_log: args.audit_log.clone(),
     };
     let server = DevServer::start(config).await?;
+    // The controller in-process, the sample tools and --apply (issue 4) start before the
+    // kubeconfig is written: if one of them cannot (a port in use by another `agentrt dev`),
+    // this process exits without pointing an existing kubeconfig at a server about to stop.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let controller =
+        crate::controller::dev::start(server.client().await?, &args.controller, stop.clone())
+            .await?;
     let kubeconfig_path =
         std::path::absolute(&args.kubeconfig_out).unwrap_or_else(|_| args.kubeconfig_out.clone());
     kubeconfig::write(&kubeconfig_path, &server.kubeconfig_yaml())?;
@@ -157,12 +173,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         kubeconfig_path.display()
     );
     use std::io::Write as _;
-    let _ = std::io::stdout().flush();
-    // The controller in-process, the sample tools and --apply (issue 4).
-    let stop = tokio_util::sync::CancellationToken::new();
-    let controller =
-        crate::controller::dev::start(server.client().await?, &args.controller, stop.clone())
-            .await?;
     let _ = std::io::stdout().flush();
     wait_for_signal().await?;
     stop.cancel();

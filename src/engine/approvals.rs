@@ -344,7 +344,17 @@ fn settle_waiting(txn: &mut Txn) {
             reject(txn, index, &latest, &status, &decision);
         }
         Some(decision) => {
-            let decided_at = status.decided_at.unwrap_or(now);
+            // A decision first seen after the approval's expiry cannot be shown to have come
+            // before it (the API server keeps no decision time): it fails closed and expires
+            // (BEHAVIOURS.md 25).
+            let decided_at = status
+                .decided_at
+                .or_else(|| decision_time(stored_object(txn, &latest.name)));
+            if decided_at.is_none() && latest.expires_at.is_some_and(|e| e <= now) {
+                expire(txn, index, &latest, Some(&status), Some(&decision));
+                return;
+            }
+            let decided_at = decided_at.unwrap_or(now);
             let ttl = txn.run.spec.limits.grant_ttl_seconds;
             if ttl.is_some_and(|ttl| decided_at.plus_seconds(ttl) <= now) {
                 expire(txn, index, &latest, Some(&status), Some(&decision));
@@ -377,6 +387,27 @@ fn settle_waiting(txn: &mut Txn) {
             }
         }
     }
+}
+
+/// The stored Approval object named `name`, as read.
+fn stored_object<'a>(txn: &'a Txn, name: &str) -> Option<&'a serde_json::Value> {
+    txn.approvals
+        .iter()
+        .find(|a| a.name == name)
+        .map(|a| &a.object)
+}
+
+/// When the decision was written, from the API server's `metadata.managedFields` (the entry
+/// whose fields include `spec.decision`); `None` when the server keeps no such entry.
+pub(crate) fn decision_time(object: Option<&serde_json::Value>) -> Option<crate::api::Time> {
+    object?
+        .pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .filter(|entry| entry.pointer("/fieldsV1/f:spec/f:decision").is_some())
+        .filter_map(|entry| entry.get("time")?.as_str()?.parse::<jiff::Timestamp>().ok())
+        .max()
+        .map(crate::api::Time)
 }
 
 /// Nothing to do while the latest approval is pending: an observer requeues for its expiry,

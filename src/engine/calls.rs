@@ -163,6 +163,12 @@ pub(crate) fn start_tool(
     args: Value,
     grant: Option<Grant>,
 ) -> Flow {
+    if txn.caller.draining {
+        // Never record a start the replica will not make: the step stays `deciding`, and the
+        // next holder asks the agent again.
+        txn.release_and_stop();
+        return Flow::Halt;
+    }
     let now = txn.now();
     let spec_tool = txn.run.spec.tools[tool].clone();
     let step = txn.step_mut(index);

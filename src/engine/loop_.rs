@@ -40,6 +40,11 @@ pub(crate) fn drive(txn: &mut Txn) {
             return;
         }
         let flow = match txn.status.steps.last().map(|s| s.status) {
+            // A draining replica records the outcome it has and starts no further step.
+            None | Some(StepStatus::Done | StepStatus::Failed) if txn.caller.draining => {
+                txn.release_and_stop();
+                Flow::Halt
+            }
             None | Some(StepStatus::Done | StepStatus::Failed) => start_step(txn),
             Some(StepStatus::Deciding) => decide(txn),
             // Guarantee 1: a started step is not started again; a takeover resolves it.
@@ -377,6 +382,11 @@ fn invalid_reply(record: &DecisionRecord) -> Invalid {
         "truncated" => {
             "the reply was cut off at its output token cap before it finished; answer with \
              one shorter tool call"
+        }
+        "unstorable" => {
+            "the answer holds JSON the Kubernetes API cannot store exactly (nesting deeper than \
+             100 levels, an integer outside int64 or a number outside float64); send plainer \
+             JSON, big numbers as strings"
         }
         _ => "the reply could not be read as a decision",
     };

@@ -165,6 +165,10 @@ pub struct Caller {
     pub holder: String,
     /// The current time by this replica's clock.
     pub now: Time,
+    /// This replica is shutting down gracefully: record what came back, start nothing new
+    /// (no step, no tool), release the lease and stop (DESIGN.md section 4: a stopping loop
+    /// starts no further side effect, and must not record one as started).
+    pub draining: bool,
 }
 
 /// The previous holder a takeover replaces (recorded in `lease.taken_over`).
@@ -445,6 +449,20 @@ pub fn step(
         Ok(stored) => stored,
         Err(detail) => return Ok(raw::undecodable(run, caller, &input, detail)),
     };
+    // DESIGN.md section 5, terminal runs: nothing. A journal holding `run.finished` ended the
+    // run whatever `phase` says now (a status write by hand cannot bring a run back to life).
+    if !stored.phase.is_terminal()
+        && stored
+            .events
+            .iter()
+            .any(|e| e.type_ == crate::api::EventType::RunFinished)
+    {
+        let effects = match input {
+            Input::Observe { .. } => Vec::new(),
+            _ => vec![Effect::Stop],
+        };
+        return Ok(Transition { effects });
+    }
     let executor = !matches!(input, Input::Observe { .. });
     let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, executor);
     match input {

@@ -43,13 +43,18 @@ pub(crate) fn take_over(txn: &mut Txn, takeover: Option<PreviousHolder>) {
         drive(txn);
         return;
     }
+    // A released Lease names no holder; the record still says who held the run last.
+    let previous_holder = previous
+        .holder
+        .clone()
+        .or_else(|| txn.holder().map(str::to_string));
     txn.take_lease();
     let epoch = txn.status.lease.as_ref().map_or(0, |l| l.epoch);
     txn.event(
         EventType::LeaseTakenOver,
         None,
         json!({
-            "previousHolder": previous.holder,
+            "previousHolder": previous_holder,
             "previousExpiry": previous.expired_at,
             "holder": txn.caller.holder,
             "epoch": epoch,

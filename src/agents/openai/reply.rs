@@ -101,7 +101,10 @@ fn decide(message: &Value) -> Value {
         return invalid(failure::UNPARSEABLE, message.clone());
     };
     let args = match first.get("arguments") {
-        Some(Value::String(text)) => serde_json::from_str::<Value>(text).map_err(|_| text.clone()),
+        // Arguments the Kubernetes API would not store exactly stay text (`invalidArgs`).
+        Some(Value::String(text)) => {
+            crate::agents::exact_json::read_exact(text.as_bytes()).map_err(|_| text.clone())
+        }
         Some(Value::Null) | None => Err(String::new()),
         Some(object) => Ok(object.clone()),
     };

@@ -522,6 +522,15 @@ fn approval_ttl_alone_never_expires_a_grant() {
     h.result("a", json!({}));
     h.advance(10);
     h.approve(NAME);
+    // A replica sees the decision before the expiry (the lease is busy elsewhere), which
+    // records when it was decided...
+    h.lease = Some(FakeLease {
+        holder: "z".into(),
+        renewed_at: h.now,
+        duration_seconds: 500,
+    });
+    h.reconcile("b");
+    // ...so the grant outlives the approval's TTL.
     h.advance(1000);
     let effects = h.reconcile("b");
     assert_eq!(
@@ -531,6 +540,50 @@ fn approval_ttl_alone_never_expires_a_grant() {
             "WriteApprovalStatus(refund-1042-1-1:Executed)",
             "CallTool(issue_refund#1)"
         ])
+    );
+}
+
+#[test]
+fn a_decision_first_seen_after_the_expiry_fails_closed_and_expires() {
+    let mut h = Harness::new(REFUND);
+    h.spec_mut().limits.approval_ttl_seconds = Some(60);
+    h.reconcile("a");
+    h.result("a", json!({}));
+    // No replica looks until after expiresAt; then the approval turns out decided, with no
+    // record of when: it cannot be shown to predate the expiry, so it does not grant.
+    h.advance(61);
+    h.approve(NAME);
+    let effects = h.reconcile("b");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Expired)",
+            "Stop"
+        ])
+    );
+    assert_eq!(h.status().reason, Some(TerminalReason::ApprovalExpired));
+    assert_eq!(h.tool_calls.len(), 1, "the refund never ran");
+}
+
+#[test]
+fn the_api_servers_managed_fields_time_dates_a_decision() {
+    let mut h = Harness::new(REFUND);
+    h.spec_mut().limits.approval_ttl_seconds = Some(60);
+    h.reconcile("a");
+    h.result("a", json!({}));
+    let decided = h.now.plus_seconds(30);
+    h.advance(61);
+    h.approve(NAME);
+    h.approvals.get_mut(NAME).expect("approval")["metadata"]["managedFields"] = json!([
+        {"manager": "kubectl-patch", "operation": "Update", "time": decided,
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:decision": {".": {}}}}}
+    ]);
+    let effects = h.reconcile("b");
+    assert!(
+        kinds(&effects).contains(&"CallTool(issue_refund#1)".to_string()),
+        "decided before the expiry, it grants: {:?}",
+        kinds(&effects)
     );
 }
 

@@ -36,6 +36,8 @@ pub struct Harness {
     pub approvals: BTreeMap<String, Value>,
     pub lease: Option<FakeLease>,
     pub now: Time,
+    /// The caller is shutting down gracefully (`Caller::draining`).
+    pub draining: bool,
     pub budgets: Budgets,
     /// Every status written, in order.
     pub writes: Vec<Value>,
@@ -86,6 +88,7 @@ impl Harness {
             approvals: BTreeMap::new(),
             lease: None,
             now: Time::from_millis(T0),
+            draining: false,
             budgets: Budgets::default(),
             writes: Vec::new(),
             tool_calls: Vec::new(),
@@ -113,6 +116,7 @@ impl Harness {
         Caller {
             holder: holder.into(),
             now: self.now,
+            draining: self.draining,
         }
     }
 

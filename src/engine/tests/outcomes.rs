@@ -257,6 +257,7 @@ fn a_tool_outcome_for_a_step_that_does_not_exist_is_refused() {
         &crate::engine::Caller {
             holder: "a".into(),
             now: h.now,
+            draining: false,
         },
         &h.budgets,
         Input::ToolFinished {
@@ -269,4 +270,43 @@ fn a_tool_outcome_for_a_step_that_does_not_exist_is_refused() {
         },
     );
     assert!(result.is_err());
+}
+
+#[test]
+fn a_draining_replica_records_the_outcome_and_starts_nothing_further() {
+    // Two LocalMutation calls: a graceful shutdown after the first must not record the second
+    // as started, or the next holder would ask a person about a call that never happened.
+    let mut h = Harness::scripted(vec![
+        call("write_local", json!({"n": 1})),
+        call("write_local", json!({"n": 2})),
+        complete(json!("ok")),
+    ]);
+    h.reconcile("a");
+    h.draining = true;
+    let effects = h.result("a", json!({"written": 1}));
+    assert_eq!(
+        kinds(&effects),
+        words(&["WriteStatus", "ReleaseLease", "Stop"])
+    );
+    let steps = h.steps();
+    assert_eq!(steps.len(), 1, "no second step was started");
+    assert_eq!(steps[0].status, StepStatus::Done);
+    assert_eq!(h.journal_tail(1), words(&["step.tool_finished@0"]));
+    assert!(h.lease.is_none(), "the lease was released");
+    // The next holder finds nothing in flight: it takes over and calls the second tool
+    // without pausing on an approval.
+    h.draining = false;
+    let effects = h.reconcile("b");
+    assert!(
+        kinds(&effects).iter().any(|k| k.starts_with("CallTool")),
+        "{:?}",
+        kinds(&effects)
+    );
+    assert!(
+        h.approvals.is_empty(),
+        "no interrupted_side_effect approval"
+    );
+    // The released Lease names nobody; the takeover still names the previous holder.
+    assert_eq!(h.last_event("lease.taken_over")["previousHolder"], "a");
+    assert!(!h.journal().contains(&"step.interrupted@1".to_string()));
 }

@@ -349,3 +349,24 @@ fn kubernetes_events_project_phase_changes_approvals_and_takeovers() {
         last.message
     );
 }
+
+#[test]
+fn a_finished_run_set_back_to_running_by_hand_stays_finished() {
+    let mut h = executing("write_local");
+    h.spec_mut().cancel = true;
+    h.reconcile("b");
+    assert_eq!(h.status().phase, RunPhase::Cancelled);
+    // Someone with status-write rights sets the phase back; the journal still says it ended.
+    h.run.status["phase"] = json!("Running");
+    h.run.status["lease"] = json!(null);
+    h.lease = None;
+    h.spec_mut().cancel = false;
+    let before = h.run.status.clone();
+    assert!(
+        h.reconcile("c").is_empty(),
+        "a replica finding it does nothing"
+    );
+    let effects = h.step("c", Input::LeaseAcquired { takeover: None });
+    assert_eq!(kinds(&effects), words(&["Stop"]));
+    assert_eq!(h.run.status, before, "nothing is written");
+}

@@ -1,0 +1,89 @@
+//! The engine's cost per step as a run's record grows (not a timed test): a scripted run of
+//! `AGENTRT_BENCH_STEPS` (default 400) small tool steps is driven through `engine::step` alone,
+//! no I/O, and the mean time of a transition over the first and the last tenth is printed with
+//! the final record's size. The engine reads and rewrites the whole record each step, so this
+//! grows with the record (docs/performance.md).
+//!
+//! `cargo bench --bench engine_step`
+
+use std::time::{Duration, Instant};
+
+use agentrt::engine::{step, Budgets, Caller, Effect, Input, RunSnapshot, ToolOutcome};
+
+fn main() {
+    let steps: usize = std::env::var("AGENTRT_BENCH_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    let manifest =
+        agentrt::bench::manifests::tool_loop("r", "http://127.0.0.1:1", "small", steps, 30);
+    let spec = match serde_json::from_value(manifest["spec"].clone()) {
+        Ok(spec) => spec,
+        Err(err) => {
+            eprintln!("the benchmark run does not decode: {err}");
+            std::process::exit(1);
+        }
+    };
+    let mut run = RunSnapshot {
+        namespace: "ns".into(),
+        name: "r".into(),
+        uid: "6f1c2a4e-8d3b-4f5a-9c7e-0123456789ab".into(),
+        generation: 1,
+        spec,
+        status: serde_json::Value::Null,
+        created_by: None,
+    };
+    let caller = Caller {
+        holder: "bench-1".into(),
+        now: agentrt::api::Time(jiff::Timestamp::now()),
+        draining: false,
+    };
+    let budgets = Budgets::default();
+    let mut input = Input::LeaseAcquired { takeover: None };
+    let mut times: Vec<Duration> = Vec::new();
+    loop {
+        let started = Instant::now();
+        let transition = match step(&run, &[], &caller, &budgets, input.clone()) {
+            Ok(transition) => transition,
+            Err(err) => {
+                eprintln!("the engine refused an input: {err}");
+                std::process::exit(1);
+            }
+        };
+        times.push(started.elapsed());
+        let mut next = None;
+        for effect in transition.effects {
+            match effect {
+                Effect::WriteStatus { status } => run.status = status,
+                Effect::CallTool(call) => {
+                    next = Some(Input::ToolFinished {
+                        step: call.step,
+                        attempt: call.attempt,
+                        outcome: ToolOutcome::Result {
+                            status: 200,
+                            content: serde_json::json!({"ok": true, "item": call.step}),
+                            duration_ms: 1,
+                        },
+                    });
+                }
+                _ => {}
+            }
+        }
+        match next {
+            Some(next) => input = next,
+            None => break,
+        }
+    }
+    let tenth = (times.len() / 10).max(1);
+    let mean_ms = |part: &[Duration]| {
+        part.iter().map(Duration::as_secs_f64).sum::<f64>() / part.len() as f64 * 1000.0
+    };
+    let bytes = serde_json::to_vec(&run.status).map_or(0, |b| b.len());
+    println!(
+        "{} transitions: mean {:.3} ms over the first tenth, {:.3} ms over the last; final record {} KiB",
+        times.len(),
+        mean_ms(&times[..tenth]),
+        mean_ms(&times[times.len() - tenth..]),
+        bytes / 1024
+    );
+}
