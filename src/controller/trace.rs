@@ -9,9 +9,10 @@ use tracing::Span;
 use super::context::RunKey;
 use crate::engine::Effect;
 
-/// The span of an executor working on `key` (uid `uid`) as `holder`.
+/// The span of an executor working on `key` (uid `uid`) as `holder`: a root, not a child of
+/// the reconcile that started it (the executor outlives it), joined to the run's trace.
 pub fn run_span(key: &RunKey, uid: &str, holder: &str) -> Span {
-    let span = tracing::info_span!("run", run = %key, uid = %uid, holder = %holder);
+    let span = tracing::info_span!(parent: None, "run", run = %key, uid = %uid, holder = %holder);
     join_run_trace(&span, uid);
     span
 }
@@ -127,6 +128,30 @@ mod tests {
         assert_eq!(run_trace_ids(uid), (trace, span));
         let (other, _) = run_trace_ids("not-a-uuid");
         assert_ne!(other, [0u8; 16]);
+    }
+
+    #[cfg(feature = "otel")]
+    #[test]
+    fn a_run_span_continues_the_trace_named_by_the_run_uid() {
+        use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        use tracing_subscriber::layer::SubscriberExt;
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        let uid = "6f1c2a4e-8d3b-4f5a-9c7e-0123456789ab";
+        let key = RunKey {
+            namespace: "ns".into(),
+            name: "r".into(),
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            // Two replicas (a holder and the one that takes over) open the run's span apart.
+            for holder in ["a-1", "b-2"] {
+                let span = run_span(&key, uid, holder);
+                let trace_id = span.context().span().span_context().trace_id();
+                assert_eq!(trace_id.to_string(), "6f1c2a4e8d3b4f5a9c7e0123456789ab");
+            }
+        });
     }
 
     #[test]
