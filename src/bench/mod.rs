@@ -72,7 +72,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 8192)]
     pub answer_bytes: usize,
     /// SIGKILLs in the takeover workload.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 10)]
     pub kills: usize,
     /// The lease duration of the takeover workload's run, in seconds.
     #[arg(long, default_value_t = 5)]
