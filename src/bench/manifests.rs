@@ -29,7 +29,8 @@ fn tools(base: &str) -> Value {
 }
 
 /// A run whose scripted agent calls `tool` `steps` times (distinct args, so no loop is
-/// detected) and then completes.
+/// detected) and then completes. Interrupted steps (the takeover workload kills the holder
+/// during calls) count as failed tool calls, so the consecutive-failure limit is lifted.
 pub fn tool_loop(name: &str, base: &str, tool: &str, steps: usize, lease_seconds: i64) -> Value {
     let mut decisions: Vec<Value> = (0..steps)
         .map(|i| json!({"kind": "tool_call", "tool": tool, "args": {"item": i}}))
@@ -43,7 +44,7 @@ pub fn tool_loop(name: &str, base: &str, tool: &str, steps: usize, lease_seconds
             "goal": format!("Call {tool} {steps} times."),
             "agent": {"scripted": {"decisions": decisions}},
             "tools": tools(base),
-            "limits": {"maxSteps": steps + 10},
+            "limits": {"maxSteps": steps + 10, "maxConsecutiveToolFailures": steps + 10},
             "leaseDurationSeconds": lease_seconds,
         }
     })

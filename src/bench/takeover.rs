@@ -53,12 +53,15 @@ pub async fn run(bench: &Bench, kills: usize, lease_seconds: i64) -> anyhow::Res
             {
                 break call.holder.clone();
             }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "takeover: no tool call by {} within {limit:?}; see {}",
-                active.name,
-                active.log_path().display()
-            );
+            if Instant::now() > deadline {
+                let run = api.get(name).await?;
+                anyhow::bail!(
+                    "takeover: no tool call by {} within {limit:?}; see {}; the run's record ends {}",
+                    active.name,
+                    active.log_path().display(),
+                    tail_of(&run.data["status"])
+                );
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         let pause = rand::rng().random_range(0..bench.slow.as_millis().max(2) as u64 * 8 / 10);
@@ -114,6 +117,22 @@ pub async fn run(bench: &Bench, kills: usize, lease_seconds: i64) -> anyhow::Res
         listed.join(", ")
     ));
     Ok(row)
+}
+
+/// The phase and the last journal entries of a record, for an error message.
+fn tail_of(status: &Value) -> String {
+    let events = status["events"].as_array().map_or(&[][..], Vec::as_slice);
+    let tail: Vec<String> = events
+        .iter()
+        .skip(events.len().saturating_sub(8))
+        .map(|e| format!("{} {} {}", e["seq"], e["type"], e["data"]))
+        .collect();
+    format!(
+        "phase {} reason {}: {}",
+        status["phase"],
+        status["reason"],
+        tail.join("; ")
+    )
 }
 
 /// The time and new holder of the `lease.taken_over` entry naming `previous`.
