@@ -39,15 +39,14 @@ app.kubernetes.io/component: controller
   verbs: ["update"]
 - apiGroups: ["agentrt.dev"]
   resources: ["approvals"]
-  verbs: ["list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create"]
 - apiGroups: ["agentrt.dev"]
   resources: ["approvals/status"]
   verbs: ["patch"]
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update"]
-# kube-runtime's Recorder creates an Event, and patches it (its series count) when the same
-# Event repeats.
+# Each journal entry worth an Event is published once: created, never patched.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
