@@ -39,7 +39,7 @@ app.kubernetes.io/component: controller
   verbs: ["update"]
 - apiGroups: ["agentrt.dev"]
   resources: ["approvals"]
-  verbs: ["list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create"]
 - apiGroups: ["agentrt.dev"]
   resources: ["approvals/status"]
   verbs: ["patch"]
