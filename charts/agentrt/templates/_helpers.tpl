@@ -46,8 +46,7 @@ app.kubernetes.io/component: controller
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update"]
-# kube-runtime's Recorder creates an Event, and patches it (its series count) when the same
-# Event repeats.
+# Each Event is created once (no series updates).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
