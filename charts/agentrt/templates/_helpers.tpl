@@ -46,7 +46,7 @@ app.kubernetes.io/component: controller
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update"]
-# Each journal entry worth an Event is published once: created, never patched.
+# Each Event is created once (no series updates).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
