@@ -396,13 +396,14 @@ pub struct PolicyRule {
     /// For `RequireApproval`: the approval kind (default `policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// For `RequireApproval`: what the approval grants, as JSON.
+    /// For `RequireApproval`: what the approval grants, as a JSON object (it becomes the
+    /// Approval's `spec.capability`, which must be an object: DESIGN.md section 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_json")]
+    #[schemars(schema_with = "json_object")]
     pub capability: Option<Value>,
-    /// For `RequireApproval`: what the approver is shown, as JSON.
+    /// For `RequireApproval`: what the approver is shown, as a JSON object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_json")]
+    #[schemars(schema_with = "json_object")]
     pub presentation: Option<Value>,
 }
 

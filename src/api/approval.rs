@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::schema::{any_json, json_schema_object, time_schema};
+use super::schema::{any_json, json_object, json_schema_object, time_schema};
 use super::vocab::{ApprovalPhase, SideEffect, Verdict};
 use super::Time;
 
@@ -66,13 +66,15 @@ pub struct ApprovalSpec {
     pub kind: String,
     /// Exactly what the hash covers, with `kind`, `capability` and `presentation`.
     pub request: ApprovalRequest,
-    /// What approving grants, as JSON.
+    /// What approving grants, as a JSON object. An object (not any JSON) so that the API
+    /// server's CEL sees the field and can hold it immutable: kube-apiserver leaves a field
+    /// with no `type` out of the types its rules compile against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_json")]
+    #[schemars(schema_with = "json_object")]
     pub capability: Option<Value>,
-    /// What the approver is shown, as JSON.
+    /// What the approver is shown, as a JSON object (typed for CEL, like `capability`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_json")]
+    #[schemars(schema_with = "json_object")]
     pub presentation: Option<Value>,
     /// Why approval is needed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -145,7 +145,15 @@ fn check_policy_json(decision: &PolicyDecision) -> Result<(), String> {
         ("presentation", &decision.presentation),
     ] {
         if let Some(value) = value {
-            check_storable(value).map_err(|err| {
+            let checked = if value.is_object() {
+                check_storable(value)
+            } else {
+                Err(format!(
+                    "it must be a JSON object, got {}",
+                    super::validate::json_kind(value)
+                ))
+            };
+            checked.map_err(|err| {
                 let rule = decision.rule.as_deref().unwrap_or("(class default)");
                 format!("policy rule {rule}: {field} is not storable JSON: {err}")
             })?;

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::approvals::{self, Origin, Requirement};
 use super::loop_::{check_call, drive, start_step, CallProblem, Flow};
 use super::record::{interrupted_observation, previous_status, to_value, Txn};
-use super::validate::check_storable;
+use super::validate::{check_storable, json_kind};
 use super::{Effect, PreviousHolder};
 use crate::api::{EventType, SideEffect, StepStatus, TerminalReason, INTERRUPTED_SIDE_EFFECT};
 
@@ -365,7 +365,17 @@ fn waiting(txn: &mut Txn, index: usize, pause: Option<&Value>) -> Flow {
     let field = |name: &str| pause.get(name).filter(|v| !v.is_null()).cloned();
     for name in ["capability", "presentation"] {
         if let Some(value) = field(name) {
-            if let Err(err) = check_storable(&value) {
+            // The Approval's schema types both as objects (DESIGN.md section 2), so anything
+            // else could never be created.
+            let checked = if value.is_object() {
+                check_storable(&value)
+            } else {
+                Err(format!(
+                    "it must be a JSON object, got {}",
+                    json_kind(&value)
+                ))
+            };
+            if let Err(err) = checked {
                 let detail = format!("the reconcile hook's pause.{name} is not storable: {err}");
                 txn.end_run(TerminalReason::InternalError, Some(detail), None);
                 return Flow::Continue;

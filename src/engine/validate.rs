@@ -333,3 +333,15 @@ mod tests {
         assert!(err.starts_with(r#"content["a b"][0]["c\"d"]: "#), "{err}");
     }
 }
+
+/// The JSON type of `value`, as an error message names it.
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
