@@ -295,6 +295,7 @@ async fn requests_without_the_bearer_token_are_unauthorized() {
     })
     .await;
     if !c.is_embedded() {
+        eprintln!("requests_without_the_bearer_token_are_unauthorized: not on a real cluster: a test of agentrt dev's --token");
         return;
     }
     // The kubeconfig carries the token: the client and kubectl work.

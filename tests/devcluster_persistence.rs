@@ -23,6 +23,7 @@ async fn objects_and_the_resource_version_survive_a_restart() {
     })
     .await;
     if !c.is_embedded() {
+        eprintln!("objects_and_the_resource_version_survive_a_restart: not on a real cluster: a test of agentrt dev's --data-dir across a restart");
         return;
     }
     c.apply_test_crds();
@@ -89,6 +90,7 @@ async fn a_corrupt_state_file_is_refused_and_left_in_place() {
     };
     let mut c = TestCluster::start_with(options.clone()).await;
     if !c.is_embedded() {
+        eprintln!("a_corrupt_state_file_is_refused_and_left_in_place: not on a real cluster: a test of agentrt dev's state file");
         return;
     }
     c.kubectl_ok(&["create", "configmap", "keep-me", "-n", "default"]);
@@ -119,6 +121,7 @@ async fn crds_dir_installs_the_crds_at_start() {
     })
     .await;
     if !c.is_embedded() {
+        eprintln!("crds_dir_installs_the_crds_at_start: not on a real cluster: a test of agentrt dev's --crds-dir");
         return;
     }
     let out = c.kubectl_ok(&["get", "crd", "-o", "name"]);

@@ -22,7 +22,7 @@ use super::discovery;
 use super::patch::PatchKind;
 use super::route::{self, ResourcePath, Route, Target};
 use super::schema::FieldValidation;
-use super::selectors::{selectable_fields, FieldSelector, LabelSelector};
+use super::selectors::{selectable_fields, unknown_field_message, FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::status::ApiError;
 use super::table::{self, IncludeObject};
@@ -226,6 +226,7 @@ fn selectors(t: &Target, params: &Params) -> Result<(LabelSelector, FieldSelecto
     let fields = FieldSelector::parse(
         params.get("fieldSelector").map_or("", |s| s.as_str()),
         &selectable_fields(&t.rt),
+        |field| unknown_field_message(&t.rt, field),
     )
     .map_err(ApiError::BadRequest)?;
     Ok((labels, fields))

@@ -6,7 +6,8 @@
 //! `k>n`, `k<n`; requirements are ANDed with commas. Fields: `f=v`, `f==v`, `f!=v` over the
 //! fields a resource supports (`metadata.name`, `metadata.namespace` everywhere; a few more on
 //! built-ins); any other field is refused as kube-apiserver does
-//! (`field label not supported: <f>`). Custom resources' `selectableFields` are not supported.
+//! (`field label not supported: <f>`, or for kinds with only metadata fields `"<f>" is not a
+//! known field selector: ...`). Custom resources' `selectableFields` are not supported.
 
 use std::sync::LazyLock;
 
@@ -228,12 +229,33 @@ pub fn selectable_fields(rt: &ResourceType) -> Vec<&'static str> {
     fields
 }
 
+/// How kube-apiserver words an unsupported field in a selector of `rt`: the kinds whose
+/// selectable fields are only `metadata.name` and `metadata.namespace` (ConfigMaps, Leases,
+/// ServiceAccounts, CRDs) say `"f" is not a known field selector: only "metadata.name",
+/// "metadata.namespace"`; custom resources and kinds with fields of their own say
+/// `field label not supported: f` (what kube-apiserver v1.34 answers).
+pub fn unknown_field_message(rt: &ResourceType, field: &str) -> String {
+    match rt.builtin() {
+        Some(Builtin::ConfigMap | Builtin::Lease | Builtin::ServiceAccount | Builtin::Crd) => {
+            format!(
+                "\"{field}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+            )
+        }
+        _ => format!("field label not supported: {field}"),
+    }
+}
+
 impl FieldSelector {
-    /// Parses a `fieldSelector` query value, allowing only `supported` fields.
+    /// Parses a `fieldSelector` query value, allowing only `supported` fields; `unknown` words
+    /// the error for a field not in `supported` (see [`unknown_field_message`]).
     ///
     /// # Errors
-    /// `field label not supported: <f>` or a parse error (sent as 400 BadRequest).
-    pub fn parse(s: &str, supported: &[&str]) -> Result<FieldSelector, String> {
+    /// `unknown(field)` or a parse error (sent as 400 BadRequest).
+    pub fn parse(
+        s: &str,
+        supported: &[&str],
+        unknown: impl Fn(&str) -> String,
+    ) -> Result<FieldSelector, String> {
         let mut terms = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (field, negate, value) = if let Some((f, v)) = part.split_once("!=") {
@@ -249,7 +271,7 @@ impl FieldSelector {
             };
             let field = field.trim();
             if !supported.contains(&field) {
-                return Err(format!("field label not supported: {field}"));
+                return Err(unknown(field));
             }
             terms.push((field.to_string(), negate, value.trim().to_string()));
         }
@@ -325,14 +347,18 @@ mod tests {
     #[test]
     fn field_selectors_support_name_and_namespace_only() {
         let fields = ["metadata.name", "metadata.namespace"];
+        let unknown = |f: &str| format!("field label not supported: {f}");
         let o = obj(json!({}));
-        let Ok(f) = FieldSelector::parse("metadata.name=a,metadata.namespace!=other", &fields)
-        else {
+        let Ok(f) = FieldSelector::parse(
+            "metadata.name=a,metadata.namespace!=other",
+            &fields,
+            unknown,
+        ) else {
             panic!("parses");
         };
         assert!(f.matches(&o));
         assert_eq!(
-            FieldSelector::parse("spec.x=1", &fields),
+            FieldSelector::parse("spec.x=1", &fields, unknown),
             Err("field label not supported: spec.x".to_string())
         );
     }

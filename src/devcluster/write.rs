@@ -357,11 +357,14 @@ fn allows_create_on_update(rt: &ResourceType) -> bool {
 
 /// PUT: replaces the object (or, on `/status`, only its status) with `body`.
 ///
-/// A `metadata.resourceVersion` in the body is a precondition (409 Conflict when stale);
-/// without one the update is unconditional.
+/// A `metadata.resourceVersion` in the body is a precondition (409 Conflict when stale).
+/// Without one, an update of a built-in kind is unconditional, while a custom resource's is
+/// refused (422 `metadata.resourceVersion: Invalid value: 0: must be specified for an update`),
+/// as kube-apiserver refuses unconditional updates of custom resources.
 ///
 /// # Errors
-/// 400 for a body naming another object, 404 when missing, 409 when stale, 422 when invalid.
+/// 400 for a body naming another object, 404 when missing, 409 when stale, 422 when invalid
+/// or, for a custom resource, when the body has no resourceVersion.
 pub fn update(
     store: &mut Store,
     t: &Target,
@@ -379,6 +382,23 @@ pub fn update(
     settle_namespace(t, &mut obj)?;
     let key = t.key(&name);
     match store.get(&key).cloned() {
+        Some(_)
+            if matches!(t.rt.flavor, Flavor::Custom)
+                && meta_str(&obj, "resourceVersion").is_empty() =>
+        {
+            let error = FieldError {
+                kind: FieldErrorKind::Invalid,
+                field: "metadata.resourceVersion".to_string(),
+                bad_value: Some(json!(0)),
+                detail: "must be specified for an update".to_string(),
+            };
+            Err(ApiError::Invalid(invalid_status(
+                &t.rt.plural,
+                &t.rt.group,
+                &name,
+                &[error],
+            )))
+        }
         Some(old) => apply_update(store, t, &key, obj, &old, opts),
         None if allows_create_on_update(&t.rt) && !t.status => {
             set_meta(&mut obj, "resourceVersion", None);

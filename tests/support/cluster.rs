@@ -17,6 +17,13 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+/// Whether `name` is a ConfigMap a real control plane publishes in every namespace
+/// (`kube-root-ca.crt`, by kube-controller-manager's root-CA publisher). The embedded server
+/// publishes none; tests that count a namespace's ConfigMaps leave these out.
+pub fn published_by_the_control_plane(name: &str) -> bool {
+    name == "kube-root-ca.crt"
+}
+
 /// The kubectl used by the tests.
 pub const KUBECTL: &str = "/usr/bin/kubectl";
 

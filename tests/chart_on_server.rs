@@ -1,0 +1,547 @@
+//! The Helm chart on a real API server (issue 10, item 3): every object the chart renders is
+//! accepted by kube-apiserver (server-side dry run), a controller authenticated as the chart's
+//! ServiceAccount (a token from `kubectl create token`) completes runs with zero `forbidden`
+//! answers in both cluster-wide and per-namespace modes, and the optional
+//! ValidatingAdmissionPolicies are enforced by the API server itself: the run's creator cannot
+//! decide its Approval, a decision must name the user making it, and only the controller
+//! creates Approvals.
+//!
+//! These tests need what only a real API server has (RBAC, ServiceAccount tokens, apps and
+//! admissionregistration APIs, ValidatingAdmissionPolicy): on the embedded `agentrt dev`, which
+//! authenticates one all-powerful user, each prints one line saying so and checks nothing.
+//! `scripts/test` runs them in its real-control-plane half.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::cluster::{TestCluster, KUBECTL};
+use support::controller::*;
+use support::toolserver::ToolServer;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The helm binary, installed once per test process.
+fn helm() -> PathBuf {
+    static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HELM.get_or_init(|| {
+        let out = Command::new(root().join("scripts/install-helm"))
+            .output()
+            .expect("scripts/install-helm runs");
+        assert!(
+            out.status.success(),
+            "scripts/install-helm failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    })
+    .clone()
+}
+
+/// `helm template RELEASE charts/agentrt -n NAMESPACE [--set S]... [extra]...` as YAML text.
+fn render(release: &str, namespace: &str, sets: &[String], extra: &[&str]) -> String {
+    let mut cmd = Command::new(helm());
+    cmd.args([
+        "template",
+        release,
+        "charts/agentrt",
+        "--namespace",
+        namespace,
+    ])
+    .current_dir(root());
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    cmd.args(extra);
+    let out = cmd.output().expect("helm runs");
+    assert!(
+        out.status.success(),
+        "helm template {sets:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("helm prints UTF-8")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A real cluster with the agentrt CRDs applied, or `None` (and one line saying why) on the
+/// embedded server.
+async fn real_cluster(test: &str) -> Option<TestCluster> {
+    std::env::set_var("AGENTRT_DEV_NO_CONTROLLER", "1");
+    let cluster = TestCluster::start().await;
+    if cluster.is_embedded() {
+        eprintln!(
+            "{test}: not run on the embedded server (it has no RBAC, ServiceAccount tokens or \
+             admission policies); scripts/test runs it on the real control plane"
+        );
+        return None;
+    }
+    let crds = root().join("crds");
+    cluster.kubectl_ok(&["apply", "-f", &crds.to_string_lossy()]);
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/agentruns.agentrt.dev",
+        "crd/approvals.agentrt.dev",
+        "--timeout=30s",
+    ]);
+    Some(cluster)
+}
+
+/// A release name no other test uses (cluster-scoped objects are named after it).
+fn release() -> String {
+    format!("agentrt-{:06x}", rand::random::<u32>() & 0xff_ffff)
+}
+
+/// A kubeconfig for the cluster with `token` as its only credential.
+fn kubeconfig_with_token(cluster: &TestCluster, name: &str, token: &str) -> PathBuf {
+    let admin = std::fs::read_to_string(cluster.kubeconfig()).expect("kubeconfig readable");
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&admin).expect("kubeconfig YAML");
+    let users = config["users"].as_sequence_mut().expect("kubeconfig users");
+    for user in users.iter_mut() {
+        let mut credentials = serde_yaml::Mapping::new();
+        credentials.insert("token".into(), token.into());
+        user["user"] = serde_yaml::Value::Mapping(credentials);
+    }
+    let path = cluster.dir().join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, serde_yaml::to_string(&config).expect("YAML")).expect("write");
+    path
+}
+
+/// A token for ServiceAccount `sa` of the test's namespace and a kubeconfig using it.
+fn service_account_kubeconfig(cluster: &TestCluster, sa: &str) -> PathBuf {
+    let token = cluster.kubectl_ok(&["create", "token", sa, "--duration=1h"]);
+    kubeconfig_with_token(cluster, sa, token.trim())
+}
+
+/// kubectl as the user of `kubeconfig`, in the test's namespace.
+fn kubectl_as(cluster: &TestCluster, kubeconfig: &Path, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(KUBECTL)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cluster.dir().join("kubectl-cache-as"))
+        .arg("-n")
+        .arg(cluster.namespace())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    if let Some(mut input) = child.stdin.take() {
+        std::io::Write::write_all(&mut input, stdin.as_bytes()).expect("kubectl stdin");
+    }
+    child.wait_with_output().expect("kubectl finishes")
+}
+
+/// The requests of `user` the API server answered 403, from the audit log named by
+/// `AGENTRT_TEST_AUDIT_LOG` (scripts/test starts the control plane with AUDIT=1), with the
+/// number of that user's requests seen; `None` when there is no audit log.
+fn forbidden_in_audit_log(user: &str) -> Option<(Vec<String>, usize)> {
+    let path = std::env::var("AGENTRT_TEST_AUDIT_LOG").ok()?;
+    let log = std::fs::read_to_string(path).ok()?;
+    let mut seen = 0;
+    let mut forbidden = Vec::new();
+    for line in log.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if event["user"]["username"] != user || event["stage"] != "ResponseComplete" {
+            continue;
+        }
+        seen += 1;
+        if event["responseStatus"]["code"] == 403 {
+            forbidden.push(format!(
+                "{} {}",
+                event["verb"].as_str().unwrap_or_default(),
+                event["requestURI"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    Some((forbidden, seen))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
+    let Some(cluster) =
+        real_cluster("every_object_the_chart_renders_is_accepted_by_the_api_server").await
+    else {
+        return;
+    };
+    let ns = cluster.namespace().to_string();
+    let modes: Vec<Vec<String>> = vec![
+        vec![],
+        vec![format!("watchNamespaces={{{ns}}}")],
+        vec![
+            "admissionPolicies.enabled=true".into(),
+            "admissionPolicies.fourEyes=true".into(),
+        ],
+        vec![
+            format!("watchNamespaces={{{ns}}}"),
+            "admissionPolicies.enabled=true".into(),
+            "admissionPolicies.fourEyes=true".into(),
+            "admissionPolicies.validationActions={Warn,Audit}".into(),
+            "podDisruptionBudget.enabled=false".into(),
+            "metrics.service.enabled=false".into(),
+        ],
+    ];
+    for sets in modes {
+        let yaml = render(&release(), &ns, &sets, &["--include-crds"]);
+        let out = cluster.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &yaml);
+        assert!(
+            out.status.success(),
+            "the API server refused the chart rendered with {sets:?}:\n{}",
+            text(&out)
+        );
+        let applied = String::from_utf8_lossy(&out.stdout);
+        for kind in ["customresourcedefinition", "serviceaccount", "deployment"] {
+            assert!(
+                applied.contains(kind),
+                "no {kind} in the dry run of {sets:?}:\n{applied}"
+            );
+        }
+        if sets.iter().any(|s| s == "admissionPolicies.enabled=true") {
+            assert!(
+                applied.contains("validatingadmissionpolicybinding"),
+                "no admission policy bindings in {sets:?}:\n{applied}"
+            );
+        }
+    }
+}
+
+/// Installs the chart's ServiceAccount and RBAC (release `release`, in the test namespace, with
+/// `sets`), starts a controller authenticated as that ServiceAccount, and drives the RBAC
+/// fixture's runs to their ends: one reads with a Secret header, one is approved, one is
+/// cancelled. Asserts the controller saw no `forbidden` answer.
+async fn runs_complete_as_the_charts_service_account(cluster: &TestCluster, sets: &[String]) {
+    let ns = cluster.namespace().to_string();
+    let release = release();
+    let mut sets = sets.to_vec();
+    sets.push("userRoles.create=false".into());
+    let rbac = render(
+        &release,
+        &ns,
+        &sets,
+        &[
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ],
+    );
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &rbac);
+    let user = format!("system:serviceaccount:{ns}:{release}");
+    let kubeconfig = service_account_kubeconfig(cluster, &release);
+    for (verb, resource, subresource) in [
+        ("watch", "agentruns.agentrt.dev", ""),
+        ("update", "agentruns.agentrt.dev", "status"),
+        ("create", "approvals.agentrt.dev", ""),
+        ("patch", "approvals.agentrt.dev", "status"),
+        ("update", "leases.coordination.k8s.io", ""),
+        ("create", "events.events.k8s.io", ""),
+        ("get", "secrets", ""),
+    ] {
+        let subresource = format!("--subresource={subresource}");
+        let mut args = vec!["auth", "can-i", verb, resource];
+        if subresource != "--subresource=" {
+            args.push(&subresource);
+        }
+        let out = kubectl_as(cluster, &kubeconfig, &args, "");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "yes",
+            "{user} may not {verb} {resource} {subresource}: {}",
+            text(&out)
+        );
+    }
+    let cluster_wide = kubectl_as(
+        cluster,
+        &kubeconfig,
+        &[
+            "auth",
+            "can-i",
+            "list",
+            "agentruns.agentrt.dev",
+            "--all-namespaces",
+        ],
+        "",
+    );
+    let per_namespace = sets.iter().any(|s| s.starts_with("watchNamespaces="));
+    assert_eq!(
+        String::from_utf8_lossy(&cluster_wide.stdout).trim(),
+        if per_namespace { "no" } else { "yes" },
+        "listing runs in every namespace as {user} (per-namespace mode: {per_namespace})"
+    );
+
+    let tools = ToolServer::start().await;
+    let manifests = std::fs::read_to_string(support::fixtures::path("rbac/runs.yaml"))
+        .expect("fixture")
+        .replace("${TOOLS}", &tools.base());
+    // The controller watches only the test's namespace even with the ClusterRole, so that it
+    // never picks up the runs of other tests sharing this cluster; the ClusterRole's cluster-wide
+    // reach is checked above with `auth can-i --all-namespaces`.
+    let mut controller =
+        ControllerProcess::spawn(&kubeconfig, &ns, ControllerSpec::named("chart-sa"));
+    let client = cluster.client();
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &manifests);
+    wait_phase(&client, &ns, "lookup", "Completed", Duration::from_secs(60)).await;
+    let refund = wait_approval(&client, &ns, "refund", "policy", Duration::from_secs(60)).await;
+    decide(&client, &ns, &refund, "Approved").await;
+    wait_phase(&client, &ns, "refund", "Completed", Duration::from_secs(60)).await;
+    wait_approval(&client, &ns, "cancelled", "policy", Duration::from_secs(60)).await;
+    cluster.kubectl_ok(&[
+        "patch",
+        "agentrun",
+        "cancelled",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"cancel":true}}"#,
+    ]);
+    wait_phase(
+        &client,
+        &ns,
+        "cancelled",
+        "Cancelled",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(calls_of(&tools, "issue_refund"), 1);
+    controller.signal(libc::SIGTERM);
+    assert!(
+        controller.wait_exit(Duration::from_secs(30)).is_some(),
+        "the controller stops on SIGTERM"
+    );
+    let log = controller.log().to_lowercase();
+    assert!(
+        !log.contains("forbidden"),
+        "the controller running as {user} was refused something:\n{}",
+        controller.log()
+    );
+    if let Some((forbidden, seen)) = forbidden_in_audit_log(&user) {
+        assert!(seen > 0, "the audit log has no request of {user}");
+        assert!(
+            forbidden.is_empty(),
+            "the API server answered {user} 403 to: {forbidden:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_complete_as_the_charts_service_account_cluster_wide() {
+    let Some(cluster) =
+        real_cluster("runs_complete_as_the_charts_service_account_cluster_wide").await
+    else {
+        return;
+    };
+    runs_complete_as_the_charts_service_account(&cluster, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_complete_as_the_charts_service_account_per_namespace() {
+    let Some(cluster) =
+        real_cluster("runs_complete_as_the_charts_service_account_per_namespace").await
+    else {
+        return;
+    };
+    let ns = cluster.namespace().to_string();
+    runs_complete_as_the_charts_service_account(&cluster, &[format!("watchNamespaces={{{ns}}}")])
+        .await;
+}
+
+/// How many calls `tool` got.
+fn calls_of(tools: &ToolServer, tool: &str) -> usize {
+    tools.calls().iter().filter(|c| c.tool == tool).count()
+}
+
+/// Patches `approval`'s decision as the user of `kubeconfig`.
+fn decide_as(
+    cluster: &TestCluster,
+    kubeconfig: &Path,
+    approval: &str,
+    hash: &str,
+    approver: &str,
+) -> Output {
+    let patch = serde_json::json!({"spec": {"decision": {
+        "verdict": "Approved", "hash": hash, "approver": approver
+    }}});
+    kubectl_as(
+        cluster,
+        kubeconfig,
+        &[
+            "patch",
+            "approval",
+            approval,
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        "",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
+    let Some(cluster) =
+        real_cluster("admission_policies_refuse_a_decision_by_the_runs_creator").await
+    else {
+        return;
+    };
+    let ns = cluster.namespace().to_string();
+    let release = release();
+    // Per-namespace mode: the policies' bindings hold only in this namespace, so the other tests
+    // sharing the cluster are not subject to them.
+    let sets = vec![
+        format!("watchNamespaces={{{ns}}}"),
+        "userRoles.create=false".to_string(),
+        "admissionPolicies.enabled=true".to_string(),
+        "admissionPolicies.fourEyes=true".to_string(),
+    ];
+    let objects = render(
+        &release,
+        &ns,
+        &sets,
+        &[
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+            "--show-only",
+            "templates/admission.yaml",
+        ],
+    );
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &objects);
+    let users =
+        std::fs::read_to_string(support::fixtures::path("rbac/users.yaml")).expect("fixture");
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &users);
+    let alice = service_account_kubeconfig(&cluster, "alice");
+    let bob = service_account_kubeconfig(&cluster, "bob");
+    let alice_name = format!("system:serviceaccount:{ns}:alice");
+    let bob_name = format!("system:serviceaccount:{ns}:bob");
+    let tools = ToolServer::start().await;
+    let run = |creator: &str| {
+        std::fs::read_to_string(support::fixtures::path("rbac/four-eyes-run.yaml"))
+            .expect("fixture")
+            .replace("${TOOLS}", &tools.base())
+            .replace("${CREATOR}", creator)
+    };
+
+    // The policies take a moment to load: until a run claiming another creator is refused, they
+    // are not in force yet.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = kubectl_as(&cluster, &alice, &["create", "-f", "-"], &run(&bob_name));
+        if !out.status.success() {
+            let message = text(&out);
+            assert!(
+                message.contains("agentrt.dev/created-by")
+                    && message.contains("must be set to the creating user"),
+                "a run claiming another creator is refused for that reason: {message}"
+            );
+            break;
+        }
+        cluster.kubectl_ok(&["delete", "agentrun", "refund", "--wait=true"]);
+        assert!(
+            Instant::now() < deadline,
+            "the admission policies are not enforced within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let out = kubectl_as(&cluster, &alice, &["create", "-f", "-"], &run(&alice_name));
+    assert!(
+        out.status.success(),
+        "alice creates her run: {}",
+        text(&out)
+    );
+
+    let controller_kubeconfig = service_account_kubeconfig(&cluster, &release);
+    let _controller = ControllerProcess::spawn(
+        &controller_kubeconfig,
+        &ns,
+        ControllerSpec::named("four-eyes"),
+    );
+    let client = cluster.client();
+    let approval = wait_approval(&client, &ns, "refund", "policy", Duration::from_secs(60)).await;
+    let name = approval.metadata.name.clone().expect("name");
+    let hash = approval.data["spec"]["hash"]
+        .as_str()
+        .expect("hash")
+        .to_string();
+    let annotations = approval.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("agentrt.dev/run-created-by"),
+        Some(&alice_name),
+        "the controller copies the run's creator onto its Approval"
+    );
+
+    let by_creator = decide_as(&cluster, &alice, &name, &hash, &alice_name);
+    assert!(
+        !by_creator.status.success(),
+        "the creator decided her own approval"
+    );
+    assert!(
+        text(&by_creator).contains("may not decide its approvals (four eyes)"),
+        "refused for four eyes: {}",
+        text(&by_creator)
+    );
+    let as_someone_else = decide_as(&cluster, &bob, &name, &hash, &alice_name);
+    assert!(
+        !as_someone_else.status.success(),
+        "bob decided in alice's name"
+    );
+    assert!(
+        text(&as_someone_else).contains("spec.decision.approver must be the user deciding"),
+        "refused for the approver's name: {}",
+        text(&as_someone_else)
+    );
+    let mut forged = approval.clone();
+    forged.metadata = kube::api::ObjectMeta {
+        name: Some(format!("{name}-forged")),
+        namespace: Some(ns.clone()),
+        ..Default::default()
+    };
+    let forged_yaml = serde_json::to_string(&forged).expect("JSON");
+    let by_admin = cluster.kubectl_stdin(&["create", "-f", "-"], &forged_yaml);
+    assert!(
+        !by_admin.status.success(),
+        "a user other than the controller created an Approval"
+    );
+    assert!(
+        text(&by_admin).contains("only the agentrt controller"),
+        "refused as not the controller: {}",
+        text(&by_admin)
+    );
+    assert_eq!(
+        status(&client, &ns, "refund").await["phase"],
+        "WaitingForApproval"
+    );
+    assert!(
+        tools.calls().is_empty(),
+        "nothing ran before a valid decision"
+    );
+
+    let by_bob = decide_as(&cluster, &bob, &name, &hash, &bob_name);
+    assert!(by_bob.status.success(), "bob decides: {}", text(&by_bob));
+    let done = wait_phase(&client, &ns, "refund", "Completed", Duration::from_secs(60)).await;
+    assert_eq!(calls_of(&tools, "issue_refund"), 1);
+    let decided = events_of(&done, "approval.decided");
+    assert_eq!(decided.len(), 1, "one decision recorded: {done}");
+    assert!(
+        decided[0].to_string().contains(&bob_name),
+        "the recorded decision names bob: {}",
+        decided[0]
+    );
+}
