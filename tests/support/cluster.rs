@@ -180,6 +180,20 @@ impl TestCluster {
                 .create(&PostParams::default(), &ns)
                 .await
                 .map_err(|e| format!("cannot create namespace {}: {e}", cluster.namespace))?;
+            if !cluster.embedded {
+                // A real control plane publishes kube-root-ca.crt into the new namespace a
+                // moment later; wait for it (at most 5 s: a cluster without the publisher has
+                // none), so that it is not a change a test's watch sees.
+                let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                    Api::namespaced(cluster.client.clone(), &cluster.namespace);
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = cms.get_opt("kube-root-ca.crt").await {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
         }
         Ok(cluster)
     }
