@@ -6,14 +6,9 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Output;
 
 use support::cluster::TestCluster;
-
-fn crds_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds")
-}
 
 fn text(out: &Output) -> String {
     format!(
@@ -25,15 +20,7 @@ fn text(out: &Output) -> String {
 
 async fn cluster() -> TestCluster {
     let c = TestCluster::start().await;
-    let crds = crds_dir();
-    c.kubectl_ok(&["apply", "-f", crds.to_str().expect("utf-8 path")]);
-    c.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/agentruns.agentrt.dev",
-        "crd/approvals.agentrt.dev",
-        "--timeout=30s",
-    ]);
+    c.apply_agentrt_crds();
     c
 }
 

@@ -87,15 +87,7 @@ async fn real_cluster(test: &str) -> Option<TestCluster> {
         );
         return None;
     }
-    let crds = root().join("crds");
-    cluster.kubectl_ok(&["apply", "-f", &crds.to_string_lossy()]);
-    cluster.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/agentruns.agentrt.dev",
-        "crd/approvals.agentrt.dev",
-        "--timeout=30s",
-    ]);
+    cluster.apply_agentrt_crds();
     Some(cluster)
 }
 

@@ -16,7 +16,7 @@ async fn cluster() -> TestCluster {
     })
     .await;
     if !c.is_embedded() {
-        c.kubectl_ok(&["apply", "-f", concat!(env!("CARGO_MANIFEST_DIR"), "/crds")]);
+        c.apply_agentrt_crds();
     }
     c
 }

@@ -297,11 +297,47 @@ impl TestCluster {
         Spawned { child, lines }
     }
 
+    /// `kubectl apply -f path` for CRDs. Tests running side by side on one real cluster apply
+    /// the same CRDs at once, so a create that lost the race (AlreadyExists) or an update that
+    /// lost it (Conflict) is applied again, at most five times.
+    pub fn apply_crds(&self, path: &Path) {
+        let path = path.to_string_lossy();
+        for attempt in 1..=5 {
+            let out = self.kubectl(&["apply", "-f", &path]);
+            if out.status.success() {
+                return;
+            }
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let raced = text.contains("AlreadyExists") || text.contains("has been modified");
+            assert!(
+                raced && attempt < 5,
+                "kubectl apply -f {path} failed: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Applies agentrt's own CRDs (`crds/`) and waits until they are established.
+    pub fn apply_agentrt_crds(&self) {
+        self.apply_crds(&Path::new(env!("CARGO_MANIFEST_DIR")).join("crds"));
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/agentruns.agentrt.dev",
+            "crd/approvals.agentrt.dev",
+            "--timeout=30s",
+        ]);
+    }
+
     /// Applies the test CRDs (`tests/fixtures/devcluster/widgets-crd.yaml`) and waits until
     /// they are established.
     pub fn apply_test_crds(&self) {
         let crds = super::fixtures::devcluster("widgets-crd.yaml");
-        self.kubectl_ok(&["apply", "-f", &crds.to_string_lossy()]);
+        self.apply_crds(&crds);
         self.kubectl_ok(&[
             "wait",
             "--for",

@@ -361,15 +361,7 @@ pub async fn agentrt_cluster() -> super::cluster::TestCluster {
     })
     .await;
     if !cluster.is_embedded() {
-        cluster.kubectl_ok(&["apply", "-f", &crds.to_string_lossy()]);
-        cluster.kubectl_ok(&[
-            "wait",
-            "--for",
-            "condition=Established",
-            "--timeout=60s",
-            "crd/agentruns.agentrt.dev",
-            "crd/approvals.agentrt.dev",
-        ]);
+        cluster.apply_agentrt_crds();
     }
     cluster
 }

@@ -1,0 +1,102 @@
+//! Approvals of big requests, end to end (issue 10, BEHAVIOURS.md 19-22): a call whose args
+//! are large still gets its Approval created (the API server's CEL immutability rules over the
+//! request stay within their cost budget on a real kube-apiserver), decided with kubectl's
+//! merge patch, and executed once with exactly the args shown.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::controller::*;
+use support::toolserver::ToolServer;
+
+/// Args of about 150 KB: a long string and a list of a thousand objects.
+fn large_args() -> Value {
+    let lines: Vec<Value> = (0..1000)
+        .map(
+            |i| json!({"line": i, "text": format!("item {i} of the order, as the agent wrote it")}),
+        )
+        .collect();
+    json!({"item": 1, "note": "n".repeat(100_000), "lines": lines})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_whose_request_carries_large_args_is_created_and_decided() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let args = large_args();
+    let yaml = fixture("needs-approval", &tools.base(), "big-args")
+        .replace("args: {item: 1}", &format!("args: {args}"));
+    assert!(yaml.len() > 150_000, "the run carries the large args");
+    let _controller =
+        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    create_run(&client, &ns, &yaml).await;
+
+    let approval = wait_approval(&client, &ns, "big-args", "policy", Duration::from_secs(60)).await;
+    assert_eq!(
+        approval.data["spec"]["request"]["args"], args,
+        "the Approval shows the args whole"
+    );
+    let name = approval.metadata.name.clone().expect("name");
+    let hash = approval.data["spec"]["hash"]
+        .as_str()
+        .expect("hash")
+        .to_string();
+    // A change to the request is refused even when it is this big.
+    let mut changed = args.clone();
+    changed["item"] = json!(2);
+    let tamper = cluster.dir().join("tamper.json");
+    std::fs::write(
+        &tamper,
+        json!({"spec": {"request": {"args": changed}}}).to_string(),
+    )
+    .expect("patch file");
+    let out = cluster.kubectl(&[
+        "patch",
+        "approval",
+        &name,
+        "--type",
+        "merge",
+        "--patch-file",
+        &tamper.to_string_lossy(),
+    ]);
+    assert!(
+        !out.status.success(),
+        "the API server let the request change"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("an Approval's spec is immutable"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decision = format!(
+        r#"{{"spec":{{"decision":{{"verdict":"Approved","hash":"{hash}","approver":"a"}}}}}}"#
+    );
+    cluster.kubectl_ok(&[
+        "patch", "approval", &name, "--type", "merge", "-p", &decision,
+    ]);
+
+    let done = wait_phase(
+        &client,
+        &ns,
+        "big-args",
+        "Completed",
+        Duration::from_secs(60),
+    )
+    .await;
+    let calls = tools.calls();
+    assert_eq!(
+        calls.len(),
+        1,
+        "one call: {:?}",
+        calls.iter().map(|c| &c.key).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        calls[0].args, args,
+        "the tool got exactly the approved args"
+    );
+    assert_eq!(events_of(&done, "approval.decided").len(), 1);
+    assert_seq_contiguous(&done);
+}
