@@ -231,6 +231,7 @@ fn approval_phases_and_verdicts_are_camel_case() {
         (ApprovalPhase::Rejected, "Rejected"),
         (ApprovalPhase::Expired, "Expired"),
         (ApprovalPhase::Executed, "Executed"),
+        (ApprovalPhase::Cancelled, "Cancelled"),
     ]);
     pin(&[
         (Verdict::Approved, "Approved"),

@@ -158,9 +158,15 @@ pub struct ApprovalDecision {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalStatus {
-    /// `Pending`, `Approved`, `Rejected`, `Expired`, `Executed`.
+    /// `Pending`, `Approved`, `Rejected`, `Expired`, `Executed`, `Cancelled`; only moves
+    /// forward ([`ApprovalPhase::may_become`]).
     #[serde(default)]
     pub phase: ApprovalPhase,
+    /// Why it is `Cancelled` (the run's terminal reason, the step's observation kind, or
+    /// `superseded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reason: Option<String>,
     /// The first 12 hex characters of the hash, for the printer column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub short_hash: Option<String>,

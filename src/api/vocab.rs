@@ -265,6 +265,25 @@ pub enum ApprovalPhase {
     Expired,
     /// The grant was executed (at most once).
     Executed,
+    /// It can no longer grant: its run ended, the policy or the schema refused the call on
+    /// re-check, or a later Approval of the step superseded it (`status.reason` says which).
+    Cancelled,
+}
+
+impl ApprovalPhase {
+    /// Whether an Approval's status may move from `self` to `next` (DESIGN.md section 2: a
+    /// phase only moves forward). Pending → any other phase; Approved → Executed, Expired or
+    /// Cancelled; Rejected, Expired, Executed and Cancelled are final. Writing the same phase
+    /// again (to fill in a time or the short hash) is allowed.
+    pub fn may_become(self, next: ApprovalPhase) -> bool {
+        use ApprovalPhase::*;
+        match (self, next) {
+            (a, b) if a == b => true,
+            (Pending, _) => true,
+            (Approved, Executed | Expired | Cancelled) => true,
+            _ => false,
+        }
+    }
 }
 
 /// What a person decided on an Approval (`spec.decision.verdict`).

@@ -135,13 +135,15 @@ pub trait ClusterApi: Send + Sync + 'static {
     ) -> Result<StoredRun, ApiError>;
     /// Create an Approval (whole object); [`ApiError::Conflict`] when it exists.
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError>;
-    /// Write an Approval's status (a merge patch of the status subresource: the status is a
-    /// projection of the record and only grows).
+    /// Write an Approval's status: a merge patch of the status subresource carrying
+    /// `metadata.resourceVersion`, so it applies only to the Approval as read
+    /// ([`ApiError::Conflict`] when it changed since).
     async fn patch_approval_status(
         &self,
         namespace: &str,
         name: &str,
         status: &Value,
+        resource_version: &str,
     ) -> Result<(), ApiError>;
     /// GET the Lease named `name`; `None` when absent.
     async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ApiError>;
@@ -319,12 +321,16 @@ impl ClusterApi for KubeApi {
         namespace: &str,
         name: &str,
         status: &Value,
+        resource_version: &str,
     ) -> Result<(), ApiError> {
         self.approval_api(namespace)
             .patch_status(
                 name,
                 &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"status": status})),
+                &Patch::Merge(serde_json::json!({
+                    "metadata": {"resourceVersion": resource_version},
+                    "status": status,
+                })),
             )
             .await?;
         Ok(())

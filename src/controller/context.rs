@@ -15,6 +15,7 @@ use super::fault;
 use super::identity::{Clock, HolderId};
 use super::metrics::Metrics;
 use super::projection::EventSink;
+use crate::api::ApprovalPhase;
 use crate::engine::{
     ApprovalSnapshot, Budgets, Caller, EngineError, Input, RunSnapshot, Transition,
 };
@@ -366,14 +367,60 @@ impl Context {
         }
     }
 
-    /// Writes an Approval's status (a projection of the record).
-    pub async fn write_approval_status(&self, namespace: &str, name: &str, status: &Value) {
-        if let Err(err) = self
+    /// Writes an Approval's status (a projection of the record), conditional on
+    /// `resource_version` (the Approval as the engine read it). Without one (an Approval created
+    /// in this transition) the Approval is read first and the status written only when its
+    /// phase may follow the one stored (`ApprovalPhase::may_become`, DESIGN.md section 2). A 409
+    /// means another replica wrote it since: nothing is written, and the next reconcile reads
+    /// it again.
+    pub async fn write_approval_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &Value,
+        resource_version: Option<String>,
+    ) {
+        let resource_version = match resource_version {
+            Some(rv) => rv,
+            None => match self.api.get_approval(namespace, name).await {
+                Ok(Some(current)) => {
+                    let phase = |v: Option<&Value>| {
+                        v.and_then(|p| serde_json::from_value::<ApprovalPhase>(p.clone()).ok())
+                            .unwrap_or_default()
+                    };
+                    let stored = phase(current.object.pointer("/status/phase"));
+                    if !stored.may_become(phase(status.get("phase"))) {
+                        tracing::debug!(approval = %name, ?stored, "the Approval's phase is past this write; left as it is");
+                        return;
+                    }
+                    match current
+                        .object
+                        .pointer("/metadata/resourceVersion")
+                        .and_then(Value::as_str)
+                    {
+                        Some(rv) => rv.to_string(),
+                        None => return,
+                    }
+                }
+                Ok(None) => return,
+                Err(err) => {
+                    tracing::warn!(approval = %name, %err, "cannot read the Approval to write its status");
+                    return;
+                }
+            },
+        };
+        match self
             .api
-            .patch_approval_status(namespace, name, status)
+            .patch_approval_status(namespace, name, status, &resource_version)
             .await
         {
-            tracing::warn!(approval = %name, %err, "cannot write the Approval's status");
+            Ok(()) => {}
+            Err(ApiError::Conflict(_)) => {
+                tracing::debug!(approval = %name, "the Approval changed since it was read; its status is left to the next reconcile");
+            }
+            Err(err) => {
+                tracing::warn!(approval = %name, %err, "cannot write the Approval's status");
+            }
         }
     }
 }

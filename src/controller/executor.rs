@@ -211,8 +211,12 @@ async fn perform(
             Effect::CreateApproval { approval } => {
                 ctx.create_approval(&key.namespace, &approval).await;
             }
-            Effect::WriteApprovalStatus { name, status } => {
-                ctx.write_approval_status(&key.namespace, &name, &status)
+            Effect::WriteApprovalStatus {
+                name,
+                status,
+                resource_version,
+            } => {
+                ctx.write_approval_status(&key.namespace, &name, &status, resource_version)
                     .await;
             }
             Effect::AcquireLease { takeover } => {

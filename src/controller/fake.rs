@@ -155,7 +155,10 @@ impl ClusterApi for FakeApi {
         if state.approvals.contains_key(&key) {
             return Err(ApiError::Conflict("already exists".into()));
         }
-        state.approvals.insert(key, approval.clone());
+        state.version += 1;
+        let mut approval = approval.clone();
+        approval["metadata"]["resourceVersion"] = Value::String(state.version.to_string());
+        state.approvals.insert(key, approval);
         Ok(())
     }
 
@@ -164,6 +167,7 @@ impl ClusterApi for FakeApi {
         namespace: &str,
         name: &str,
         status: &Value,
+        resource_version: &str,
     ) -> Result<(), ApiError> {
         let mut state = self.state.lock().unwrap();
         let Some(object) = state
@@ -172,7 +176,19 @@ impl ClusterApi for FakeApi {
         else {
             return Err(ApiError::NotFound(name.to_string()));
         };
+        let stored = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if !stored.is_empty() && stored != resource_version {
+            return Err(ApiError::Conflict(format!("{name}: stale resourceVersion")));
+        }
         object["status"] = status.clone();
+        state.version += 1;
+        let version = state.version.to_string();
+        if let Some(object) = state
+            .approvals
+            .get_mut(&(namespace.to_string(), name.to_string()))
+        {
+            object["metadata"]["resourceVersion"] = Value::String(version);
+        }
         Ok(())
     }
 

@@ -140,8 +140,12 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                 Effect::CreateApproval { approval } => {
                     ctx.create_approval(&key.namespace, &approval).await;
                 }
-                Effect::WriteApprovalStatus { name, status } => {
-                    ctx.write_approval_status(&key.namespace, &name, &status)
+                Effect::WriteApprovalStatus {
+                    name,
+                    status,
+                    resource_version,
+                } => {
+                    ctx.write_approval_status(&key.namespace, &name, &status, resource_version)
                         .await;
                 }
                 Effect::AcquireLease { takeover } => {

@@ -211,7 +211,7 @@ pub(crate) fn pause(
     txn.after.push(Effect::CreateApproval {
         approval: approval_object(txn, &name, &spec),
     });
-    txn.after.push(pending_status(&name, &hash, expires_at));
+    pending_status(txn, &name, &hash, expires_at);
     txn.release_and_stop();
     Flow::Halt
 }
@@ -243,17 +243,125 @@ fn approval_object(txn: &Txn, name: &str, spec: &ApprovalSpec) -> Value {
     object
 }
 
-fn pending_status(name: &str, hash: &str, expires_at: Option<crate::api::Time>) -> Effect {
+fn pending_status(txn: &mut Txn, name: &str, hash: &str, expires_at: Option<crate::api::Time>) {
     let status = ApprovalStatus {
         phase: ApprovalPhase::Pending,
         short_hash: Some(short_hash(hash)),
-        decided_at: None,
         expires_at,
-        executed_at: None,
+        ..ApprovalStatus::default()
     };
-    Effect::WriteApprovalStatus {
-        name: name.to_string(),
-        status: to_value(&status),
+    write_status(txn, name, status);
+}
+
+/// The stored Approval `name`'s phase (`Pending` when it has no status yet) and
+/// resourceVersion, when the transition read it.
+fn stored_phase(txn: &Txn, name: &str) -> Option<(ApprovalPhase, Option<String>)> {
+    let object = stored_object(txn, name)?;
+    let phase = object
+        .pointer("/status/phase")
+        .and_then(|p| serde_json::from_value::<ApprovalPhase>(p.clone()).ok())
+        .unwrap_or_default();
+    let rv = object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Some((phase, rv))
+}
+
+/// Asks for Approval `name`'s status to become `status` (DESIGN.md section 2: an Approval's
+/// phase only moves forward). Nothing is asked when the phase read cannot become
+/// `status.phase` (an Executed Approval never goes back to Approved); the write carries the
+/// resourceVersion read, so a stale read changes nothing.
+pub(crate) fn write_status(txn: &mut Txn, name: &str, status: ApprovalStatus) {
+    let (resource_version, allowed) = match stored_phase(txn, name) {
+        Some((phase, rv)) => (rv, phase.may_become(status.phase)),
+        None => (None, true),
+    };
+    if allowed {
+        let effect = Effect::WriteApprovalStatus {
+            name: name.to_string(),
+            status: to_value(&status),
+            resource_version,
+        };
+        // Projections come before the transition's ReleaseLease/Stop (the effect protocol in
+        // engine/mod.rs).
+        let at = txn
+            .after
+            .iter()
+            .position(|e| matches!(e, Effect::ReleaseLease | Effect::Stop))
+            .unwrap_or(txn.after.len());
+        txn.after.insert(at, effect);
+    }
+}
+
+/// Approvals the record names that can no longer grant but stand `Pending` or `Approved` end
+/// `Cancelled` with the reason (DESIGN.md section 2; issue 16): the run ended, the step's call
+/// was refused on re-check (its observation kind), or a later Approval of the step superseded
+/// it. An Approval the step may still act on (the latest of a step awaiting approval), one
+/// that was executed, one this transition already writes, and one not read are left alone.
+pub(crate) fn cancel_spent(txn: &mut Txn) {
+    let terminal = txn.status.phase.is_terminal();
+    let mut spent = Vec::new();
+    for step in &txn.status.steps {
+        let latest = step.approvals.last().map(|a| a.name.as_str());
+        for approval in &step.approvals {
+            if approval.executed {
+                continue;
+            }
+            let is_latest = latest == Some(approval.name.as_str());
+            let may_grant =
+                !terminal && is_latest && step.status == crate::api::StepStatus::AwaitingApproval;
+            if may_grant {
+                continue;
+            }
+            // The step's own ending names why (policy_denied, invalid_decision, ...), unless it
+            // was only interrupted by the run's end, which then names it (operator_cancelled).
+            let observed = step
+                .observation
+                .as_ref()
+                .map(|o| to_value(&o.kind).as_str().unwrap_or_default().to_string())
+                .filter(|kind| !kind.is_empty() && kind != "interrupted");
+            let run_reason = txn
+                .status
+                .reason
+                .map(|r| to_value(&r).as_str().unwrap_or_default().to_string());
+            let reason = if !is_latest {
+                "superseded".to_string()
+            } else {
+                match (observed, run_reason) {
+                    (Some(kind), _) if step.status != crate::api::StepStatus::AwaitingApproval => {
+                        kind
+                    }
+                    (_, Some(reason)) if terminal => reason,
+                    _ => "step_ended".to_string(),
+                }
+            };
+            spent.push((approval.name.clone(), approval.hash.clone(), reason));
+        }
+    }
+    for (name, hash, reason) in spent {
+        let already = txn
+            .after
+            .iter()
+            .any(|e| matches!(e, Effect::WriteApprovalStatus { name: n, .. } if *n == name));
+        // Only an Approval that was read and decodes is projected onto (a record or Approval
+        // that will not decode is never rewritten: guarantee 7).
+        let decodes = stored_object(txn, &name)
+            .is_some_and(|o| serde_json::from_value::<Approval>(o.clone()).is_ok());
+        let Some((phase, _)) = stored_phase(txn, &name).filter(|_| decodes) else {
+            continue;
+        };
+        if already || !matches!(phase, ApprovalPhase::Pending | ApprovalPhase::Approved) {
+            continue;
+        }
+        let mut status = stored_object(txn, &name)
+            .and_then(|o| o.get("status").cloned())
+            .and_then(|s| serde_json::from_value::<ApprovalStatus>(s).ok())
+            .unwrap_or_default();
+        status.phase = ApprovalPhase::Cancelled;
+        status.reason = Some(reason);
+        status.short_hash = Some(short_hash(&hash));
+        write_status(txn, &name, status);
     }
 }
 
@@ -332,11 +440,7 @@ fn settle_waiting(txn: &mut Txn) {
                 return;
             }
             if approval.status.is_none() || status.phase != ApprovalPhase::Pending {
-                txn.after.push(pending_status(
-                    &latest.name,
-                    &latest.hash,
-                    latest.expires_at,
-                ));
+                pending_status(txn, &latest.name, &latest.hash, latest.expires_at);
             }
             park(txn, latest.expires_at);
         }
@@ -377,10 +481,7 @@ fn settle_waiting(txn: &mut Txn) {
                     || approval.status.as_ref().map(|s| s.phase) != Some(ApprovalPhase::Approved)
                 {
                     status.phase = ApprovalPhase::Approved;
-                    txn.after.push(Effect::WriteApprovalStatus {
-                        name: latest.name.clone(),
-                        status: to_value(&status),
-                    });
+                    write_status(txn, &latest.name, status);
                 }
                 // Executing a grant needs a lease.
                 txn.after.push(Effect::AcquireLease { takeover: None });
@@ -475,11 +576,7 @@ fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), St
     };
     let object = approval_object(txn, &latest.name, &spec);
     txn.after.push(Effect::CreateApproval { approval: object });
-    txn.after.push(pending_status(
-        &latest.name,
-        &latest.hash,
-        latest.expires_at,
-    ));
+    pending_status(txn, &latest.name, &latest.hash, latest.expires_at);
     Ok(())
 }
 
@@ -546,10 +643,7 @@ fn reject(
     status.phase = ApprovalPhase::Rejected;
     status.short_hash = Some(short_hash(&latest.hash));
     status.decided_at = Some(status.decided_at.unwrap_or(txn.now()));
-    txn.after.push(Effect::WriteApprovalStatus {
-        name: latest.name.clone(),
-        status: to_value(&status),
-    });
+    write_status(txn, &latest.name, status);
 }
 
 /// BEHAVIOURS.md 25: a pending approval past expiresAt, or a grant older than
@@ -585,10 +679,7 @@ fn expire(
         let mut status = status.clone();
         status.phase = ApprovalPhase::Expired;
         status.short_hash = Some(short_hash(&latest.hash));
-        txn.after.push(Effect::WriteApprovalStatus {
-            name: latest.name.clone(),
-            status: to_value(&status),
-        });
+        write_status(txn, &latest.name, status);
     }
 }
 

@@ -197,10 +197,7 @@ pub(crate) fn start_tool(
         let mut status = grant.status;
         status.phase = crate::api::ApprovalPhase::Executed;
         status.executed_at = Some(now);
-        txn.after.push(Effect::WriteApprovalStatus {
-            name: grant.name,
-            status: super::record::to_value(&status),
-        });
+        super::approvals::write_status(txn, &grant.name, status);
     }
     txn.after.push(Effect::CallTool(ToolCall {
         step: index as i64,

@@ -351,12 +351,18 @@ pub enum Effect {
         /// The object.
         approval: Value,
     },
-    /// Write this Approval's status (phase Pending/Expired/Executed, times, shortHash).
+    /// Write this Approval's status (phase, reason, times, shortHash). The engine asks only
+    /// for a phase that may follow the one it read ([`crate::api::ApprovalPhase::may_become`]);
+    /// the write is conditional on `resource_version`, so a replica that read a stale Approval
+    /// changes nothing (409), and without one (an Approval created in this transition) the
+    /// controller reads it first and writes only a phase that may follow.
     WriteApprovalStatus {
         /// The Approval's name.
         name: String,
         /// The whole new `status`.
         status: Value,
+        /// `metadata.resourceVersion` of the Approval as read, when it was read.
+        resource_version: Option<String>,
     },
     /// Win the run's Lease by compare-and-set, then call [`step`] with
     /// [`Input::LeaseAcquired`] carrying `takeover`.

@@ -233,6 +233,7 @@ impl<'a> Txn<'a> {
 
     /// The transition: one status write when the record changed, then the effects after it.
     pub fn finish(mut self) -> Transition {
+        super::approvals::cancel_spent(&mut self);
         let mut effects = Vec::new();
         if self.status != self.stored {
             self.sync_derived();
@@ -258,7 +259,12 @@ impl<'a> Txn<'a> {
     /// The write that replaces a status over the object budget: the previous stored status,
     /// ended `record_too_large` (BEHAVIOURS.md 50). Nothing external follows.
     fn too_large(self, status: &Value) -> Transition {
-        let attempted = serde_json::to_vec(status).map_or(0, |b| b.len());
+        // The object budget is for the whole object: status, spec and a margin for metadata.
+        let status_bytes = encoded_len(status);
+        let spec_bytes = encoded_len(&self.run.spec);
+        let attempted = status_bytes
+            .saturating_add(spec_bytes)
+            .saturating_add(OBJECT_MARGIN_BYTES);
         let mut txn = Txn::new(
             self.run,
             self.approvals,
@@ -268,8 +274,9 @@ impl<'a> Txn<'a> {
             self.executor,
         );
         let detail = format!(
-            "AgentRun {}/{}: the status would be {attempted} bytes, over the object budget of {} \
-             bytes; the run ended here instead of growing its record",
+            "AgentRun {}/{}: the object would be {attempted} bytes (status {status_bytes}, spec \
+             {spec_bytes}, {OBJECT_MARGIN_BYTES} kept for metadata), over the object budget of \
+             {} bytes; the run ended here instead of growing its record",
             self.run.namespace, self.run.name, self.budgets.object_bytes
         );
         txn.end_run(TerminalReason::RecordTooLarge, Some(detail), None);

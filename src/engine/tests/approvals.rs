@@ -8,7 +8,7 @@ use crate::api::{
     Verdict,
 };
 use crate::engine::hash::approval_hash;
-use crate::engine::Input;
+use crate::engine::{Effect, Input};
 
 const NAME: &str = "refund-1042-1-1";
 
@@ -89,6 +89,11 @@ fn require_approval_pauses_on_a_pending_approval_and_releases_the_lease() {
             "origin": "policy",
         })
     );
+    let mut object = object;
+    // The harness's API server numbers the object's versions; the engine never sets one.
+    object["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("resourceVersion"));
     assert_eq!(
         object,
         json!({
@@ -272,8 +277,15 @@ fn a_grant_whose_args_no_longer_pass_the_schema_fails_the_step_invalid_decision_
     let effects = h.reconcile("b");
     assert_eq!(
         kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
+            "ReleaseLease",
+            "Stop"
+        ])
     );
+    // An approved Approval that can no longer execute never stays Approved (issue 16).
+    assert_eq!(h.approval(NAME)["status"]["reason"], "invalid_decision");
     let status = h.status();
     let step = &status.steps[1];
     assert_eq!(step.status, StepStatus::Failed);
@@ -349,10 +361,12 @@ fn a_different_requirement_pauses_again_on_a_new_approval() {
             "WriteStatus",
             "CreateApproval(refund-1042-1-2)",
             "WriteApprovalStatus(refund-1042-1-2:Pending)",
+            "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
             "ReleaseLease",
             "Stop"
         ])
     );
+    assert_eq!(h.approval(NAME)["status"]["reason"], "superseded");
     assert_eq!(
         h.journal_from(before),
         words(&[
@@ -596,8 +610,14 @@ fn an_approval_whose_stored_fields_do_not_hash_to_its_hash_is_never_executed() {
     let effects = h.reconcile("b");
     assert_eq!(
         kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
+            "ReleaseLease",
+            "Stop"
+        ])
     );
+    assert_eq!(h.approval(NAME)["status"]["reason"], "internal_error");
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Failed);
     assert_eq!(status.reason, Some(TerminalReason::InternalError));
@@ -645,4 +665,67 @@ fn an_approval_carries_its_runs_creator_for_the_four_eyes_policy() {
         approval["metadata"].get("annotations").is_none(),
         "{approval}"
     );
+}
+
+#[test]
+fn an_executed_approval_never_goes_back_to_approved() {
+    // A replica whose read of the record is older than its read of the Approval (the grant
+    // already executed and the Approval marked Executed) asks for no status write (issue 16:
+    // phases only move forward).
+    let mut h = paused();
+    h.approve(NAME);
+    let stale_record = h.run.status.clone();
+    h.reconcile("a");
+    assert_eq!(h.approval(NAME)["status"]["phase"], "Executed");
+    h.run.status = stale_record;
+    let effects = h.decide(
+        "b",
+        Input::Observe {
+            lease: h.lease_view(),
+        },
+    );
+    assert!(
+        !kinds(&effects)
+            .iter()
+            .any(|k| k.starts_with("WriteApprovalStatus")),
+        "{:?}",
+        kinds(&effects)
+    );
+}
+
+#[test]
+fn an_approval_status_write_names_the_version_it_read() {
+    let mut h = paused();
+    h.approve(NAME);
+    let version = h.approval(NAME)["metadata"]["resourceVersion"].clone();
+    let effects = h.decide(
+        "b",
+        Input::Observe {
+            lease: h.lease_view(),
+        },
+    );
+    let write = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::WriteApprovalStatus {
+                resource_version, ..
+            } => Some(resource_version.clone()),
+            _ => None,
+        })
+        .expect("an Approval status write");
+    assert_eq!(write.as_deref(), version.as_str());
+}
+
+#[test]
+fn approval_phases_only_move_forward() {
+    use crate::api::ApprovalPhase::*;
+    let all = [Pending, Approved, Rejected, Expired, Executed, Cancelled];
+    for from in all {
+        for to in all {
+            let forward = from == to
+                || from == Pending
+                || (from == Approved && matches!(to, Executed | Expired | Cancelled));
+            assert_eq!(from.may_become(to), forward, "{from:?} -> {to:?}");
+        }
+    }
 }

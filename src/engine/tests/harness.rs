@@ -186,13 +186,39 @@ impl Harness {
                     .as_str()
                     .expect("an Approval has a name")
                     .to_string();
-                self.approvals
-                    .entry(name)
-                    .or_insert_with(|| approval.clone());
+                self.approvals.entry(name).or_insert_with(|| {
+                    let mut created = approval.clone();
+                    created["metadata"]["resourceVersion"] = Value::String("1".into());
+                    created
+                });
             }
-            Effect::WriteApprovalStatus { name, status } => {
+            Effect::WriteApprovalStatus {
+                name,
+                status,
+                resource_version,
+            } => {
                 if let Some(object) = self.approvals.get_mut(name) {
+                    // The property the engine holds: an Approval's phase only moves forward,
+                    // and a write names the version it read.
+                    let phase = |v: &Value| {
+                        serde_json::from_value::<crate::api::ApprovalPhase>(v.clone())
+                            .unwrap_or_default()
+                    };
+                    let (from, to) = (phase(&object["status"]["phase"]), phase(&status["phase"]));
+                    assert!(
+                        from.may_become(to),
+                        "{name}: the engine asked for {from:?} -> {to:?}"
+                    );
+                    let stored = object["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string);
+                    if resource_version.is_some() && *resource_version != stored {
+                        // Stale: the API server would answer 409 and nothing changes.
+                        return;
+                    }
                     object["status"] = status.clone();
+                    let next = stored.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1;
+                    object["metadata"]["resourceVersion"] = Value::String(next.to_string());
                 }
             }
             Effect::CallTool(call) => {
@@ -407,7 +433,7 @@ pub fn kinds(effects: &[Effect]) -> Vec<String> {
                     approval["metadata"]["name"].as_str().unwrap_or("")
                 )
             }
-            Effect::WriteApprovalStatus { name, status } => format!(
+            Effect::WriteApprovalStatus { name, status, .. } => format!(
                 "WriteApprovalStatus({name}:{})",
                 status["phase"].as_str().unwrap_or("")
             ),

@@ -150,15 +150,30 @@ fn cancel_needs_no_lease_and_fails_every_step_in_flight() {
 }
 
 #[test]
-fn cancel_leaves_pending_approvals_as_they_are() {
+fn cancel_ends_a_pending_approval_cancelled_with_the_runs_reason() {
     let mut h = Harness::new(REFUND);
     h.reconcile("a");
     h.result("a", json!({}));
-    let object = h.approval("refund-1042-1-1").clone();
+    let before = h.approval("refund-1042-1-1").clone();
     h.spec_mut().cancel = true;
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
-    assert_eq!(h.approval("refund-1042-1-1"), &object);
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
+            "Stop"
+        ])
+    );
+    let after = h.approval("refund-1042-1-1");
+    assert_eq!(after["spec"], before["spec"], "the spec is never touched");
+    assert_eq!(after["status"]["phase"], "Cancelled");
+    assert_eq!(after["status"]["reason"], "operator_cancelled");
+    assert_eq!(after["status"]["shortHash"], before["status"]["shortHash"]);
+    assert!(
+        h.reconcile("c").is_empty(),
+        "a terminal run changes nothing more"
+    );
     let step = &h.steps()[1];
     assert_eq!(step.status, StepStatus::Failed);
     assert_eq!(
@@ -290,6 +305,23 @@ fn a_record_over_the_object_budget_fails_record_too_large_in_a_write_that_fits()
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Failed);
     assert_eq!(status.reason, Some(TerminalReason::RecordTooLarge));
+    // The detail measures the same thing the budget bounds (the whole object), and the
+    // number it prints is over the budget it names.
+    let detail = status.reason_detail.clone().unwrap();
+    let measured: usize = detail
+        .split("the object would be ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no object size in {detail:?}"));
+    assert!(measured > h.budgets.object_bytes, "{detail}");
+    assert!(
+        detail.contains(&format!(
+            "over the object budget of {} bytes",
+            h.budgets.object_bytes
+        )),
+        "{detail}"
+    );
     let last = status.steps.last().unwrap();
     assert_eq!(last.status, StepStatus::Failed, "nothing is left executing");
     let failed = format!("step.failed@{}", last.index);
