@@ -1,21 +1,14 @@
-//! Split brain (DESIGN.md section 4; BEHAVIOURS.md 28-33): a replica whose clock is skewed, or
-//! that is paused (SIGSTOP) past its lease and resumed (SIGCONT), starts no side effect after
-//! another replica took the run over. The run record is the fence.
+//! Split brain (DESIGN.md section 4; BEHAVIOURS.md 28-33): a replica that is paused (SIGSTOP)
+//! past its lease and resumed (SIGCONT) starts no side effect after another replica took the
+//! run over. The run record is the fence. (A skewed clock no longer causes a takeover at all:
+//! `tests/controller_clock_skew.rs`.)
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use support::controller::*;
 use support::toolserver::{Behaviour, ToolServer};
-
-fn seq_of(status: &Value, kind: &str) -> Vec<i64> {
-    events_of(status, kind)
-        .into_iter()
-        .filter_map(|e| e["seq"].as_i64())
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
@@ -113,66 +106,4 @@ async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
         "{finished:?}"
     );
     drop(second);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_with_a_skewed_clock_starts_no_side_effect_after_a_takeover() {
-    let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
-    let tools = ToolServer::start().await;
-    tools.set("step", Behaviour::sleeping(400));
-    // The skewed replica's clock runs 5 s behind: the renewals it writes look expired to a
-    // replica with the right time, which takes the run over while the skewed one still runs it.
-    let skewed = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        &ns,
-        ControllerSpec {
-            prefix: "skewed".into(),
-            clock_offset_ms: -5000,
-            ..ControllerSpec::default()
-        },
-    );
-    let run = create_run(&client, &ns, &fixture("many-steps", &tools.base(), "skew")).await;
-    let uid = run.metadata.uid.clone().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tools.calls_for(&format!("{uid}/0")).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "no first call:\n{}",
-            skewed.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let right = ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("right"));
-    let done = wait_phase(&client, &ns, "skew", "Completed", Duration::from_secs(60)).await;
-    assert_seq_contiguous(&done);
-    let takeovers = seq_of(&done, "lease.taken_over");
-    assert!(
-        !takeovers.is_empty(),
-        "the right replica took the run over: {done}"
-    );
-
-    // Every call by the skewed replica is of a step whose start it recorded before the first
-    // takeover; no call of any step exceeds its recorded starts.
-    let first_takeover = takeovers[0];
-    for call in tools.calls() {
-        let step: i64 = call.key.rsplit('/').next().unwrap().parse().unwrap();
-        let starts: Vec<i64> = events_of(&done, "step.tool_started")
-            .into_iter()
-            .filter(|e| e["step"] == step)
-            .filter_map(|e| e["seq"].as_i64())
-            .collect();
-        assert!(
-            tools.calls_for(&call.key).len() <= starts.len(),
-            "step {step}: more calls than recorded starts"
-        );
-        if call.holder.starts_with("skewed") {
-            assert!(
-                starts.iter().any(|seq| *seq < first_takeover),
-                "the skewed replica called step {step} after the takeover (seq {first_takeover}): {done}"
-            );
-        }
-    }
-    drop((skewed, right));
 }

@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -13,11 +14,12 @@ use tokio_util::sync::CancellationToken;
 use super::cluster::{ApiError, ClusterApi, StoredRun, RUN_UID_LABEL};
 use super::fault;
 use super::identity::{Clock, HolderId};
+use super::lease::{self, observation::LeaseObservations};
 use super::metrics::Metrics;
 use super::projection::EventSink;
 use crate::api::ApprovalPhase;
 use crate::engine::{
-    ApprovalSnapshot, Budgets, Caller, EngineError, Input, RunSnapshot, Transition,
+    ApprovalSnapshot, Budgets, Caller, EngineError, Input, LeaseView, RunSnapshot, Transition,
 };
 
 /// The engine's entry point, injectable so the controller can be tested with a scripted engine.
@@ -69,7 +71,9 @@ pub enum Written {
 pub struct Settings {
     /// Most runs executed at once by this replica.
     pub max_concurrent_runs: usize,
-    /// Subtracted from the lease's expiry in the check before each side effect.
+    /// `--lease-skew-margin-ms`: subtracted from the lease's life in the holder's own check
+    /// before each side effect, and added to `leaseDurationSeconds` of unchanged observation
+    /// before another holder's Lease is judged expired (DESIGN.md section 4).
     pub skew_margin: Duration,
     /// Size limits handed to the engine.
     pub budgets: Budgets,
@@ -95,6 +99,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Fires at shutdown: no new side effect starts, executors wind down.
     pub shutdown: CancellationToken,
+    /// What this replica has seen of each run's Lease, and since when (its monotonic clock).
+    pub leases: LeaseObservations,
     /// The runs this replica executes: each executor's stop token and the run's generation
     /// when it started.
     executors: Mutex<HashMap<RunKey, (CancellationToken, i64)>>,
@@ -135,6 +141,7 @@ impl Context {
             events,
             metrics,
             shutdown,
+            leases: LeaseObservations::default(),
             executors: Mutex::new(HashMap::new()),
             slot_waiters: Mutex::new(VecDeque::new()),
             kicks,
@@ -148,6 +155,15 @@ impl Context {
             now: self.clock.now(),
             draining: self.shutdown.is_cancelled(),
         }
+    }
+
+    /// The run `key`'s Lease as just read (`None`: absent), as the engine judges it: recorded
+    /// in this replica's observations, with how long it has been seen unchanged on the
+    /// monotonic clock and the margin (DESIGN.md section 4).
+    pub fn observe_lease(&self, key: &RunKey, read: Option<&Lease>) -> LeaseView {
+        let unchanged_for_ms = self.leases.observe(key, read, std::time::Instant::now());
+        let margin_ms = u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX);
+        lease::observed(read, unchanged_for_ms, margin_ms)
     }
 
     /// Calls the engine.

@@ -4,8 +4,9 @@
 //! It decides nothing about the run. What it owns is *when* a side effect may start:
 //! - only after the status write before it landed (a 409 re-reads the run and its Approvals and
 //!   asks the engine again with the same input; never a blind retry);
-//! - only while the Lease is held and unexpired by this replica's clock, minus the skew margin
-//!   (DESIGN.md section 4); a lost Lease feeds [`Input::LeaseLost`] instead, and the outcome of
+//! - only while the Lease is held and unexpired by this replica's own monotonic clock (the last
+//!   acknowledged renewal's send instant + duration − the skew margin; DESIGN.md section 4,
+//!   the holder's own check, never compared with another replica's clock); a lost Lease feeds [`Input::LeaseLost`] instead, and the outcome of
 //!   a tool already running is then not recorded as the step's outcome;
 //! - never once shutdown began.
 //!
@@ -338,13 +339,13 @@ async fn reread(ctx: &Context, key: &RunKey) -> Option<RunState> {
     None
 }
 
-/// The check before each side effect: the lease is held and unexpired by this replica's clock
-/// (minus the skew margin), and shutdown has not begun.
+/// The check before each side effect: the lease is held and unexpired by this replica's own
+/// monotonic clock (minus the skew margin), and shutdown has not begun.
 fn may_start(ctx: &Context, lease: &LeaseCell, stop: &CancellationToken) -> bool {
     if ctx.shutdown.is_cancelled() || stop.is_cancelled() {
         return false;
     }
-    if lease.may_start_side_effect(&ctx.clock, ctx.settings.skew_margin) {
+    if lease.may_start_side_effect(ctx.settings.skew_margin) {
         return true;
     }
     tracing::warn!("the lease is lost or expired by this replica's clock; no side effect starts");

@@ -4,14 +4,27 @@
 //! `resourceVersion` read); none of them writes a run event.
 //!
 //! The Lease is the liveness signal, the run record is the fence: winning the Lease only lets
-//! this replica try the record's compare-and-set. [`HeldLease::may_start_side_effect`] is the
-//! wall-clock check made before each side effect: last renewal + duration − skew margin must lie
-//! ahead of now by this replica's clock (BEHAVIOURS.md 29).
+//! this replica try the record's compare-and-set. Two checks, each on one replica's own
+//! monotonic clock, never one replica's wall clock against another's:
+//! - Another holder's Lease is taken only once this replica has seen it unchanged (same holder,
+//!   renewTime and resourceVersion) for `leaseDurationSeconds` plus the margin: the engine's
+//!   rule ([`crate::engine::lease_liveness`]) over the observation this replica keeps
+//!   ([`observation::LeaseObservations`]), as client-go's leader election does. A replica whose
+//!   clock is skewed, ahead or behind, so never takes a Lease that is being renewed.
+//! - The holder's own check before each side effect ([`HeldLease::may_start_side_effect`],
+//!   BEHAVIOURS.md 29): the instant its last acknowledged renewal was sent + duration − skew
+//!   margin must lie ahead of now, on its own monotonic clock. The renewal was sent before any
+//!   other replica could see it, so the holder stops at least two margins before a replica
+//!   watching the Lease may take it.
+//!
+//! The renewTime and acquireTime written are this replica's wall-clock time (`--clock-offset-ms`
+//! shifts it in tests): for people and `kubectl`, and recorded as `previousExpiry`; no decision
+//! reads them.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
@@ -19,17 +32,35 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use super::cluster::{ApiError, ClusterApi, StoredRun};
 use super::identity::{Clock, HolderId};
 use crate::api::Time;
-use crate::engine::LeaseView;
+use crate::engine::{lease_liveness, LeaseLiveness, LeaseView};
+
+pub mod observation;
 
 /// The label selecting the Leases this controller manages.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Its value.
 pub const MANAGED_BY: &str = "agentrt";
 
-/// What the engine sees of a Lease as read.
+/// What a Lease as read says (holder, renewTime, duration), with no observation: as first seen
+/// now, judged with no margin. [`observed`] adds what this replica has seen of it.
 pub fn view(lease: Option<&Lease>) -> LeaseView {
+    observed(lease, 0, 0)
+}
+
+/// What the engine sees of a Lease as read: what it says, seen unchanged by this replica for
+/// `unchanged_for_ms` milliseconds (its monotonic clock), judged with `takeover_margin_ms`
+/// milliseconds of margin beyond `leaseDurationSeconds`.
+pub fn observed(
+    lease: Option<&Lease>,
+    unchanged_for_ms: u64,
+    takeover_margin_ms: u64,
+) -> LeaseView {
     let Some(spec) = lease.and_then(|lease| lease.spec.as_ref()) else {
-        return LeaseView::default();
+        return LeaseView {
+            unchanged_for_ms,
+            takeover_margin_ms,
+            ..LeaseView::default()
+        };
     };
     LeaseView {
         holder: spec
@@ -42,6 +73,8 @@ pub fn view(lease: Option<&Lease>) -> LeaseView {
             .or(spec.acquire_time.as_ref())
             .map(|time| Time(time.0)),
         duration_seconds: spec.lease_duration_seconds.map(i64::from),
+        unchanged_for_ms,
+        takeover_margin_ms,
     }
 }
 
@@ -50,27 +83,31 @@ pub fn view(lease: Option<&Lease>) -> LeaseView {
 pub struct HeldLease {
     /// The Lease object as the API server returned it after our last write.
     pub lease: Lease,
-    /// The renewTime we wrote, by our clock.
+    /// The renewTime we wrote, by our wall clock (shown, never decided on).
     pub renewed_at: Time,
+    /// When the write the API server acknowledged (the acquisition or the last renewal) was
+    /// sent, on this replica's monotonic clock: the start of the lease's life for the holder's
+    /// own check.
+    pub sent_at: Instant,
     /// `leaseDurationSeconds`.
     pub duration_seconds: i64,
 }
 
 impl HeldLease {
-    /// True while last renewal + duration − `skew_margin` lies ahead of `now`.
-    pub fn may_start_side_effect(&self, now: Time, skew_margin: Duration) -> bool {
-        let margin = i64::try_from(skew_margin.as_millis()).unwrap_or(i64::MAX);
-        let deadline = self
-            .renewed_at
-            .as_millis()
-            .saturating_add(self.duration_seconds.saturating_mul(1000))
-            .saturating_sub(margin);
-        deadline > now.as_millis()
+    /// How much of the lease's life is left at `at` (this replica's monotonic clock), minus
+    /// `skew_margin`: `sent_at` + `leaseDurationSeconds` − `skew_margin` − `at`, zero when past.
+    pub fn remaining(&self, at: Instant, skew_margin: Duration) -> Duration {
+        let duration = Duration::from_secs(self.duration_seconds.max(0).unsigned_abs());
+        duration
+            .saturating_sub(skew_margin)
+            .saturating_sub(at.saturating_duration_since(self.sent_at))
     }
 
-    /// When the lease expires unrenewed.
-    pub fn expires_at(&self) -> Time {
-        self.renewed_at.plus_seconds(self.duration_seconds)
+    /// The holder's own check before a side effect (BEHAVIOURS.md 29): true while the last
+    /// acknowledged renewal's send instant + duration − `skew_margin` lies ahead of `at`, on
+    /// this replica's monotonic clock.
+    pub fn may_start_side_effect(&self, at: Instant, skew_margin: Duration) -> bool {
+        !self.remaining(at, skew_margin).is_zero()
     }
 }
 
@@ -108,22 +145,32 @@ fn fresh_lease(run: &StoredRun, holder: &HolderId, now: Time, duration_seconds: 
     }
 }
 
-/// When a Lease as read is still held by another holder by `now` (this replica's clock): its
-/// expiry. `None` when it is absent, released, ours, or expired.
-pub fn held_by_another(read: Option<&Lease>, holder: &HolderId, now: Time) -> Option<Time> {
-    let view = view(read);
-    let other = view.holder.as_deref()?;
-    if other == holder.as_str() {
+/// When a Lease, as this replica has observed it (`seen`, from [`observed`]), is held by
+/// another holder and not expired by the engine's rule ([`lease_liveness`]: seen unchanged for
+/// `leaseDurationSeconds` plus the margin): the milliseconds until it would be, if nothing
+/// changes. `None` when it is absent, released, ours, or expired. `fallback_duration_seconds`
+/// (the run's `spec.leaseDurationSeconds`) stands in for a Lease that names no duration.
+pub fn held_by_another(
+    seen: &LeaseView,
+    holder: &HolderId,
+    fallback_duration_seconds: i64,
+) -> Option<u64> {
+    if seen.holder.as_deref() == Some(holder.as_str()) {
         return None;
     }
-    let expiry = view.renewed_at?.plus_seconds(view.duration_seconds?);
-    (expiry > now).then_some(expiry)
+    match lease_liveness(seen, fallback_duration_seconds) {
+        LeaseLiveness::Live { millis } => Some(millis),
+        LeaseLiveness::Free | LeaseLiveness::Expired => None,
+    }
 }
 
 /// Wins the run's Lease by compare-and-set over `read` (the Lease as read when the engine
-/// decided to acquire it; `None` when it was absent). `Ok(None)` when another replica won, or
-/// when `read` is still held by another holder: a live Lease is never taken, whatever asked
-/// for it; only an expired, released or absent one is (DESIGN.md section 4).
+/// decided to acquire it; `None` when it was absent), which this replica has observed as `seen`
+/// ([`observed`]). `Ok(None)` when another replica won, or when `read` is still held by another
+/// holder ([`held_by_another`]): a live Lease is never taken, whatever asked for it; only an
+/// expired, released or absent one is (DESIGN.md section 4). `now` (this replica's wall clock)
+/// is written as renewTime, for people; the holder's own check runs from the instant the write
+/// was sent.
 ///
 /// # Errors
 /// When the API server fails otherwise.
@@ -131,14 +178,16 @@ pub async fn acquire(
     api: &dyn ClusterApi,
     run: &StoredRun,
     read: Option<&Lease>,
+    seen: &LeaseView,
     holder: &HolderId,
     now: Time,
 ) -> Result<Option<HeldLease>, ApiError> {
-    if held_by_another(read, holder, now).is_some() {
+    let duration_seconds = run.snapshot.spec.lease_duration_seconds;
+    if held_by_another(seen, holder, duration_seconds).is_some() {
         return Ok(None);
     }
-    let duration_seconds = run.snapshot.spec.lease_duration_seconds;
     let namespace = &run.snapshot.namespace;
+    let sent_at = Instant::now();
     let written = match read {
         None => {
             api.create_lease(namespace, &fresh_lease(run, holder, now, duration_seconds))
@@ -163,6 +212,7 @@ pub async fn acquire(
         Ok(lease) => Ok(Some(HeldLease {
             lease,
             renewed_at: now,
+            sent_at,
             duration_seconds,
         })),
         Err(ApiError::Conflict(_)) => Ok(None),
@@ -182,12 +232,13 @@ pub enum Renewal {
     },
 }
 
-/// Renews `held` by compare-and-set. A 409 re-reads the Lease: still ours (someone touched it
-/// without taking it) → renew on the fresh version; another holder → [`Renewal::Lost`].
+/// Renews `held` by compare-and-set, writing `now` (this replica's wall clock) as renewTime. A
+/// 409 re-reads the Lease: still ours (someone touched it without taking it) → renew on the
+/// fresh version; another holder → [`Renewal::Lost`].
 ///
 /// # Errors
-/// When the API server fails otherwise (the caller decides, by the clock, whether the lease is
-/// lost).
+/// When the API server fails otherwise (the caller decides, by its monotonic clock, whether the
+/// lease is lost).
 pub async fn renew(
     api: &dyn ClusterApi,
     held: &HeldLease,
@@ -209,11 +260,13 @@ pub async fn renew(
         if let Some(spec) = lease.spec.as_mut() {
             spec.renew_time = Some(micro(now));
         }
+        let sent_at = Instant::now();
         match api.replace_lease(&namespace, &lease).await {
             Ok(lease) => {
                 return Ok(Renewal::Renewed(Box::new(HeldLease {
                     lease,
                     renewed_at: now,
+                    sent_at,
                     duration_seconds: held.duration_seconds,
                 })))
             }
@@ -314,28 +367,31 @@ impl LeaseCell {
         self.released.load(Ordering::SeqCst)
     }
 
-    /// The wall-clock check before a side effect (BEHAVIOURS.md 29): not lost, and last
-    /// renewal + duration − skew margin ahead of now by this replica's clock.
-    pub fn may_start_side_effect(&self, clock: &Clock, skew_margin: Duration) -> bool {
+    /// The holder's own check before a side effect (BEHAVIOURS.md 29): not lost, and the last
+    /// acknowledged renewal's send instant + duration − skew margin ahead of now, on this
+    /// replica's monotonic clock.
+    pub fn may_start_side_effect(&self, skew_margin: Duration) -> bool {
         !self.is_lost()
             && !self.is_released()
-            && self.held().may_start_side_effect(clock.now(), skew_margin)
+            && self
+                .held()
+                .may_start_side_effect(Instant::now(), skew_margin)
     }
 
-    /// Milliseconds of life the lease has left by `clock`, minus `skew_margin` (0 when lost,
-    /// released or expired).
-    pub fn remaining_millis(&self, clock: &Clock, skew_margin: Duration) -> i64 {
+    /// Milliseconds of life the lease has left on this replica's monotonic clock, minus
+    /// `skew_margin` (0 when lost, released or expired).
+    pub fn remaining_millis(&self, skew_margin: Duration) -> u64 {
         if self.is_lost() || self.is_released() {
             return 0;
         }
-        let held = self.held();
-        let margin = i64::try_from(skew_margin.as_millis()).unwrap_or(i64::MAX);
-        (held.expires_at().as_millis() - margin - clock.now().as_millis()).max(0)
+        let left = self.held().remaining(Instant::now(), skew_margin);
+        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Renews now, unless more than half the lease's life is left; false when the lease is lost
-    /// (another holder, or renewals failing past its expiry). Used before the write that
-    /// precedes a side effect, so a start is not recorded under a lease about to lapse.
+    /// Renews now (writing `clock`'s time as renewTime), unless more than half the lease's life
+    /// is left; false when the lease is lost (another holder, or renewals failing past its
+    /// expiry). Used before the write that precedes a side effect, so a start is not recorded
+    /// under a lease about to lapse.
     pub async fn renew_if_half_spent(
         &self,
         api: &dyn ClusterApi,
@@ -345,8 +401,12 @@ impl LeaseCell {
         on_renew_failed: impl Fn(),
     ) -> bool {
         let held = self.held();
-        let half = held.duration_seconds.saturating_mul(500);
-        if self.remaining_millis(clock, skew_margin) > half {
+        let half = held
+            .duration_seconds
+            .max(0)
+            .unsigned_abs()
+            .saturating_mul(500);
+        if self.remaining_millis(skew_margin) > half {
             return true;
         }
         if self.is_lost() || self.is_released() {
@@ -365,7 +425,7 @@ impl LeaseCell {
             Err(err) => {
                 tracing::info!(lease = ?held.lease.metadata.name, %err, "lease renewal failed");
                 on_renew_failed();
-                self.may_start_side_effect(clock, skew_margin)
+                self.may_start_side_effect(skew_margin)
             }
         }
     }
@@ -381,10 +441,11 @@ impl LeaseCell {
         }
     }
 
-    /// Renews the lease every third of its duration until it is lost or released, or `stop`
-    /// fires. A renewal that finds another holder, or that fails until the lease has expired by
-    /// this replica's clock, marks it lost and calls `on_lost`; each renewal the API server does
-    /// not answer calls `on_renew_failed`.
+    /// Renews the lease every third of its duration (writing `clock`'s time as renewTime) until
+    /// it is lost or released, or `stop` fires. A renewal that finds another holder, or that
+    /// fails until the lease has expired on this replica's monotonic clock (the last
+    /// acknowledged renewal's send instant + duration), marks it lost and calls `on_lost`; each
+    /// renewal the API server does not answer calls `on_renew_failed`.
     pub async fn keep_renewed(
         self: Arc<LeaseCell>,
         api: Arc<dyn ClusterApi>,
@@ -422,7 +483,7 @@ impl LeaseCell {
                 }
                 Err(err) => {
                     on_renew_failed();
-                    if clock.now() >= held.expires_at() {
+                    if !held.may_start_side_effect(Instant::now(), Duration::ZERO) {
                         tracing::warn!(lease = ?held.lease.metadata.name, %err, "lease lost: renewals failed past its expiry");
                         self.mark_lost();
                         on_lost();

@@ -74,16 +74,31 @@ pub struct ControllerOptions {
     /// Most runs this replica executes at once.
     #[arg(long, default_value_t = 256)]
     pub max_concurrent_runs: usize,
-    /// Milliseconds subtracted from a lease's expiry when checking, before each side effect,
-    /// that it is still held.
+    /// Milliseconds subtracted from a held lease's life when checking, before each side effect,
+    /// that it is still held; and added to leaseDurationSeconds of unchanged observation before
+    /// another replica's Lease is taken over.
     #[arg(long, default_value_t = 500)]
     pub lease_skew_margin_ms: u64,
     /// How long shutdown waits for tool calls in flight before releasing the leases.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
-    /// Test only: shift this replica's clock by this many milliseconds.
+    /// Test only, compiled with the `fault-injection` feature: shift this replica's wall clock
+    /// by this many milliseconds (negative: behind), so the clock-skew scenarios can skew one
+    /// replica. The monotonic clock, which decides every lease expiry, is not shifted.
+    #[cfg(feature = "fault-injection")]
     #[arg(long, default_value_t = 0, hide = true, allow_negative_numbers = true)]
     pub clock_offset_ms: i64,
+}
+
+impl ControllerOptions {
+    /// This replica's wall clock: the system's, shifted by `--clock-offset-ms` in
+    /// `fault-injection` builds.
+    pub fn clock(&self) -> Clock {
+        #[cfg(feature = "fault-injection")]
+        return Clock::with_offset_ms(self.clock_offset_ms);
+        #[cfg(not(feature = "fault-injection"))]
+        return Clock::default();
+    }
 }
 
 impl Default for ControllerOptions {
@@ -94,6 +109,7 @@ impl Default for ControllerOptions {
             max_concurrent_runs: 256,
             lease_skew_margin_ms: 500,
             shutdown_grace_seconds: 20,
+            #[cfg(feature = "fault-injection")]
             clock_offset_ms: 0,
         }
     }
@@ -202,7 +218,7 @@ pub async fn run_with_engine(
     let ctx = Arc::new(Context::new(
         Arc::new(cluster::KubeApi::new(client.clone())),
         holder.clone(),
-        Clock::with_offset_ms(options.clock_offset_ms),
+        options.clock(),
         Settings {
             max_concurrent_runs: options.max_concurrent_runs.max(1),
             skew_margin: Duration::from_millis(options.lease_skew_margin_ms),

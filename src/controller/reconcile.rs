@@ -111,8 +111,11 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
     'decide: for _ in 0..MAX_CONFLICTS {
         settled = true;
         let executing = ctx.is_executing(key);
+        // How long this replica has seen the Lease unchanged decides whether it is expired;
+        // never its renewTime against this replica's clock (DESIGN.md section 4).
+        let seen = ctx.observe_lease(key, lease_read.as_ref());
         let input = Input::Observe {
-            lease: lease::view(lease_read.as_ref()),
+            lease: seen.clone(),
         };
         let transition = match ctx.step(&state, input) {
             Ok(transition) => transition,
@@ -164,24 +167,23 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                         soonest(SLOT_WAIT_MILLIS);
                         continue;
                     }
-                    let now = ctx.clock.now();
-                    if let Some(expiry) =
-                        lease::held_by_another(lease_read.as_ref(), &ctx.holder, now)
-                    {
-                        // Someone holds it: look again when it expires (a release wakes us sooner).
-                        let wait = expiry
-                            .as_millis()
-                            .saturating_sub(now.as_millis())
-                            .saturating_add(50);
-                        soonest(u64::try_from(wait).unwrap_or(1_000));
+                    if let Some(wait) = lease::held_by_another(
+                        &seen,
+                        &ctx.holder,
+                        state.run.snapshot.spec.lease_duration_seconds,
+                    ) {
+                        // Someone holds it: look again when it would have been seen unchanged
+                        // long enough (a release or a takeover wakes us sooner).
+                        soonest(wait.saturating_add(50));
                         continue;
                     }
                     match lease::acquire(
                         ctx.api.as_ref(),
                         &state.run,
                         lease_read.as_ref(),
+                        &seen,
                         &ctx.holder,
-                        now,
+                        ctx.clock.now(),
                     )
                     .await?
                     {
@@ -211,6 +213,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                             let held = lease::HeldLease {
                                 lease: read.clone(),
                                 renewed_at: ctx.clock.now(),
+                                sent_at: std::time::Instant::now(),
                                 duration_seconds: state.run.snapshot.spec.lease_duration_seconds,
                             };
                             lease::release(ctx.api.as_ref(), &held, &ctx.holder).await?;

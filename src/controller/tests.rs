@@ -69,10 +69,10 @@ fn fake_step(
             if phase == "Completed" {
                 vec![Effect::Stop]
             } else {
-                let live = lease.holder.is_some()
-                    && lease.renewed_at.is_some_and(|at| {
-                        at.plus_seconds(lease.duration_seconds.unwrap_or(0)) > caller.now
-                    });
+                let live = matches!(
+                    crate::engine::lease_liveness(&lease, run.spec.lease_duration_seconds),
+                    crate::engine::LeaseLiveness::Live { .. }
+                );
                 if live {
                     vec![Effect::RequeueAfter { millis: 1000 }]
                 } else {
@@ -265,15 +265,108 @@ async fn a_live_lease_held_by_another_replica_is_left_alone() {
     let api = Arc::new(FakeApi::with_run(run_with_tool("held", tool.addr, 30)));
     let other = HolderId::with_random_suffix("other");
     let run = super::cluster::StoredRun::from_object(api.run("ns", "held")).unwrap();
-    super::lease::acquire(api.as_ref(), &run, None, &other, Clock::default().now())
-        .await
-        .unwrap()
-        .unwrap();
+    super::lease::acquire(
+        api.as_ref(),
+        &run,
+        None,
+        &super::lease::view(None),
+        &other,
+        Clock::default().now(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let ctx = context(api.clone(), "a", 500);
     observe(&ctx, &key("held")).await.unwrap();
     assert_eq!(ctx.executing(), 0);
     assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
     assert_eq!(seen("held"), ["observe"]);
+}
+
+/// Another replica `other-…` holds `name`'s Lease, its renewTime `renewed_at` (by its clock).
+async fn held_by_other(api: &FakeApi, name: &str, renewed_at: Time) -> HolderId {
+    let other = HolderId::with_random_suffix("other");
+    let run = super::cluster::StoredRun::from_object(api.run("ns", name)).unwrap();
+    super::lease::acquire(
+        api,
+        &run,
+        None,
+        &super::lease::view(None),
+        &other,
+        renewed_at,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    other
+}
+
+#[tokio::test]
+async fn a_lease_first_seen_is_left_alone_however_old_its_renew_time() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("old", tool.addr, 3)));
+    // By this replica's clock the holder's renewTime is an hour old (its clock is behind).
+    let an_hour_ago = Time::from_millis(Clock::default().now().as_millis() - 3_600_000);
+    let other = held_by_other(&api, "old", an_hour_ago).await;
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("old")).await.unwrap();
+    assert_eq!(ctx.executing(), 0);
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(seen("old"), ["observe"]);
+    let lease = api.lease("ns", "old").unwrap().spec.unwrap();
+    assert_eq!(lease.holder_identity.as_deref(), Some(other.as_str()));
+}
+
+#[tokio::test]
+async fn a_lease_seen_unchanged_past_its_duration_and_margin_is_taken_over() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("stale", tool.addr, 3)));
+    // Its renewTime is ahead of this replica's clock; only the observation counts.
+    let ahead = Time::from_millis(Clock::default().now().as_millis() + 3_600_000);
+    held_by_other(&api, "stale", ahead).await;
+    let ctx = context(api.clone(), "a", 500);
+    // First seen 3.5 s ago (3 s lease + 500 ms margin) and unchanged since.
+    let first_seen = std::time::Instant::now() - Duration::from_millis(3_500);
+    ctx.leases
+        .observe(&key("stale"), api.lease("ns", "stale").as_ref(), first_seen);
+    observe(&ctx, &key("stale")).await.unwrap();
+    until_idle(&ctx).await;
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        seen("stale"),
+        ["observe", "lease_acquired", "tool_finished"]
+    );
+    let lease = api.lease("ns", "stale").unwrap().spec.unwrap();
+    assert_eq!(lease.lease_transitions, Some(1));
+}
+
+#[tokio::test]
+async fn a_lease_renewed_since_it_was_first_seen_is_left_alone() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("renewed", tool.addr, 3)));
+    let now = Clock::default().now();
+    let other = held_by_other(&api, "renewed", now).await;
+    let ctx = context(api.clone(), "a", 500);
+    let first_seen = std::time::Instant::now() - Duration::from_secs(60);
+    ctx.leases.observe(
+        &key("renewed"),
+        api.lease("ns", "renewed").as_ref(),
+        first_seen,
+    );
+    // The holder renews (a new resourceVersion) after that first sight.
+    let mut renewed = api.lease("ns", "renewed").unwrap();
+    if let Some(spec) = renewed.spec.as_mut() {
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            now.plus_seconds(1).0,
+        ));
+    }
+    api.replace_lease("ns", &renewed).await.unwrap();
+    observe(&ctx, &key("renewed")).await.unwrap();
+    assert_eq!(ctx.executing(), 0);
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(seen("renewed"), ["observe"]);
+    let lease = api.lease("ns", "renewed").unwrap().spec.unwrap();
+    assert_eq!(lease.holder_identity.as_deref(), Some(other.as_str()));
 }
 
 #[tokio::test]
@@ -287,8 +380,10 @@ async fn a_lease_lost_during_the_call_does_not_record_the_outcome() {
     let read = api.lease("ns", "lost");
     let run = super::cluster::StoredRun::from_object(api.run("ns", "lost")).unwrap();
     let thief = HolderId::with_random_suffix("thief");
-    let now = Time::from_millis(Clock::default().now().as_millis() + 10_000);
-    super::lease::acquire(api.as_ref(), &run, read.as_ref(), &thief, now)
+    // The thief has seen the Lease unchanged for a minute (as if the holder had stopped).
+    let stale = super::lease::observed(read.as_ref(), 60_000, 0);
+    let now = Clock::default().now();
+    super::lease::acquire(api.as_ref(), &run, read.as_ref(), &stale, &thief, now)
         .await
         .unwrap()
         .unwrap();

@@ -2,7 +2,9 @@
 //! run's reconcile. Watches are filtered so a replica does not wake on every status write
 //! (STYLE.md): a run wakes on a new generation (a spec change such as cancel), a phase change
 //! or a new recorded holder; on any change to its Approvals (a person's decision); on a change
-//! of its Lease's holder (a release, a takeover); and on its executors' requests.
+//! of its Lease's holder (a release, a takeover); and on its executors' requests. Every Lease
+//! change (each renewal) also updates this replica's observation of that Lease
+//! ([`super::lease::observation`]) without waking a reconcile.
 //!
 //! Every replica receives every write of every run it watches, so what it keeps of one is
 //! small ([`WatchedRun`]: metadata, phase, holder); the spec and the record are skipped while
@@ -130,6 +132,16 @@ pub async fn controller(
         )),
     )
     .default_backoff()
+    .inspect({
+        // Every renewal is seen here, before the predicate drops it: the observation of each
+        // Lease (what it is and since when) stays current without a reconcile per renewal.
+        let ctx = ctx.clone();
+        move |event| {
+            if let Ok(event) = event {
+                ctx.leases.watched(event, std::time::Instant::now());
+            }
+        }
+    })
     .applied_objects()
     .predicate_filter(lease_predicate, PredicateConfig::default());
     let lease_runs_type = runs_type.clone();

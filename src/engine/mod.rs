@@ -44,6 +44,9 @@
 //! - `raw`: a record that will not decode (BEHAVIOURS.md 41);
 //! - `observe`: the resume table for a replica that is not executing the run, and cancel
 //!   (BEHAVIOURS.md 30, 42);
+//! - `lease`: when another holder's Lease may be taken: seen unchanged for its duration plus a
+//!   margin on the asking replica's monotonic clock, never by comparing clocks (DESIGN.md
+//!   section 4, BEHAVIOURS.md 30-31);
 //! - `start`: a new run's first write (BEHAVIOURS.md 1-3);
 //! - `limits`: the limits before each step (BEHAVIOURS.md 4-6);
 //! - `loop_`: starting steps and taking decisions (BEHAVIOURS.md 7-10);
@@ -65,6 +68,7 @@ pub mod canonical;
 pub mod content;
 mod grants;
 pub mod hash;
+mod lease;
 mod limits;
 mod loop_;
 pub mod model;
@@ -87,6 +91,7 @@ use serde_json::Value;
 use crate::api::{AgentRunSpec, RunPhase, Time, ToolSpec};
 
 pub use approvals::{approval_name, recorded_approvals, short_hash};
+pub use lease::{lease_liveness, LeaseLiveness};
 pub use observe::observe_needed;
 pub use projection::{decode_status, kube_events, KubeEventProjection, KubeEventType};
 pub use takeover::INTERRUPTED_NOTICE;
@@ -147,15 +152,24 @@ pub struct ApprovalSnapshot {
     pub object: Value,
 }
 
-/// What the run's Lease object says, as read by the replica asking.
+/// What the run's Lease object says, as read by the replica asking, and how long that replica
+/// has seen it unchanged (DESIGN.md section 4; judged by [`lease_liveness`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LeaseView {
     /// `spec.holderIdentity`, when the Lease exists and names one.
     pub holder: Option<String>,
-    /// `spec.renewTime` (or acquireTime), when set.
+    /// `spec.renewTime` (or acquireTime), when set: the holder's wall-clock time, recorded in
+    /// `lease.taken_over` as `previousExpiry` (plus the duration) and never compared with the
+    /// asking replica's clock.
     pub renewed_at: Option<Time>,
     /// `spec.leaseDurationSeconds`, when set.
     pub duration_seconds: Option<i64>,
+    /// Milliseconds, on the asking replica's monotonic clock, since it first saw this Lease as
+    /// it is now (same holder, renewTime and resourceVersion); 0 when first seen at this read.
+    pub unchanged_for_ms: u64,
+    /// Milliseconds of unchanged observation the asking replica requires beyond
+    /// `leaseDurationSeconds` before it judges the Lease expired (`--lease-skew-margin-ms`).
+    pub takeover_margin_ms: u64,
 }
 
 /// The replica calling the engine.
@@ -176,7 +190,8 @@ pub struct Caller {
 pub struct PreviousHolder {
     /// Its identity (`None` when the Lease was absent).
     pub holder: Option<String>,
-    /// When its lease expired.
+    /// When its Lease said it expires: renewTime + `leaseDurationSeconds`, by the previous
+    /// holder's clock (recorded as `previousExpiry`; not what decided the takeover).
     pub expired_at: Option<Time>,
 }
 

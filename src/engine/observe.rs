@@ -7,11 +7,14 @@
 //! runs are left alone.
 
 use super::approvals;
+use super::lease::{lease_liveness, LeaseLiveness};
 use super::record::{interrupted_observation, Txn};
 use super::{Effect, LeaseView, PreviousHolder};
 use crate::api::{RunPhase, StepStatus, TerminalReason, Time};
 
-/// When the lease `lease` expires; `None` when it names no holder or says nothing of time.
+/// When the lease `lease` says it expires (renewTime + duration, by its holder's clock), for the
+/// record only (`previousExpiry`); `None` when it names no holder or says nothing of time.
+/// Whether it has expired is [`lease_liveness`]'s to say.
 pub(crate) fn lease_expiry(lease: &LeaseView) -> Option<Time> {
     lease.holder.as_ref()?;
     let renewed = lease.renewed_at?;
@@ -50,21 +53,17 @@ pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
     match phase {
         RunPhase::Pending => txn.after.push(Effect::AcquireLease { takeover: None }),
         RunPhase::WaitingForApproval => approvals::waiting(txn),
-        _ => {
-            let now = txn.now();
-            match lease_expiry(lease) {
-                // BEHAVIOURS.md 30: someone (this replica included) holds it: wait it out.
-                Some(expiry) if expiry > now => txn.after.push(Effect::RequeueAfter {
-                    millis: millis_until(now, expiry),
+        _ => match lease_liveness(lease, txn.run.spec.lease_duration_seconds) {
+            // BEHAVIOURS.md 30: someone (this replica included) holds it and it has not been
+            // seen unchanged for its duration and the margin: wait that out.
+            LeaseLiveness::Live { millis } => txn.after.push(Effect::RequeueAfter { millis }),
+            LeaseLiveness::Free | LeaseLiveness::Expired => txn.after.push(Effect::AcquireLease {
+                takeover: Some(PreviousHolder {
+                    holder: lease.holder.clone(),
+                    expired_at: lease_expiry(lease),
                 }),
-                expired_at => txn.after.push(Effect::AcquireLease {
-                    takeover: Some(PreviousHolder {
-                        holder: lease.holder.clone(),
-                        expired_at,
-                    }),
-                }),
-            }
-        }
+            }),
+        },
     }
 }
 

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::observe::lease_expiry;
+use super::lease::{lease_liveness, LeaseLiveness};
 use super::{Caller, Effect, Input, RunSnapshot, Transition};
 use crate::api::{EventType, RunEvent, RunPhase, TerminalReason, Time};
 
@@ -66,12 +66,11 @@ pub(crate) fn undecodable(
     }
     if let Input::Observe { lease } = input {
         if phase == Some(RunPhase::Running) {
-            if let Some(expiry) = lease_expiry(lease).filter(|e| *e > caller.now) {
-                let millis = expiry.as_millis().saturating_sub(caller.now.as_millis());
+            if let LeaseLiveness::Live { millis } =
+                lease_liveness(lease, run.spec.lease_duration_seconds)
+            {
                 return Transition {
-                    effects: vec![Effect::RequeueAfter {
-                        millis: u64::try_from(millis).unwrap_or(0),
-                    }],
+                    effects: vec![Effect::RequeueAfter { millis }],
                 };
             }
         }

@@ -27,7 +27,8 @@ pub struct ControllerSpec {
     pub prefix: String,
     /// `AGENTRT_FAULT`.
     pub fault: Option<String>,
-    /// `--clock-offset-ms`.
+    /// `--clock-offset-ms` (milliseconds the controller's wall clock is shifted; passed only
+    /// when not 0).
     pub clock_offset_ms: i64,
     /// More arguments.
     pub extra: Vec<String>,
@@ -81,7 +82,6 @@ impl ControllerProcess {
             .arg(&spec.prefix)
             .arg("--lease-skew-margin-ms")
             .arg("300")
-            .arg(format!("--clock-offset-ms={}", spec.clock_offset_ms))
             .args(&spec.extra)
             .env(
                 "AGENTRT_LOG",
@@ -95,6 +95,10 @@ impl ControllerProcess {
             .stderr(file);
         if let Some(fault) = &spec.fault {
             command.env("AGENTRT_FAULT", fault);
+        }
+        if spec.clock_offset_ms != 0 {
+            // Hidden, and compiled only with the `fault-injection` feature.
+            command.arg(format!("--clock-offset-ms={}", spec.clock_offset_ms));
         }
         let child = command.spawn().expect("agentrt controller starts");
         ControllerProcess {

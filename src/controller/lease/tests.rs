@@ -11,11 +11,22 @@ fn t(millis: i64) -> Time {
     Time::from_millis(1_800_000_000_000 + millis)
 }
 
+/// `read` as a replica sees it that has watched it unchanged for `millis` milliseconds (no
+/// margin).
+fn seen_for(read: Option<&Lease>, millis: u64) -> LeaseView {
+    observed(read, millis, 0)
+}
+
+/// An absent Lease, as seen.
+fn absent() -> LeaseView {
+    view(None)
+}
+
 #[tokio::test]
 async fn acquiring_an_absent_lease_creates_it_owned_by_the_run() {
     let api = FakeApi::with_run(run_object("ns", "r", 3));
     let me = HolderId::with_random_suffix("a");
-    let held = acquire(&api, &stored(&api), None, &me, t(0))
+    let held = acquire(&api, &stored(&api), None, &absent(), &me, t(0))
         .await
         .unwrap()
         .unwrap();
@@ -39,17 +50,18 @@ async fn acquiring_an_absent_lease_creates_it_owned_by_the_run() {
 async fn of_two_replicas_taking_over_one_lease_exactly_one_wins() {
     let api = FakeApi::with_run(run_object("ns", "r", 3));
     let old = HolderId::with_random_suffix("old");
-    acquire(&api, &stored(&api), None, &old, t(0))
+    acquire(&api, &stored(&api), None, &absent(), &old, t(0))
         .await
         .unwrap()
         .unwrap();
     let read = api.lease("ns", "r");
     let a = HolderId::with_random_suffix("a");
     let b = HolderId::with_random_suffix("b");
-    let won_a = acquire(&api, &stored(&api), read.as_ref(), &a, t(5000))
+    let stale = seen_for(read.as_ref(), 5000);
+    let won_a = acquire(&api, &stored(&api), read.as_ref(), &stale, &a, t(5000))
         .await
         .unwrap();
-    let won_b = acquire(&api, &stored(&api), read.as_ref(), &b, t(5000))
+    let won_b = acquire(&api, &stored(&api), read.as_ref(), &stale, &b, t(5000))
         .await
         .unwrap();
     assert!(won_a.is_some());
@@ -59,11 +71,11 @@ async fn of_two_replicas_taking_over_one_lease_exactly_one_wins() {
     assert_eq!(spec.lease_transitions, Some(1));
     // Two creates of an absent lease: one wins too.
     let api = FakeApi::with_run(run_object("ns", "r", 3));
-    assert!(acquire(&api, &stored(&api), None, &a, t(0))
+    assert!(acquire(&api, &stored(&api), None, &absent(), &a, t(0))
         .await
         .unwrap()
         .is_some());
-    assert!(acquire(&api, &stored(&api), None, &b, t(0))
+    assert!(acquire(&api, &stored(&api), None, &absent(), &b, t(0))
         .await
         .unwrap()
         .is_none());
@@ -74,7 +86,7 @@ async fn a_renewal_that_finds_another_holder_reports_the_lease_lost() {
     let api = FakeApi::with_run(run_object("ns", "r", 3));
     let a = HolderId::with_random_suffix("a");
     let b = HolderId::with_random_suffix("b");
-    let held = acquire(&api, &stored(&api), None, &a, t(0))
+    let held = acquire(&api, &stored(&api), None, &absent(), &a, t(0))
         .await
         .unwrap()
         .unwrap();
@@ -84,7 +96,8 @@ async fn a_renewal_that_finds_another_holder_reports_the_lease_lost() {
     };
     assert_eq!(held.renewed_at, t(1000));
     let read = api.lease("ns", "r");
-    acquire(&api, &stored(&api), read.as_ref(), &b, t(9000))
+    let stale = seen_for(read.as_ref(), 9000);
+    acquire(&api, &stored(&api), read.as_ref(), &stale, &b, t(9000))
         .await
         .unwrap()
         .unwrap();
@@ -106,7 +119,7 @@ async fn a_renewal_that_finds_another_holder_reports_the_lease_lost() {
 async fn releasing_clears_the_holder() {
     let api = FakeApi::with_run(run_object("ns", "r", 3));
     let a = HolderId::with_random_suffix("a");
-    let held = acquire(&api, &stored(&api), None, &a, t(0))
+    let held = acquire(&api, &stored(&api), None, &absent(), &a, t(0))
         .await
         .unwrap()
         .unwrap();
@@ -115,17 +128,25 @@ async fn releasing_clears_the_holder() {
 }
 
 #[test]
-fn the_wall_clock_check_keeps_a_skew_margin_before_expiry() {
+fn the_holders_own_check_keeps_a_skew_margin_before_expiry_on_its_monotonic_clock() {
+    let sent_at = Instant::now();
     let held = HeldLease {
         lease: Lease::default(),
-        renewed_at: t(0),
+        // Its wall-clock renewTime plays no part.
+        renewed_at: t(-3_600_000),
+        sent_at,
         duration_seconds: 3,
     };
     let margin = Duration::from_millis(500);
-    assert!(held.may_start_side_effect(t(2000), margin));
-    assert!(held.may_start_side_effect(t(2499), margin));
-    assert!(!held.may_start_side_effect(t(2500), margin));
-    assert!(!held.may_start_side_effect(t(10_000), margin));
+    let at = |millis: u64| sent_at + Duration::from_millis(millis);
+    assert!(held.may_start_side_effect(at(2000), margin));
+    assert!(held.may_start_side_effect(at(2499), margin));
+    assert!(!held.may_start_side_effect(at(2500), margin));
+    assert!(!held.may_start_side_effect(at(10_000), margin));
+    assert_eq!(
+        held.remaining(at(1000), margin),
+        Duration::from_millis(1500)
+    );
 }
 
 #[tokio::test]
@@ -133,23 +154,34 @@ async fn a_live_lease_held_by_another_holder_is_never_taken() {
     let api = FakeApi::with_run(run_object("ns", "r", 3));
     let a = HolderId::with_random_suffix("a");
     let b = HolderId::with_random_suffix("b");
-    acquire(&api, &stored(&api), None, &a, t(0))
+    acquire(&api, &stored(&api), None, &absent(), &a, t(0))
         .await
         .unwrap()
         .unwrap();
     let read = api.lease("ns", "r");
-    assert_eq!(held_by_another(read.as_ref(), &b, t(1000)), Some(t(3000)));
-    assert!(acquire(&api, &stored(&api), read.as_ref(), &b, t(1000))
-        .await
-        .unwrap()
-        .is_none());
+    // Seen unchanged for 1 s of a 3 s lease with a 500 ms margin: 2.5 s to go, whatever the
+    // clocks say.
+    let seen = observed(read.as_ref(), 1000, 500);
+    assert_eq!(held_by_another(&seen, &b, 30), Some(2500));
+    assert!(
+        acquire(&api, &stored(&api), read.as_ref(), &seen, &b, t(3_600_000))
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
         view(api.lease("ns", "r").as_ref()).holder.as_deref(),
         Some(a.as_str())
     );
-    // Once expired by the taker's clock, it is taken.
-    assert!(acquire(&api, &stored(&api), read.as_ref(), &b, t(3001))
-        .await
-        .unwrap()
-        .is_some());
+    // Its own holder may always write it.
+    assert_eq!(held_by_another(&seen, &a, 30), None);
+    // Once seen unchanged for the duration and the margin, it is taken.
+    let stale = observed(read.as_ref(), 3500, 500);
+    assert_eq!(held_by_another(&stale, &b, 30), None);
+    assert!(
+        acquire(&api, &stored(&api), read.as_ref(), &stale, &b, t(0))
+            .await
+            .unwrap()
+            .is_some()
+    );
 }

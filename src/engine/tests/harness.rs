@@ -120,6 +120,8 @@ impl Harness {
         }
     }
 
+    /// The Lease as a replica that saw each of its writes as it happened sees it: unchanged
+    /// since its last renewal (the harness has one clock), judged with no margin.
     pub fn lease_view(&self) -> LeaseView {
         match &self.lease {
             None => LeaseView::default(),
@@ -127,6 +129,9 @@ impl Harness {
                 holder: Some(l.holder.clone()),
                 renewed_at: Some(l.renewed_at),
                 duration_seconds: Some(l.duration_seconds),
+                unchanged_for_ms: u64::try_from(self.now.as_millis() - l.renewed_at.as_millis())
+                    .unwrap_or(0),
+                takeover_margin_ms: 0,
             },
         }
     }

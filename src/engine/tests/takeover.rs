@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::harness::*;
 use crate::api::{ObservationKind, RunPhase, StepStatus, TerminalReason};
-use crate::engine::{Input, INTERRUPTED_NOTICE};
+use crate::engine::{Effect, Input, LeaseView, PreviousHolder, INTERRUPTED_NOTICE};
 
 /// A run of the `tools` fixture whose holder `a` is executing `tool` on step 0.
 fn executing(tool: &str) -> Harness {
@@ -25,6 +25,79 @@ fn resume_of_a_live_run_changes_nothing() {
     }
     assert_eq!(h.run.status, before);
     assert_eq!(h.tool_calls.len(), 1);
+}
+
+/// The Lease of `h` as a replica sees it that first saw it as it is `unchanged_for_ms` ago and
+/// judges with a 500 ms margin.
+fn seen(h: &Harness, unchanged_for_ms: u64) -> LeaseView {
+    LeaseView {
+        unchanged_for_ms,
+        takeover_margin_ms: 500,
+        ..h.lease_view()
+    }
+}
+
+#[test]
+fn a_lease_first_seen_waits_a_full_duration() {
+    let mut h = executing("write_local");
+    // By the observer's clock the holder's renewTime is an hour old: it does not matter.
+    h.advance(3600);
+    let effects = h.decide("b", Input::Observe { lease: seen(&h, 0) });
+    assert_eq!(kinds(&effects), words(&["RequeueAfter(30500)"]));
+    assert_eq!(h.tool_calls.len(), 1);
+}
+
+#[test]
+fn a_lease_seen_changing_is_never_expired() {
+    let mut h = executing("write_local");
+    // Renewed every 10 s: each renewal is first seen as it lands, so the observation never
+    // ages past 10 s, whether the observer's clock runs an hour ahead or an hour behind.
+    for skew in [3600, -7200] {
+        h.advance(skew);
+        for unchanged_for_ms in [0, 5_000, 10_000] {
+            let effects = h.decide(
+                "b",
+                Input::Observe {
+                    lease: seen(&h, unchanged_for_ms),
+                },
+            );
+            assert_eq!(
+                kinds(&effects),
+                words(&[format!("RequeueAfter({})", 30_500 - unchanged_for_ms).as_str()]),
+                "skew {skew} s, unchanged for {unchanged_for_ms} ms"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_lease_seen_unchanged_for_its_duration_and_margin_is_taken_over() {
+    let mut h = executing("write_local");
+    let expiry = h.now.plus_seconds(30);
+    // The observer's clock runs an hour behind the holder's: the renewTime looks like the
+    // future, and the Lease is taken all the same once it stopped changing.
+    h.advance(-3600);
+    let effects = h.decide(
+        "b",
+        Input::Observe {
+            lease: seen(&h, 30_499),
+        },
+    );
+    assert_eq!(kinds(&effects), words(&["RequeueAfter(1)"]));
+    let effects = h.decide(
+        "b",
+        Input::Observe {
+            lease: seen(&h, 30_500),
+        },
+    );
+    assert_eq!(kinds(&effects), words(&["AcquireLease(takeover)"]));
+    // previousExpiry records what the Lease claimed, by its holder's clock.
+    assert!(effects.contains(&Effect::AcquireLease {
+        takeover: Some(PreviousHolder {
+            holder: Some("a".into()),
+            expired_at: Some(expiry),
+        })
+    }));
 }
 
 #[test]
