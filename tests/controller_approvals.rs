@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::cluster::eventually;
 use support::controller::*;
 use support::toolserver::ToolServer;
 
@@ -99,4 +100,98 @@ async fn an_approval_whose_request_carries_large_args_is_created_and_decided() {
     );
     assert_eq!(events_of(&done, "approval.decided").len(), 1);
     assert_seq_contiguous(&done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leftover_approval_of_a_deleted_run_is_never_adopted() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let _controller =
+        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let first = fixture("needs-approval", &tools.base(), "again");
+    create_run(&client, &ns, &first).await;
+    let old = wait_approval(&client, &ns, "again", "policy", Duration::from_secs(60)).await;
+    let old_name = old.metadata.name.clone().expect("name");
+    // The run goes, its Approval stays (as when the garbage collector is down).
+    cluster.kubectl_ok(&[
+        "delete",
+        "agentrun",
+        "again",
+        "--cascade=orphan",
+        "--wait=true",
+    ]);
+    let left = approvals_api(&client, &ns)
+        .get(&old_name)
+        .await
+        .expect("left over");
+
+    let second = first.replace("args: {item: 1}", "args: {item: 2}");
+    create_run(&client, &ns, &second).await;
+    let run = wait_status(
+        &client,
+        &ns,
+        "again",
+        Duration::from_secs(60),
+        "an ApprovalConflict",
+        |s| {
+            s["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "ApprovalConflict" && c["status"] == "True")
+            })
+        },
+    )
+    .await;
+    let fresh = run["steps"][0]["approvals"]
+        .as_array()
+        .and_then(|a| a.last())
+        .and_then(|a| a["name"].as_str())
+        .expect("the step names its Approval")
+        .to_string();
+    assert_ne!(fresh, old_name, "the run pauses on a fresh name");
+    let now = approvals_api(&client, &ns)
+        .get(&old_name)
+        .await
+        .expect("still there");
+    assert_eq!(now.data["spec"], left.data["spec"]);
+    assert_eq!(
+        now.data["status"], left.data["status"],
+        "the leftover is never written to"
+    );
+    let warning = eventually(
+        "a Warning Event naming the leftover",
+        Duration::from_secs(30),
+        || {
+            let out = cluster.kubectl(&[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=ApprovalConflict",
+                "-o",
+                "json",
+            ]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let found = text.contains(&old_name);
+            async move { found.then_some(text) }
+        },
+    )
+    .await;
+    assert!(warning.contains("Warning"), "{warning}");
+
+    let approval = eventually("the fresh Approval", Duration::from_secs(30), || {
+        let api = approvals_api(&client, &ns);
+        let fresh = fresh.clone();
+        async move { api.get_opt(&fresh).await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(approval.data["spec"]["request"]["args"], json!({"item": 2}));
+    decide(&client, &ns, &approval, "Approved").await;
+    wait_phase(&client, &ns, "again", "Completed", Duration::from_secs(60)).await;
+    let calls = tools.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].args,
+        json!({"item": 2}),
+        "the new run's request ran, once"
+    );
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::{ApiError, ClusterApi, StoredRun, RUN_UID_LABEL};
+use super::cluster::{ApiError, ClusterApi, StoredRun};
 use super::fault;
 use super::identity::{Clock, HolderId};
 use super::lease::{self, observation::LeaseObservations};
@@ -292,19 +292,28 @@ impl Context {
         };
         let names = crate::engine::recorded_approvals(&run.snapshot.status);
         let approvals = if names.len() > MAX_APPROVAL_GETS {
-            self.api
+            let mut listed = self
+                .api
                 .list_approvals(&key.namespace, &run.snapshot.uid)
-                .await?
+                .await?;
+            // A recorded name the label LIST does not return may be held by another run's
+            // object: read it by name so the engine sees it (issue 16).
+            for name in &names {
+                if !listed.iter().any(|a| &a.name == name) {
+                    if let Some(approval) = self.api.get_approval(&key.namespace, name).await? {
+                        listed.push(approval);
+                    }
+                }
+            }
+            listed
         } else {
             let mut approvals = Vec::with_capacity(names.len());
-            let uid = run.snapshot.uid.as_str();
             for name in &names {
-                // Only this run's (as the label LIST selects them): an Approval of an earlier
-                // run of the same name may still await garbage collection.
+                // Every object under a recorded name, also one an earlier run of the same name
+                // left behind: the engine tells whose it is and never adopts another run's
+                // (issue 16).
                 if let Some(approval) = self.api.get_approval(&key.namespace, name).await? {
-                    if approval.object["metadata"]["labels"][RUN_UID_LABEL] == uid {
-                        approvals.push(approval);
-                    }
+                    approvals.push(approval);
                 }
             }
             approvals.sort_by(|a, b| a.name.cmp(&b.name));
@@ -372,10 +381,14 @@ impl Context {
         fault::after_write(before, &after.snapshot.status);
     }
 
-    /// Creates an Approval the record names; one that exists already is success.
-    pub async fn create_approval(&self, namespace: &str, approval: &Value) {
-        match self.api.create_approval(namespace, approval).await {
-            Ok(()) | Err(ApiError::Conflict(_)) => {}
+    /// Creates an Approval the record names. One that exists already is this run's own (a
+    /// create that landed before) or an object left by someone else; the run is reconciled
+    /// again at once so that the engine reads it and tells which (issue 16: another run's
+    /// Approval is never adopted).
+    pub async fn create_approval(&self, key: &RunKey, approval: &Value) {
+        match self.api.create_approval(&key.namespace, approval).await {
+            Ok(()) => {}
+            Err(ApiError::Conflict(_)) => self.kick(key),
             Err(err) => {
                 // The record names it; the next reconcile finds it missing and creates it.
                 tracing::warn!(approval = ?approval["metadata"]["name"], %err, "cannot create the Approval; a later reconcile will");
@@ -395,11 +408,18 @@ impl Context {
         name: &str,
         status: &Value,
         resource_version: Option<String>,
+        hash: &str,
     ) {
         let resource_version = match resource_version {
             Some(rv) => rv,
             None => match self.api.get_approval(namespace, name).await {
                 Ok(Some(current)) => {
+                    if current.object.pointer("/spec/hash").and_then(Value::as_str) != Some(hash) {
+                        // Not the Approval the record names (another run's leftover): never
+                        // written; the engine pauses the run on a fresh name (issue 16).
+                        tracing::debug!(approval = %name, "an Approval of another request holds this name; not written");
+                        return;
+                    }
                     let phase = |v: Option<&Value>| {
                         v.and_then(|p| serde_json::from_value::<ApprovalPhase>(p.clone()).ok())
                             .unwrap_or_default()

@@ -210,14 +210,15 @@ async fn perform(
                 }
             }
             Effect::CreateApproval { approval } => {
-                ctx.create_approval(&key.namespace, &approval).await;
+                ctx.create_approval(key, &approval).await;
             }
             Effect::WriteApprovalStatus {
                 name,
                 status,
                 resource_version,
+                hash,
             } => {
-                ctx.write_approval_status(&key.namespace, &name, &status, resource_version)
+                ctx.write_approval_status(&key.namespace, &name, &status, resource_version, &hash)
                     .await;
             }
             Effect::AcquireLease { takeover } => {

@@ -141,15 +141,22 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                     Written::Gone => return Ok(Action::await_change()),
                 },
                 Effect::CreateApproval { approval } => {
-                    ctx.create_approval(&key.namespace, &approval).await;
+                    ctx.create_approval(key, &approval).await;
                 }
                 Effect::WriteApprovalStatus {
                     name,
                     status,
                     resource_version,
+                    hash,
                 } => {
-                    ctx.write_approval_status(&key.namespace, &name, &status, resource_version)
-                        .await;
+                    ctx.write_approval_status(
+                        &key.namespace,
+                        &name,
+                        &status,
+                        resource_version,
+                        &hash,
+                    )
+                    .await;
                 }
                 Effect::AcquireLease { takeover } => {
                     if executing {

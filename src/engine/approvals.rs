@@ -273,15 +273,27 @@ fn stored_phase(txn: &Txn, name: &str) -> Option<(ApprovalPhase, Option<String>)
 /// `status.phase` (an Executed Approval never goes back to Approved); the write carries the
 /// resourceVersion read, so a stale read changes nothing.
 pub(crate) fn write_status(txn: &mut Txn, name: &str, status: ApprovalStatus) {
+    if !own(txn, name) {
+        // Another run's object (or another request's) is never written to (issue 16).
+        return;
+    }
     let (resource_version, allowed) = match stored_phase(txn, name) {
         Some((phase, rv)) => (rv, phase.may_become(status.phase)),
         None => (None, true),
     };
-    if allowed {
+    let hash = txn
+        .status
+        .steps
+        .iter()
+        .flat_map(|s| s.approvals.iter())
+        .find(|a| a.name == name)
+        .map(|a| a.hash.clone());
+    if let (true, Some(hash)) = (allowed, hash) {
         let effect = Effect::WriteApprovalStatus {
             name: name.to_string(),
             status: to_value(&status),
             resource_version,
+            hash,
         };
         // Projections come before the transition's ReleaseLease/Stop (the effect protocol in
         // engine/mod.rs).
@@ -422,6 +434,10 @@ fn settle_waiting(txn: &mut Txn) {
         }
         Found::Present(approval) => approval,
     };
+    if let Some(why) = foreign(txn, &approval, &latest) {
+        rehome(txn, index, &latest, &why);
+        return;
+    }
     let hash = &approval.spec.hash;
     let decision = approval.spec.decision.clone();
     if *hash != latest.hash || decision.as_ref().is_some_and(|d| d.hash != *hash) {
@@ -520,6 +536,95 @@ fn park(txn: &mut Txn, expires_at: Option<crate::api::Time>) {
         let millis = millis_until(txn.now(), expiry);
         txn.after.push(Effect::RequeueAfter { millis });
     }
+}
+
+/// Why the stored Approval named like the record's `latest` is not the one this run asked for
+/// (issue 16: an object left by a deleted run of the same name, or created by someone else):
+/// another run's uid, another step, or another request's hash. `None` when it is this run's.
+fn foreign(txn: &Txn, approval: &Approval, latest: &StepApproval) -> Option<String> {
+    let spec = &approval.spec;
+    if spec.run_uid != txn.run.uid {
+        Some(format!(
+            "belongs to another run named {} (uid {})",
+            spec.run_name, spec.run_uid
+        ))
+    } else if spec.hash != latest.hash {
+        Some(format!(
+            "carries another request (hash {}, this run asked for {})",
+            spec.hash, latest.hash
+        ))
+    } else {
+        None
+    }
+}
+
+/// The name a run pauses on when its Approval's name is taken by an object that is not its
+/// own: the recorded name with the first 8 characters of the run's uid appended (so another
+/// run's leftover cannot hold it); `None` when the recorded name is that already.
+fn fresh_name(txn: &Txn, taken: &str) -> Option<String> {
+    let uid: String = txn.run.uid.chars().take(8).collect();
+    let suffix = format!("-{uid}");
+    (!taken.ends_with(&suffix)).then(|| format!("{taken}{suffix}"))
+}
+
+/// Never adopts nor writes an Approval that is not the run's own (issue 16): the run records a
+/// new `approval.requested` for a fresh name (with `replaces` and `conflict` saying why),
+/// which the `ApprovalConflict` condition and a Warning Event show, and creates that Approval.
+/// The leftover object is left exactly as it is.
+fn rehome(txn: &mut Txn, index: usize, latest: &StepApproval, why: &str) {
+    let Some(fresh) = fresh_name(txn, &latest.name) else {
+        let detail = format!(
+            "Approval {} {why}, and the run has no other name to pause on; delete that \
+             object to let the run go on",
+            latest.name
+        );
+        txn.end_run(TerminalReason::InternalError, Some(detail), None);
+        return;
+    };
+    let Some(mut data) = requested_event(txn, &latest.name) else {
+        let detail = format!(
+            "Approval {} {why}, and the record has no approval.requested for it",
+            latest.name
+        );
+        txn.end_run(TerminalReason::InternalError, Some(detail), None);
+        return;
+    };
+    data["approval"] = json!(fresh);
+    data["replaces"] = json!(latest.name);
+    data["conflict"] = json!(why);
+    if let Some(entry) = txn
+        .status
+        .steps
+        .get_mut(index)
+        .and_then(|s| s.approvals.iter_mut().find(|a| a.name == latest.name))
+    {
+        entry.name = fresh.clone();
+    }
+    txn.event(EventType::ApprovalRequested, Some(index as i64), data);
+    let mut renamed = latest.clone();
+    renamed.name = fresh;
+    if let Err(detail) = recreate(txn, index, &renamed) {
+        txn.end_run(TerminalReason::InternalError, Some(detail), None);
+        return;
+    }
+    park(txn, renamed.expires_at);
+}
+
+/// Whether the stored Approval `name` is this run's own (or not read): only such an object's
+/// status is ever written.
+fn own(txn: &Txn, name: &str) -> bool {
+    let Some(object) = stored_object(txn, name) else {
+        return true;
+    };
+    let recorded = txn
+        .status
+        .steps
+        .iter()
+        .flat_map(|s| s.approvals.iter())
+        .find(|a| a.name == name)
+        .map(|a| a.hash.as_str());
+    object.pointer("/spec/runUID").and_then(Value::as_str) == Some(txn.run.uid.as_str())
+        && recorded.is_none_or(|h| object.pointer("/spec/hash").and_then(Value::as_str) == Some(h))
 }
 
 /// Creates a recorded Approval that is missing, from the record (its `approval.requested`

@@ -378,6 +378,9 @@ pub enum Effect {
         status: Value,
         /// `metadata.resourceVersion` of the Approval as read, when it was read.
         resource_version: Option<String>,
+        /// The `spec.hash` the record holds for it: an object found under this name with
+        /// another hash (another run's, issue 16) is never written.
+        hash: String,
     },
     /// Win the run's Lease by compare-and-set, then call [`step`] with
     /// [`Input::LeaseAcquired`] carrying `takeover`.

@@ -106,6 +106,16 @@ fn project(event: &Value) -> Option<KubeEventProjection> {
                 message,
             });
         }
+        "approval.requested" if data.get("replaces").is_some() => (
+            KubeEventType::Warning,
+            "ApprovalConflict",
+            format!(
+                "Approval {} {}; it was left as it is and step {step} waits for Approval {} instead",
+                text("replaces"),
+                text("conflict"),
+                text("approval")
+            ),
+        ),
         "approval.requested" => (
             KubeEventType::Normal,
             "ApprovalRequested",

@@ -306,8 +306,11 @@ impl<'a> Txn<'a> {
         let waiting = waiting_condition(&self.status);
         let now = self.now();
         let old = std::mem::take(&mut self.status.conditions);
-        self.status.conditions = [ready, waiting]
+        let had_conflict = old.iter().any(|c| c.type_ == "ApprovalConflict");
+        let conflict = approval_conflict_condition(&self.status, had_conflict);
+        self.status.conditions = [Some(ready), Some(waiting), conflict]
             .into_iter()
+            .flatten()
             .map(|(type_, status, reason, message)| {
                 let last_transition_time = old
                     .iter()
@@ -351,6 +354,58 @@ fn ready_condition(status: &AgentRunStatus) -> ConditionParts {
             phase_word(phase).to_string(),
             format!("the run is {}", phase_word(phase)),
         ),
+    }
+}
+
+/// `ApprovalConflict` (issue 16): True while the awaited Approval is one the run had to
+/// re-home because its name was taken by an object that is not its own; False once a run that
+/// had the condition moves on; absent for a run that never had a conflict.
+fn approval_conflict_condition(status: &AgentRunStatus, had: bool) -> Option<ConditionParts> {
+    let awaited = (status.phase == RunPhase::WaitingForApproval)
+        .then(|| {
+            status
+                .steps
+                .iter()
+                .rev()
+                .find(|s| s.status == crate::api::StepStatus::AwaitingApproval)
+                .and_then(|s| s.approvals.last())
+        })
+        .flatten();
+    let rehomed = awaited.and_then(|a| {
+        status.events.iter().rev().find_map(|e| {
+            let data = e.data.as_ref()?;
+            (e.type_ == EventType::ApprovalRequested
+                && data.get("approval").and_then(Value::as_str) == Some(a.name.as_str()))
+            .then(|| data.clone())
+        })
+    });
+    match rehomed.filter(|d| d.get("replaces").is_some()) {
+        Some(data) => {
+            let text = |k: &str| {
+                data.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("-")
+                    .to_string()
+            };
+            Some((
+                "ApprovalConflict",
+                "True",
+                "NameTaken".into(),
+                format!(
+                    "Approval {} {}; it was left as it is and the run waits on Approval {}",
+                    text("replaces"),
+                    text("conflict"),
+                    text("approval")
+                ),
+            ))
+        }
+        None if had => Some((
+            "ApprovalConflict",
+            "False",
+            "NoConflict".into(),
+            "the run waits on no Approval whose name was taken".into(),
+        )),
+        None => None,
     }
 }
 

@@ -1,6 +1,6 @@
 //! BEHAVIOURS.md 19, 21-26: approvals, grants and their expiry.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::harness::*;
 use crate::api::{
@@ -728,4 +728,94 @@ fn approval_phases_only_move_forward() {
             assert_eq!(from.may_become(to), forward, "{from:?} -> {to:?}");
         }
     }
+}
+
+/// What a deleted run of the same name left behind (issue 16): an Approval named like this
+/// run's, for another run uid and another request, with a status of its own.
+fn leftover(h: &mut Harness) -> Value {
+    let object = h.approvals.get_mut(NAME).unwrap();
+    object["spec"]["runUID"] = json!("uid-of-the-deleted-run");
+    object["spec"]["request"]["run"]["uid"] = json!("uid-of-the-deleted-run");
+    object["spec"]["request"]["args"]["amount"] = json!(999);
+    object["spec"]["hash"] = json!(format!("sha256:{}", "e".repeat(64)));
+    object["status"] = json!({"phase": "Pending", "shortHash": "eeeeeeeeeeee"});
+    object.clone()
+}
+
+#[test]
+fn an_approval_left_by_another_run_is_never_adopted_and_the_run_pauses_on_a_fresh_name() {
+    let mut h = paused();
+    let left = leftover(&mut h);
+    let before = h.run.status.clone();
+    let effects = h.reconcile("b");
+    let fresh = format!("{NAME}-uid-1");
+    assert_eq!(
+        kinds(&effects),
+        words(&[
+            "WriteStatus",
+            &format!("CreateApproval({fresh})"),
+            &format!("WriteApprovalStatus({fresh}:Pending)"),
+        ])
+    );
+    assert_eq!(h.approval(NAME), &left, "the leftover is never written to");
+    let status = h.status();
+    let step = &status.steps[1];
+    assert_eq!(step.status, StepStatus::AwaitingApproval);
+    assert_eq!(step.approvals.last().unwrap().name, fresh);
+    let requested = h.last_event("approval.requested");
+    assert_eq!(requested["approval"], json!(fresh));
+    assert_eq!(requested["replaces"], json!(NAME));
+    assert!(requested["conflict"]
+        .as_str()
+        .unwrap()
+        .contains("belongs to another run"));
+    let conflict = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ApprovalConflict")
+        .expect("an ApprovalConflict condition");
+    assert_eq!(
+        (conflict.status.as_str(), conflict.reason.as_str()),
+        ("True", "NameTaken")
+    );
+    assert!(conflict.message.contains(NAME) && conflict.message.contains(&fresh));
+    let warnings = crate::engine::projection::kube_events(&before, &h.run.status);
+    assert!(
+        warnings.iter().any(|e| e.reason == "ApprovalConflict"
+            && e.type_ == crate::engine::projection::KubeEventType::Warning
+            && e.message.contains(NAME)),
+        "{warnings:?}"
+    );
+    // The fresh Approval is the run's own: it carries the run's request and grants it.
+    let created = h.approval(&fresh).clone();
+    assert_eq!(created["spec"]["runUID"], json!("uid-1"));
+    assert_eq!(created["spec"]["hash"], json!(step.approvals[0].hash));
+    h.approve(&fresh);
+    h.reconcile("c");
+    h.result("c", json!({"refunded": 250}));
+    assert_eq!(h.status().phase, RunPhase::Completed);
+    assert_eq!(h.approval(NAME), &left, "the leftover is still untouched");
+    let conflict = h
+        .status()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "ApprovalConflict")
+        .expect("the condition stays, resolved");
+    assert_eq!(conflict.status, "False");
+}
+
+#[test]
+fn an_approval_for_another_request_under_the_runs_name_is_not_adopted_either() {
+    let mut h = paused();
+    let object = h.approvals.get_mut(NAME).unwrap();
+    object["spec"]["hash"] = json!(format!("sha256:{}", "f".repeat(64)));
+    let left = object.clone();
+    h.reconcile("b");
+    assert_eq!(h.approval(NAME), &left);
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::WaitingForApproval);
+    assert!(h.last_event("approval.requested")["conflict"]
+        .as_str()
+        .unwrap()
+        .contains("carries another request"));
 }

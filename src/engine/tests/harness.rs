@@ -201,8 +201,14 @@ impl Harness {
                 name,
                 status,
                 resource_version,
+                hash,
             } => {
                 if let Some(object) = self.approvals.get_mut(name) {
+                    assert_eq!(
+                        object["spec"]["hash"].as_str(),
+                        Some(hash.as_str()),
+                        "{name}: the engine wrote the status of another request's Approval"
+                    );
                     // The property the engine holds: an Approval's phase only moves forward,
                     // and a write names the version it read.
                     let phase = |v: &Value| {
