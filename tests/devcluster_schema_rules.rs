@@ -1,6 +1,12 @@
 //! Schema admission of the embedded API server: CEL rule features (messageExpression, fieldPath,
 //! reason, escaping, map-list correlation, optionalOldSelf, runtime errors), the remaining OpenAPI
-//! keywords, compile-time refusals, and a property test that admission never panics.
+//! keywords, compile-time refusals, and a property test that admission never panics; and
+//! (`crd_checks`) scenarios of CRDs whose rules kube-apiserver refuses at create/update, run on the
+//! cluster under test.
+
+#[path = "devcluster_schema_rules/crd_checks.rs"]
+mod crd_checks;
+mod support;
 
 use agentrt::devcluster::schema::{AdmissionError, CompiledSchema, FieldValidation};
 use proptest::prelude::*;
