@@ -413,6 +413,13 @@ fn schema_that_a_crd_could_not_declare_is_refused() {
     let err = CompiledSchema::compile(&bad_rule).expect_err("syntax error refused");
     assert!(err.starts_with("openAPIV3Schema.x-kubernetes-validations[0].rule: Invalid value: {\"Rule\":\"self.x ==\",\"Message\":\"m\",\"MessageExpression\":\"\",\"Reason\":null,\"FieldPath\":\"\",\"OptionalOldSelf\":null}: compilation failed: ERROR: <input>:1:"), "{err}");
 
+    let multi_line =
+        json!({"type": "object", "x-kubernetes-validations": [{"rule": "true &&\n true"}]});
+    assert_eq!(
+        CompiledSchema::compile(&multi_line).expect_err("multi-line rule needs a message"),
+        "openAPIV3Schema.x-kubernetes-validations[0].message: Required value: message must be specified if rule contains line breaks"
+    );
+
     let uncorrelatable = json!({"type": "object", "properties": {"l": {"type": "array",
         "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}});
     let err = CompiledSchema::compile(&uncorrelatable).expect_err("oldSelf under a list refused");

@@ -14,6 +14,7 @@ use cel::Program;
 use super::cel_cost::{self, Size};
 use super::cel_lib::{self, Overload};
 use super::cel_types::{Decl, DeclKind, Ty};
+use super::cel_unify::{join_types, substitute, unify};
 
 /// A variable in scope: its type and, when it is a path into the object (`self.a.b`, a
 /// comprehension's element), the declaration whose sizes the cost estimate reads.
@@ -77,6 +78,7 @@ impl Checked {
 
 struct Checker<'a> {
     program: &'a Program,
+    source: &'a str,
     scopes: Vec<Var>,
     errors: Vec<(usize, String)>,
 }
@@ -85,6 +87,7 @@ struct Checker<'a> {
 pub(super) fn check(program: &Program, source: &str, vars: Vec<Var>) -> Outcome {
     let mut checker = Checker {
         program,
+        source,
         scopes: vars,
         errors: Vec::new(),
     };
@@ -100,6 +103,14 @@ pub(super) fn check(program: &Program, source: &str, vars: Vec<Var>) -> Outcome 
         cost: root.cost,
         errors: errors.join("\n"),
     }
+}
+
+/// The code point offset of byte offset `bytes` of `source`.
+pub(super) fn char_offset(source: &str, bytes: usize) -> usize {
+    source
+        .char_indices()
+        .take_while(|(i, _)| *i < bytes)
+        .count()
 }
 
 /// cel-go's `Error.ToDisplayString`: position, message, the source line and a caret under it.
@@ -141,74 +152,6 @@ pub(super) fn display(source: &str, offset: usize, msg: &str) -> String {
     out
 }
 
-/// Whether `arg` can be passed where `param` is expected, binding type parameters.
-fn unify(param: &Ty, arg: &Ty, bindings: &mut Vec<(&'static str, Ty)>) -> bool {
-    match (param, arg) {
-        (_, Ty::Error | Ty::Dyn) | (Ty::Dyn | Ty::Error, _) => {
-            if let Ty::Param(p) = param {
-                if !bindings.iter().any(|(n, _)| n == p) {
-                    bindings.push((p, arg.clone()));
-                }
-            }
-            true
-        }
-        (Ty::Param(p), _) => match bindings.iter().position(|(n, _)| n == p) {
-            Some(i) => {
-                let bound = bindings[i].1.clone();
-                if matches!(bound, Ty::Dyn | Ty::Error) {
-                    bindings[i].1 = arg.clone();
-                    true
-                } else {
-                    unify(&bound, arg, bindings)
-                }
-            }
-            None => {
-                bindings.push((p, arg.clone()));
-                true
-            }
-        },
-        (Ty::List(a), Ty::List(b)) | (Ty::Optional(a), Ty::Optional(b)) => unify(a, b, bindings),
-        (Ty::Type(_), Ty::Type(_)) => true,
-        (Ty::Map(ka, va), Ty::Map(kb, vb)) => unify(ka, kb, bindings) && unify(va, vb, bindings),
-        (Ty::Object(a), Ty::Object(b)) => Arc::ptr_eq(a, b) || a.name == b.name,
-        (Ty::Opaque(a), Ty::Opaque(b)) => a == b,
-        (Ty::Null, Ty::Null | Ty::Object(_) | Ty::Optional(_) | Ty::Opaque(_))
-        | (Ty::Object(_) | Ty::Optional(_) | Ty::Opaque(_), Ty::Null) => true,
-        (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
-    }
-}
-
-/// `ty` with its bound type parameters replaced (unbound ones become `dyn`).
-fn substitute(ty: &Ty, bindings: &[(&'static str, Ty)]) -> Ty {
-    match ty {
-        Ty::Param(p) => bindings
-            .iter()
-            .find(|(n, _)| n == p)
-            .map_or(Ty::Dyn, |(_, t)| t.clone()),
-        Ty::List(e) => Ty::List(Box::new(substitute(e, bindings))),
-        Ty::Optional(e) => Ty::Optional(Box::new(substitute(e, bindings))),
-        Ty::Type(e) => Ty::Type(Box::new(substitute(e, bindings))),
-        Ty::Map(k, v) => Ty::Map(
-            Box::new(substitute(k, bindings)),
-            Box::new(substitute(v, bindings)),
-        ),
-        other => other.clone(),
-    }
-}
-
-/// The common type of two branches or list elements (`dyn` when they differ).
-fn join_types(a: &Ty, b: &Ty) -> Ty {
-    let mut bindings = Vec::new();
-    if matches!(a, Ty::Dyn | Ty::Error) {
-        return b.clone();
-    }
-    if unify(a, b, &mut bindings) {
-        a.clone()
-    } else {
-        Ty::Dyn
-    }
-}
-
 /// The name of a type a bare identifier denotes (`int`, `string`, ...).
 fn type_ident(name: &str) -> Option<Ty> {
     Some(match name {
@@ -240,11 +183,15 @@ fn qualified_name(expr: &Expr) -> Option<String> {
 }
 
 impl Checker<'_> {
+    /// Where expression `id` was written, in code points (the parser counts bytes, cel-go code
+    /// points).
     fn offset(&self, id: u64) -> usize {
-        self.program
+        let bytes = self
+            .program
             .source_info()
             .offset_for(id)
-            .map_or(0, |(start, _)| start as usize)
+            .map_or(0, |(start, _)| start as usize);
+        char_offset(self.source, bytes)
     }
 
     fn error(&mut self, id: u64, msg: String) -> Checked {
@@ -294,7 +241,7 @@ impl Checker<'_> {
                 out
             }
             Expr::Call(call) => self.call(e.id, call),
-            Expr::Comprehension(c) => self.comprehension(e.id, c),
+            Expr::Comprehension(c) => self.comprehension(c),
             Expr::List(list) => {
                 let mut elem = Ty::Dyn;
                 let mut cost: u64 = cel_cost::CREATE_LIST;
@@ -556,7 +503,7 @@ impl Checker<'_> {
         }
     }
 
-    fn comprehension(&mut self, id: u64, c: &ComprehensionExpr) -> Checked {
+    fn comprehension(&mut self, c: &ComprehensionExpr) -> Checked {
         let range = self.expr(&c.iter_range);
         let (elem, elem_decl) = match (&range.ty, range.decl.as_deref().map(|d| &d.kind)) {
             (Ty::List(e), Some(DeclKind::List(d))) => ((**e).clone(), Some(Arc::clone(d))),
@@ -575,7 +522,6 @@ impl Checker<'_> {
                 (Ty::Error, None)
             }
         };
-        let _ = id;
         let init = self.expr(&c.accu_init);
         self.scopes.push(Var {
             name: c.accu_var.clone(),
@@ -632,5 +578,88 @@ fn literal(lit: &LiteralValue) -> Checked {
         cost: 0,
         size,
         decl: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devcluster::schema::cel_types::declare;
+    use crate::devcluster::schema::node::{Node, Site};
+    use crate::devcluster::schema::rules::{Checks, RuleEnv};
+    use serde_json::json;
+
+    /// Checks `rule` with `self` of `schema` (a resource root when `root`).
+    fn outcome(schema: serde_json::Value, rule: &str) -> Outcome {
+        let env = RuleEnv::new().expect("env");
+        let mut checks = Checks::new(&env);
+        let node = Node::parse(&schema, &Site::root(), &mut checks).expect("schema parses");
+        let decl = declare(&node, false, "selfType").expect("typed");
+        let program = env.0.compile(rule).expect("parses");
+        let vars = vec![Var {
+            name: "self".into(),
+            ty: decl.ty(),
+            decl: Some(decl),
+        }];
+        check(&program, rule, vars)
+    }
+
+    fn spec() -> serde_json::Value {
+        json!({"type": "object", "properties": {
+            "count": {"type": "integer"}, "name": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "labels": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "port": {"x-kubernetes-int-or-string": true}}})
+    }
+
+    #[test]
+    fn errors_point_where_cel_go_points() {
+        let cases = [
+            ("self.nope == 1", "ERROR: <input>:1:5: undefined field 'nope'\n | self.nope == 1\n | ....^"),
+            ("has(self.nope)", "ERROR: <input>:1:4: undefined field 'nope'\n | has(self.nope)\n | ...^"),
+            ("self.count == 'x'", "ERROR: <input>:1:12: found no matching overload for '_==_' applied to '(int, string)'\n | self.count == 'x'\n | ...........^"),
+            ("self.name.foo()", "ERROR: <input>:1:14: undeclared reference to 'foo' (in container '')\n | self.name.foo()\n | .............^"),
+            ("self.count.size() > 0", "ERROR: <input>:1:16: found no matching overload for 'size' applied to 'int.()'\n | self.count.size() > 0\n | ...............^"),
+            ("self.labels.a > 'x'", "ERROR: <input>:1:15: found no matching overload for '_>_' applied to '(int, string)'\n | self.labels.a > 'x'\n | ..............^"),
+            ("'é' + self.nope == 'a'", "ERROR: <input>:1:11: undefined field 'nope'\n | 'é' + self.nope == 'a'\n | .\u{ff0e}........^"),
+        ];
+        for (rule, expected) in cases {
+            assert_eq!(outcome(spec(), rule).errors, expected, "{rule}");
+        }
+    }
+
+    #[test]
+    fn an_error_is_reported_once_where_it_arises() {
+        let out = outcome(spec(), "self.tags.map(t, t + 1).size() > 0");
+        assert_eq!(out.errors.matches("ERROR").count(), 1, "{}", out.errors);
+        assert!(out.errors.contains("'_+_' applied to '(string, int)'"));
+    }
+
+    #[test]
+    fn well_typed_rules_check_and_give_their_type() {
+        for rule in [
+            "self.tags.all(t, t.startsWith('a')) && self.tags.exists_one(t, t == 'b')",
+            "self.labels.all(k, self.labels[k] > 0) && 'a' in self.labels",
+            "self.port.anything == 1 && type(self.port) == string",
+            "self.count < 1.5 && int(self.name) == 1 && [1, 2].size() == 2",
+            "self.tags.filter(t, t != 'a').map(t, t.lowerAscii()).join(',') == 'a'",
+        ] {
+            let out = outcome(spec(), rule);
+            assert_eq!(out.errors, "", "{rule}");
+            assert!(matches!(out.ty, Ty::Bool), "{rule}");
+        }
+        assert!(matches!(outcome(spec(), "self.count + 1").ty, Ty::Int));
+    }
+
+    #[test]
+    fn cost_follows_kube_apiserver_estimates() {
+        // 1048575 items (3 MiB of `"",`) times a 3145726-byte string matched against a regex.
+        let out = outcome(spec(), "self.tags.all(x, x.matches('^a'))");
+        assert!(out.cost > 100 * 10_000_000, "{}", out.cost);
+        // `self.tags` (2) and the result (1), then per item the loop condition (2) and step (3).
+        let out = outcome(spec(), "self.tags.all(x, x == 'a')");
+        assert_eq!(out.cost, 3 + 1_048_575 * 5);
+        let out = outcome(spec(), "self.name.lowerAscii() == 'a'");
+        assert_eq!(out.cost, 314_573 + 2 + 1);
     }
 }

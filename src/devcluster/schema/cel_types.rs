@@ -317,12 +317,18 @@ mod tests {
 
     #[test]
     fn embedded_resources_see_only_type_and_name_meta() {
-        let d = decl(
-            json!({"type": "object", "x-kubernetes-embedded-resource": true,
-            "x-kubernetes-preserve-unknown-fields": true}),
-        );
-        let node_decl = d.expect("declared");
-        // Not a resource root when declared directly.
-        assert!(node_decl.field("kind").is_none());
+        let d = decl(json!({"type": "object", "properties": {"template": {"type": "object",
+            "x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true,
+            "properties": {"metadata": {"type": "object", "properties": {"labels": {"type": "object"}}}}}}}))
+        .expect("declared");
+        let template = d.field("template").expect("template");
+        assert!(template.field("kind").is_some() && template.field("apiVersion").is_some());
+        let meta = template.field("metadata").expect("metadata");
+        assert!(meta.field("name").is_some() && meta.field("generateName").is_some());
+        assert!(meta.field("labels").is_none());
+        assert!(matches!(
+            decl(json!({"x-kubernetes-int-or-string": true})).map(|d| d.ty()),
+            Some(Ty::Dyn)
+        ));
     }
 }

@@ -17,6 +17,7 @@ mod cel_cost;
 mod cel_eval;
 mod cel_lib;
 mod cel_types;
+mod cel_unify;
 mod cel_value;
 mod embedded;
 mod formats;

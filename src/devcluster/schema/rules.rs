@@ -223,14 +223,9 @@ fn rule_json(obj: &serde_json::Map<String, Value>) -> Value {
 
 /// The text cel-go gives for syntax errors: each at its position, with the caret lines.
 fn syntax_errors(source: &str, errors: &cel::ParseErrors) -> String {
+    // The parser gives 1-based lines and byte columns.
     let line_starts: Vec<usize> = std::iter::once(0)
-        .chain(
-            source
-                .chars()
-                .enumerate()
-                .filter(|(_, c)| *c == '\n')
-                .map(|(i, _)| i + 1),
-        )
+        .chain(source.match_indices('\n').map(|(i, _)| i + 1))
         .collect();
     errors
         .errors
@@ -238,8 +233,8 @@ fn syntax_errors(source: &str, errors: &cel::ParseErrors) -> String {
         .map(|e| {
             let line = usize::try_from(e.pos.0.max(1) - 1).unwrap_or(0);
             let column = usize::try_from(e.pos.1.max(1) - 1).unwrap_or(0);
-            let offset = line_starts.get(line).copied().unwrap_or(0) + column;
-            cel_check::display(source, offset, &e.msg)
+            let bytes = line_starts.get(line).copied().unwrap_or(0) + column;
+            cel_check::display(source, cel_check::char_offset(source, bytes), &e.msg)
         })
         .collect::<Vec<_>>()
         .join("\n")
@@ -294,6 +289,20 @@ fn compile(
         ));
     }
     let refusals = checks.errors.len();
+    let has_message = obj
+        .get("message")
+        .and_then(Value::as_str)
+        .is_some_and(|m| !m.trim().is_empty());
+    if source.contains('\n') && !has_message {
+        // kube-apiserver refuses this before compiling the rule.
+        checks.push(
+            FieldErrorKind::Required,
+            format!("{path}.message"),
+            None,
+            "message must be specified if rule contains line breaks".to_string(),
+        );
+        return Ok(None);
+    }
     let optional_old_self = match obj.get("optionalOldSelf") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
