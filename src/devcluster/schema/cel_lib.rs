@@ -127,10 +127,6 @@ string.format(list(dyn)) -> string
 strings.quote(string) -> string
 list(string).join() -> string
 list(string).join(string) -> string
-list(A).isSorted() -> bool
-list(A).sum() -> A
-list(A).min() -> A
-list(A).max() -> A
 list(A).indexOf(A) -> int
 list(A).lastIndexOf(A) -> int
 string.find(string) -> string
@@ -178,6 +174,9 @@ const ORDERED: &[&str] = &[
     "timestamp",
     "duration",
 ];
+
+/// Element types of lists `sum()` adds up (Kubernetes' lists library).
+const SUMMABLE: &[&str] = &["int", "uint", "double", "duration"];
 
 /// Timestamp and duration getters (`ts.getHours()`, `ts.getHours('UTC')`).
 const TIME_GETTERS: &[&str] = &[
@@ -417,6 +416,36 @@ fn build() -> HashMap<String, Function> {
                     member: false,
                     params: vec![a, b],
                     result: Ty::Bool,
+                },
+            );
+        }
+    }
+    for t in ORDERED {
+        if let Some(ty) = parse_type(t) {
+            for (name, result) in [
+                ("isSorted", Ty::Bool),
+                ("min", ty.clone()),
+                ("max", ty.clone()),
+            ] {
+                add(
+                    name.to_string(),
+                    Overload {
+                        member: true,
+                        params: vec![Ty::List(Box::new(ty.clone()))],
+                        result,
+                    },
+                );
+            }
+        }
+    }
+    for t in SUMMABLE {
+        if let Some(ty) = parse_type(t) {
+            add(
+                "sum".to_string(),
+                Overload {
+                    member: true,
+                    params: vec![Ty::List(Box::new(ty.clone()))],
+                    result: ty,
                 },
             );
         }

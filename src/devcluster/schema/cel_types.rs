@@ -52,7 +52,7 @@ impl Ty {
     pub(super) fn name(&self) -> String {
         match self {
             Ty::Dyn => "dyn".into(),
-            Ty::Null => "null_type".into(),
+            Ty::Null => "null".into(),
             Ty::Bool => "bool".into(),
             Ty::Int => "int".into(),
             Ty::Uint => "uint".into(),

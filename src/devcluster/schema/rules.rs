@@ -150,6 +150,20 @@ pub(super) fn compile_all(
     if list.is_empty() {
         return Ok(Vec::new());
     }
+    let in_branch = [".allOf[", ".anyOf[", ".oneOf[", ".not."]
+        .iter()
+        .any(|b| site.path.contains(b))
+        || site.path.ends_with(".not");
+    if in_branch {
+        // Structural schemas keep rules out of allOf/anyOf/oneOf/not.
+        checks.push(
+            FieldErrorKind::Forbidden,
+            base,
+            None,
+            "must be empty to be structural".to_string(),
+        );
+        return Ok(Vec::new());
+    }
     let Some(decl) = cel_types::declare(node, site.resource_root, "selfType") else {
         checks.push(
             FieldErrorKind::Internal,
