@@ -5,7 +5,9 @@
 //! fields the schema does not declare pruned (reported per `fieldValidation`), `default:`s
 //! applied, the OpenAPI v3 schema validated, `x-kubernetes-list-type` invariants checked and the
 //! `x-kubernetes-validations` CEL rules run (transition rules with `oldSelf` on update), with
-//! kube-apiserver's messages and field paths, and the 422 `Status` it answers with.
+//! kube-apiserver's messages and field paths, and the 422 `Status` it answers with. When a CRD is
+//! written ([`CompiledSchema::check`]) the rules are type-checked against the CEL types of the
+//! structural schema and their cost estimated, refused as kube-apiserver v1.34 refuses them.
 //!
 //! It is pure and synchronous: no I/O, no clock, no async. It does not know agentrt's types, the
 //! HTTP server, storage, metadata validation or which GVK an object must have; the server around it
