@@ -509,3 +509,45 @@ proptest! {
         let _ = s.admit(&mut bare, Some(&old_spec), FieldValidation::Warn);
     }
 }
+
+#[test]
+fn rules_over_the_schema_budget_together_are_forbidden_at_the_root() {
+    use agentrt::devcluster::schema::{FieldErrorKind, SchemaError};
+    // 14 rules of 7,864,375 each (25 strings lowercased): each within its budget, together 1.1x
+    // the schema's (kube-apiserver v1.34 gives the same factor).
+    let item = json!({"type": "array", "maxItems": 25, "items": {"type": "string",
+        "x-kubernetes-validations": [{"rule": "self.lowerAscii() == 'a'"}]}});
+    let props: serde_json::Map<String, Value> = "abcdefghijklmn"
+        .chars()
+        .map(|c| (c.to_string(), item.clone()))
+        .collect();
+    let root =
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": props}}});
+    let Err(SchemaError::Rules(errors)) = CompiledSchema::check(&root) else {
+        panic!("refused for cost");
+    };
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    assert!(errors.iter().all(|e| e.kind == FieldErrorKind::Forbidden));
+    assert_eq!(
+        errors[0].to_string(),
+        "openAPIV3Schema.properties[spec].properties[a].items.x-kubernetes-validations[0].rule: Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"
+    );
+    assert_eq!(
+        errors[4].to_string(),
+        "openAPIV3Schema: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of 1.101012x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
+    );
+}
+
+#[test]
+fn refused_rules_are_printed_as_kube_apiserver_prints_its_validation_rule() {
+    let root = json!({"type": "object", "properties": {"b": {"type": "string"}},
+        "x-kubernetes-validations": [
+        {"rule": "self.a < 1 && \"q\" == 'q'", "message": "m<&>", "reason": "FieldValueForbidden",
+         "fieldPath": ".b", "optionalOldSelf": false}]});
+    let err = CompiledSchema::compile(&root).expect_err("undefined field");
+    assert_eq!(
+        err,
+        "openAPIV3Schema.x-kubernetes-validations[0].rule: Invalid value: {\"Rule\":\"self.a \\u003c 1 \\u0026\\u0026 \\\"q\\\" == 'q'\",\"Message\":\"m\\u003c\\u0026\\u003e\",\"MessageExpression\":\"\",\"Reason\":\"FieldValueForbidden\",\"FieldPath\":\".b\",\"OptionalOldSelf\":false}: compilation failed: ERROR: <input>:1:5: undefined field 'a'\n | self.a < 1 && \"q\" == 'q'\n | ....^\n\
+openAPIV3Schema.x-kubernetes-validations[0].optionalOldSelf: Invalid value: false: may not be set if oldSelf is not used in rule"
+    );
+}

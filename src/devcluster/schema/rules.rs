@@ -407,11 +407,13 @@ fn compile(
             ))
         }
     };
-    if optional_old_self && !uses_old_self {
+    // Set at all (even to false) on a rule that does not read oldSelf: refused.
+    let optional_set = obj.get("optionalOldSelf").is_some_and(Value::is_boolean);
+    if optional_set && !uses_old_self {
         checks.push(
             FieldErrorKind::Invalid,
             format!("{path}.optionalOldSelf"),
-            Some(Value::Bool(true)),
+            Some(Value::Bool(optional_old_self)),
             "may not be set if oldSelf is not used in rule".to_string(),
         );
     }
