@@ -173,6 +173,9 @@ pub(super) fn exceeds(what: &str, cost: u64, limit: u64) -> String {
 }
 
 /// The cost of all rules of one schema, and the most expensive of them (by field path).
+///
+/// Among rules of equal cost the first four observed are named; kube-apiserver observes them in
+/// Go's (random) map order, so which of several equally expensive rules it names can differ.
 #[derive(Debug, Default)]
 pub(super) struct TotalCost {
     pub(super) total: u64,
