@@ -1,6 +1,12 @@
 //! Schema admission of the embedded API server: CEL rule features (messageExpression, fieldPath,
 //! reason, escaping, map-list correlation, optionalOldSelf, runtime errors), the remaining OpenAPI
-//! keywords, compile-time refusals, and a property test that admission never panics.
+//! keywords, compile-time refusals, and a property test that admission never panics; and
+//! (`crd_checks`) scenarios of CRDs whose rules kube-apiserver refuses at create/update, run on the
+//! cluster under test.
+
+#[path = "devcluster_schema_rules/crd_checks.rs"]
+mod crd_checks;
+mod support;
 
 use agentrt::devcluster::schema::{AdmissionError, CompiledSchema, FieldValidation};
 use proptest::prelude::*;
@@ -31,10 +37,12 @@ fn spec_with_rule(rule: Value, properties: Value) -> Value {
 
 #[test]
 fn message_expression_becomes_the_detail() {
+    // (`'has ' + string(self.size())` would be refused for cost: the size of `string(int)` is
+    // unknown to kube-apiserver's estimate.)
     let s = schema(json!({"type": "object", "properties": {"items": {
         "type": "array", "items": {"type": "string"},
         "x-kubernetes-validations": [{"rule": "self.size() <= 3", "message": "too many",
-            "messageExpression": "'has ' + string(self.size()) + ' items, at most 3'"}]}}}));
+            "messageExpression": "string(self.size()) == '4' ? 'has 4 items, at most 3' : 'too many'"}]}}}));
     assert_eq!(
         admit(&s, json!({"items": ["a", "b", "c", "d"]}), None),
         Err(vec![
@@ -48,7 +56,7 @@ fn failing_message_expression_falls_back_to_the_message() {
     let s = schema(
         json!({"type": "object", "properties": {"n": {"type": "integer",
         "x-kubernetes-validations": [{"rule": "self < 3", "message": "n is too big",
-            "messageExpression": "self.nothing"}]}}}),
+            "messageExpression": "string(self / 0)"}]}}}),
     );
     assert_eq!(
         admit(&s, json!({"n": 5}), None),
@@ -132,7 +140,9 @@ fn kubernetes_cel_functions_used_by_our_crds_evaluate() {
         "(self.count > 2 ? 'big' : 'small') == 'big' && !(self.count < 0) || false",
         "self.name.lowerAscii() == 'refund' && self.tags.join(',') == 'a,b'",
     ];
-    let props = json!({"name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+    // Bounded, as kube-apiserver's cost estimate needs for rules iterating and joining them.
+    let props = json!({"name": {"type": "string", "maxLength": 64},
+        "tags": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 16}},
         "ratio": {"type": "number"}, "count": {"type": "integer"}});
     let spec = json!({"name": "refund", "tags": ["a", "b"], "ratio": 2.5, "count": 3});
     for rule in rules {
@@ -197,9 +207,9 @@ fn int_or_string_accepts_both_and_refuses_others() {
 #[test]
 fn map_list_items_are_compared_with_the_old_item_of_the_same_key() {
     let s = schema(
-        json!({"type": "object", "properties": {"entries": {"type": "array",
+        json!({"type": "object", "properties": {"entries": {"type": "array", "maxItems": 10,
         "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
-        "items": {"type": "object", "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+        "items": {"type": "object", "properties": {"name": {"type": "string"}, "value": {"type": "string", "maxLength": 64}},
             "x-kubernetes-validations": [{"rule": "self.value == oldSelf.value", "message": "value is immutable"}]}}}}),
     );
     let old = json!({"entries": [{"name": "a", "value": "1"}, {"name": "b", "value": "2"}]});
@@ -266,25 +276,31 @@ fn optional_old_self_runs_the_rule_on_create() {
 }
 
 #[test]
-fn rules_see_preserved_unknown_fields() {
+fn rules_see_a_preserved_object_whole_but_not_its_fields() {
+    // kube-apiserver types a `type: object` with x-kubernetes-preserve-unknown-fields as an
+    // object with no fields: it can be compared whole, its unknown fields cannot be named.
     let s = schema(
         json!({"type": "object", "properties": {"args": {"type": "object",
-        "x-kubernetes-preserve-unknown-fields": true,
-        "x-kubernetes-validations": [{"rule": "self.amount <= 100", "message": "refund too large"}]}}}),
+        "x-kubernetes-preserve-unknown-fields": true}},
+        "x-kubernetes-validations": [{"rule": "self.args == oldSelf.args", "message": "args are immutable"}]}),
     );
+    let args = json!({"args": {"amount": 50, "note": {"x": [1]}}});
+    assert_eq!(admit(&s, args.clone(), Some(args.clone())), Ok(vec![]));
     assert_eq!(
-        admit(
-            &s,
-            json!({"args": {"amount": 50, "note": {"x": [1]}}}),
-            None
-        ),
-        Ok(vec![])
-    );
-    assert_eq!(
-        admit(&s, json!({"args": {"amount": 250}}), None),
+        admit(&s, json!({"args": {"amount": 51}}), Some(args)),
         Err(vec![
-            "spec.args: Invalid value: \"object\": refund too large".to_string()
+            "spec: Invalid value: \"object\": args are immutable".to_string()
         ])
+    );
+    let err = CompiledSchema::compile(
+        &json!({"type": "object", "properties": {"spec": {"type": "object",
+        "properties": {"args": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+        "x-kubernetes-validations": [{"rule": "self.amount <= 100"}]}}}}}),
+    )
+    .expect_err("unknown field refused");
+    assert!(
+        err.contains("compilation failed: ERROR: <input>:1:5: undefined field 'amount'"),
+        "{err}"
     );
 }
 
@@ -395,7 +411,14 @@ fn value_matching_no_any_of_branch_is_invalid() {
 fn schema_that_a_crd_could_not_declare_is_refused() {
     let bad_rule = json!({"type": "object", "x-kubernetes-validations": [{"rule": "self.x ==", "message": "m"}]});
     let err = CompiledSchema::compile(&bad_rule).expect_err("syntax error refused");
-    assert!(err.starts_with("openAPIV3Schema.x-kubernetes-validations[0].rule: Invalid value: \"self.x ==\": compilation failed:"), "{err}");
+    assert!(err.starts_with("openAPIV3Schema.x-kubernetes-validations[0].rule: Invalid value: {\"Rule\":\"self.x ==\",\"Message\":\"m\",\"MessageExpression\":\"\",\"Reason\":null,\"FieldPath\":\"\",\"OptionalOldSelf\":null}: compilation failed: ERROR: <input>:1:"), "{err}");
+
+    let multi_line =
+        json!({"type": "object", "x-kubernetes-validations": [{"rule": "true &&\n true"}]});
+    assert_eq!(
+        CompiledSchema::compile(&multi_line).expect_err("multi-line rule needs a message"),
+        "openAPIV3Schema.x-kubernetes-validations[0].message: Required value: message must be specified if rule contains line breaks"
+    );
 
     let uncorrelatable = json!({"type": "object", "properties": {"l": {"type": "array",
         "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}});
@@ -485,4 +508,46 @@ proptest! {
         let mut bare = spec.clone();
         let _ = s.admit(&mut bare, Some(&old_spec), FieldValidation::Warn);
     }
+}
+
+#[test]
+fn rules_over_the_schema_budget_together_are_forbidden_at_the_root() {
+    use agentrt::devcluster::schema::{FieldErrorKind, SchemaError};
+    // 14 rules of 7,864,375 each (25 strings lowercased): each within its budget, together 1.1x
+    // the schema's (kube-apiserver v1.34 gives the same factor).
+    let item = json!({"type": "array", "maxItems": 25, "items": {"type": "string",
+        "x-kubernetes-validations": [{"rule": "self.lowerAscii() == 'a'"}]}});
+    let props: serde_json::Map<String, Value> = "abcdefghijklmn"
+        .chars()
+        .map(|c| (c.to_string(), item.clone()))
+        .collect();
+    let root =
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": props}}});
+    let Err(SchemaError::Rules(errors)) = CompiledSchema::check(&root) else {
+        panic!("refused for cost");
+    };
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    assert!(errors.iter().all(|e| e.kind == FieldErrorKind::Forbidden));
+    assert_eq!(
+        errors[0].to_string(),
+        "openAPIV3Schema.properties[spec].properties[a].items.x-kubernetes-validations[0].rule: Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"
+    );
+    assert_eq!(
+        errors[4].to_string(),
+        "openAPIV3Schema: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of 1.101012x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
+    );
+}
+
+#[test]
+fn refused_rules_are_printed_as_kube_apiserver_prints_its_validation_rule() {
+    let root = json!({"type": "object", "properties": {"b": {"type": "string"}},
+        "x-kubernetes-validations": [
+        {"rule": "self.a < 1 && \"q\" == 'q'", "message": "m<&>", "reason": "FieldValueForbidden",
+         "fieldPath": ".b", "optionalOldSelf": false}]});
+    let err = CompiledSchema::compile(&root).expect_err("undefined field");
+    assert_eq!(
+        err,
+        "openAPIV3Schema.x-kubernetes-validations[0].rule: Invalid value: {\"Rule\":\"self.a \\u003c 1 \\u0026\\u0026 \\\"q\\\" == 'q'\",\"Message\":\"m\\u003c\\u0026\\u003e\",\"MessageExpression\":\"\",\"Reason\":\"FieldValueForbidden\",\"FieldPath\":\".b\",\"OptionalOldSelf\":false}: compilation failed: ERROR: <input>:1:5: undefined field 'a'\n | self.a < 1 && \"q\" == 'q'\n | ....^\n\
+openAPIV3Schema.x-kubernetes-validations[0].optionalOldSelf: Invalid value: false: may not be set if oldSelf is not used in rule"
+    );
 }

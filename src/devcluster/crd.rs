@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::registry::{Flavor, PrinterColumn, ResourceType, VersionSpec};
-use super::schema::{CompiledSchema, FieldError, FieldErrorKind};
+use super::schema::{CompiledSchema, FieldError, FieldErrorKind, SchemaError};
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
     let mut cur = v;
@@ -121,6 +121,21 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
             "must have exactly one version marked as storage version",
         ));
     }
+    // kube-apiserver keeps one schema for all versions when they are the same (and reports its
+    // errors under `spec.validation`), else one per version.
+    let schemas: Vec<Option<&Value>> = versions
+        .iter()
+        .map(|v| v["schema"].get("openAPIV3Schema"))
+        .collect();
+    let shared = schemas.len() > 1 || schemas.first().is_some_and(Option::is_some);
+    let shared = shared && schemas.windows(2).all(|w| w[0] == w[1]);
+    if let (true, Some(Some(schema))) = (shared, schemas.first()) {
+        errors.extend(schema_errors(
+            schema,
+            "spec.validation",
+            "spec.versions[0].schema",
+        ));
+    }
     let mut seen = Vec::new();
     for (i, v) in versions.iter().enumerate() {
         let vname = v["name"].as_str().unwrap_or("");
@@ -135,14 +150,9 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
             });
         }
         seen.push(vname);
-        if let Some(schema) = v["schema"].get("openAPIV3Schema") {
-            if let Err(msg) = CompiledSchema::compile(schema) {
-                errors.push(invalid(
-                    &format!("spec.versions[{i}].schema.openAPIV3Schema"),
-                    Value::String(String::new()),
-                    &msg,
-                ));
-            }
+        if let (false, Some(schema)) = (shared, v["schema"].get("openAPIV3Schema")) {
+            let at = format!("spec.versions[{i}].schema");
+            errors.extend(schema_errors(schema, &at, &at));
         }
     }
     if !versions.iter().any(|v| v["served"].as_bool() == Some(true)) && !versions.is_empty() {
@@ -153,6 +163,27 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
         ));
     }
     errors
+}
+
+/// The refusals of one `openAPIV3Schema`: its CEL rules' under `rules_at` (kube-apiserver's field
+/// paths, e.g. `spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule`),
+/// another problem as one error at `structural_at.openAPIV3Schema`.
+fn schema_errors(schema: &Value, rules_at: &str, structural_at: &str) -> Vec<FieldError> {
+    match CompiledSchema::check(schema) {
+        Ok(_) => Vec::new(),
+        Err(SchemaError::Rules(errors)) => errors
+            .into_iter()
+            .map(|mut e| {
+                e.field = format!("{rules_at}.{}", e.field);
+                e
+            })
+            .collect(),
+        Err(SchemaError::Structural(msg)) => vec![invalid(
+            &format!("{structural_at}.openAPIV3Schema"),
+            Value::String(String::new()),
+            &msg,
+        )],
+    }
 }
 
 /// Fills what kube-apiserver defaults and sets on a CRD being written: `names.singular`,

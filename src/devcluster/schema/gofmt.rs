@@ -125,6 +125,31 @@ pub(super) fn bad_value(v: Option<&Value>) -> String {
     }
 }
 
+/// Go's `encoding/json` text of a string: `<`, `>`, `&`, U+2028 and U+2029 escaped as `\u00XX`,
+/// control characters other than `\n`, `\r`, `\t` as `\u00XX`.
+pub(super) fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Go's `encoding/json` text of a value, as kube-apiserver lists non-string enum values.
 pub(super) fn json(v: &Value) -> String {
     match v {
@@ -169,6 +194,8 @@ impl FieldErrorKind {
             FieldErrorKind::TooLong => "FieldValueTooLong",
             FieldErrorKind::TooMany => "FieldValueTooMany",
             FieldErrorKind::Forbidden => "FieldValueForbidden",
+            FieldErrorKind::Internal => "InternalError",
+            FieldErrorKind::InvalidStruct => "FieldValueInvalid",
         }
     }
 
@@ -182,6 +209,8 @@ impl FieldErrorKind {
             FieldErrorKind::TooLong => "Too long",
             FieldErrorKind::TooMany => "Too many",
             FieldErrorKind::Forbidden => "Forbidden",
+            FieldErrorKind::Internal => "Internal error",
+            FieldErrorKind::InvalidStruct => "Invalid value",
         }
     }
 }
@@ -190,9 +219,18 @@ impl FieldError {
     /// The message without the field, as field.Error.ErrorBody writes it (a Status cause's message).
     pub fn body(&self) -> String {
         let mut s = match self.kind {
-            FieldErrorKind::Required | FieldErrorKind::Forbidden | FieldErrorKind::TooLong => {
-                self.kind.label().to_string()
-            }
+            FieldErrorKind::Required
+            | FieldErrorKind::Forbidden
+            | FieldErrorKind::TooLong
+            | FieldErrorKind::Internal => self.kind.label().to_string(),
+            FieldErrorKind::InvalidStruct => format!(
+                "{}: {}",
+                self.kind.label(),
+                self.bad_value
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .unwrap_or("null")
+            ),
             _ => format!(
                 "{}: {}",
                 self.kind.label(),

@@ -5,14 +5,21 @@
 //! fields the schema does not declare pruned (reported per `fieldValidation`), `default:`s
 //! applied, the OpenAPI v3 schema validated, `x-kubernetes-list-type` invariants checked and the
 //! `x-kubernetes-validations` CEL rules run (transition rules with `oldSelf` on update), with
-//! kube-apiserver's messages and field paths, and the 422 `Status` it answers with.
+//! kube-apiserver's messages and field paths, and the 422 `Status` it answers with. When a CRD is
+//! written ([`CompiledSchema::check`]) the rules are type-checked against the CEL types of the
+//! structural schema and their cost estimated, refused as kube-apiserver v1.34 refuses them.
 //!
 //! It is pure and synchronous: no I/O, no clock, no async. It does not know agentrt's types, the
 //! HTTP server, storage, metadata validation or which GVK an object must have; the server around it
 //! (`src/devcluster/`) does. The rules come from apiextensions-apiserver (`pkg/apiserver/schema`,
 //! `pkg/registry/customresource`) and kube-openapi (`pkg/validation`).
 
+mod cel_check;
+mod cel_cost;
 mod cel_eval;
+mod cel_lib;
+mod cel_types;
+mod cel_unify;
 mod cel_value;
 mod embedded;
 mod formats;
@@ -29,7 +36,7 @@ mod status;
 use serde_json::Value;
 
 use node::{Node, Site};
-use rules::RuleEnv;
+use rules::{Checks, RuleEnv};
 
 /// How unknown fields are treated (the `fieldValidation` query parameter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,6 +80,11 @@ pub enum FieldErrorKind {
     TooMany,
     /// `Forbidden`.
     Forbidden,
+    /// `Internal error` (no value printed).
+    Internal,
+    /// `Invalid value` whose bad value is a Go struct kube-apiserver prints as JSON (a CRD's
+    /// `ValidationRule`): `bad_value` holds that JSON text as a string, printed as it is.
+    InvalidStruct,
 }
 
 /// Why an object was refused.
@@ -84,6 +96,16 @@ pub enum AdmissionError {
     /// 422 Invalid with these causes.
     #[error("{}", status::aggregate(&.0.iter().map(ToString::to_string).collect::<Vec<_>>()))]
     Invalid(Vec<FieldError>),
+}
+
+/// Why a CRD version's `openAPIV3Schema` was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SchemaError {
+    /// The schema itself is malformed (the first problem found, as one message).
+    Structural(String),
+    /// Its CEL rules are refused: each refusal with its field path from `openAPIV3Schema`
+    /// (e.g. `openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule`).
+    Rules(Vec<FieldError>),
 }
 
 /// One CRD version's compiled `openAPIV3Schema`.
@@ -107,20 +129,42 @@ impl CompiledSchema {
     ///
     /// # Errors
     /// When the schema is not one a CRD could declare: an unknown `type`, a bad `pattern`, a CEL
-    /// rule that does not compile, a transition rule where `oldSelf` cannot be correlated, a
-    /// `fieldPath` naming no field, a root that is not `type: object`, ...
+    /// rule that does not compile or type-check, a transition rule where `oldSelf` cannot be
+    /// correlated, a `fieldPath` naming no field, a root that is not `type: object`, ... (the
+    /// refusals of [`CompiledSchema::check`], one a line).
     pub fn compile(open_api_v3_schema: &serde_json::Value) -> Result<CompiledSchema, String> {
-        let env = RuleEnv::new().map_err(|e| e.to_string())?;
-        let site = Site {
-            path: "openAPIV3Schema".to_string(),
-            correlatable: true,
-        };
-        let root = Node::parse(open_api_v3_schema, &site, &env).map_err(|e| e.to_string())?;
+        Self::check(open_api_v3_schema).map_err(|e| match e {
+            SchemaError::Structural(msg) => msg,
+            SchemaError::Rules(errors) => errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        })
+    }
+
+    /// Compiles a CRD version's openAPIV3Schema as kube-apiserver does when the CRD is written,
+    /// refusing what it refuses.
+    ///
+    /// # Errors
+    /// [`SchemaError::Rules`] with every refusal of the CEL rules (type errors, undefined fields,
+    /// unknown functions, costs over budget, ...), field paths from `openAPIV3Schema`;
+    /// [`SchemaError::Structural`] for the first other problem of the schema.
+    pub fn check(open_api_v3_schema: &serde_json::Value) -> Result<CompiledSchema, SchemaError> {
+        let env = RuleEnv::new().map_err(|e| SchemaError::Structural(e.to_string()))?;
+        let site = Site::root();
+        let mut checks = Checks::new(&env);
+        let root = Node::parse(open_api_v3_schema, &site, &mut checks)
+            .map_err(|e| SchemaError::Structural(e.to_string()))?;
         if root.ty != Some(node::SchemaType::Object) {
-            return Err(format!(
+            return Err(SchemaError::Structural(format!(
                 "openAPIV3Schema.type: Invalid value: {}: must be object at the root",
                 open_api_v3_schema.get("type").unwrap_or(&Value::Null)
-            ));
+            )));
+        }
+        checks.finish();
+        if !checks.errors.is_empty() {
+            return Err(SchemaError::Rules(checks.errors));
         }
         Ok(CompiledSchema { root, env })
     }

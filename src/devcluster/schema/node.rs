@@ -9,7 +9,7 @@ use regex::Regex;
 use serde_json::{Map, Value};
 
 use super::numbers;
-use super::rules::{self, Rule, RuleEnv};
+use super::rules::{self, Checks, Rule};
 
 /// Why a schema could not be compiled. Rendered into the `String` of `CompiledSchema::compile`.
 #[derive(Debug, thiserror::Error)]
@@ -17,13 +17,6 @@ pub(super) enum CompileError {
     /// A keyword has a value of the wrong JSON type, or an unsupported value.
     #[error("{path}: Invalid value: {value}: {detail}")]
     Invalid {
-        path: String,
-        value: String,
-        detail: String,
-    },
-    /// A CEL rule, message expression or field path failed to compile.
-    #[error("{path}: Invalid value: {value}: compilation failed: {detail}")]
-    Rule {
         path: String,
         value: String,
         detail: String,
@@ -170,11 +163,55 @@ pub(super) struct Site {
     pub(super) path: String,
     /// Whether `oldSelf` can be correlated here (not under a set or atomic list's items).
     pub(super) correlatable: bool,
+    /// How many times this node can occur in one object: the product of the `maxItems` and
+    /// `maxProperties` above it (`None` when one of them is unset).
+    pub(super) cardinality: Option<u64>,
+    /// Whether values here are resources (the root, an `x-kubernetes-embedded-resource`), which
+    /// rules see with `apiVersion`, `kind` and `metadata`.
+    pub(super) resource_root: bool,
+}
+
+impl Site {
+    /// The root of an `openAPIV3Schema`.
+    pub(super) fn root() -> Site {
+        Site {
+            path: "openAPIV3Schema".to_string(),
+            correlatable: true,
+            cardinality: Some(1),
+            resource_root: true,
+        }
+    }
+
+    /// The site of a child schema at `path`, occurring up to `max` times per parent value
+    /// (`Some(1)` for a property, `maxItems` for items, `maxProperties` for map values).
+    fn child(&self, path: String, max: Option<i64>, correlatable: bool, embedded: bool) -> Site {
+        let cardinality = match (self.cardinality, max) {
+            (Some(c), Some(m)) => Some(c.saturating_mul(u64::try_from(m).unwrap_or(0))),
+            _ => None,
+        };
+        Site {
+            path,
+            correlatable,
+            cardinality,
+            resource_root: embedded,
+        }
+    }
+}
+
+fn embedded_flag(schema: &Value) -> bool {
+    schema
+        .get("x-kubernetes-embedded-resource")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
 }
 
 impl Node {
     /// Parses one schema node and everything under it.
-    pub(super) fn parse(schema: &Value, site: &Site, env: &RuleEnv) -> Result<Node, CompileError> {
+    pub(super) fn parse(
+        schema: &Value,
+        site: &Site,
+        checks: &mut Checks<'_>,
+    ) -> Result<Node, CompileError> {
         let Some(obj) = schema.as_object() else {
             return Err(CompileError::invalid(
                 &site.path,
@@ -237,12 +274,14 @@ impl Node {
             };
             node.has_properties = true;
             for (name, sub) in props {
-                let sub_site = Site {
-                    path: format!("{}.properties[{name}]", site.path),
-                    correlatable: site.correlatable,
-                };
+                let sub_site = site.child(
+                    format!("{}.properties[{name}]", site.path),
+                    Some(1),
+                    site.correlatable,
+                    embedded_flag(sub),
+                );
                 node.properties
-                    .insert(name.clone(), Node::parse(sub, &sub_site, env)?);
+                    .insert(name.clone(), Node::parse(sub, &sub_site, checks)?);
             }
         }
         match obj.get("additionalProperties") {
@@ -255,33 +294,37 @@ impl Node {
                 ));
             }
             Some(sub) => {
-                let sub_site = Site {
-                    path: format!("{}.additionalProperties", site.path),
-                    correlatable: site.correlatable,
-                };
-                node.additional = Some(Box::new(Node::parse(sub, &sub_site, env)?));
+                let sub_site = site.child(
+                    format!("{}.additionalProperties", site.path),
+                    node.max_properties,
+                    site.correlatable,
+                    embedded_flag(sub),
+                );
+                node.additional = Some(Box::new(Node::parse(sub, &sub_site, checks)?));
             }
         }
         if let Some(items) = obj.get("items") {
             let correlatable = site.correlatable && node.list_type == Some(ListType::Map);
-            let sub_site = Site {
-                path: format!("{}.items", site.path),
+            let sub_site = site.child(
+                format!("{}.items", site.path),
+                node.max_items,
                 correlatable,
-            };
-            node.items = Some(Box::new(Node::parse(items, &sub_site, env)?));
+                embedded_flag(items),
+            );
+            node.items = Some(Box::new(Node::parse(items, &sub_site, checks)?));
         }
-        node.all_of = parse_branches(obj, "allOf", site, env)?;
-        node.any_of = parse_branches(obj, "anyOf", site, env)?;
-        node.one_of = parse_branches(obj, "oneOf", site, env)?;
+        node.all_of = parse_branches(obj, "allOf", site, checks)?;
+        node.any_of = parse_branches(obj, "anyOf", site, checks)?;
+        node.one_of = parse_branches(obj, "oneOf", site, checks)?;
         if let Some(not) = obj.get("not") {
             let sub_site = Site {
                 path: format!("{}.not", site.path),
-                correlatable: site.correlatable,
+                ..site.clone()
             };
-            node.not = Some(Box::new(Node::parse(not, &sub_site, env)?));
+            node.not = Some(Box::new(Node::parse(not, &sub_site, checks)?));
         }
         if let Some(rules) = obj.get("x-kubernetes-validations") {
-            node.rules = rules::compile_all(rules, site, &node, env)?;
+            node.rules = rules::compile_all(rules, site, &node, checks)?;
         }
         node.has_rules = !node.rules.is_empty()
             || node.properties.values().any(|p| p.has_rules)
@@ -311,7 +354,7 @@ fn parse_branches(
     obj: &Map<String, Value>,
     key: &str,
     site: &Site,
-    env: &RuleEnv,
+    checks: &mut Checks<'_>,
 ) -> Result<Vec<Node>, CompileError> {
     let Some(list) = obj.get(key) else {
         return Ok(Vec::new());
@@ -328,9 +371,9 @@ fn parse_branches(
         .map(|(i, sub)| {
             let sub_site = Site {
                 path: format!("{}.{key}[{i}]", site.path),
-                correlatable: site.correlatable,
+                ..site.clone()
             };
-            Node::parse(sub, &sub_site, env)
+            Node::parse(sub, &sub_site, checks)
         })
         .collect()
 }

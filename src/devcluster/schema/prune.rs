@@ -196,16 +196,13 @@ pub(super) fn apply_defaults(value: &mut Value, node: &Node) {
 mod tests {
     use super::*;
     use crate::devcluster::schema::node::Site;
-    use crate::devcluster::schema::rules::RuleEnv;
+    use crate::devcluster::schema::rules::{Checks, RuleEnv};
     use serde_json::json;
 
     fn node(schema: Value) -> Option<Node> {
         let env = RuleEnv::new().ok()?;
-        let site = Site {
-            path: "openAPIV3Schema".to_string(),
-            correlatable: true,
-        };
-        Node::parse(&schema, &site, &env).ok()
+        let mut checks = Checks::new(&env);
+        Node::parse(&schema, &Site::root(), &mut checks).ok()
     }
 
     #[test]
