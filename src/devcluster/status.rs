@@ -64,6 +64,10 @@ pub enum ApiError {
     /// 422 Invalid, carrying the complete `Status` body (see `schema::invalid_status`).
     #[error("{}", .0.get("message").and_then(Value::as_str).unwrap_or("invalid"))]
     Invalid(Value),
+    /// 409 Conflict of server-side apply, carrying the complete `Status` body (causes of
+    /// reason `FieldManagerConflict`).
+    #[error("{}", .0.get("message").and_then(Value::as_str).unwrap_or("conflict"))]
+    ApplyConflict(Value),
     /// 400 BadRequest with this message.
     #[error("{0}")]
     BadRequest(String),
@@ -124,7 +128,9 @@ impl ApiError {
     pub fn code(&self) -> StatusCode {
         match self {
             ApiError::NotFound { .. } | ApiError::NoRoute => StatusCode::NOT_FOUND,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::AlreadyExists { .. }
+            | ApiError::Conflict { .. }
+            | ApiError::ApplyConflict(_) => StatusCode::CONFLICT,
             ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
@@ -141,7 +147,7 @@ impl ApiError {
 
     /// The `Status` object kube-apiserver writes for this error.
     pub fn to_status(&self) -> Value {
-        if let ApiError::Invalid(body) = self {
+        if let ApiError::Invalid(body) | ApiError::ApplyConflict(body) = self {
             return body.clone();
         }
         let (reason, details) = match self {
@@ -163,6 +169,7 @@ impl ApiError {
                 Some(json!({"causes": [{"message": message}]})),
             ),
             ApiError::Invalid(_) => ("Invalid", None),
+            ApiError::ApplyConflict(_) => ("Conflict", None),
         };
         let mut status = json!({
             "kind": "Status",
