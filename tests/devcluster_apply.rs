@@ -642,3 +642,60 @@ async fn built_in_objects_keep_managed_fields_and_take_apply() {
         )]
     );
 }
+
+#[tokio::test]
+async fn a_single_empty_entry_clears_managed_fields_and_a_client_list_is_kept() {
+    let c = cluster().await;
+    let (_, created) = apply(
+        &c,
+        "g7",
+        "fieldManager=a",
+        json!({"spec": {"color": "red"}}),
+    )
+    .await;
+    let rv = created["metadata"]["resourceVersion"].clone();
+    let path = format!("{}/g7?fieldManager=m2", gadgets(&c));
+    let body = json!({"apiVersion": "example.dev/v1", "kind": "Gadget",
+        "metadata": {"name": "g7", "resourceVersion": rv, "managedFields": [{}]},
+        "spec": {"color": "red", "size": 2}});
+    let (code, reset) = call(
+        &c,
+        "PUT",
+        &path,
+        "application/json",
+        "test/1",
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{reset}");
+    assert!(reset["metadata"].get("managedFields").is_none(), "{reset}");
+    // A list the client sends replaces the stored one; the writer's entry is added to it.
+    let body = json!({"apiVersion": "example.dev/v1", "kind": "Gadget",
+        "metadata": {"name": "g7", "resourceVersion": reset["metadata"]["resourceVersion"],
+            "managedFields": [{"manager": "zz", "operation": "Update",
+                "apiVersion": "example.dev/v1", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:color": {}}}}]},
+        "spec": {"color": "red", "size": 3}});
+    let (code, kept) = call(
+        &c,
+        "PUT",
+        &path,
+        "application/json",
+        "test/1",
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{kept}");
+    let mut got: Vec<(String, Value)> = entries(&kept)
+        .into_iter()
+        .map(|(m, _, _, f)| (m, f))
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        got,
+        vec![
+            ("m2".to_string(), json!({"f:spec": {"f:size": {}}})),
+            ("zz".to_string(), json!({"f:spec": {"f:color": {}}})),
+        ]
+    );
+}

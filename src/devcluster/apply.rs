@@ -181,8 +181,9 @@ pub fn apply(
 }
 
 /// Sets `metadata.managedFields` of `new` (the object about to be stored, `old` the one it
-/// replaces, `{}` on create): server-side apply's entries as `request` carries them, else the
-/// entries of an Update by `opts.manager` (see `managed::record_update`).
+/// replaces, `{}` on create): server-side apply's entries as `request` carries them, none when
+/// the request resets them (`managedFields: [{}]`), else the entries of an Update by
+/// `opts.manager` (see `managed::record_update`).
 pub(super) fn record_managed(
     t: &Target,
     new: &mut Value,
@@ -195,6 +196,8 @@ pub(super) fn record_managed(
         meta::meta(request)
             .and_then(|m| m.get("managedFields"))
             .cloned()
+    } else if managed::resets(request) {
+        None
     } else {
         let Some(version) = t.rt.version(&t.version) else {
             return;
@@ -215,7 +218,8 @@ pub(super) fn record_managed(
         };
         let base = managed::base_entries(request, old);
         let entries = managed::record_update(base, old, new, &version.shape, &writer);
-        Some(managed::encode(&entries))
+        // No entries: the field is left out, as kube-apiserver leaves it.
+        Some(managed::encode(&entries)).filter(|l| l.as_array().is_some_and(|a| !a.is_empty()))
     };
     set_meta(new, "managedFields", fields);
 }

@@ -154,17 +154,23 @@ pub fn decode(object: &Value) -> Option<Vec<Entry>> {
         .collect()
 }
 
+/// Whether the request sets `metadata.managedFields` to a single empty entry, which makes
+/// kube-apiserver drop every entry (the write itself records none).
+pub fn resets(request: &Value) -> bool {
+    request
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|l| l.len() == 1 && l[0].as_object().is_some_and(Map::is_empty))
+}
+
 /// The managedFields entries a write starts from: the request's own when it sends a non-empty
-/// list that decodes (a single empty entry clears them), else the stored ones. As
-/// kube-apiserver, so clients that drop managedFields do not erase them.
+/// list that decodes, else the stored ones. As kube-apiserver, so clients that drop
+/// managedFields do not erase them.
 pub fn base_entries(request: &Value, stored: &Value) -> Vec<Entry> {
     if let Some(list) = request
         .pointer("/metadata/managedFields")
         .and_then(Value::as_array)
     {
-        if list.len() == 1 && list[0].as_object().is_some_and(Map::is_empty) {
-            return Vec::new();
-        }
         if !list.is_empty() {
             if let Some(entries) = decode(request) {
                 return entries;
