@@ -699,3 +699,57 @@ async fn a_single_empty_entry_clears_managed_fields_and_a_client_list_is_kept() 
         ]
     );
 }
+
+#[tokio::test]
+async fn kubectl_server_side_apply_takes_over_from_client_side_apply() {
+    let c = cluster().await;
+    let first = "apiVersion: example.dev/v1\nkind: Gadget\nmetadata:\n  name: k2\nspec:\n  color: red\n  size: 1\n";
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], first);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // kubectl-client-side-apply owns spec.color; the last-applied configuration still matches
+    // the object, so the conflict is allowed for kubectl and the annotation follows.
+    let second =
+        "apiVersion: example.dev/v1\nkind: Gadget\nmetadata:\n  name: k2\nspec:\n  color: blue\n";
+    let out = c.kubectl_stdin(&["apply", "--server-side", "-f", "-"], second);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_str(&c.kubectl_ok(&[
+        "get",
+        "gadget",
+        "k2",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]))
+    .expect("json");
+    assert_eq!(shown["spec"], json!({"color": "blue"}));
+    let last = shown["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+        .as_str()
+        .expect("annotation");
+    let last: Value = serde_json::from_str(last).expect("JSON");
+    assert_eq!(last["spec"], json!({"color": "blue"}));
+    let mut managers: Vec<(String, String)> = entries(&shown)
+        .into_iter()
+        .map(|(m, op, _, _)| (m, op))
+        .collect();
+    managers.sort();
+    assert_eq!(
+        managers,
+        vec![
+            ("kubectl".to_string(), "Apply".to_string()),
+            ("kubectl-last-applied".to_string(), "Apply".to_string()),
+        ]
+    );
+    // Another manager gets no such pass.
+    let path = format!("{}/k2?fieldManager=other", gadgets(&c));
+    let doc = r#"{"apiVersion":"example.dev/v1","kind":"Gadget","metadata":{"name":"k2"},"spec":{"color":"green"}}"#;
+    let (code, _) = call(&c, "PATCH", &path, APPLY, "test/1", doc).await;
+    assert_eq!(code, 409);
+}

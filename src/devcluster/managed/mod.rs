@@ -6,7 +6,8 @@
 //! (create, update, merge/JSON patch, `/status`) records, and what an Apply does: merge the
 //! configuration, remove what the applier stopped applying and nobody else owns, take
 //! ownership, and refuse with 409 when it would change a field another manager owns (unless
-//! forced). The verbs around it (`write.rs`, `apply.rs`) decide when it runs.
+//! forced), with kube-apiserver's allowance for `kubectl apply --server-side` after client-side
+//! applies (`last_applied`). The verbs around it (`write.rs`, `apply.rs`) decide when it runs.
 //!
 //! Simplifications: no `before-first-apply` manager for objects written before managedFields
 //! were kept, no cap on the number of Update entries (kube-apiserver merges the oldest into
@@ -14,6 +15,7 @@
 //! between versions.
 
 mod fieldset;
+mod last_applied;
 mod shape;
 mod walk;
 
@@ -323,7 +325,15 @@ pub fn apply(
         .map(|e| (e, e.fields.intersection(&changed)))
         .filter(|(_, c)| !c.is_empty())
         .collect();
-    if !force && !conflicts.is_empty() {
+    let allowed = || {
+        let allowed = last_applied::allowed_conflicts(live_obj, shape)?;
+        conflicts
+            .iter()
+            .all(|(_, c)| c.difference(&allowed).is_empty())
+            .then_some(())
+    };
+    let kubectl_upgrade = writer.manager == last_applied::KUBECTL && allowed().is_some();
+    if !force && !conflicts.is_empty() && !kubectl_upgrade {
         conflicts.sort_by_key(|(e, _)| e.identifier());
         return Err(ApplyError::Conflict(conflict_status(&conflicts)));
     }
@@ -337,6 +347,9 @@ pub fn apply(
     };
     entries.push(Entry { time, ..mine });
     entries.retain(|e| !e.fields.is_empty());
+    if writer.manager == last_applied::KUBECTL {
+        last_applied::update(&mut new, config);
+    }
     if let Some(meta) = new
         .as_object_mut()
         .and_then(|o| o.get_mut("metadata"))
