@@ -753,3 +753,43 @@ async fn kubectl_server_side_apply_takes_over_from_client_side_apply() {
     let (code, _) = call(&c, "PATCH", &path, APPLY, "test/1", doc).await;
     assert_eq!(code, 409);
 }
+
+#[tokio::test]
+async fn past_ten_update_managers_the_oldest_merge_into_ancient_changes() {
+    let c = cluster().await;
+    let path = format!("/api/v1/namespaces/{}/configmaps", c.namespace());
+    let body =
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"many"},"data":{"k00":"x"}}"#;
+    let (code, _) = call(
+        &c,
+        "POST",
+        &format!("{path}?fieldManager=m00"),
+        "application/json",
+        "test/1",
+        body,
+    )
+    .await;
+    assert_eq!(code, 201);
+    let mut last = Value::Null;
+    for i in 1..12 {
+        let patch = format!(r#"{{"data":{{"k{i:02}":"x"}}}}"#);
+        let url = format!("{path}/many?fieldManager=m{i:02}");
+        let (code, out) = call(&c, "PATCH", &url, MERGE, "test/1", &patch).await;
+        assert_eq!(code, 200, "{out}");
+        last = out;
+    }
+    let got: Vec<(String, Value)> = entries(&last)
+        .into_iter()
+        .map(|(m, _, _, f)| (m, f))
+        .collect();
+    assert_eq!(got.len(), 10, "{got:?}");
+    assert_eq!(
+        got[0],
+        (
+            "ancient-changes".to_string(),
+            json!({"f:data": {".": {}, "f:k00": {}, "f:k01": {}, "f:k02": {}}})
+        )
+    );
+    assert_eq!(got[1].0, "m03");
+    assert_eq!(got[9].0, "m11");
+}

@@ -9,10 +9,11 @@
 //! forced), with kube-apiserver's allowance for `kubectl apply --server-side` after client-side
 //! applies (`last_applied`). The verbs around it (`write.rs`, `apply.rs`) decide when it runs.
 //!
+//! Past 10 Update entries the oldest are merged into `ancient-changes`, as kube-apiserver does.
+//!
 //! Simplifications: no `before-first-apply` manager for objects written before managedFields
-//! were kept, no cap on the number of Update entries (kube-apiserver merges the oldest into
-//! `ancient-changes` past 10), and an Update entry per version but no conversion of field sets
-//! between versions.
+//! were kept, and an Update entry per version but no conversion of field sets between
+//! versions.
 
 mod fieldset;
 mod last_applied;
@@ -277,7 +278,75 @@ pub fn record_update(
         }
     }
     entries.retain(|e| !e.fields.is_empty());
+    cap_updates(&mut entries);
     entries
+}
+
+/// How many Update entries an object keeps before the oldest are merged.
+const MAX_UPDATE_ENTRIES: usize = 10;
+
+/// The manager the oldest Update entries are merged into.
+const ANCIENT: &str = "ancient-changes";
+
+/// kube-apiserver's cap on Update entries: oldest first, each one after the first of its
+/// apiVersion is merged into `ancient-changes` of that version (which takes its time) until
+/// at most [`MAX_UPDATE_ENTRIES`] remain.
+fn cap_updates(entries: &mut Vec<Entry>) {
+    let mut updaters: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].operation == Operation::Update)
+        .collect();
+    if updaters.len() <= MAX_UPDATE_ENTRIES {
+        return;
+    }
+    updaters.sort_by(|&a, &b| {
+        (entries[a].time.as_deref(), entries[a].identifier())
+            .cmp(&(entries[b].time.as_deref(), entries[b].identifier()))
+    });
+    let mut remaining = updaters.len();
+    let mut first_of_version: Vec<(String, usize)> = Vec::new();
+    let mut gone = vec![false; entries.len()];
+    let mut buckets: Vec<Entry> = Vec::new();
+    for i in updaters {
+        if remaining <= MAX_UPDATE_ENTRIES {
+            break;
+        }
+        let version = entries[i].api_version.clone();
+        let Some(&(_, first)) = first_of_version.iter().find(|(v, _)| *v == version) else {
+            first_of_version.push((version, i));
+            continue;
+        };
+        let bucket = match buckets.iter_mut().position(|b| b.api_version == version) {
+            Some(b) => b,
+            None => {
+                gone[first] = true;
+                buckets.push(Entry {
+                    manager: ANCIENT.to_string(),
+                    ..entries[first].clone()
+                });
+                buckets.len() - 1
+            }
+        };
+        buckets[bucket].fields = buckets[bucket].fields.union(&entries[i].fields);
+        buckets[bucket].time = entries[i].time.clone();
+        gone[i] = true;
+        remaining -= 1;
+    }
+    let mut kept: Vec<Entry> = std::mem::take(entries)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !gone[*i])
+        .map(|(_, e)| e)
+        .collect();
+    for bucket in buckets {
+        match kept.iter_mut().find(|e| e.same_manager(&bucket)) {
+            Some(existing) => {
+                existing.fields = existing.fields.union(&bucket.fields);
+                existing.time = bucket.time;
+            }
+            None => kept.push(bucket),
+        }
+    }
+    *entries = kept;
 }
 
 /// Why an apply was refused.
@@ -347,6 +416,7 @@ pub fn apply(
     };
     entries.push(Entry { time, ..mine });
     entries.retain(|e| !e.fields.is_empty());
+    cap_updates(&mut entries);
     if writer.manager == last_applied::KUBECTL {
         last_applied::update(&mut new, config);
     }

@@ -187,3 +187,28 @@ fn a_second_identical_apply_changes_nothing() {
     assert!(!changed);
     assert_eq!(again, live, "time kept");
 }
+
+#[test]
+fn past_ten_update_entries_the_oldest_merge_into_ancient_changes() {
+    let s = shape();
+    let mut entries = Vec::new();
+    let mut old = obj(json!({}));
+    for i in 0..12 {
+        let mut new = old.clone();
+        new["metadata"]["labels"][format!("l{i}")] = json!("x");
+        let w = writer(&format!("m{i:02}"), &format!("2026-01-01T00:00:{i:02}Z"));
+        entries = record_update(entries, &old, &new, &s, &w);
+        old = new;
+    }
+    let managers: Vec<&str> = entries.iter().map(|e| e.manager.as_str()).collect();
+    assert_eq!(entries.len(), 10, "{managers:?}");
+    let ancient = entries
+        .iter()
+        .find(|e| e.manager == "ancient-changes")
+        .expect("bucket");
+    // m00 was the first of its version; m01 and m02 went into the bucket with it.
+    assert_eq!(ancient.time.as_deref(), Some("2026-01-01T00:00:02Z"));
+    assert!(!managers.contains(&"m00") && !managers.contains(&"m02"));
+    assert!(managers.contains(&"m03"));
+    assert_eq!(ancient.fields.iter().count(), 4, "labels map and l0..l2");
+}
