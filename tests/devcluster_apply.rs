@@ -12,10 +12,11 @@ use support::cluster::TestCluster;
 const APPLY: &str = "application/apply-patch+yaml";
 const MERGE: &str = "application/merge-patch+json";
 
-/// A cluster with the gadgets CRD (`tests/fixtures/devcluster/gadgets-crd.yaml`) established.
+/// A cluster with the gadgets CRD established (`tests/fixtures/devcluster/apply/`: a folder of
+/// its own, so the CRDs of `tests/fixtures/devcluster/` stay those other tests count).
 async fn cluster() -> TestCluster {
     let c = TestCluster::start().await;
-    let crd = support::fixtures::devcluster("gadgets-crd.yaml");
+    let crd = support::fixtures::devcluster("apply/gadgets-crd.yaml");
     c.kubectl_ok(&["apply", "-f", &crd.to_string_lossy()]);
     c.kubectl_ok(&[
         "wait",
@@ -792,4 +793,54 @@ async fn past_ten_update_managers_the_oldest_merge_into_ancient_changes() {
     );
     assert_eq!(got[1].0, "m03");
     assert_eq!(got[9].0, "m11");
+}
+
+#[tokio::test]
+async fn built_in_defaults_are_the_writers_and_server_set_fields_nobodys() {
+    let c = cluster().await;
+    // The test's namespace was created by the harness; a namespace kubectl creates.
+    let name = format!("{}-ns", c.namespace());
+    c.kubectl_ok(&["create", "namespace", &name]);
+    let ns: Value = serde_json::from_str(&c.kubectl_ok(&[
+        "get",
+        "namespace",
+        &name,
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]))
+    .expect("json");
+    c.kubectl_ok(&["delete", "namespace", &name, "--wait=false"]);
+    assert_eq!(
+        ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
+        json!(name)
+    );
+    assert_eq!(
+        entries(&ns),
+        vec![(
+            "kubectl-create".to_string(),
+            "Update".to_string(),
+            String::new(),
+            json!({"f:metadata": {"f:labels": {".": {}, "f:kubernetes.io/metadata.name": {}}}})
+        )]
+    );
+    c.kubectl_ok(&["create", "secret", "generic", "s1", "--from-literal=a=b"]);
+    let secret: Value = serde_json::from_str(&c.kubectl_ok(&[
+        "get",
+        "secret",
+        "s1",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]))
+    .expect("json");
+    assert_eq!(
+        entries(&secret),
+        vec![(
+            "kubectl-create".to_string(),
+            "Update".to_string(),
+            String::new(),
+            json!({"f:data": {".": {}, "f:a": {}}, "f:type": {}})
+        )]
+    );
 }

@@ -180,18 +180,66 @@ pub fn apply(
     }
 }
 
-/// Sets `metadata.managedFields` of `new` (the object about to be stored, `old` the one it
-/// replaces, `{}` on create): server-side apply's entries as `request` carries them, none when
-/// the request resets them (`managedFields: [{}]`), else the entries of an Update by
-/// `opts.manager` (see `managed::record_update`).
+/// What an Update's managedFields are computed from.
+pub(super) struct View<'a> {
+    /// For built-ins, the object before the server's own rules (`builtin_view`): what the
+    /// server sets there (a namespace's `spec.finalizers` and `status.phase`) is nobody's, as
+    /// on kube-apiserver, where the field manager runs before the strategy.
+    pub tracked: Option<&'a Value>,
+    /// The object the client sent (its managedFields are the base when it sends some).
+    pub request: &'a Value,
+    /// The object replaced (`{}` on create).
+    pub old: &'a Value,
+}
+
+/// Applies the defaults kube-apiserver's decoder gives a built-in object (a Secret's `type:
+/// Opaque`, a namespace's `kubernetes.io/metadata.name` label), then returns the object as the
+/// field manager sees it: unknown fields dropped, numbers stored as Kubernetes stores them,
+/// before the server's own rules. `None` for custom resources (their schema defaults are
+/// applied in admission and are their writer's).
+pub(super) fn builtin_view(t: &Target, object: &mut Value) -> Option<Value> {
+    use super::registry::Builtin;
+    let kind = t.rt.builtin()?;
+    match kind {
+        Builtin::Secret
+            if object
+                .get("type")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty) =>
+        {
+            if let Some(map) = object.as_object_mut() {
+                map.insert("type".into(), json!("Opaque"));
+            }
+        }
+        Builtin::Namespace => {
+            let name = meta_str(object, "name").to_string();
+            if let Some(m) = meta::meta_mut(object) {
+                let labels = m.entry("labels").or_insert_with(|| json!({}));
+                if let Some(labels) = labels.as_object_mut() {
+                    labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut view = object.clone();
+    super::fields::prune_unknown(kind, &mut view);
+    meta::normalize_numbers(&mut view);
+    Some(view)
+}
+
+/// Sets `metadata.managedFields` of `new` (the object about to be stored): server-side
+/// apply's entries as the request carries them, none when the request resets them
+/// (`managedFields: [{}]`), else the entries of an Update by `opts.manager` (see
+/// `managed::record_update`) from `view.old` to `view.tracked` (or `new`).
 pub(super) fn record_managed(
     t: &Target,
     new: &mut Value,
-    request: &Value,
-    old: &Value,
+    view: &View<'_>,
     opts: &WriteOpts,
     now: &str,
 ) {
+    let request = view.request;
     let fields = if opts.applied {
         meta::meta(request)
             .and_then(|m| m.get("managedFields"))
@@ -216,8 +264,16 @@ pub(super) fn record_managed(
             api_version: t.rt.api_version(&t.version),
             now: now.to_string(),
         };
-        let base = managed::base_entries(request, old);
-        let entries = managed::record_update(base, old, new, &version.shape, &writer);
+        let base = managed::base_entries(request, view.old);
+        let target = view.tracked.unwrap_or(new);
+        let zero;
+        let old = if view.old.as_object().is_some_and(|o| o.is_empty()) {
+            zero = managed::zero_value(&t.rt.kind);
+            &zero
+        } else {
+            view.old
+        };
+        let entries = managed::record_update(base, old, target, &version.shape, &writer);
         // No entries: the field is left out, as kube-apiserver leaves it.
         Some(managed::encode(&entries)).filter(|l| l.as_array().is_some_and(|a| !a.is_empty()))
     };

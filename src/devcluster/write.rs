@@ -337,11 +337,17 @@ pub fn create(
     if !errors.is_empty() {
         return Err(invalid(&rt, &name, &errors));
     }
+    let tracked = super::apply::builtin_view(t, &mut obj);
     prepare_builtin(t, &mut obj, None, &now)?;
     let warnings = admit(t, &mut obj, None, opts)?;
     let mut request = json!({});
     set_meta(&mut request, "managedFields", request_fields);
-    super::apply::record_managed(t, &mut obj, &request, &json!({}), opts, &now);
+    let view = super::apply::View {
+        tracked: tracked.as_ref(),
+        request: &request,
+        old: &json!({}),
+    };
+    super::apply::record_managed(t, &mut obj, &view, opts, &now);
     let stored = to_storage(&rt, obj);
     let object = if opts.dry_run {
         from_storage(&rt, &t.version, &stored)
@@ -484,7 +490,9 @@ pub(super) fn apply_update(
             };
         }
     }
+    let mut tracked = None;
     if !t.status {
+        tracked = super::apply::builtin_view(t, &mut new);
         prepare_builtin(t, &mut new, Some(&old), &meta::now_rfc3339())?;
         if rt.tracks_generation() && meta::content(&new, false) != meta::content(&old, false) {
             set_meta(
@@ -499,7 +507,12 @@ pub(super) fn apply_update(
         }
     }
     let warnings = admit(t, &mut new, Some(&old), opts)?;
-    super::apply::record_managed(t, &mut new, &request, &old, opts, &meta::now_rfc3339());
+    let view = super::apply::View {
+        tracked: tracked.as_ref(),
+        request: &request,
+        old: &old,
+    };
+    super::apply::record_managed(t, &mut new, &view, opts, &meta::now_rfc3339());
     let mut stored_new = to_storage(&rt, new);
     set_meta(
         &mut stored_new,
