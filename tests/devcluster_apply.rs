@@ -317,6 +317,13 @@ async fn apply_needs_a_field_manager_a_named_object_and_force_only_for_apply() {
         status["message"],
         "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
     );
+    let long = format!("fieldManager={}", "x".repeat(129));
+    let (code, status) = apply(&c, "e1", &long, json!({})).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Too long: may not be more than 128 bytes"
+    );
     let (code, status) = apply(
         &c,
         "e1",

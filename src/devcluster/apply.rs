@@ -14,14 +14,15 @@ use super::status::ApiError;
 use super::store::Store;
 use super::write::{self, WriteOpts, Written};
 
-/// kube-apiserver's 422 for a PATCH option that is wrong, e.g. `fieldManager: Required value:
-/// is required for apply patch`.
-pub fn patch_options_invalid(field: &str, reason: &str, message: &str) -> ApiError {
+/// kube-apiserver's 422 for a write option that is wrong, e.g. `PatchOptions.meta.k8s.io ""
+/// is invalid: fieldManager: Required value: is required for apply patch` (`options` is
+/// `CreateOptions`, `UpdateOptions` or `PatchOptions`).
+pub fn options_invalid(options: &str, field: &str, reason: &str, message: &str) -> ApiError {
     ApiError::Invalid(json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {message}"),
+        "message": format!("{options}.meta.k8s.io \"\" is invalid: {field}: {message}"),
         "reason": "Invalid",
-        "details": {"group": "meta.k8s.io", "kind": "PatchOptions",
+        "details": {"group": "meta.k8s.io", "kind": options,
                     "causes": [{"reason": reason, "message": message, "field": field}]},
         "code": 422,
     }))
