@@ -317,6 +317,20 @@ async fn apply_needs_a_field_manager_a_named_object_and_force_only_for_apply() {
         status["message"],
         "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
     );
+    // A field the schema does not declare: 500 whatever fieldValidation says.
+    let (code, status) = apply(
+        &c,
+        "e1",
+        "fieldManager=a&fieldValidation=Ignore",
+        json!({"spec": {"bogus": 1}}),
+    )
+    .await;
+    assert_eq!(code, 500, "{status}");
+    assert_eq!(
+        status["message"],
+        "failed to create typed patch object (/e1; example.dev/v1, Kind=Gadget): .spec.bogus: \
+         field not declared in schema"
+    );
     let long = format!("fieldManager={}", "x".repeat(129));
     let (code, status) = apply(&c, "e1", &long, json!({})).await;
     assert_eq!(code, 422);

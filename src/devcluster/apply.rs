@@ -132,7 +132,9 @@ pub fn apply(
     opts: &WriteOpts,
 ) -> Result<Written, ApiError> {
     let name = t.require_name()?.to_string();
-    let config = check_config(t, &name, decode(body)?)?;
+    let raw = decode(body)?;
+    let sent_namespace = meta_str(&raw, "namespace").to_string();
+    let config = check_config(t, &name, raw)?;
     let key = t.key(&name);
     let stored = store.get(&key).cloned();
     let live = stored.as_ref().map(|s| from_storage(&t.rt, &t.version, s));
@@ -168,6 +170,11 @@ pub fn apply(
         managed::apply(live.as_ref(), &config, &version.shape, &writer, opts.force).map_err(
             |e| match e {
                 ApplyError::Conflict(status) => ApiError::ApplyConflict(status),
+                ApplyError::Undeclared(why) => ApiError::TypedPatch(format!(
+                    "failed to create typed patch object ({sent_namespace}/{name}; {}, Kind={}): \
+                     {why}",
+                    writer.api_version, t.rt.kind
+                )),
             },
         )?;
     let opts = WriteOpts {

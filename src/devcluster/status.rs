@@ -68,6 +68,11 @@ pub enum ApiError {
     /// reason `FieldManagerConflict`).
     #[error("{}", .0.get("message").and_then(Value::as_str).unwrap_or("conflict"))]
     ApplyConflict(Value),
+    /// 500 of server-side apply for a configuration the type does not describe: `failed to
+    /// create typed patch object (ns/name; v1, Kind=K): .spec.x: field not declared in schema`
+    /// (a `Status` without a reason, as kube-apiserver writes it).
+    #[error("{0}")]
+    TypedPatch(String),
     /// 400 BadRequest with this message.
     #[error("{0}")]
     BadRequest(String),
@@ -141,7 +146,7 @@ impl ApiError {
             ApiError::Expired(_) => StatusCode::GONE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) | ApiError::TypedPatch(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -149,6 +154,10 @@ impl ApiError {
     pub fn to_status(&self) -> Value {
         if let ApiError::Invalid(body) | ApiError::ApplyConflict(body) = self {
             return body.clone();
+        }
+        if let ApiError::TypedPatch(message) = self {
+            return json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                          "status": "Failure", "message": message, "code": 500});
         }
         let (reason, details) = match self {
             ApiError::NotFound { gr, name } => ("NotFound", Some(details(gr, name))),
@@ -170,6 +179,7 @@ impl ApiError {
             ),
             ApiError::Invalid(_) => ("Invalid", None),
             ApiError::ApplyConflict(_) => ("Conflict", None),
+            ApiError::TypedPatch(_) => ("InternalError", None),
         };
         let mut status = json!({
             "kind": "Status",

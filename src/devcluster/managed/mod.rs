@@ -365,13 +365,16 @@ fn cap_updates(entries: &mut Vec<Entry>) {
 pub enum ApplyError {
     /// Fields other managers own would change: the 409 `Status` body.
     Conflict(Value),
+    /// The configuration names a field its type does not declare (the path and why).
+    Undeclared(String),
 }
 
 /// Server-side apply of `config` to `live` (`None` when the object does not exist yet):
 /// returns the new object (its managedFields set) and whether it differs from `live`.
 ///
 /// # Errors
-/// [`ApplyError::Conflict`] when, without `force`, a field another manager owns would change.
+/// [`ApplyError::Conflict`] when, without `force`, a field another manager owns would change;
+/// [`ApplyError::Undeclared`] for a field the type does not declare.
 /// (Map-list items without their keys merge by the keys they have; schema admission refuses
 /// them afterwards, as kube-apiserver does.)
 pub fn apply(
@@ -381,6 +384,9 @@ pub fn apply(
     writer: &Writer,
     force: bool,
 ) -> Result<(Value, bool), ApplyError> {
+    if let Some(why) = walk::undeclared(config, shape) {
+        return Err(ApplyError::Undeclared(why));
+    }
     let empty = json!({});
     let live_obj = live.unwrap_or(&empty);
     let mut entries = decode(live_obj).unwrap_or_default();

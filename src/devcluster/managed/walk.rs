@@ -345,6 +345,49 @@ fn prune_at(
     }
 }
 
+/// The first field of an applied configuration its type does not declare (a struct field
+/// outside `properties` where nothing else is allowed), as structured-merge-diff refuses it:
+/// `.spec.x: field not declared in schema`.
+pub fn undeclared(value: &Value, shape: &Shape) -> Option<String> {
+    undeclared_at(value, shape, &mut Vec::new())
+}
+
+fn undeclared_at(value: &Value, shape: &Shape, path: &mut Path) -> Option<String> {
+    match walk_of(shape, value) {
+        Walk::Leaf => None,
+        Walk::Map(map) => {
+            for (key, child) in map {
+                path.push(Pe::Field(key.clone()));
+                let found = match shape {
+                    Shape::Map {
+                        fields, elem: None, ..
+                    } if !fields.contains_key(key) => Some(format!(
+                        "{}: field not declared in schema",
+                        super::fieldset::path_text(path)
+                    )),
+                    _ => undeclared_at(child, shape.child(key).0, path),
+                };
+                path.pop();
+                if found.is_some() {
+                    return found;
+                }
+            }
+            None
+        }
+        Walk::List(items, elem, kind) => {
+            for (i, item) in items.iter().enumerate() {
+                path.push(item_pe(kind, item, i));
+                let found = undeclared_at(item, elem, path);
+                path.pop();
+                if found.is_some() {
+                    return found;
+                }
+            }
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,6 +454,25 @@ mod tests {
             merge(Some(&live), &config, &shape()),
             json!({"spec": {"ports": [{"name": "a", "port": 1}, {"name": "b", "port": 3},
                 {"name": "c"}], "tags": ["t1", "t2", "t3"], "args": ["y"]}})
+        );
+    }
+
+    #[test]
+    fn undeclared_fields_are_named_first_in_order() {
+        let config = json!({"spec": {"bogus": 1, "ports": [{"name": "a", "zz": 1}],
+                                     "extra": {"anything": {"goes": 1}}}});
+        assert_eq!(
+            undeclared(&config, &shape()).as_deref(),
+            Some(".spec.bogus: field not declared in schema")
+        );
+        let config = json!({"spec": {"ports": [{"name": "a", "zz": 1}]}});
+        assert_eq!(
+            undeclared(&config, &shape()).as_deref(),
+            Some(".spec.ports[name=\"a\"].zz: field not declared in schema")
+        );
+        assert_eq!(
+            undeclared(&json!({"spec": {"extra": {"a": 1}}}), &shape()),
+            None
         );
     }
 
