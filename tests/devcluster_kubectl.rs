@@ -341,18 +341,14 @@ async fn unknown_fields_of_builtins_follow_field_validation() {
 }
 
 #[tokio::test]
-async fn server_side_apply_is_refused_and_client_side_apply_is_the_way() {
+async fn server_side_apply_and_client_side_apply_both_work() {
     let c = TestCluster::start().await;
-    if !c.is_embedded() {
-        return;
-    }
     c.apply_test_crds();
-    let out = c.kubectl(&["apply", "--server-side", "-f", &widgets_yaml()]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("Server-side apply not available on the server"),
-        "{err}"
-    );
-    c.kubectl_ok(&["apply", "-f", &widgets_yaml()]);
+    let out = c.kubectl_ok(&["apply", "--server-side", "-f", &widgets_yaml()]);
+    assert!(out.contains("serverside-applied"), "{out}");
+    let shown = c.kubectl_ok(&["get", "widgets", "-o", "yaml", "--show-managed-fields"]);
+    assert!(shown.contains("manager: kubectl\n"), "{shown}");
+    assert!(shown.contains("operation: Apply"), "{shown}");
+    let hidden = c.kubectl_ok(&["get", "widgets", "-o", "yaml"]);
+    assert!(!hidden.contains("managedFields"), "{hidden}");
 }

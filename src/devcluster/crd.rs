@@ -314,6 +314,9 @@ pub fn resource_type(crd: &Value) -> Result<ResourceType, String> {
             columns: columns(v),
             schema,
             deprecation_warning,
+            shape: Arc::new(super::managed::from_crd_schema(
+                v["schema"].get("openAPIV3Schema"),
+            )),
             name,
         });
     }

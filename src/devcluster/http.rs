@@ -180,7 +180,16 @@ fn table_request(headers: &HeaderMap, params: &Params) -> Option<IncludeObject> 
     wants.then(|| IncludeObject::parse(params.get("includeObject").map_or("", |s| s.as_str())))
 }
 
-fn write_opts(params: &Params) -> Result<WriteOpts, ApiError> {
+/// The write options of a request; `options` names its kind in errors (`PatchOptions`, ...).
+fn write_opts(params: &Params, headers: &HeaderMap, options: &str) -> Result<WriteOpts, ApiError> {
+    if params.get("fieldManager").is_some_and(|m| m.len() > 128) {
+        return Err(super::apply::options_invalid(
+            options,
+            "fieldManager",
+            "FieldValueTooLong",
+            "Too long: may not be more than 128 bytes",
+        ));
+    }
     let validation = match params.get("fieldValidation").map(String::as_str) {
         None | Some("") | Some("Warn") => FieldValidation::Warn,
         Some("Strict") => FieldValidation::Strict,
@@ -192,10 +201,20 @@ fn write_opts(params: &Params) -> Result<WriteOpts, ApiError> {
             )))
         }
     };
+    let user_agent = headers
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     Ok(WriteOpts {
         dry_run: params.get("dryRun").is_some_and(|v| v == "All"),
         validation,
         from_patch: false,
+        manager: super::apply::manager_of(
+            params.get("fieldManager").map(String::as_str),
+            user_agent,
+        ),
+        applied: false,
+        force: flag(params, "force"),
     })
 }
 
@@ -260,13 +279,13 @@ fn resource(
         Method::GET if !t.status => list(shared, &t, headers, params),
         Method::POST if !has_name && !t.status && !all_namespaces => {
             let obj = parse_body(headers, &body)?;
-            let opts = write_opts(params)?;
+            let opts = write_opts(params, headers, "CreateOptions")?;
             let w = write::create(&mut shared.lock(), &t, obj, &opts)?;
             Ok(written(w))
         }
         Method::PUT if has_name => {
             let obj = parse_body(headers, &body)?;
-            let opts = write_opts(params)?;
+            let opts = write_opts(params, headers, "UpdateOptions")?;
             let w = write::update(&mut shared.lock(), &t, obj, &opts)?;
             if super::meta::is_deleting(&w.object) {
                 shared.gc.notify_one();
@@ -280,7 +299,23 @@ fn resource(
                 .unwrap_or("");
             let kind = PatchKind::from_content_type(content_type)
                 .ok_or_else(|| super::patch::unsupported(t.rt.builtin().is_some()))?;
-            let opts = write_opts(params)?;
+            let opts = write_opts(params, headers, "PatchOptions")?;
+            if kind == PatchKind::Apply && params.get("fieldManager").is_none_or(|m| m.is_empty()) {
+                return Err(super::apply::options_invalid(
+                    "PatchOptions",
+                    "fieldManager",
+                    "FieldValueRequired",
+                    "Required value: is required for apply patch",
+                ));
+            }
+            if kind != PatchKind::Apply && params.contains_key("force") {
+                return Err(super::apply::options_invalid(
+                    "PatchOptions",
+                    "force",
+                    "FieldValueForbidden",
+                    "Forbidden: may not be specified for non-apply patch",
+                ));
+            }
             let w = write::patch(&mut shared.lock(), &t, kind, &body, &opts)?;
             if super::meta::is_deleting(&w.object) {
                 shared.gc.notify_one();

@@ -7,6 +7,7 @@
 //! - `server`: [`DevServer`] (start/shutdown, background GC and snapshots) and its config.
 //! - `http`, `route`: the HTTP layer and path routing.
 //! - `store`: objects, the global resourceVersion, the change history.
+//! - `apply`, `managed`: server-side apply and the `managedFields` every write keeps.
 //! - `write`, `delete`: the verbs' rules (metadata, preconditions, status subresource,
 //!   finalizers, garbage collection, namespace and CRD cleanup).
 //! - `watch`: watch streams. `discovery`: discovery and OpenAPI v3 documents. `table`: server-
@@ -18,14 +19,15 @@
 //!
 //! Deliberate simplifications (each documented where it lives): only the legacy discovery
 //! format (kubectl falls back from the aggregated one); a minimal OpenAPI v3 without schemas
-//! (no `kubectl explain`); no server-side apply (415) and strategic merge patch applied as a
-//! merge patch on built-ins; `limit`/`continue` ignored (lists come whole); no
-//! `managedFields`; `propagationPolicy: Foreground` behaves as `Background`; CRD conversion
+//! (no `kubectl explain`); strategic merge patch applied as a merge patch on built-ins (and
+//! server-side apply on built-ins knows only ObjectMeta and a few of their fields, see
+//! `managed`); `limit`/`continue` ignored (lists come whole); `propagationPolicy: Foreground` behaves as `Background`; CRD conversion
 //! `None` only and names never conflict; protobuf accepted only for the built-ins kubectl's
 //! generators send; one global lock (fine for a dev server); the `--data-dir` snapshot is the
 //! whole state, written shortly after each burst of changes and at shutdown (a SIGKILL can
 //! lose the last ~50 ms).
 
+mod apply;
 mod audit;
 mod convert;
 mod crd;
@@ -35,6 +37,7 @@ mod error;
 mod fields;
 mod http;
 mod kubeconfig;
+mod managed;
 mod meta;
 mod patch;
 mod persist;

@@ -7,7 +7,8 @@
 //! `$deleteFromPrimitiveList/...` are ignored), so lists are replaced rather than merged by
 //! key. Custom resources refuse strategic merge patch with 415, exactly as kube-apiserver does
 //! (so `kubectl patch` needs `--type merge` or `--type json` for them, as on a real cluster).
-//! Server-side apply (`application/apply-patch+yaml`) is not supported: 415.
+//! Server-side apply (`application/apply-patch+yaml`) is not a body applied here: `apply.rs`
+//! and `managed` handle it.
 
 use serde_json::{json, Map, Value};
 
@@ -22,7 +23,7 @@ pub enum PatchKind {
     Merge,
     /// `application/strategic-merge-patch+json`
     Strategic,
-    /// `application/apply-patch+yaml` (refused).
+    /// `application/apply-patch+yaml` (server-side apply, see `apply.rs`).
     Apply,
 }
 
@@ -59,7 +60,8 @@ pub fn unsupported(builtin: bool) -> ApiError {
 ///
 /// # Errors
 /// 400 BadRequest for a body that does not decode; 422 for a JSON patch whose operations fail
-/// (a `test` that does not hold, a path that does not exist); 415 for server-side apply.
+/// (a `test` that does not hold, a path that does not exist); 415 for server-side apply, which
+/// is not a body this function applies (`write::patch` routes it to `apply.rs`).
 pub fn apply(kind: PatchKind, current: &Value, body: &[u8]) -> Result<Value, ApiError> {
     match kind {
         PatchKind::Apply => Err(ApiError::UnsupportedMediaType(

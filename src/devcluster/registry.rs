@@ -44,6 +44,8 @@ pub struct VersionSpec {
     pub schema: Option<Arc<CompiledSchema>>,
     /// A deprecation warning to send with every request to this version.
     pub deprecation_warning: Option<String>,
+    /// How server-side apply merges and managedFields track this version's objects.
+    pub shape: Arc<super::managed::Shape>,
 }
 
 /// The built-in resource types, each with its own small rules.
@@ -302,6 +304,7 @@ fn builtin(
             columns: Vec::new(),
             schema: None,
             deprecation_warning: None,
+            shape: Arc::new(super::managed::builtin_shape(kind)),
         }],
         storage_version: "v1".to_string(),
         storage,

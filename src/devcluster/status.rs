@@ -64,6 +64,15 @@ pub enum ApiError {
     /// 422 Invalid, carrying the complete `Status` body (see `schema::invalid_status`).
     #[error("{}", .0.get("message").and_then(Value::as_str).unwrap_or("invalid"))]
     Invalid(Value),
+    /// 409 Conflict of server-side apply, carrying the complete `Status` body (causes of
+    /// reason `FieldManagerConflict`).
+    #[error("{}", .0.get("message").and_then(Value::as_str).unwrap_or("conflict"))]
+    ApplyConflict(Value),
+    /// 500 of server-side apply for a configuration the type does not describe: `failed to
+    /// create typed patch object (ns/name; v1, Kind=K): .spec.x: field not declared in schema`
+    /// (a `Status` without a reason, as kube-apiserver writes it).
+    #[error("{0}")]
+    TypedPatch(String),
     /// 400 BadRequest with this message.
     #[error("{0}")]
     BadRequest(String),
@@ -124,7 +133,9 @@ impl ApiError {
     pub fn code(&self) -> StatusCode {
         match self {
             ApiError::NotFound { .. } | ApiError::NoRoute => StatusCode::NOT_FOUND,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::AlreadyExists { .. }
+            | ApiError::Conflict { .. }
+            | ApiError::ApplyConflict(_) => StatusCode::CONFLICT,
             ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
@@ -135,14 +146,18 @@ impl ApiError {
             ApiError::Expired(_) => StatusCode::GONE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) | ApiError::TypedPatch(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     /// The `Status` object kube-apiserver writes for this error.
     pub fn to_status(&self) -> Value {
-        if let ApiError::Invalid(body) = self {
+        if let ApiError::Invalid(body) | ApiError::ApplyConflict(body) = self {
             return body.clone();
+        }
+        if let ApiError::TypedPatch(message) = self {
+            return json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                          "status": "Failure", "message": message, "code": 500});
         }
         let (reason, details) = match self {
             ApiError::NotFound { gr, name } => ("NotFound", Some(details(gr, name))),
@@ -163,6 +178,8 @@ impl ApiError {
                 Some(json!({"causes": [{"message": message}]})),
             ),
             ApiError::Invalid(_) => ("Invalid", None),
+            ApiError::ApplyConflict(_) => ("Conflict", None),
+            ApiError::TypedPatch(_) => ("InternalError", None),
         };
         let mut status = json!({
             "kind": "Status",

@@ -21,7 +21,7 @@ use super::status::{ApiError, GroupResource};
 use super::store::{ChangeKind, ObjKey, Store, CRD_STORAGE, NAMESPACE_STORAGE};
 
 /// Options shared by the write verbs.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct WriteOpts {
     /// `dryRun=All`: compute and answer, store nothing.
     pub dry_run: bool,
@@ -30,6 +30,13 @@ pub struct WriteOpts {
     /// Set by [`patch`]: unknown fields are then reported as kube-apiserver reports them for
     /// patches (422 on `patch`) rather than as a decoding error (400).
     pub from_patch: bool,
+    /// The field manager recorded in managedFields (`?fieldManager=`, else the User-Agent's
+    /// program name; empty for the server's own writes, recorded as `agentrt-dev`).
+    pub manager: String,
+    /// Set by server-side apply (`apply.rs`): the object's managedFields are already computed.
+    pub applied: bool,
+    /// `?force=true` of server-side apply: take fields other managers own.
+    pub force: bool,
 }
 
 /// What a write produced.
@@ -49,7 +56,7 @@ fn invalid(rt: &ResourceType, name: &str, errors: &[FieldError]) -> ApiError {
 
 /// Checks the body is a JSON object of the target's kind and version, filling a missing
 /// `apiVersion`/`kind` from the URL as kube-apiserver's decoder does.
-fn check_body(t: &Target, body: Value) -> Result<Value, ApiError> {
+pub(super) fn check_body(t: &Target, body: Value) -> Result<Value, ApiError> {
     let mut obj = match body {
         Value::Object(_) => body,
         _ => {
@@ -87,7 +94,7 @@ fn check_body(t: &Target, body: Value) -> Result<Value, ApiError> {
 
 /// Puts the URL's namespace into the body (refusing a different one) or clears it for
 /// cluster-scoped types. Returns the namespace (`""` for cluster-scoped).
-fn settle_namespace(t: &Target, obj: &mut Value) -> Result<String, ApiError> {
+pub(super) fn settle_namespace(t: &Target, obj: &mut Value) -> Result<String, ApiError> {
     if !t.rt.namespaced {
         set_meta(obj, "namespace", None);
         return Ok(String::new());
@@ -290,6 +297,9 @@ pub fn create(
             "resourceVersion should not be set on objects to be created".into(),
         ));
     }
+    let request_fields = meta::meta(&obj)
+        .and_then(|m| m.get("managedFields"))
+        .cloned();
     let now = meta::now_rfc3339();
     set_meta(&mut obj, "uid", Some(json!(meta::new_uid())));
     set_meta(&mut obj, "creationTimestamp", Some(json!(now)));
@@ -327,8 +337,17 @@ pub fn create(
     if !errors.is_empty() {
         return Err(invalid(&rt, &name, &errors));
     }
+    let tracked = super::apply::builtin_view(t, &mut obj);
     prepare_builtin(t, &mut obj, None, &now)?;
     let warnings = admit(t, &mut obj, None, opts)?;
+    let mut request = json!({});
+    set_meta(&mut request, "managedFields", request_fields);
+    let view = super::apply::View {
+        tracked: tracked.as_ref(),
+        request: &request,
+        old: &json!({}),
+    };
+    super::apply::record_managed(t, &mut obj, &view, opts, &now);
     let stored = to_storage(&rt, obj);
     let object = if opts.dry_run {
         from_storage(&rt, &t.version, &stored)
@@ -412,8 +431,8 @@ pub fn update(
 /// `resourceVersion` the patch sets is a precondition).
 ///
 /// # Errors
-/// 415 for strategic merge patch on custom resources and for server-side apply; the errors of
-/// [`patch::apply`] and of [`update`].
+/// 415 for strategic merge patch on custom resources; the errors of [`patch::apply`], of
+/// [`update`] and, for server-side apply, of `apply::apply`.
 pub fn patch(
     store: &mut Store,
     t: &Target,
@@ -421,8 +440,11 @@ pub fn patch(
     body: &[u8],
     opts: &WriteOpts,
 ) -> Result<Written, ApiError> {
-    if kind == PatchKind::Apply || (kind == PatchKind::Strategic && t.rt.flavor == Flavor::Custom) {
-        return Err(patch::unsupported(t.rt.flavor != Flavor::Custom));
+    if kind == PatchKind::Apply {
+        return super::apply::apply(store, t, body, opts);
+    }
+    if kind == PatchKind::Strategic && t.rt.flavor == Flavor::Custom {
+        return Err(patch::unsupported(false));
     }
     let name = t.require_name()?.to_string();
     let key = t.key(&name);
@@ -441,13 +463,13 @@ pub fn patch(
     settle_namespace(t, &mut obj)?;
     let opts = WriteOpts {
         from_patch: true,
-        ..*opts
+        ..opts.clone()
     };
     apply_update(store, t, &key, obj, &old, &opts)
 }
 
 /// The update proper, given the current stored object `old_stored`.
-fn apply_update(
+pub(super) fn apply_update(
     store: &mut Store,
     t: &Target,
     key: &ObjKey,
@@ -462,6 +484,11 @@ fn apply_update(
     if !want_rv.is_empty() && want_rv != meta_str(&old, "resourceVersion") {
         return Err(ApiError::stale(t.gr(), &name));
     }
+    let mut request = json!({});
+    let request_fields = meta::meta(&obj)
+        .and_then(|m| m.get("managedFields"))
+        .cloned();
+    set_meta(&mut request, "managedFields", request_fields);
     let mut new = if t.status {
         // /status: everything but status comes from the stored object.
         let mut new = old.clone();
@@ -483,7 +510,9 @@ fn apply_update(
             };
         }
     }
+    let mut tracked = None;
     if !t.status {
+        tracked = super::apply::builtin_view(t, &mut new);
         prepare_builtin(t, &mut new, Some(&old), &meta::now_rfc3339())?;
         if rt.tracks_generation() && meta::content(&new, false) != meta::content(&old, false) {
             set_meta(
@@ -498,6 +527,12 @@ fn apply_update(
         }
     }
     let warnings = admit(t, &mut new, Some(&old), opts)?;
+    let view = super::apply::View {
+        tracked: tracked.as_ref(),
+        request: &request,
+        old: &old,
+    };
+    super::apply::record_managed(t, &mut new, &view, opts, &meta::now_rfc3339());
     let mut stored_new = to_storage(&rt, new);
     set_meta(
         &mut stored_new,
