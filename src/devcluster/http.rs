@@ -19,7 +19,9 @@ use serde_json::{json, Value};
 use super::convert::from_storage;
 use super::delete::{self, DeleteOpts, Propagation};
 use super::discovery;
+use super::paging::{self, ListScope, PageRequest};
 use super::patch::PatchKind;
+use super::registry::Flavor;
 use super::route::{self, ResourcePath, Route, Target};
 use super::schema::FieldValidation;
 use super::selectors::{selectable_fields, FieldSelector, LabelSelector};
@@ -329,22 +331,38 @@ fn list(
     params: &Params,
 ) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(t, params)?;
-    let (items, rv) = {
-        let store = shared.lock();
-        let items: Vec<Value> = store
-            .list(&t.rt.storage, t.namespace.as_deref())
-            .filter(|(_, v)| labels.matches(v) && fields.matches(v))
-            .map(|(_, v)| from_storage(&t.rt, &t.version, v))
-            .collect();
-        (items, store.rv().to_string())
+    let req = PageRequest::parse(
+        params.get("limit").map(String::as_str),
+        params.get("continue").map(String::as_str),
+        params.get("resourceVersion").map(String::as_str),
+    )?;
+    let scope = ListScope {
+        storage: &t.rt.storage,
+        namespace: t.namespace.as_deref(),
+        namespaced: t.rt.namespaced,
+        filtered: !labels.is_empty() || !fields.is_empty(),
+        single_name: fields.single_name().is_some(),
     };
+    let page = {
+        let store = shared.lock();
+        paging::page(&store, &scope, &req, |v| {
+            labels.matches(v) && fields.matches(v)
+        })?
+    };
+    let items: Vec<Value> = page
+        .items
+        .iter()
+        .map(|v| from_storage(&t.rt, &t.version, v))
+        .collect();
     if let Some(include) = table_request(headers, params) {
-        return ok(table::table(&t.rt, &t.version, &items, Some(rv), include));
+        let mut doc = table::table(&t.rt, &t.version, &items, None, include);
+        doc["metadata"] = page.metadata(false);
+        return ok(doc);
     }
     ok(json!({
         "kind": t.rt.list_kind,
         "apiVersion": t.rt.api_version(&t.version),
-        "metadata": {"resourceVersion": rv},
+        "metadata": page.metadata(t.rt.flavor == Flavor::Custom),
         "items": items,
     }))
 }

@@ -10,7 +10,8 @@
 //! - `write`, `delete`: the verbs' rules (metadata, preconditions, status subresource,
 //!   finalizers, garbage collection, namespace and CRD cleanup).
 //! - `watch`: watch streams. `discovery`: discovery and OpenAPI v3 documents. `table`: server-
-//!   side printing. `selectors`, `patch`, `convert`, `meta`: their namesakes.
+//!   side printing. `paging`: `limit`/`continue`. `selectors`, `patch`, `convert`, `meta`:
+//!   their namesakes.
 //! - `registry`, `crd`: the served types. `persist`: `--data-dir`. `kubeconfig`.
 //! - [`schema`]: structural-schema admission of custom resources (owned separately).
 //!
@@ -19,8 +20,7 @@
 //! Deliberate simplifications (each documented where it lives): only the legacy discovery
 //! format (kubectl falls back from the aggregated one); a minimal OpenAPI v3 without schemas
 //! (no `kubectl explain`); no server-side apply (415) and strategic merge patch applied as a
-//! merge patch on built-ins; `limit`/`continue` ignored (lists come whole); no
-//! `managedFields`; `propagationPolicy: Foreground` behaves as `Background`; CRD conversion
+//! merge patch on built-ins; no `managedFields`; `propagationPolicy: Foreground` behaves as `Background`; CRD conversion
 //! `None` only and names never conflict; protobuf accepted only for the built-ins kubectl's
 //! generators send; one global lock (fine for a dev server); the `--data-dir` snapshot is the
 //! whole state, written shortly after each burst of changes and at shutdown (a SIGKILL can
@@ -36,6 +36,7 @@ mod fields;
 mod http;
 mod kubeconfig;
 mod meta;
+mod paging;
 mod patch;
 mod persist;
 mod protobuf;
