@@ -79,13 +79,20 @@ async fn stale_resource_version_update_is_a_conflict() {
     );
     assert_eq!(details.kind, "widgets");
 
-    // Without a resourceVersion the update is unconditional.
+    // Custom resources allow no unconditional update: without a resourceVersion, kube-apiserver
+    // answers 422 naming metadata.resourceVersion.
     stale.metadata.resource_version = None;
-    let forced = api
-        .replace("w", &pp, &stale)
-        .await
-        .expect("unconditional update");
-    assert_eq!(data(&forced)["spec"]["size"], 4);
+    let status = api_error(api.replace("w", &pp, &stale).await);
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert!(
+        status.message.ends_with(
+            "metadata.resourceVersion: Invalid value: 0: must be specified for an update"
+        ),
+        "{}",
+        status.message
+    );
+    let current = api.get("w").await.expect("get");
+    assert_eq!(data(&current)["spec"], data(&newer)["spec"]);
 }
 
 #[tokio::test]

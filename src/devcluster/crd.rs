@@ -136,6 +136,17 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
         }
         seen.push(vname);
         if let Some(schema) = v["schema"].get("openAPIV3Schema") {
+            // kube-apiserver reports on its internal version, where a schema every version
+            // shares is `spec.validation`.
+            let shared = versions
+                .iter()
+                .all(|o| o["schema"].get("openAPIV3Schema") == Some(schema));
+            let at = if shared {
+                "spec.validation.openAPIV3Schema".to_string()
+            } else {
+                format!("spec.versions[{i}].schema.openAPIV3Schema")
+            };
+            untyped_fields(schema, &at, &mut errors);
             if let Err(msg) = CompiledSchema::compile(schema) {
                 errors.push(invalid(
                     &format!("spec.versions[{i}].schema.openAPIV3Schema"),
@@ -153,6 +164,35 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
         ));
     }
     errors
+}
+
+/// The structural-schema rule that every specified property and array item has a `type`
+/// (unless it is `x-kubernetes-int-or-string` or `x-kubernetes-preserve-unknown-fields`).
+fn untyped_fields(node: &Value, at: &str, errors: &mut Vec<FieldError>) {
+    let typed = |n: &Value| {
+        n["type"].as_str().is_some_and(|t| !t.is_empty())
+            || n["x-kubernetes-int-or-string"] == true
+            || n["x-kubernetes-preserve-unknown-fields"] == true
+    };
+    let mut check = |child: &Value, path: String, what: &str| {
+        if !typed(child) {
+            errors.push(FieldError {
+                kind: FieldErrorKind::Required,
+                field: format!("{path}.type"),
+                bad_value: None,
+                detail: format!("must not be empty for specified {what}"),
+            });
+        }
+        untyped_fields(child, &path, errors);
+    };
+    if let Some(props) = node["properties"].as_object() {
+        for (name, child) in props {
+            check(child, format!("{at}.properties[{name}]"), "object fields");
+        }
+    }
+    if node["items"].is_object() {
+        check(&node["items"], format!("{at}.items"), "array items");
+    }
 }
 
 /// Fills what kube-apiserver defaults and sets on a CRD being written: `names.singular`,

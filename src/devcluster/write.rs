@@ -67,6 +67,21 @@ fn check_body(t: &Target, body: Value) -> Result<Value, ApiError> {
              ({want_av})"
         )));
     }
+    if !kind.is_empty() && kind != t.rt.kind && t.rt.flavor == Flavor::Custom {
+        // Custom resources decode as unstructured: the kind is refused by validation.
+        let error = FieldError {
+            kind: FieldErrorKind::Invalid,
+            field: "kind".into(),
+            bad_value: Some(json!(kind)),
+            detail: format!("must be {}", t.rt.kind),
+        };
+        return Err(ApiError::Invalid(invalid_status(
+            &kind,
+            &t.rt.group,
+            meta_str(&obj, "name"),
+            &[error],
+        )));
+    }
     if !kind.is_empty() && kind != t.rt.kind {
         return Err(ApiError::BadRequest(format!(
             "the kind in the data ({kind}) does not match the expected kind ({})",
@@ -378,6 +393,23 @@ pub fn update(
     }
     settle_namespace(t, &mut obj)?;
     let key = t.key(&name);
+    // Custom resources and CRDs do not allow unconditional updates (their strategies'
+    // AllowUnconditionalUpdate is false); kube-apiserver names the plural resource here.
+    let requires_rv = matches!(t.rt.flavor, Flavor::Custom | Flavor::Builtin(Builtin::Crd));
+    if requires_rv && meta_str(&obj, "resourceVersion").is_empty() && store.get(&key).is_some() {
+        let error = FieldError {
+            kind: FieldErrorKind::Invalid,
+            field: "metadata.resourceVersion".into(),
+            bad_value: Some(json!(0)),
+            detail: "must be specified for an update".into(),
+        };
+        return Err(ApiError::Invalid(invalid_status(
+            &t.rt.plural,
+            &t.rt.group,
+            &name,
+            &[error],
+        )));
+    }
     match store.get(&key).cloned() {
         Some(old) => apply_update(store, t, &key, obj, &old, opts),
         None if allows_create_on_update(&t.rt) && !t.status => {
