@@ -456,3 +456,36 @@ async fn list_pages_carry_remaining_item_count_and_a_consistent_snapshot() {
         other => panic!("a garbage token is a bad request: {other:?}"),
     }
 }
+
+/// The project's CRDs (`crds/`), applied as a user would, and established.
+fn apply_project_crds(c: &TestCluster) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    c.kubectl_ok(&["apply", "-f", &dir.to_string_lossy()]);
+    c.kubectl_ok(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "--timeout=30s",
+        "crd/agentruns.agentrt.dev",
+        "crd/approvals.agentrt.dev",
+    ]);
+}
+
+#[tokio::test]
+async fn explain_reads_the_crd_schema_from_openapi_v3() {
+    let c = TestCluster::start().await;
+    apply_project_crds(&c);
+    let out = c.kubectl_ok(&["explain", "agentrun.spec.tools"]);
+    assert!(out.contains("KIND:       AgentRun"), "{out}");
+    assert!(out.contains("FIELD: tools <[]Object>"), "{out}");
+    assert!(out.contains("inputSchema\t<Object> -required-"), "{out}");
+    let recursive = c.kubectl_ok(&["explain", "agentruns.spec", "--recursive"]);
+    assert!(recursive.contains("FIELD: spec <Object>"), "{recursive}");
+    assert!(
+        recursive.contains("  agent\t<Object> -required-")
+            && recursive.contains("      baseURL\t<string> -required-"),
+        "{recursive}"
+    );
+    let meta = c.kubectl_ok(&["explain", "approval.metadata.name"]);
+    assert!(meta.contains("FIELD: name <string>"), "{meta}");
+}

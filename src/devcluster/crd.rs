@@ -319,6 +319,7 @@ pub fn resource_type(crd: &Value) -> Result<ResourceType, String> {
             None
         };
         versions.push(VersionSpec {
+            published: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
             status_subresource: v["subresources"].get("status").is_some(),
             columns: columns(v),
             schema,

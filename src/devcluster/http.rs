@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use super::convert::from_storage;
 use super::delete::{self, DeleteOpts, Propagation};
 use super::discovery;
+use super::openapi;
 use super::paging::{self, ListScope, PageRequest};
 use super::patch::PatchKind;
 use super::registry::Flavor;
@@ -148,9 +149,9 @@ fn dispatch(
         Route::GroupVersion(g, v) => {
             ok(discovery::resource_list(&registry, &g, &v).ok_or(ApiError::NoRoute)?)
         }
-        Route::OpenApiRoot => ok(discovery::openapi_root(&registry)),
+        Route::OpenApiRoot => ok(openapi::root(&registry)),
         Route::OpenApi(g, v) => {
-            ok(discovery::openapi_group_version(&registry, &g, &v).ok_or(ApiError::NoRoute)?)
+            ok(openapi::group_version(&registry, &g, &v).ok_or(ApiError::NoRoute)?)
         }
         Route::Resource(p) => {
             let t = route::resolve(&registry, &p)?;

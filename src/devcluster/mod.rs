@@ -8,22 +8,24 @@
 //! - `http`, `route`: the HTTP layer and path routing.
 //! - `store`: objects, the global resourceVersion, the change history.
 //! - `write`, `delete`: the verbs' rules (metadata, preconditions, status subresource,
-//!   finalizers, garbage collection, namespace and CRD cleanup).
-//! - `watch`: watch streams. `discovery`: discovery and OpenAPI v3 documents. `table`: server-
-//!   side printing. `paging`: `limit`/`continue`. `selectors`, `patch`, `convert`, `meta`:
-//!   their namesakes.
+//!   finalizers, garbage collection, namespace and CRD cleanup); `intake`: what a written body
+//!   must be before them.
+//! - `watch`: watch streams. `discovery`: discovery documents. `openapi`: OpenAPI v3 (CRD
+//!   schemas for `kubectl explain`). `table`: server-side printing. `paging`:
+//!   `limit`/`continue`. `selectors`, `patch`, `convert`, `meta`: their namesakes.
 //! - `registry`, `crd`: the served types. `persist`: `--data-dir`. `kubeconfig`.
 //! - [`schema`]: structural-schema admission of custom resources (owned separately).
 //!
 //! It knows nothing about agentrt's own types.
 //!
 //! Deliberate simplifications (each documented where it lives): only the legacy discovery
-//! format (kubectl falls back from the aggregated one); a minimal OpenAPI v3 without schemas
-//! (no `kubectl explain`); no server-side apply (415) and strategic merge patch applied as a
-//! merge patch on built-ins; no `managedFields`; `propagationPolicy: Foreground` behaves as `Background`; CRD conversion
-//! `None` only and names never conflict; protobuf accepted only for the built-ins kubectl's
-//! generators send; one global lock (fine for a dev server); the `--data-dir` snapshot is the
-//! whole state, written shortly after each burst of changes and at shutdown (a SIGKILL can
+//! format (kubectl falls back from the aggregated one); OpenAPI v3 schemas for custom resources
+//! only (no `kubectl explain` of built-ins); no server-side apply (415) and strategic merge
+//! patch applied as a merge patch on built-ins; no `managedFields`; `propagationPolicy:
+//! Foreground` behaves as `Background`; CRD conversion `None` only and names never conflict;
+//! protobuf accepted only for the built-ins kubectl's generators send; one global lock (fine
+//! for a dev server); the `--data-dir` snapshot is the whole state, written shortly after each
+//! burst of changes and at shutdown (a SIGKILL can
 //! lose the last ~50 ms).
 
 mod audit;
@@ -34,8 +36,10 @@ mod discovery;
 mod error;
 mod fields;
 mod http;
+mod intake;
 mod kubeconfig;
 mod meta;
+mod openapi;
 mod paging;
 mod patch;
 mod persist;
