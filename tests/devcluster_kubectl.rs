@@ -489,3 +489,28 @@ async fn explain_reads_the_crd_schema_from_openapi_v3() {
     let meta = c.kubectl_ok(&["explain", "approval.metadata.name"]);
     assert!(meta.contains("FIELD: name <string>"), "{meta}");
 }
+
+#[tokio::test]
+async fn auth_can_i_answers_yes_for_the_clusters_admin() {
+    let c = TestCluster::start().await;
+    apply_project_crds(&c);
+    assert_eq!(
+        c.kubectl_ok(&["auth", "can-i", "create", "agentruns"])
+            .trim(),
+        "yes"
+    );
+    assert_eq!(
+        c.kubectl_ok(&["auth", "can-i", "delete", "approvals.agentrt.dev", "-A"])
+            .trim(),
+        "yes"
+    );
+    assert_eq!(
+        c.kubectl_ok(&["auth", "can-i", "get", "/healthz"]).trim(),
+        "yes"
+    );
+    let resources = c.kubectl_ok(&["api-resources", "--api-group=authorization.k8s.io"]);
+    assert!(
+        resources.contains("selfsubjectaccessreviews"),
+        "{resources}"
+    );
+}

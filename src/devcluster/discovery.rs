@@ -13,6 +13,7 @@
 use serde_json::{json, Value};
 
 use super::registry::{api_version, Registry, ResourceType, VERBS};
+use super::review::RESOURCES;
 
 /// The Kubernetes version this server answers as.
 pub const KUBE_VERSION: &str = "v1.32.0";
@@ -60,8 +61,16 @@ pub fn groups(registry: &Registry) -> Value {
         .into_iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, vs)| group_doc(&g, &vs))
+        .chain(review_groups().map(|g| group_doc(g, &["v1".to_string()])))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// The groups of the access reviews (`review.rs`), each served at `v1` only.
+fn review_groups() -> impl Iterator<Item = &'static str> {
+    let mut groups: Vec<&str> = RESOURCES.iter().map(|(g, ..)| *g).collect();
+    groups.dedup();
+    groups.into_iter()
 }
 
 /// `/apis/{group}`, or `None` when the group is not served.
@@ -69,6 +78,7 @@ pub fn group(registry: &Registry, name: &str) -> Option<Value> {
     let (g, vs) = registry
         .groups()
         .into_iter()
+        .chain(review_groups().map(|g| (g.to_string(), vec!["v1".to_string()])))
         .find(|(g, _)| g == name && !g.is_empty())?;
     let mut doc = group_doc(&g, &vs);
     if let Some(map) = doc.as_object_mut() {
@@ -100,10 +110,15 @@ fn resource_entry(rt: &ResourceType) -> Value {
 /// `/api/v1` or `/apis/{group}/{version}`, or `None` when not served.
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let types = registry.in_group_version(group, version);
-    if types.is_empty() {
+    let reviews = if version == "v1" {
+        super::review::resources(group)
+    } else {
+        Vec::new()
+    };
+    if types.is_empty() && reviews.is_empty() {
         return None;
     }
-    let mut resources = Vec::new();
+    let mut resources = reviews;
     for rt in &types {
         resources.push(resource_entry(rt));
         if rt.has_status(version) {

@@ -86,6 +86,23 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             &super::audit::self_subject_review(),
             &[],
         )
+    } else if path.trim_end_matches('/') == super::review::SELF_SUBJECT_ACCESS_REVIEWS {
+        match parts.method {
+            Method::POST => match parse_body(&parts.headers, &body)
+                .and_then(|review| super::review::self_subject_access_review(&review))
+            {
+                Ok(answer) => json_response(StatusCode::CREATED, &answer, &[]),
+                Err(e) => error(&e),
+            },
+            _ => json_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "reason": "MethodNotAllowed", "details": {},
+                        "message": "the server does not allow this method on the requested \
+                                    resource", "code": 405}),
+                &[],
+            ),
+        }
     } else {
         match dispatch(&shared, &parts.method, &path, &parts.headers, &params, body) {
             Ok(resp) => resp,

@@ -13,7 +13,7 @@
 //! - `watch`: watch streams. `discovery`: discovery documents. `openapi`: OpenAPI v3 (CRD
 //!   schemas for `kubectl explain`). `table`: server-side printing. `paging`:
 //!   `limit`/`continue`. `selectors`, `patch`, `convert`, `meta`: their namesakes.
-//! - `registry`, `crd`: the served types. `persist`: `--data-dir`. `kubeconfig`.
+//! - `registry`, `crd`: the served types. `review`: access reviews (`kubectl auth can-i`). `persist`: `--data-dir`. `kubeconfig`.
 //! - [`schema`]: structural-schema admission of custom resources (owned separately).
 //!
 //! It knows nothing about agentrt's own types.
@@ -45,6 +45,7 @@ mod patch;
 mod persist;
 mod protobuf;
 mod registry;
+mod review;
 mod route;
 pub mod schema;
 mod selectors;
