@@ -1,6 +1,7 @@
 //! kubectl 1.32 against the API server (the embedded `agentrt dev`, or a real cluster when
 //! `AGENTRT_TEST_KUBECONFIG` is set): apply, get with printer columns, patch, delete, watch,
-//! api-resources and selectors, as a person would use them.
+//! api-resources and selectors, `get --chunk-size`, `explain` (OpenAPI v3 schemas) and
+//! `auth can-i`, as a person would use them.
 
 mod support;
 
