@@ -24,7 +24,7 @@ use super::paging::{self, ListScope, PageRequest};
 use super::patch::PatchKind;
 use super::registry::Flavor;
 use super::route::{self, ResourcePath, Route, Target};
-use super::schema::FieldValidation;
+use super::schema::{invalid_status, FieldError, FieldErrorKind, FieldValidation};
 use super::selectors::{selectable_fields, FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::status::ApiError;
@@ -106,6 +106,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     } else {
         match dispatch(&shared, &parts.method, &path, &parts.headers, &params, body) {
             Ok(resp) => resp,
+            Err(ApiError::NoRoute) if !answers_not_found_as_status(&path) => page_not_found(),
             Err(e) => error(&e),
         }
     };
@@ -118,6 +119,41 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         log.record(&entry, response.status().as_u16(), agent);
     }
     response
+}
+
+/// Whether kube-apiserver answers an unknown path with a JSON `Status`: under `/api` and the
+/// built-in groups (its own API groups end in `.k8s.io`, or carry a legacy name). Unknown
+/// groups, CRD groups and other paths get Go's plain-text `404 page not found`.
+fn answers_not_found_as_status(path: &str) -> bool {
+    const LEGACY: [&str; 6] = [
+        "apps",
+        "batch",
+        "autoscaling",
+        "policy",
+        "extensions",
+        "events",
+    ];
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["api", ..] => true,
+        ["apis", group, _, ..] => group.ends_with(".k8s.io") || LEGACY.contains(group),
+        _ => false,
+    }
+}
+
+/// Go's `http.NotFound`.
+fn page_not_found() -> Response {
+    let mut resp = (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
 }
 
 /// A `Status` error response.
@@ -200,16 +236,26 @@ fn table_request(headers: &HeaderMap, params: &Params) -> Option<IncludeObject> 
     wants.then(|| IncludeObject::parse(params.get("includeObject").map_or("", |s| s.as_str())))
 }
 
-fn write_opts(params: &Params) -> Result<WriteOpts, ApiError> {
+/// The options of a write; `options_kind` (`CreateOptions`, `UpdateOptions`, `PatchOptions`)
+/// names them in kube-apiserver's 422 for a bad `fieldValidation`.
+fn write_opts(params: &Params, options_kind: &str) -> Result<WriteOpts, ApiError> {
     let validation = match params.get("fieldValidation").map(String::as_str) {
         None | Some("") | Some("Warn") => FieldValidation::Warn,
         Some("Strict") => FieldValidation::Strict,
         Some("Ignore") => FieldValidation::Ignore,
         Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \
-                 \"Strict\", \"Warn\""
-            )))
+            let error = FieldError {
+                kind: FieldErrorKind::NotSupported,
+                field: "fieldValidation".into(),
+                bad_value: Some(json!(other)),
+                detail: "supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"".into(),
+            };
+            return Err(ApiError::Invalid(invalid_status(
+                options_kind,
+                "meta.k8s.io",
+                "",
+                &[error],
+            )));
         }
     };
     Ok(WriteOpts {
@@ -279,13 +325,13 @@ fn resource(
         Method::GET if !t.status => list(shared, &t, headers, params),
         Method::POST if !has_name && !t.status && !all_namespaces => {
             let obj = parse_body(headers, &body)?;
-            let opts = write_opts(params)?;
+            let opts = write_opts(params, "CreateOptions")?;
             let w = write::create(&mut shared.lock(), &t, obj, &opts)?;
             Ok(written(w))
         }
         Method::PUT if has_name => {
             let obj = parse_body(headers, &body)?;
-            let opts = write_opts(params)?;
+            let opts = write_opts(params, "UpdateOptions")?;
             let w = write::update(&mut shared.lock(), &t, obj, &opts)?;
             if super::meta::is_deleting(&w.object) {
                 shared.gc.notify_one();
@@ -299,7 +345,7 @@ fn resource(
                 .unwrap_or("");
             let kind = PatchKind::from_content_type(content_type)
                 .ok_or_else(|| super::patch::unsupported(t.rt.builtin().is_some()))?;
-            let opts = write_opts(params)?;
+            let opts = write_opts(params, "PatchOptions")?;
             let w = write::patch(&mut shared.lock(), &t, kind, &body, &opts)?;
             if super::meta::is_deleting(&w.object) {
                 shared.gc.notify_one();
