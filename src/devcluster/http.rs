@@ -399,6 +399,10 @@ fn list(
         params.get("limit").map(String::as_str),
         params.get("continue").map(String::as_str),
         params.get("resourceVersion").map(String::as_str),
+    )?
+    .with_match(
+        params.get("resourceVersion").map(String::as_str),
+        params.get("resourceVersionMatch").map(String::as_str),
     )?;
     let scope = ListScope {
         storage: &t.rt.storage,

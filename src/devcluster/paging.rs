@@ -12,6 +12,8 @@
 //! - every page of one list is served at the first page's resourceVersion (a consistent
 //!   snapshot, rebuilt from the change history); a token older than the history answers 410
 //!   `Expired` with a token (`rv: -1`) that continues inconsistently at the latest state;
+//! - `resourceVersion=N&resourceVersionMatch=Exact` lists the snapshot at N (410 when the
+//!   history no longer reaches it), and its pages continue at N;
 //! - `limit` is ignored with `resourceVersion=0` (kube-apiserver serves those from its cache),
 //!   and a `metadata.name=` field selector lists one key, so it never paginates.
 
@@ -21,6 +23,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+use super::schema::{invalid_status, FieldError, FieldErrorKind};
 use super::status::ApiError;
 use super::store::{ObjKey, Store};
 
@@ -33,6 +36,8 @@ pub struct PageRequest {
     pub limit: Option<u64>,
     /// The decoded `continue` token.
     pub continue_from: Option<ContinueToken>,
+    /// `resourceVersion=N&resourceVersionMatch=Exact`: the list as it was at N.
+    pub exact: Option<u64>,
 }
 
 /// A decoded continue token.
@@ -89,7 +94,70 @@ impl PageRequest {
         Ok(PageRequest {
             limit,
             continue_from,
+            exact: None,
         })
+    }
+
+    /// Adds `resourceVersionMatch`, checked as kube-apiserver's ListOptions validation does.
+    ///
+    /// # Errors
+    /// 422 Invalid on `ListOptions` for an unknown match, a match without a resourceVersion, or
+    /// `Exact` at `0`; 400 for a resourceVersion that is not a number.
+    pub fn with_match(
+        mut self,
+        resource_version: Option<&str>,
+        version_match: Option<&str>,
+    ) -> Result<PageRequest, ApiError> {
+        let rv = resource_version.unwrap_or("");
+        let m = version_match.unwrap_or("");
+        let refuse = |kind, bad_value, detail: String| {
+            let error = FieldError {
+                kind,
+                field: "resourceVersionMatch".into(),
+                bad_value,
+                detail,
+            };
+            Err(ApiError::Invalid(invalid_status(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                &[error],
+            )))
+        };
+        if !matches!(m, "" | "Exact" | "NotOlderThan") {
+            return refuse(
+                FieldErrorKind::NotSupported,
+                Some(json!(m)),
+                "supported values: \"Exact\", \"NotOlderThan\", \"\"".into(),
+            );
+        }
+        if !m.is_empty() && rv.is_empty() {
+            return refuse(
+                FieldErrorKind::Forbidden,
+                None,
+                "resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+            );
+        }
+        if m == "Exact" && rv == "0" {
+            return refuse(
+                FieldErrorKind::Forbidden,
+                None,
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into(),
+            );
+        }
+        let parsed = match rv {
+            "" => None,
+            rv => Some(rv.parse::<u64>().map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "invalid resource version: resourceVersion: Invalid value: {rv:?}: \
+                     strconv.ParseUint: parsing {rv:?}: invalid syntax"
+                ))
+            })?),
+        };
+        if m == "Exact" {
+            self.exact = parsed;
+        }
+        Ok(self)
     }
 }
 
@@ -232,8 +300,25 @@ pub fn page(
     matches: impl Fn(&Value) -> bool,
 ) -> Result<Page, ApiError> {
     let across = scope.namespaced && scope.namespace.is_none();
-    let (objects, rv) = match &req.continue_from {
-        Some(token) if token.rv > 0 => {
+    let (objects, rv) = match (&req.continue_from, req.exact) {
+        (None, Some(rv)) => match store.list_at(scope.storage, scope.namespace, rv) {
+            Ok(objects) => (objects, rv),
+            // A version ahead of the store is served as the latest (kube-apiserver waits for
+            // it, then times out).
+            Err(_) if rv > store.rv() => (
+                store
+                    .list(scope.storage, scope.namespace)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<BTreeMap<_, _>>(),
+                store.rv(),
+            ),
+            Err(_) => {
+                return Err(ApiError::Expired(
+                    "The resourceVersion for the provided list is too old.".into(),
+                ))
+            }
+        },
+        (Some(token), _) if token.rv > 0 => {
             let rv = u64::try_from(token.rv).unwrap_or(0);
             match store.list_at(scope.storage, scope.namespace, rv) {
                 Ok(objects) => (objects, rv),
@@ -248,7 +333,7 @@ pub fn page(
                 }
             }
         }
-        _ => (
+        (_, _) => (
             store
                 .list(scope.storage, scope.namespace)
                 .map(|(k, v)| (k.clone(), v.clone()))
@@ -371,6 +456,7 @@ mod tests {
         let req = PageRequest {
             limit: Some(2),
             continue_from: None,
+            exact: None,
         };
         let first = page(&s, &scope(), &req, |_| true).expect("page");
         assert_eq!(names(&first), ["cm1", "cm2"]);
@@ -388,6 +474,7 @@ mod tests {
         let req = PageRequest {
             limit: Some(2),
             continue_from: Some(ContinueToken::decode(&token).expect("token")),
+            exact: None,
         };
         let second = page(&s, &scope(), &req, |_| true).expect("page");
         assert_eq!(names(&second), ["cm3", "cm4"]);
@@ -401,10 +488,42 @@ mod tests {
         let req = PageRequest {
             limit: Some(2),
             continue_from: None,
+            exact: None,
         };
         let p = page(&s, &scope(), &req, |_| true).expect("page");
         assert_eq!(p.continue_token, None);
         assert_eq!(p.remaining, None);
+    }
+
+    #[test]
+    fn exact_lists_serve_the_snapshot_or_expire() {
+        let mut s = store_with(&["a", "b"]);
+        let at = s.rv();
+        s.put(
+            ObjKey {
+                storage: Arc::from("configmaps"),
+                namespace: "pg".into(),
+                name: "c".into(),
+            },
+            json!({"metadata": {"name": "c"}}),
+            ChangeKind::Added,
+        );
+        let req = PageRequest::default()
+            .with_match(Some(&at.to_string()), Some("Exact"))
+            .expect("valid");
+        let p = page(&s, &scope(), &req, |_| true).expect("page");
+        assert_eq!(names(&p), ["a", "b"]);
+        let req = PageRequest::default()
+            .with_match(Some("1"), Some("Exact"))
+            .expect("valid");
+        assert!(matches!(
+            page(&s, &scope(), &req, |_| true),
+            Err(ApiError::Expired(_))
+        ));
+        for (rv, m) in [(Some("0"), "Exact"), (None, "Exact"), (Some("5"), "Bogus")] {
+            let r = PageRequest::default().with_match(rv, Some(m));
+            assert!(matches!(r, Err(ApiError::Invalid(_))), "{rv:?} {m}");
+        }
     }
 
     #[test]
