@@ -1,6 +1,7 @@
 //! The kube-rs client against the API server: compare-and-set updates, leases, errors as
 //! `Status` objects, generation and the status subresource, generateName, selectors, both
-//! event APIs, dry runs and deletecollection.
+//! event APIs, dry runs, deletecollection and list pagination (`limit`/`continue`, an expired
+//! continue token).
 
 mod support;
 
@@ -381,4 +382,95 @@ async fn dry_run_stores_nothing_and_deletecollection_honours_selectors() {
         .filter(|n| !published_by_the_control_plane(n))
         .collect();
     assert_eq!(left, ["a"]);
+}
+
+#[tokio::test]
+async fn configmap_lists_page_with_kube_rs_list_params() {
+    let c = TestCluster::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    for name in ["page-1", "page-2", "page-3"] {
+        let cm: ConfigMap = object(json!({"metadata": {"name": name, "labels": {"paged": "yes"}}}));
+        cms.create(&PostParams::default(), &cm)
+            .await
+            .expect("created");
+    }
+    let mut names = Vec::new();
+    let mut params = ListParams::default().labels("paged=yes").limit(2);
+    let mut pages = 0;
+    loop {
+        let page = cms.list(&params).await.expect("page");
+        pages += 1;
+        names.extend(page.items.iter().filter_map(|cm| cm.metadata.name.clone()));
+        // With a selector no remainingItemCount is given.
+        assert_eq!(page.metadata.remaining_item_count, None);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["page-1", "page-2", "page-3"]);
+    assert_eq!(pages, 2);
+}
+
+/// Embedded only: a real server keeps old snapshots for minutes, so its 410 cannot be provoked
+/// on demand.
+#[tokio::test]
+async fn a_continue_token_older_than_the_history_is_expired_with_a_fresh_token() {
+    let c = TestCluster::start_with(support::cluster::Options {
+        watch_history: Some(3),
+        ..Default::default()
+    })
+    .await;
+    if !c.is_embedded() {
+        return;
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    let create = |name: &'static str| {
+        let cms = cms.clone();
+        async move {
+            let cm: ConfigMap = object(json!({"metadata": {"name": name}}));
+            cms.create(&PostParams::default(), &cm)
+                .await
+                .expect("created");
+        }
+    };
+    create("a").await;
+    create("b").await;
+    let first = cms
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("page");
+    let token = first.metadata.continue_.expect("more follow");
+    for name in ["c", "d", "e", "f"] {
+        create(name).await;
+    }
+    let status = api_error(
+        cms.list(&ListParams::default().limit(1).continue_token(&token))
+            .await,
+    );
+    assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+    // The Status carries a token continuing at the latest state (`rv: -1`).
+    let req = http::Request::get(format!(
+        "/api/v1/namespaces/{}/configmaps?limit=1&continue={token}",
+        c.namespace()
+    ))
+    .body(kube::client::Body::from(Vec::new()))
+    .expect("request");
+    let resp = c.client().send(req).await.expect("answered");
+    let bytes = resp.into_body().collect_bytes().await.expect("body");
+    let status: Value = serde_json::from_slice(&bytes).expect("JSON");
+    let fresh = status["metadata"]["continue"]
+        .as_str()
+        .expect("a fresh token")
+        .to_string();
+    let rest = cms
+        .list(&ListParams::default().continue_token(&fresh))
+        .await
+        .expect("inconsistent continuation");
+    let names: Vec<String> = rest
+        .items
+        .iter()
+        .filter_map(|cm| cm.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["b", "c", "d", "e", "f"]);
 }

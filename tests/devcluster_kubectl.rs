@@ -1,6 +1,7 @@
 //! kubectl 1.32 against the API server (the embedded `agentrt dev`, or a real cluster when
 //! `AGENTRT_TEST_KUBECONFIG` is set): apply, get with printer columns, patch, delete, watch,
-//! api-resources and selectors, as a person would use them.
+//! api-resources and selectors, `get --chunk-size`, `explain` (OpenAPI v3 schemas) and
+//! `auth can-i`, as a person would use them.
 
 mod support;
 
@@ -351,4 +352,162 @@ async fn server_side_apply_and_client_side_apply_both_work() {
     assert!(shown.contains("operation: Apply"), "{shown}");
     let hidden = c.kubectl_ok(&["get", "widgets", "-o", "yaml"]);
     assert!(!hidden.contains("managedFields"), "{hidden}");
+}
+
+#[tokio::test]
+async fn get_with_chunk_size_pages_through_the_list_with_continue() {
+    let c = cluster_with_widgets().await;
+    let widget = |name: &str| {
+        format!(
+            "apiVersion: example.dev/v1\nkind: Widget\nmetadata:\n  name: {name}\nspec:\n  \
+             color: blue\n  size: 1\n"
+        )
+    };
+    for name in ["page-a", "page-b"] {
+        let out = c.kubectl_stdin(&["apply", "-f", "-"], &widget(name));
+        assert!(out.status.success(), "{out:?}");
+    }
+    // Five widgets: three requests of two, the last without `continue`.
+    let out = c.kubectl(&["get", "widgets", "--chunk-size=2", "-v=6"]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let names: Vec<&str> = stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        names,
+        ["blue-one", "green-one", "page-a", "page-b", "red-one"],
+        "{stdout}"
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    let gets: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("GET") && l.contains("/widgets?"))
+        .collect();
+    assert_eq!(gets.len(), 3, "{log}");
+    assert!(gets[1].contains("continue=") && gets[2].contains("continue="));
+}
+
+#[tokio::test]
+async fn list_pages_carry_remaining_item_count_and_a_consistent_snapshot() {
+    let c = cluster_with_widgets().await;
+    let client = c.client();
+    let path = format!("/apis/example.dev/v1/namespaces/{}/widgets", c.namespace());
+    let get = |query: String| {
+        let client = client.clone();
+        let uri = format!("{path}?{query}");
+        async move {
+            let req = http::Request::get(uri).body(Vec::new()).expect("request");
+            client
+                .request::<serde_json::Value>(req)
+                .await
+                .expect("list answered")
+        }
+    };
+    let first = get("limit=2".into()).await;
+    assert_eq!(first["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(first["metadata"]["remainingItemCount"], 1);
+    let token = first["metadata"]["continue"]
+        .as_str()
+        .expect("continue")
+        .to_string();
+    // A widget created after the first page is not in the rest of this list.
+    let out = c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: example.dev/v1\nkind: Widget\nmetadata:\n  name: zz-late\nspec:\n  \
+         color: blue\n  size: 1\n",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let rest = get(format!("limit=2&continue={token}")).await;
+    let names: Vec<&str> = rest["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["red-one"]);
+    assert_eq!(
+        rest["metadata"]["resourceVersion"],
+        first["metadata"]["resourceVersion"]
+    );
+    // Lists of custom resources always carry `continue`, empty on the last page.
+    assert_eq!(rest["metadata"]["continue"], "", "{rest}");
+    assert!(
+        rest["metadata"].get("remainingItemCount").is_none(),
+        "{rest}"
+    );
+
+    let bad = http::Request::get(format!("{path}?limit=2&continue=garbage"))
+        .body(Vec::new())
+        .expect("request");
+    match client.request::<serde_json::Value>(bad).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (400, "BadRequest"));
+            assert!(
+                status.message.starts_with("invalid continue token"),
+                "{status:?}"
+            );
+        }
+        other => panic!("a garbage token is a bad request: {other:?}"),
+    }
+}
+
+/// The project's CRDs (`crds/`), applied as a user would, and established.
+fn apply_project_crds(c: &TestCluster) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    c.kubectl_ok(&["apply", "-f", &dir.to_string_lossy()]);
+    c.kubectl_ok(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "--timeout=30s",
+        "crd/agentruns.agentrt.dev",
+        "crd/approvals.agentrt.dev",
+    ]);
+}
+
+#[tokio::test]
+async fn explain_reads_the_crd_schema_from_openapi_v3() {
+    let c = TestCluster::start().await;
+    apply_project_crds(&c);
+    let out = c.kubectl_ok(&["explain", "agentrun.spec.tools"]);
+    assert!(out.contains("KIND:       AgentRun"), "{out}");
+    assert!(out.contains("FIELD: tools <[]Object>"), "{out}");
+    assert!(out.contains("inputSchema\t<Object> -required-"), "{out}");
+    let recursive = c.kubectl_ok(&["explain", "agentruns.spec", "--recursive"]);
+    assert!(recursive.contains("FIELD: spec <Object>"), "{recursive}");
+    assert!(
+        recursive.contains("  agent\t<Object> -required-")
+            && recursive.contains("      baseURL\t<string> -required-"),
+        "{recursive}"
+    );
+    let meta = c.kubectl_ok(&["explain", "approval.metadata.name"]);
+    assert!(meta.contains("FIELD: name <string>"), "{meta}");
+}
+
+#[tokio::test]
+async fn auth_can_i_answers_yes_for_the_clusters_admin() {
+    let c = TestCluster::start().await;
+    apply_project_crds(&c);
+    assert_eq!(
+        c.kubectl_ok(&["auth", "can-i", "create", "agentruns"])
+            .trim(),
+        "yes"
+    );
+    assert_eq!(
+        c.kubectl_ok(&["auth", "can-i", "delete", "approvals.agentrt.dev", "-A"])
+            .trim(),
+        "yes"
+    );
+    assert_eq!(
+        c.kubectl_ok(&["auth", "can-i", "get", "/healthz"]).trim(),
+        "yes"
+    );
+    let resources = c.kubectl_ok(&["api-resources", "--api-group=authorization.k8s.io"]);
+    assert!(
+        resources.contains("selfsubjectaccessreviews"),
+        "{resources}"
+    );
 }

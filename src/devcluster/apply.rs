@@ -96,8 +96,8 @@ fn check_config(t: &Target, name: &str, config: Value) -> Result<Value, ApiError
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
     }
-    let mut config = write::check_body(t, config)?;
-    write::settle_namespace(t, &mut config)?;
+    let mut config = super::intake::check_body(t, config)?;
+    super::intake::settle_namespace(t, &mut config)?;
     Ok(config)
 }
 

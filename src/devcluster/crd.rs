@@ -130,6 +130,7 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
     let shared = schemas.len() > 1 || schemas.first().is_some_and(Option::is_some);
     let shared = shared && schemas.windows(2).all(|w| w[0] == w[1]);
     if let (true, Some(Some(schema))) = (shared, schemas.first()) {
+        untyped_fields(schema, "spec.validation.openAPIV3Schema", &mut errors);
         errors.extend(schema_errors(
             schema,
             "spec.validation",
@@ -152,6 +153,7 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
         seen.push(vname);
         if let (false, Some(schema)) = (shared, v["schema"].get("openAPIV3Schema")) {
             let at = format!("spec.versions[{i}].schema");
+            untyped_fields(schema, &format!("{at}.openAPIV3Schema"), &mut errors);
             errors.extend(schema_errors(schema, &at, &at));
         }
     }
@@ -183,6 +185,35 @@ fn schema_errors(schema: &Value, rules_at: &str, structural_at: &str) -> Vec<Fie
             Value::String(String::new()),
             &msg,
         )],
+    }
+}
+
+/// The structural-schema rule that every specified property and array item has a `type`
+/// (unless it is `x-kubernetes-int-or-string` or `x-kubernetes-preserve-unknown-fields`).
+fn untyped_fields(node: &Value, at: &str, errors: &mut Vec<FieldError>) {
+    let typed = |n: &Value| {
+        n["type"].as_str().is_some_and(|t| !t.is_empty())
+            || n["x-kubernetes-int-or-string"] == true
+            || n["x-kubernetes-preserve-unknown-fields"] == true
+    };
+    let mut check = |child: &Value, path: String, what: &str| {
+        if !typed(child) {
+            errors.push(FieldError {
+                kind: FieldErrorKind::Required,
+                field: format!("{path}.type"),
+                bad_value: None,
+                detail: format!("must not be empty for specified {what}"),
+            });
+        }
+        untyped_fields(child, &path, errors);
+    };
+    if let Some(props) = node["properties"].as_object() {
+        for (name, child) in props {
+            check(child, format!("{at}.properties[{name}]"), "object fields");
+        }
+    }
+    if node["items"].is_object() {
+        check(&node["items"], format!("{at}.items"), "array items");
     }
 }
 
@@ -310,6 +341,7 @@ pub fn resource_type(crd: &Value) -> Result<ResourceType, String> {
             None
         };
         versions.push(VersionSpec {
+            published: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
             status_subresource: v["subresources"].get("status").is_some(),
             columns: columns(v),
             schema,

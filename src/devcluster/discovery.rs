@@ -8,17 +8,12 @@
 //! `apidiscovery.k8s.io/v2` format, the `application/json` answer tells client-go to fall back,
 //! exactly as an older server would.
 //!
-//! Also a minimal OpenAPI v3 (`/openapi/v3` and one document per group-version) listing each
-//! resource's PATCH operation with its `x-kubernetes-group-version-kind`, the
-//! `fieldValidation` parameter and the accepted patch types. kubectl 1.32 needs it to use
-//! server-side field validation instead of downloading `/openapi/v2` for client-side validation
-//! (which this server does not serve), and to choose merge patch for custom resources in
-//! `kubectl apply`. The documents carry no schemas (`kubectl explain` is not supported).
+//! The OpenAPI v3 documents are `openapi.rs`'s.
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
-use super::registry::{api_version, Flavor, Registry, ResourceType, VERBS};
+use super::registry::{api_version, Registry, ResourceType, VERBS};
+use super::review::RESOURCES;
 
 /// The Kubernetes version this server answers as.
 pub const KUBE_VERSION: &str = "v1.32.0";
@@ -66,8 +61,16 @@ pub fn groups(registry: &Registry) -> Value {
         .into_iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, vs)| group_doc(&g, &vs))
+        .chain(review_groups().map(|g| group_doc(g, &["v1".to_string()])))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// The groups of the access reviews (`review.rs`), each served at `v1` only.
+fn review_groups() -> impl Iterator<Item = &'static str> {
+    let mut groups: Vec<&str> = RESOURCES.iter().map(|(g, ..)| *g).collect();
+    groups.dedup();
+    groups.into_iter()
 }
 
 /// `/apis/{group}`, or `None` when the group is not served.
@@ -75,6 +78,7 @@ pub fn group(registry: &Registry, name: &str) -> Option<Value> {
     let (g, vs) = registry
         .groups()
         .into_iter()
+        .chain(review_groups().map(|g| (g.to_string(), vec!["v1".to_string()])))
         .find(|(g, _)| g == name && !g.is_empty())?;
     let mut doc = group_doc(&g, &vs);
     if let Some(map) = doc.as_object_mut() {
@@ -106,10 +110,15 @@ fn resource_entry(rt: &ResourceType) -> Value {
 /// `/api/v1` or `/apis/{group}/{version}`, or `None` when not served.
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let types = registry.in_group_version(group, version);
-    if types.is_empty() {
+    let reviews = if version == "v1" {
+        super::review::resources(group)
+    } else {
+        Vec::new()
+    };
+    if types.is_empty() && reviews.is_empty() {
         return None;
     }
-    let mut resources = Vec::new();
+    let mut resources = reviews;
     for rt in &types {
         resources.push(resource_entry(rt));
         if rt.has_status(version) {
@@ -128,103 +137,6 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
         "groupVersion": api_version(group, version),
         "resources": resources,
     }))
-}
-
-fn openapi_path(rt: &ResourceType, version: &str) -> String {
-    let prefix = if rt.group.is_empty() {
-        format!("/api/{version}")
-    } else {
-        format!("/apis/{}/{version}", rt.group)
-    };
-    if rt.namespaced {
-        format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", rt.plural)
-    } else {
-        format!("{prefix}/{}/{{name}}", rt.plural)
-    }
-}
-
-/// The OpenAPI v3 document of one group-version, or `None` when not served.
-pub fn openapi_group_version(registry: &Registry, group: &str, version: &str) -> Option<Value> {
-    let types = registry.in_group_version(group, version);
-    if types.is_empty() {
-        return None;
-    }
-    let mut paths = serde_json::Map::new();
-    for rt in &types {
-        let gvk = json!({"group": rt.group, "version": version, "kind": rt.kind});
-        let mut content = serde_json::Map::new();
-        content.insert(
-            "application/json-patch+json".into(),
-            json!({"schema": {"type": "object"}}),
-        );
-        content.insert(
-            "application/merge-patch+json".into(),
-            json!({"schema": {"type": "object"}}),
-        );
-        if rt.flavor != Flavor::Custom {
-            content.insert(
-                "application/strategic-merge-patch+json".into(),
-                json!({"schema": {"type": "object"}}),
-            );
-        }
-        let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string"}});
-        paths.insert(
-            openapi_path(rt, version),
-            json!({
-                "get": {
-                    "operationId": format!("read{}", rt.kind),
-                    "x-kubernetes-action": "get",
-                    "x-kubernetes-group-version-kind": gvk,
-                    "responses": {"200": {"description": "OK"}},
-                },
-                "patch": {
-                    "operationId": format!("patch{}", rt.kind),
-                    "x-kubernetes-action": "patch",
-                    "x-kubernetes-group-version-kind": gvk,
-                    "parameters": [query("dryRun"), query("fieldManager"),
-                                   query("fieldValidation"), query("force")],
-                    "requestBody": {"content": content},
-                    "responses": {"200": {"description": "OK"}},
-                },
-            }),
-        );
-    }
-    Some(json!({
-        "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": KUBE_VERSION},
-        "paths": paths,
-        "components": {"schemas": {}},
-    }))
-}
-
-/// `/openapi/v3`: where each group-version's document is, with a content hash so clients
-/// cache it until it changes.
-pub fn openapi_root(registry: &Registry) -> Value {
-    let mut paths = serde_json::Map::new();
-    for (group, versions) in registry.groups() {
-        for version in versions {
-            let Some(doc) = openapi_group_version(registry, &group, &version) else {
-                continue;
-            };
-            let hash = hex::encode(Sha256::digest(doc.to_string().as_bytes()));
-            let (key, url) = if group.is_empty() {
-                (
-                    format!("api/{version}"),
-                    format!("/openapi/v3/api/{version}"),
-                )
-            } else {
-                (
-                    format!("apis/{group}/{version}"),
-                    format!("/openapi/v3/apis/{group}/{version}"),
-                )
-            };
-            paths.insert(
-                key,
-                json!({"serverRelativeURL": format!("{url}?hash={}", hash.to_uppercase())}),
-            );
-        }
-    }
-    json!({"paths": paths})
 }
 
 #[cfg(test)]

@@ -19,9 +19,12 @@ use serde_json::{json, Value};
 use super::convert::from_storage;
 use super::delete::{self, DeleteOpts, Propagation};
 use super::discovery;
+use super::openapi;
+use super::paging::{self, ListScope, PageRequest};
 use super::patch::PatchKind;
+use super::registry::Flavor;
 use super::route::{self, ResourcePath, Route, Target};
-use super::schema::FieldValidation;
+use super::schema::{invalid_status, FieldError, FieldErrorKind, FieldValidation};
 use super::selectors::{selectable_fields, unknown_field_message, FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::status::ApiError;
@@ -83,9 +86,27 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             &super::audit::self_subject_review(),
             &[],
         )
+    } else if path.trim_end_matches('/') == super::review::SELF_SUBJECT_ACCESS_REVIEWS {
+        match parts.method {
+            Method::POST => match parse_body(&parts.headers, &body)
+                .and_then(|review| super::review::self_subject_access_review(&review))
+            {
+                Ok(answer) => json_response(StatusCode::CREATED, &answer, &[]),
+                Err(e) => error(&e),
+            },
+            _ => json_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "reason": "MethodNotAllowed", "details": {},
+                        "message": "the server does not allow this method on the requested \
+                                    resource", "code": 405}),
+                &[],
+            ),
+        }
     } else {
         match dispatch(&shared, &parts.method, &path, &parts.headers, &params, body) {
             Ok(resp) => resp,
+            Err(ApiError::NoRoute) if !answers_not_found_as_status(&path) => page_not_found(),
             Err(e) => error(&e),
         }
     };
@@ -98,6 +119,41 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         log.record(&entry, response.status().as_u16(), agent);
     }
     response
+}
+
+/// Whether kube-apiserver answers an unknown path with a JSON `Status`: under `/api` and the
+/// built-in groups (its own API groups end in `.k8s.io`, or carry a legacy name). Unknown
+/// groups, CRD groups and other paths get Go's plain-text `404 page not found`.
+fn answers_not_found_as_status(path: &str) -> bool {
+    const LEGACY: [&str; 6] = [
+        "apps",
+        "batch",
+        "autoscaling",
+        "policy",
+        "extensions",
+        "events",
+    ];
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["api", ..] => true,
+        ["apis", group, _, ..] => group.ends_with(".k8s.io") || LEGACY.contains(group),
+        _ => false,
+    }
+}
+
+/// Go's `http.NotFound`.
+fn page_not_found() -> Response {
+    let mut resp = (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
 }
 
 /// A `Status` error response.
@@ -146,9 +202,9 @@ fn dispatch(
         Route::GroupVersion(g, v) => {
             ok(discovery::resource_list(&registry, &g, &v).ok_or(ApiError::NoRoute)?)
         }
-        Route::OpenApiRoot => ok(discovery::openapi_root(&registry)),
+        Route::OpenApiRoot => ok(openapi::root(&registry)),
         Route::OpenApi(g, v) => {
-            ok(discovery::openapi_group_version(&registry, &g, &v).ok_or(ApiError::NoRoute)?)
+            ok(openapi::group_version(&registry, &g, &v).ok_or(ApiError::NoRoute)?)
         }
         Route::Resource(p) => {
             let t = route::resolve(&registry, &p)?;
@@ -181,10 +237,14 @@ fn table_request(headers: &HeaderMap, params: &Params) -> Option<IncludeObject> 
 }
 
 /// The write options of a request; `options` names its kind in errors (`PatchOptions`, ...).
-fn write_opts(params: &Params, headers: &HeaderMap, options: &str) -> Result<WriteOpts, ApiError> {
+fn write_opts(
+    params: &Params,
+    headers: &HeaderMap,
+    options_kind: &str,
+) -> Result<WriteOpts, ApiError> {
     if params.get("fieldManager").is_some_and(|m| m.len() > 128) {
         return Err(super::apply::options_invalid(
-            options,
+            options_kind,
             "fieldManager",
             "FieldValueTooLong",
             "Too long: may not be more than 128 bytes",
@@ -195,10 +255,18 @@ fn write_opts(params: &Params, headers: &HeaderMap, options: &str) -> Result<Wri
         Some("Strict") => FieldValidation::Strict,
         Some("Ignore") => FieldValidation::Ignore,
         Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \
-                 \"Strict\", \"Warn\""
-            )))
+            let error = FieldError {
+                kind: FieldErrorKind::NotSupported,
+                field: "fieldValidation".into(),
+                bad_value: Some(json!(other)),
+                detail: "supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"".into(),
+            };
+            return Err(ApiError::Invalid(invalid_status(
+                options_kind,
+                "meta.k8s.io",
+                "",
+                &[error],
+            )));
         }
     };
     let user_agent = headers
@@ -365,22 +433,42 @@ fn list(
     params: &Params,
 ) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(t, params)?;
-    let (items, rv) = {
-        let store = shared.lock();
-        let items: Vec<Value> = store
-            .list(&t.rt.storage, t.namespace.as_deref())
-            .filter(|(_, v)| labels.matches(v) && fields.matches(v))
-            .map(|(_, v)| from_storage(&t.rt, &t.version, v))
-            .collect();
-        (items, store.rv().to_string())
+    let req = PageRequest::parse(
+        params.get("limit").map(String::as_str),
+        params.get("continue").map(String::as_str),
+        params.get("resourceVersion").map(String::as_str),
+    )?
+    .with_match(
+        params.get("resourceVersion").map(String::as_str),
+        params.get("resourceVersionMatch").map(String::as_str),
+    )?;
+    let scope = ListScope {
+        storage: &t.rt.storage,
+        namespace: t.namespace.as_deref(),
+        namespaced: t.rt.namespaced,
+        filtered: !labels.is_empty() || !fields.is_empty(),
+        single_name: fields.single_name().is_some(),
     };
+    let page = {
+        let store = shared.lock();
+        paging::page(&store, &scope, &req, |v| {
+            labels.matches(v) && fields.matches(v)
+        })?
+    };
+    let items: Vec<Value> = page
+        .items
+        .iter()
+        .map(|v| from_storage(&t.rt, &t.version, v))
+        .collect();
     if let Some(include) = table_request(headers, params) {
-        return ok(table::table(&t.rt, &t.version, &items, Some(rv), include));
+        let mut doc = table::table(&t.rt, &t.version, &items, None, include);
+        doc["metadata"] = page.metadata(false);
+        return ok(doc);
     }
     ok(json!({
         "kind": t.rt.list_kind,
         "apiVersion": t.rt.api_version(&t.version),
-        "metadata": {"resourceVersion": rv},
+        "metadata": page.metadata(t.rt.flavor == Flavor::Custom),
         "items": items,
     }))
 }

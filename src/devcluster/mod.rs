@@ -9,22 +9,25 @@
 //! - `store`: objects, the global resourceVersion, the change history.
 //! - `apply`, `managed`: server-side apply and the `managedFields` every write keeps.
 //! - `write`, `delete`: the verbs' rules (metadata, preconditions, status subresource,
-//!   finalizers, garbage collection, namespace and CRD cleanup).
-//! - `watch`: watch streams. `discovery`: discovery and OpenAPI v3 documents. `table`: server-
-//!   side printing. `selectors`, `patch`, `convert`, `meta`: their namesakes.
-//! - `registry`, `crd`: the served types. `persist`: `--data-dir`. `kubeconfig`.
+//!   finalizers, garbage collection, namespace and CRD cleanup); `intake`: what a written body
+//!   must be before them.
+//! - `watch`: watch streams. `discovery`: discovery documents. `openapi`: OpenAPI v3 (CRD
+//!   schemas for `kubectl explain`). `table`: server-side printing. `paging`:
+//!   `limit`/`continue`. `selectors`, `patch`, `convert`, `meta`: their namesakes.
+//! - `registry`, `crd`: the served types. `review`: access reviews (`kubectl auth can-i`). `persist`: `--data-dir`. `kubeconfig`.
 //! - [`schema`]: structural-schema admission of custom resources (owned separately).
 //!
 //! It knows nothing about agentrt's own types.
 //!
 //! Deliberate simplifications (each documented where it lives): only the legacy discovery
-//! format (kubectl falls back from the aggregated one); a minimal OpenAPI v3 without schemas
-//! (no `kubectl explain`); strategic merge patch applied as a merge patch on built-ins (and
-//! server-side apply on built-ins knows only ObjectMeta and a few of their fields, see
-//! `managed`); `limit`/`continue` ignored (lists come whole); `propagationPolicy: Foreground` behaves as `Background`; CRD conversion
-//! `None` only and names never conflict; protobuf accepted only for the built-ins kubectl's
-//! generators send; one global lock (fine for a dev server); the `--data-dir` snapshot is the
-//! whole state, written shortly after each burst of changes and at shutdown (a SIGKILL can
+//! format (kubectl falls back from the aggregated one); OpenAPI v3 schemas for custom resources
+//! only (no `kubectl explain` of built-ins); strategic merge patch applied as a merge patch on
+//! built-ins (and server-side apply on built-ins knows only ObjectMeta and a few of their
+//! fields, see `managed`); `propagationPolicy: Foreground` behaves as `Background`; CRD
+//! conversion `None` only and names never conflict; protobuf accepted only for the built-ins
+//! kubectl's generators send; one global lock (fine for a dev server); the `--data-dir`
+//! snapshot is the whole state, written shortly after each burst of changes and at shutdown
+//! (a SIGKILL can
 //! lose the last ~50 ms).
 
 mod apply;
@@ -36,13 +39,17 @@ mod discovery;
 mod error;
 mod fields;
 mod http;
+mod intake;
 mod kubeconfig;
 mod managed;
 mod meta;
+mod openapi;
+mod paging;
 mod patch;
 mod persist;
 mod protobuf;
 mod registry;
+mod review;
 mod route;
 pub mod schema;
 mod selectors;

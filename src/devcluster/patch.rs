@@ -80,13 +80,14 @@ pub fn apply(kind: PatchKind, current: &Value, body: &[u8]) -> Result<Value, Api
                 )));
             }
             let mut doc = current.clone();
-            json_patch::patch(&mut doc, &patch).map_err(|e| {
+            json_patch::patch(&mut doc, &patch).map_err(|_| {
+                // kube-apiserver's answer carries no cause for a failed operation.
                 ApiError::Invalid(json!({
                     "kind": "Status", "apiVersion": "v1", "metadata": {},
                     "status": "Failure",
                     "message": "the server rejected our request due to an error in our request",
                     "reason": "Invalid",
-                    "details": {"causes": [{"message": e.to_string()}]},
+                    "details": {},
                     "code": 422,
                 }))
             })?;

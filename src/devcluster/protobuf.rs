@@ -4,7 +4,8 @@
 //! `create configmap`, `create secret`, `create serviceaccount`) as protobuf: the `k8s\0`
 //! magic, then a `runtime.Unknown` envelope whose `raw` bytes are the object's message from
 //! `k8s.io/api` `generated.proto`. This module decodes those messages (Namespace, ConfigMap,
-//! Secret, ServiceAccount, Lease, with their ObjectMeta) by field number into the JSON the
+//! Secret, ServiceAccount, Lease, with their ObjectMeta; and `kubectl auth can-i`'s
+//! SelfSubjectAccessReview) by field number into the JSON the
 //! rest of the server handles. Other types are refused with 415, and responses are always
 //! JSON (clients accept it).
 
@@ -94,6 +95,34 @@ const SERVICE_ACCOUNT: &[Field] = &[
         Kind::RepMsg(&[(1, "name", Kind::Str)]),
     ),
     (4, "automountServiceAccountToken", Kind::Bool),
+];
+
+/// `authorization.k8s.io/v1` ResourceAttributes (its selector fields are left out).
+const RESOURCE_ATTRIBUTES: &[Field] = &[
+    (1, "namespace", Kind::Str),
+    (2, "verb", Kind::Str),
+    (3, "group", Kind::Str),
+    (4, "version", Kind::Str),
+    (5, "resource", Kind::Str),
+    (6, "subresource", Kind::Str),
+    (7, "name", Kind::Str),
+];
+
+const NON_RESOURCE_ATTRIBUTES: &[Field] = &[(1, "path", Kind::Str), (2, "verb", Kind::Str)];
+
+const SSAR_SPEC: &[Field] = &[
+    (1, "resourceAttributes", Kind::Msg(RESOURCE_ATTRIBUTES)),
+    (
+        2,
+        "nonResourceAttributes",
+        Kind::Msg(NON_RESOURCE_ATTRIBUTES),
+    ),
+];
+
+/// `kubectl auth can-i`'s SelfSubjectAccessReview.
+const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    (1, "metadata", Kind::Msg(OBJECT_META)),
+    (2, "spec", Kind::Msg(SSAR_SPEC)),
 ];
 
 const LEASE: &[Field] = &[
@@ -292,6 +321,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("coordination.k8s.io/v1", "Lease") => LEASE,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
         _ => {
             return Err(format!(
                 "protobuf bodies of {api_version} {kind} are not supported; send JSON"

@@ -42,6 +42,8 @@ pub struct VersionSpec {
     pub columns: Vec<PrinterColumn>,
     /// The compiled `openAPIV3Schema`, for custom resources that declare one.
     pub schema: Option<Arc<CompiledSchema>>,
+    /// The `openAPIV3Schema` as the CRD declares it, published in `/openapi/v3`.
+    pub published: Option<Arc<Value>>,
     /// A deprecation warning to send with every request to this version.
     pub deprecation_warning: Option<String>,
     /// How server-side apply merges and managedFields track this version's objects.
@@ -303,6 +305,7 @@ fn builtin(
             status_subresource,
             columns: Vec::new(),
             schema: None,
+            published: None,
             deprecation_warning: None,
             shape: Arc::new(super::managed::builtin_shape(kind)),
         }],

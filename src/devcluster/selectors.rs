@@ -172,6 +172,11 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// Whether the selector has no requirement.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether an object (its `metadata.labels`) satisfies every requirement.
     pub fn matches(&self, object: &Value) -> bool {
         let labels = object["metadata"]["labels"].as_object();
@@ -276,6 +281,20 @@ impl FieldSelector {
             terms.push((field.to_string(), negate, value.trim().to_string()));
         }
         Ok(FieldSelector(terms))
+    }
+
+    /// Whether the selector has no term.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The name a `metadata.name=<name>` term requires, if any (kube-apiserver then reads that
+    /// one key instead of listing).
+    pub fn single_name(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(f, negate, _)| f == "metadata.name" && !negate)
+            .map(|(_, _, v)| v.as_str())
     }
 
     /// Whether an object (in storage form) satisfies every term.

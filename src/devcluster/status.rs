@@ -106,6 +106,20 @@ pub enum ApiError {
     /// 410 Expired (a watch or list from a resourceVersion older than the retained history).
     #[error("{0}")]
     Expired(String),
+    /// 410 Expired for a list's continue token older than the history kept; the `Status`
+    /// carries `metadata.continue`, a token that continues at the latest state.
+    #[error(
+        "The provided continue parameter is too old to display a consistent list result. \
+             You can start a new list without the continue parameter, or use the continue \
+             token in this response to retrieve the remainder of the results. Continuing with \
+             the provided token results in an inconsistent list - objects that were created, \
+             modified, or deleted between the time the first chunk was returned and now may \
+             show up in the list."
+    )]
+    ExpiredContinue {
+        /// The token to continue with.
+        continue_token: String,
+    },
     /// 415 UnsupportedMediaType with this message.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -143,7 +157,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } | ApiError::MethodNotAllowedMessage { .. } => {
                 StatusCode::METHOD_NOT_ALLOWED
             }
-            ApiError::Expired(_) => StatusCode::GONE,
+            ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => StatusCode::GONE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Internal(_) | ApiError::TypedPatch(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -170,7 +184,7 @@ impl ApiError {
             }
             ApiError::BadRequest(_) => ("BadRequest", None),
             ApiError::Unauthorized => ("Unauthorized", None),
-            ApiError::Expired(_) => ("Expired", None),
+            ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => ("Expired", None),
             ApiError::UnsupportedMediaType(_) => ("UnsupportedMediaType", None),
             ApiError::TooLarge(_) => ("RequestEntityTooLarge", None),
             ApiError::Internal(message) => (
@@ -192,6 +206,9 @@ impl ApiError {
         });
         if let (Some(details), Some(map)) = (details, status.as_object_mut()) {
             map.insert("details".to_string(), details);
+        }
+        if let ApiError::ExpiredContinue { continue_token } = self {
+            status["metadata"] = json!({"continue": continue_token});
         }
         status
     }

@@ -160,6 +160,37 @@ impl Store {
     }
 
     /// Every object (for garbage collection and snapshots).
+    /// The objects of `storage` (in `namespace`, or all) as they were at resourceVersion `rv`:
+    /// the current ones with every later change undone. `Err(oldest)` when the history no
+    /// longer reaches back to `rv` (as etcd answers for a compacted revision), or `rv` is in the
+    /// future.
+    pub fn list_at(
+        &self,
+        storage: &str,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Result<BTreeMap<ObjKey, Arc<Value>>, u64> {
+        if rv < self.history_floor || rv > self.rv {
+            return Err(self.history_floor);
+        }
+        let mut objects: BTreeMap<ObjKey, Arc<Value>> = self
+            .list(storage, namespace)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        for change in self.history.range(start..).rev() {
+            let key = &change.key;
+            if &*key.storage != storage || namespace.is_some_and(|ns| key.namespace != ns) {
+                continue;
+            }
+            match &change.prev {
+                Some(prev) => objects.insert(key.clone(), prev.clone()),
+                None => objects.remove(key),
+            };
+        }
+        Ok(objects)
+    }
+
     pub fn all(&self) -> impl Iterator<Item = (&ObjKey, &Arc<Value>)> {
         self.objects.iter()
     }

@@ -12,13 +12,15 @@ use serde_json::{json, Value};
 use super::convert::{from_storage, to_storage};
 use super::crd;
 use super::fields;
+use super::intake;
+use super::intake::{check_body, check_namespace_open, settle_namespace};
 use super::meta::{self, meta_str, set_meta};
 use super::patch::{self, PatchKind};
 use super::registry::{Builtin, Flavor, ResourceType};
 use super::route::Target;
 use super::schema::{invalid_status, AdmissionError, FieldError, FieldErrorKind, FieldValidation};
-use super::status::{ApiError, GroupResource};
-use super::store::{ChangeKind, ObjKey, Store, CRD_STORAGE, NAMESPACE_STORAGE};
+use super::status::ApiError;
+use super::store::{ChangeKind, ObjKey, Store, CRD_STORAGE};
 
 /// Options shared by the write verbs.
 #[derive(Debug, Clone, Default)]
@@ -52,90 +54,6 @@ pub struct Written {
 
 fn invalid(rt: &ResourceType, name: &str, errors: &[FieldError]) -> ApiError {
     ApiError::Invalid(invalid_status(&rt.kind, &rt.group, name, errors))
-}
-
-/// Checks the body is a JSON object of the target's kind and version, filling a missing
-/// `apiVersion`/`kind` from the URL as kube-apiserver's decoder does.
-pub(super) fn check_body(t: &Target, body: Value) -> Result<Value, ApiError> {
-    let mut obj = match body {
-        Value::Object(_) => body,
-        _ => {
-            return Err(ApiError::BadRequest(
-                "the body of the request must be a JSON object".to_string(),
-            ))
-        }
-    };
-    let want_av = t.rt.api_version(&t.version);
-    let av = obj["apiVersion"].as_str().unwrap_or("").to_string();
-    let kind = obj["kind"].as_str().unwrap_or("").to_string();
-    if !av.is_empty() && av != want_av {
-        return Err(ApiError::BadRequest(format!(
-            "the API version in the data ({av}) does not match the expected API version \
-             ({want_av})"
-        )));
-    }
-    if !kind.is_empty() && kind != t.rt.kind {
-        return Err(ApiError::BadRequest(format!(
-            "the kind in the data ({kind}) does not match the expected kind ({})",
-            t.rt.kind
-        )));
-    }
-    if let Some(map) = obj.as_object_mut() {
-        map.insert("apiVersion".into(), json!(want_av));
-        map.insert("kind".into(), json!(t.rt.kind));
-    }
-    if !obj.get("metadata").is_none_or(Value::is_object) {
-        return Err(ApiError::BadRequest(
-            "metadata must be an object".to_string(),
-        ));
-    }
-    Ok(obj)
-}
-
-/// Puts the URL's namespace into the body (refusing a different one) or clears it for
-/// cluster-scoped types. Returns the namespace (`""` for cluster-scoped).
-pub(super) fn settle_namespace(t: &Target, obj: &mut Value) -> Result<String, ApiError> {
-    if !t.rt.namespaced {
-        set_meta(obj, "namespace", None);
-        return Ok(String::new());
-    }
-    let url_ns = t.namespace.clone().unwrap_or_default();
-    let body_ns = meta_str(obj, "namespace");
-    if !body_ns.is_empty() && body_ns != url_ns {
-        return Err(ApiError::BadRequest(
-            "the namespace of the provided object does not match the namespace sent on the \
-             request"
-                .to_string(),
-        ));
-    }
-    set_meta(obj, "namespace", Some(json!(url_ns)));
-    Ok(url_ns)
-}
-
-/// Refuses creation in a namespace that does not exist (404) or is terminating (403).
-fn check_namespace_open(store: &Store, t: &Target, ns: &str, name: &str) -> Result<(), ApiError> {
-    let key = ObjKey {
-        storage: NAMESPACE_STORAGE.into(),
-        namespace: String::new(),
-        name: ns.to_string(),
-    };
-    match store.get(&key) {
-        None => Err(ApiError::NotFound {
-            gr: GroupResource {
-                group: String::new(),
-                resource: "namespaces".into(),
-            },
-            name: ns.to_string(),
-        }),
-        Some(n) if meta::is_deleting(n) => Err(ApiError::Forbidden {
-            gr: t.gr(),
-            name: name.to_string(),
-            message: format!(
-                "unable to create new content in namespace {ns} because it is being terminated"
-            ),
-        }),
-        Some(_) => Ok(()),
-    }
 }
 
 /// Refuses (Strict) or reports (Warn) unknown fields, as kube-apiserver's decoder does: 400
@@ -400,24 +318,8 @@ pub fn update(
     }
     settle_namespace(t, &mut obj)?;
     let key = t.key(&name);
+    intake::require_resource_version(t, &obj, &name, store.get(&key).is_some())?;
     match store.get(&key).cloned() {
-        Some(_)
-            if matches!(t.rt.flavor, Flavor::Custom)
-                && meta_str(&obj, "resourceVersion").is_empty() =>
-        {
-            let error = FieldError {
-                kind: FieldErrorKind::Invalid,
-                field: "metadata.resourceVersion".to_string(),
-                bad_value: Some(json!(0)),
-                detail: "must be specified for an update".to_string(),
-            };
-            Err(ApiError::Invalid(invalid_status(
-                &t.rt.plural,
-                &t.rt.group,
-                &name,
-                &[error],
-            )))
-        }
         Some(old) => apply_update(store, t, &key, obj, &old, opts),
         None if allows_create_on_update(&t.rt) && !t.status => {
             set_meta(&mut obj, "resourceVersion", None);

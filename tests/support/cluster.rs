@@ -44,6 +44,9 @@ pub struct Options {
     pub no_namespace: bool,
     /// `--audit-log` (the embedded server's request log).
     pub audit_log: Option<PathBuf>,
+    /// Always the embedded server, even when `AGENTRT_TEST_KUBECONFIG` names a real cluster
+    /// (the differential test talks to both).
+    pub embedded_only: bool,
 }
 
 /// A Kubernetes API for one test.
@@ -152,7 +155,9 @@ impl TestCluster {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let (kubeconfig, child, embedded, address) = match std::env::var("AGENTRT_TEST_KUBECONFIG")
         {
-            Ok(path) if !path.is_empty() => (PathBuf::from(path), None, false, String::new()),
+            Ok(path) if !path.is_empty() && !options.embedded_only => {
+                (PathBuf::from(path), None, false, String::new())
+            }
             _ => {
                 let kubeconfig = dir.path().join("kubeconfig");
                 let (child, addr) = spawn_dev(dir.path(), &options, &kubeconfig)?;
