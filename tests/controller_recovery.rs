@@ -6,7 +6,11 @@
 //! API server is down the controller's `/readyz` answers 503 and `agentrt_watches_synced`
 //! reads 0; once the watches have relisted, 200 and 1 again.
 //!
-//! These restart the embedded server, so they are skipped on a real cluster.
+//! Through a proxy in front of either server, connection cuts and a 3-second outage (the proxy
+//! refuses connections) leave the controller as quick: a run created right after each is
+//! picked up and completes within 10 s, and `/readyz` fails during the outage.
+//!
+//! The restarts are of the embedded server, so those tests are skipped on a real cluster.
 
 mod support;
 
@@ -14,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use support::cluster::{Options, TestCluster};
 use support::controller::*;
+use support::proxy::{upstream_of, Proxy};
 use support::toolserver::ToolServer;
 
 fn free_port() -> u16 {
@@ -203,4 +208,68 @@ async fn readyz_fails_while_the_api_server_is_down_and_recovers_after() {
     let synced = synced_samples(&text_of(&format!("{base}/metrics")).await);
     assert_eq!(synced.len(), 3, "one sample per watch: {synced:?}");
     assert!(synced.iter().all(|(_, v)| *v == 1.0), "{synced:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_picked_up_within_10_s_after_connection_cuts_and_an_outage() {
+    let cluster = agentrt_cluster().await;
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let run = |name: &str| fixture("one-tool", &tools.base(), name).replace("${CLASS}", "ReadOnly");
+    let proxy = Proxy::start(upstream_of(cluster.kubeconfig())).await;
+    let kubeconfig = cluster.dir().join("kubeconfig-through-proxy");
+    Proxy::kubeconfig_through(cluster.kubeconfig(), &kubeconfig, proxy.addr());
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let controller = ControllerProcess::spawn(
+        &kubeconfig,
+        &ns,
+        ControllerSpec {
+            prefix: "proxied".into(),
+            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
+            ..ControllerSpec::default()
+        },
+    );
+    create_run(&cluster.client(), &ns, &run("before")).await;
+    let before = time_to_complete(&cluster, "before", Duration::from_secs(30)).await;
+    assert!(before.is_ok(), "{before:?}\n{}", controller.log());
+    wait_ready(&base, "200 after start", true).await;
+
+    // Connections reset again and again for about 3 s (the API server itself stays up).
+    for _ in 0..10 {
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    create_run(&cluster.client(), &ns, &run("after-cuts")).await;
+    let after_cuts = time_to_complete(&cluster, "after-cuts", Duration::from_secs(60)).await;
+    eprintln!("the run created after the cuts completed after {after_cuts:?}");
+
+    // An outage: nothing answers through the proxy for 3 s; /readyz is read meanwhile.
+    proxy.refuse();
+    let outage_ends = Instant::now() + Duration::from_secs(3);
+    let mut readyz_during_outage = Vec::new();
+    while Instant::now() < outage_ends {
+        readyz_during_outage.push(status_of(&format!("{base}/readyz")).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.accept();
+    create_run(&cluster.client(), &ns, &run("after-outage")).await;
+    let after_outage = time_to_complete(&cluster, "after-outage", Duration::from_secs(60)).await;
+    eprintln!("the run created after the outage completed after {after_outage:?}");
+
+    for (what, took) in [("cuts", after_cuts), ("outage", after_outage)] {
+        match took {
+            Ok(took) => assert!(
+                took <= Duration::from_secs(10),
+                "the run created after the {what} took {took:?} (over 10 s)\n{}",
+                controller.log()
+            ),
+            Err(err) => panic!("after the {what}: {err}\n{}", controller.log()),
+        }
+    }
+    assert!(
+        readyz_during_outage.contains(&Some(503)),
+        "/readyz answered 503 during the outage: {readyz_during_outage:?}"
+    );
+    wait_ready(&base, "200 after the outage", true).await;
 }
