@@ -122,12 +122,15 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(4);
 /// kube-runtime resets a backoff on any item the stream yields, but a relisting `watcher`
 /// yields `Event::Init` before asking the API server anything; the reset here follows
 /// [`WatchHealth::successes`] instead (a list completed, a change arrived), and
-/// [`Backoff::reset`] does nothing.
+/// [`Backoff::reset`] does nothing (except in [`WatchBackoff::for_triggers`]).
 pub struct WatchBackoff {
     health: Arc<WatchHealth>,
     seen_successes: u64,
     next: Duration,
     last_was_immediate: bool,
+    /// Whether [`Backoff::reset`] (any item yielded) resets it, as kube-runtime's backoffs do:
+    /// for the Controller's merged triggers, whose items are real objects.
+    reset_on_items: bool,
 }
 
 impl WatchBackoff {
@@ -138,6 +141,16 @@ impl WatchBackoff {
             health,
             next: BACKOFF_INITIAL,
             last_was_immediate: false,
+            reset_on_items: false,
+        }
+    }
+
+    /// The same bounded backoff for the Controller's merged trigger stream, reset by any item
+    /// it yields.
+    pub fn for_triggers() -> WatchBackoff {
+        WatchBackoff {
+            reset_on_items: true,
+            ..WatchBackoff::new(Arc::new(WatchHealth::unreported("triggers")))
         }
     }
 
@@ -169,7 +182,11 @@ impl Iterator for WatchBackoff {
 }
 
 impl Backoff for WatchBackoff {
-    fn reset(&mut self) {}
+    fn reset(&mut self) {
+        if self.reset_on_items {
+            self.next = BACKOFF_INITIAL;
+        }
+    }
 }
 
 /// Whether a watch error is the API server's 410 Gone (the resourceVersion asked for is older
@@ -319,9 +336,7 @@ pub async fn controller(
         .reconcile_on(kicks)
         // The watches above back off on their own and pass no errors on; this only guards
         // the Controller's other triggers, with the same bounded backoff.
-        .trigger_backoff(WatchBackoff::new(Arc::new(WatchHealth::unreported(
-            "triggers",
-        ))))
+        .trigger_backoff(WatchBackoff::for_triggers())
         .with_config(kube::runtime::Config::default().concurrency(32))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
