@@ -4,7 +4,10 @@
 mod support;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, PostParams};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
 use support::cluster::{Options, TestCluster};
@@ -78,6 +81,90 @@ async fn objects_and_the_resource_version_survive_a_restart() {
         .and_then(|r| r.parse().ok())
         .expect("rv");
     assert!(rv > list_rv, "resourceVersion continues ({rv} > {list_rv})");
+}
+
+fn rv_of(cm: &ConfigMap) -> u64 {
+    cm.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|r| r.parse().ok())
+        .expect("a numeric resourceVersion")
+}
+
+#[tokio::test]
+async fn after_a_kill_the_resource_version_never_goes_back_and_older_watches_get_410() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut c = TestCluster::start_with(Options {
+        data_dir: Some(data.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await;
+    if !c.is_embedded() {
+        eprintln!("after_a_kill_the_resource_version_never_goes_back_and_older_watches_get_410: not on a real cluster: a test of agentrt dev's --data-dir across a kill");
+        return;
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "counter"}})).expect("cm"),
+        )
+        .await
+        .expect("create");
+    let mut highest = rv_of(&created);
+    // The namespace and the ConfigMap are in a snapshot by now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Writes up to the kill: the last of them are newer than any snapshot.
+    for n in 0..40 {
+        let patched = cms
+            .patch(
+                "counter",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"n": n.to_string()}})),
+            )
+            .await
+            .expect("patch");
+        highest = highest.max(rv_of(&patched));
+    }
+    c.kill_and_restart(Duration::ZERO).await.expect("restarts");
+
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    let later = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "later"}})).expect("cm"),
+        )
+        .await
+        .expect("create after the restart");
+    assert!(
+        rv_of(&later) > highest,
+        "the resourceVersion never goes back: {} after {highest} before the kill",
+        rv_of(&later)
+    );
+    let listed = cms.list(&ListParams::default()).await.expect("list");
+    let list_rv: u64 = listed
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|r| r.parse().ok())
+        .expect("list rv");
+    assert!(list_rv > highest, "{list_rv} after {highest}");
+
+    // A watch from before the restart is answered with 410 at once, so its client relists.
+    let first = tokio::time::timeout(Duration::from_secs(2), async {
+        let mut events = cms
+            .watch(&WatchParams::default(), &highest.to_string())
+            .await
+            .expect("the watch starts")
+            .boxed();
+        events.next().await
+    })
+    .await
+    .expect("an answer within 2 s");
+    match first {
+        Some(Ok(WatchEvent::Error(status))) => assert_eq!(status.code, 410, "{status:?}"),
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
 }
 
 #[tokio::test]

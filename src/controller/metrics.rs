@@ -1,5 +1,7 @@
 //! Prometheus metrics and the health endpoints (`--metrics-addr`): `/metrics` in the
-//! OpenMetrics text format, `/healthz` (the process serves), `/readyz` (the watches started).
+//! OpenMetrics text format, `/healthz` (the process serves), `/readyz` (every watch is synced:
+//! it listed and has not failed since; 503 while any is not, e.g. while the API server is
+//! down, so a Deployment's readiness shows a replica that cannot see new runs).
 //!
 //! Metrics are projections, never inputs (DESIGN.md section 4). Three sources feed them:
 //! - what each status write added to the record ([`Metrics::observe_write`]): steps by outcome,
@@ -10,7 +12,7 @@
 //!   watches every run, so these gauges are the same on each (aggregate them with `max`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
@@ -72,6 +74,101 @@ pub struct FinishedLabel {
 pub struct PreviousLabel {
     /// `deciding`, `executing`, `awaiting_approval`.
     pub previous: String,
+}
+
+/// The labels of one watch: what it watches and where.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabel {
+    /// The watched resource: `agentruns`, `approvals` or `leases`.
+    pub watch: String,
+    /// The watched namespace, or `*` for all namespaces.
+    pub scope: String,
+}
+
+/// The health of one watch, written by the watch's stream as events pass and read by
+/// `/readyz` and the `agentrt_watches_synced` gauge (1 synced, 0 not).
+///
+/// A watch is synced from the end of a (re)list, or any change it delivers, until its next
+/// error; an error makes it relist (see `watches.rs`), so it is synced again only once the API
+/// server has answered a list.
+pub struct WatchHealth {
+    label: WatchLabel,
+    synced: AtomicBool,
+    /// Times the watch worked (a list completed or a change arrived); the backoff resets when
+    /// it moves.
+    successes: AtomicU64,
+    /// Whether the last error was 410 Gone (the resourceVersion is too old: relist at once).
+    gone: AtomicBool,
+    gauge: Gauge,
+}
+
+impl WatchHealth {
+    /// A watch's health, not yet synced, reported on `gauge`.
+    fn new(label: WatchLabel, gauge: Gauge) -> WatchHealth {
+        gauge.set(0);
+        WatchHealth {
+            label,
+            synced: AtomicBool::new(false),
+            successes: AtomicU64::new(0),
+            gone: AtomicBool::new(false),
+            gauge,
+        }
+    }
+
+    /// A health no metric reports (tests, the Controller's own trigger backoff).
+    pub fn unreported(watch: &str) -> WatchHealth {
+        WatchHealth::new(
+            WatchLabel {
+                watch: watch.to_string(),
+                scope: "*".to_string(),
+            },
+            Gauge::default(),
+        )
+    }
+
+    /// Whether the watch is synced now.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    /// How many times the watch has worked so far.
+    pub fn successes(&self) -> u64 {
+        self.successes.load(Ordering::SeqCst)
+    }
+
+    /// Whether the last error was 410 Gone.
+    pub fn last_error_was_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
+    }
+
+    /// The watch worked: a list completed or a change arrived.
+    pub fn worked(&self) {
+        self.successes.fetch_add(1, Ordering::SeqCst);
+        self.gone.store(false, Ordering::SeqCst);
+        if !self.synced.swap(true, Ordering::SeqCst) {
+            tracing::info!(watch = %self.label.watch, scope = %self.label.scope, "watch synced");
+        }
+        self.gauge.set(1);
+    }
+
+    /// The watch is relisting (its earlier list no longer holds).
+    pub fn relisting(&self) {
+        self.synced.store(false, Ordering::SeqCst);
+        self.gauge.set(0);
+    }
+
+    /// The watch failed; `gone` when the API server answered 410 Gone.
+    pub fn failed(&self, gone: bool, err: &dyn std::fmt::Display) {
+        self.gone.store(gone, Ordering::SeqCst);
+        if self.synced.swap(false, Ordering::SeqCst) {
+            tracing::warn!(watch = %self.label.watch, scope = %self.label.scope, %err,
+                "watch failed; relisting (readyz fails until it is synced again)");
+        } else {
+            tracing::debug!(watch = %self.label.watch, scope = %self.label.scope, %err,
+                "watch failed again");
+        }
+        self.gauge.set(0);
+    }
 }
 
 /// One label: input or output tokens.
@@ -141,7 +238,10 @@ pub struct Metrics {
     pub leases_lost: Counter,
     /// Runs this replica executes now.
     pub executors: Gauge,
+    /// Watches synced (1) or not (0), by watch and scope.
+    pub watches_synced: Family<WatchLabel, Gauge>,
     run_stores: Mutex<Vec<Store<WatchedRun>>>,
+    watches: Mutex<Vec<std::sync::Arc<WatchHealth>>>,
     ready: AtomicBool,
 }
 
@@ -167,7 +267,9 @@ impl Default for Metrics {
             leases_acquired: Counter::default(),
             leases_lost: Counter::default(),
             executors: Gauge::default(),
+            watches_synced: Family::default(),
             run_stores: Mutex::new(Vec::new()),
+            watches: Mutex::new(Vec::new()),
             ready: AtomicBool::new(false),
             registry: Registry::default(),
         };
@@ -255,6 +357,11 @@ impl Default for Metrics {
             "executors",
             "Runs this replica is executing",
             m.executors.clone(),
+        );
+        registry.register(
+            "watches_synced",
+            "Whether each watch is synced (1: listed and not failed since; 0: failed or relisting)",
+            m.watches_synced.clone(),
         );
         // Series that read as zero before anything happened, so a dashboard finds them.
         for outcome in ["ok", "conflict", "error"] {
@@ -397,9 +504,37 @@ impl Metrics {
         }
     }
 
-    /// Marks the controller ready (its watches started).
+    /// The health of a new watch of `watch` (`agentruns`, `approvals`, `leases`) in `scope`
+    /// (a namespace; `None` for all), reported by `agentrt_watches_synced` and `/readyz`.
+    pub fn watch(&self, watch: &str, scope: Option<&str>) -> Arc<WatchHealth> {
+        let label = WatchLabel {
+            watch: watch.to_string(),
+            scope: scope.unwrap_or("*").to_string(),
+        };
+        let gauge = self.watches_synced.get_or_create(&label).clone();
+        let health = Arc::new(WatchHealth::new(label, gauge));
+        self.watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(health.clone());
+        health
+    }
+
+    /// Marks the controller started (its watches were set up); it is ready once they are all
+    /// synced too.
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the controller is ready: started, and every watch synced.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+            && self
+                .watches
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .all(|w| w.is_synced())
     }
 
     /// The metrics in the OpenMetrics text format.
@@ -427,10 +562,12 @@ async fn metrics_text(
 }
 
 async fn ready(State(metrics): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
-    if metrics.ready.load(Ordering::SeqCst) {
+    if !metrics.ready.load(Ordering::SeqCst) {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    } else if metrics.is_ready() {
         (StatusCode::OK, "ok")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+        (StatusCode::SERVICE_UNAVAILABLE, "watches not synced")
     }
 }
 
@@ -489,7 +626,21 @@ mod tests {
         };
         assert_eq!(get("/healthz").await.0, 200);
         assert_eq!(get("/readyz").await.0, 503);
+        let runs = metrics.watch("agentruns", Some("ns"));
         metrics.set_ready();
+        assert_eq!(
+            get("/readyz").await.0,
+            503,
+            "started, but the watch has not listed"
+        );
+        runs.worked();
+        assert_eq!(get("/readyz").await.0, 200);
+        runs.failed(false, &"connection refused");
+        assert_eq!(get("/readyz").await.0, 503, "a failed watch is not synced");
+        assert!(metrics
+            .encode()
+            .contains("agentrt_watches_synced{watch=\"agentruns\",scope=\"ns\"} 0"));
+        runs.worked();
         assert_eq!(get("/readyz").await.0, 200);
         let (status, text) = get("/metrics").await;
         assert_eq!(status, 200);
@@ -509,6 +660,7 @@ mod tests {
             "agentrt_takeovers_total 0",
             "agentrt_lease_renew_failures_total 0",
             "agentrt_reconcile_duration_seconds_count 0",
+            "agentrt_watches_synced{watch=\"agentruns\",scope=\"ns\"} 1",
         ] {
             assert!(text.contains(series), "{series} missing:\n{text}");
         }

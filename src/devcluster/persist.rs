@@ -8,6 +8,14 @@
 //! checksum mismatch, undecodable body) is refused with an error naming it, never emptied. A
 //! `lock` file held with `flock` keeps two servers off one directory. Watch history is not
 //! persisted: after a restart, watches from an older resourceVersion get 410 and re-list.
+//!
+//! The snapshot trails the writes (and a kill -9 loses its last moments), so it cannot say
+//! which resourceVersions were handed out. `<data-dir>/resource-version` can: a line
+//! `agentrt-dev-rv v1 <N>` promising that no resourceVersion above N was handed out, written
+//! (atomically, fsynced) before the server hands out one above the previous promise. A
+//! restarted server starts above both it and the snapshot, so the sequence never goes back or
+//! reuses a number, and every watch from before the restart is older than its history (410),
+//! as kube-apiserver answers after a compaction.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -26,6 +34,9 @@ use super::store::ObjKey;
 const HEADER: &str = "agentrt-dev-state v1 sha256:";
 /// File name of the state file inside the data directory.
 pub const STATE_FILE: &str = "state.json";
+/// File name of the resourceVersion reservation inside the data directory.
+pub const RV_FILE: &str = "resource-version";
+const RV_HEADER: &str = "agentrt-dev-rv v1 ";
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DevClusterError + '_ {
     move |source| DevClusterError::Io {
@@ -201,6 +212,41 @@ pub fn load(dir: &Path) -> Result<Option<Snapshot>, DevClusterError> {
     Ok(Some((rv, objects)))
 }
 
+/// Promises, durably, that no resourceVersion above `ceiling` will be handed out until a
+/// larger one is reserved: writes `<dir>/resource-version`.
+///
+/// # Errors
+/// [`DevClusterError::Io`] naming the file.
+pub fn reserve(dir: &Path, ceiling: u64) -> Result<(), DevClusterError> {
+    write_atomically(
+        &dir.join(RV_FILE),
+        format!("{RV_HEADER}{ceiling}\n").as_bytes(),
+        0o600,
+    )
+}
+
+/// The last reserved ceiling (see [`reserve`]): `None` when there is no reservation yet (a new
+/// directory, or one written before reservations existed).
+///
+/// # Errors
+/// [`DevClusterError::CorruptState`] for an unreadable reservation; [`DevClusterError::Io`].
+pub fn reserved(dir: &Path) -> Result<Option<u64>, DevClusterError> {
+    let path = dir.join(RV_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    text.trim_end()
+        .strip_prefix(RV_HEADER)
+        .and_then(|n| n.parse::<u64>().ok())
+        .map(Some)
+        .ok_or_else(|| DevClusterError::CorruptState {
+            path,
+            reason: "not an agentrt dev resourceVersion reservation".into(),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +281,19 @@ mod tests {
             Err(DevClusterError::CorruptState { path: p, .. }) => assert_eq!(p, path),
             other => panic!("expected corrupt state, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_reservation_round_trips_and_a_bad_one_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(matches!(reserved(dir.path()), Ok(None)));
+        reserve(dir.path(), 1_700_000_010_000).expect("reserve");
+        assert!(matches!(reserved(dir.path()), Ok(Some(1_700_000_010_000))));
+        fs::write(dir.path().join(RV_FILE), "12").expect("write");
+        assert!(matches!(
+            reserved(dir.path()),
+            Err(DevClusterError::CorruptState { .. })
+        ));
     }
 
     #[test]

@@ -177,13 +177,37 @@ impl DevServer {
             Some(dir) => Some(persist::lock(dir)?),
             None => None,
         };
-        let mut store = Store::new(config.watch_history, initial_resource_version());
-        let restored = match &config.data_dir {
-            Some(dir) => persist::load(dir)?,
-            None => None,
+        let (restored, reserved) = match &config.data_dir {
+            Some(dir) => (persist::load(dir)?, persist::reserved(dir)?),
+            None => (None, None),
         };
+        // Above every resourceVersion an earlier server on this directory handed out (its
+        // reservation, its snapshot) and, for directories from before reservations, above
+        // the clock a fresh server starts from.
+        let start = [
+            restored.as_ref().map_or(0, |(rv, _)| *rv),
+            reserved.unwrap_or(0),
+            initial_resource_version(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+            + u64::from(restored.is_some() || reserved.is_some());
+        let mut store = Store::new(config.watch_history, start);
+        if let Some(dir) = &config.data_dir {
+            let dir = dir.clone();
+            store
+                .reserve_with(Box::new(move |ceiling| {
+                    persist::reserve(&dir, ceiling).map_err(|e| e.to_string())
+                }))
+                .map_err(|reason| {
+                    DevClusterError::Bootstrap(format!(
+                        "cannot reserve resourceVersions in the data directory: {reason}"
+                    ))
+                })?;
+        }
         match restored {
-            Some((rv, objects)) => store.restore(rv, objects),
+            Some((_, objects)) => store.restore(start, objects),
             None => {
                 let Some(t) = target(&store, "", "v1", "namespaces", None) else {
                     return Err(DevClusterError::Bootstrap(

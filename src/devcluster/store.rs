@@ -81,10 +81,20 @@ pub enum Since {
     Expired(u64),
 }
 
+/// Makes a resourceVersion ceiling durable (see `persist::reserve`).
+pub type Reserve = Box<dyn FnMut(u64) -> Result<(), String> + Send>;
+
+/// How many resourceVersions one reservation covers (10 000): a durable write every that many
+/// writes, and the most a restart skips.
+pub const RESERVE_BLOCK: u64 = 10_000;
+
 /// The objects, the resourceVersion counter, the change history and the served types.
 pub struct Store {
     objects: BTreeMap<ObjKey, Arc<Value>>,
     rv: u64,
+    /// With `--data-dir`: the reserved ceiling and how to raise it. No resourceVersion above
+    /// the ceiling is handed out before it is raised (so a restart can start above it).
+    reservation: Option<(u64, Reserve)>,
     history: VecDeque<Arc<Change>>,
     history_cap: usize,
     /// Every change with a resourceVersion above this is still in `history`.
@@ -101,6 +111,7 @@ impl Store {
         Store {
             objects: BTreeMap::new(),
             rv,
+            reservation: None,
             history: VecDeque::new(),
             history_cap: history_cap.max(1),
             history_floor: rv,
@@ -112,6 +123,39 @@ impl Store {
     /// The current (latest) resourceVersion.
     pub fn rv(&self) -> u64 {
         self.rv
+    }
+
+    /// From now on, reserves resourceVersions [`RESERVE_BLOCK`] at a time with `reserve`
+    /// before handing them out, starting with one block above the current one.
+    ///
+    /// # Errors
+    /// When the first reservation cannot be made (then none is set up).
+    pub fn reserve_with(&mut self, mut reserve: Reserve) -> Result<(), String> {
+        let ceiling = self.rv.saturating_add(RESERVE_BLOCK);
+        reserve(ceiling)?;
+        self.reservation = Some((ceiling, reserve));
+        Ok(())
+    }
+
+    /// Takes the next resourceVersion, raising the reservation first when it would pass it.
+    /// A reservation that fails is logged and tried again on the next write (the write still
+    /// happens: refusing it would not make the lost reservation durable either).
+    fn next_rv(&mut self) -> u64 {
+        let next = self.rv + 1;
+        if let Some((ceiling, reserve)) = &mut self.reservation {
+            if next > *ceiling {
+                let raised = next.saturating_add(RESERVE_BLOCK);
+                match reserve(raised) {
+                    Ok(()) => *ceiling = raised,
+                    Err(e) => tracing::error!(
+                        "agentrt dev: cannot reserve resourceVersions up to {raised}: {e}; a \
+                         crash now could let a restarted server reuse resourceVersions"
+                    ),
+                }
+            }
+        }
+        self.rv = next;
+        next
     }
 
     /// A receiver that changes whenever the resourceVersion moves (for watchers and the
@@ -198,8 +242,8 @@ impl Store {
     /// Stores `object` at `key` with the next resourceVersion and records the change.
     /// Returns the stored object.
     pub fn put(&mut self, key: ObjKey, mut object: Value, kind: ChangeKind) -> Arc<Value> {
-        self.rv += 1;
-        set_rv(&mut object, self.rv);
+        let rv = self.next_rv();
+        set_rv(&mut object, rv);
         let object = Arc::new(object);
         let prev = self.objects.insert(key.clone(), object.clone());
         self.record(kind, key, object.clone(), prev);
@@ -210,9 +254,9 @@ impl Store {
     /// stored object) with the deletion's resourceVersion. Returns that object.
     pub fn remove(&mut self, key: &ObjKey, last: Option<Value>) -> Option<Arc<Value>> {
         let stored = self.objects.remove(key)?;
-        self.rv += 1;
+        let rv = self.next_rv();
         let mut object = last.unwrap_or_else(|| stored.as_ref().clone());
-        set_rv(&mut object, self.rv);
+        set_rv(&mut object, rv);
         let object = Arc::new(object);
         self.record(
             ChangeKind::Deleted,
@@ -260,7 +304,9 @@ impl Store {
     }
 
     /// Loads objects (from a snapshot) at resourceVersion `rv`, replacing everything, with an
-    /// empty history starting there.
+    /// empty history starting there: a watch from any earlier resourceVersion gets 410. The
+    /// server passes an `rv` above every one the previous server handed out (see
+    /// `persist.rs`), not the snapshot's own.
     pub fn restore(&mut self, rv: u64, objects: Vec<(ObjKey, Value)>) {
         self.objects = objects.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
         self.rv = rv;
@@ -336,6 +382,28 @@ mod tests {
         s.put(key("a"), json!({}), ChangeKind::Added);
         assert!(matches!(s.since(51), Since::Changes(_)));
         assert!(matches!(s.since(52), Since::Expired(50)));
+    }
+
+    #[test]
+    fn resource_versions_are_reserved_a_block_ahead() {
+        let reserved = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut s = Store::new(10, 100);
+        let log = reserved.clone();
+        s.reserve_with(Box::new(move |ceiling| {
+            log.lock().map_err(|e| e.to_string())?.push(ceiling);
+            Ok(())
+        }))
+        .expect("reserved");
+        for _ in 0..RESERVE_BLOCK + 1 {
+            s.put(key("a"), json!({}), ChangeKind::Modified);
+        }
+        assert_eq!(s.rv(), 100 + RESERVE_BLOCK + 1);
+        let reserved = reserved.lock().expect("log").clone();
+        assert_eq!(
+            reserved,
+            [100 + RESERVE_BLOCK, 100 + 2 * RESERVE_BLOCK + 1],
+            "each reservation is made before a resourceVersion above the last is handed out"
+        );
     }
 
     #[test]

@@ -65,9 +65,14 @@ fn random_suffix() -> String {
     format!("{:08x}", rand::random::<u32>())
 }
 
-/// Starts `agentrt dev` and waits for its address. Returns the child and the address, or the
-/// child's stderr when it fails to start.
-fn spawn_dev(dir: &Path, options: &Options, kubeconfig: &Path) -> Result<(Child, String), String> {
+/// Starts `agentrt dev` on `addr` (`127.0.0.1:0`: a free port) and waits for its address.
+/// Returns the child and the address, or the child's stderr when it fails to start.
+fn spawn_dev(
+    dir: &Path,
+    options: &Options,
+    kubeconfig: &Path,
+    addr: &str,
+) -> Result<(Child, String), String> {
     let stdout_path = dir.join("dev.stdout");
     let stderr_path = dir.join("dev.stderr");
     let stdout = File::create(&stdout_path).map_err(|e| e.to_string())?;
@@ -75,7 +80,7 @@ fn spawn_dev(dir: &Path, options: &Options, kubeconfig: &Path) -> Result<(Child,
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentrt"));
     cmd.arg("dev")
         .arg("--addr")
-        .arg("127.0.0.1:0")
+        .arg(addr)
         .arg("--kubeconfig-out")
         .arg(kubeconfig)
         .arg("--crds-dir")
@@ -160,7 +165,7 @@ impl TestCluster {
             }
             _ => {
                 let kubeconfig = dir.path().join("kubeconfig");
-                let (child, addr) = spawn_dev(dir.path(), &options, &kubeconfig)?;
+                let (child, addr) = spawn_dev(dir.path(), &options, &kubeconfig, "127.0.0.1:0")?;
                 (kubeconfig, Some(child), true, addr)
             }
         };
@@ -376,11 +381,55 @@ impl TestCluster {
     /// same data directory); the client and kubeconfig follow.
     pub async fn restart(&mut self) -> Result<(), String> {
         self.stop();
-        let (child, addr) = spawn_dev(self.dir.path(), &self.options, &self.kubeconfig)?;
+        let (child, addr) = spawn_dev(
+            self.dir.path(),
+            &self.options,
+            &self.kubeconfig,
+            "127.0.0.1:0",
+        )?;
         self.child = Some(child);
         self.address = addr;
         self.client = client_for(&self.kubeconfig).await;
         Ok(())
+    }
+
+    /// Kills the embedded server with SIGKILL, as a crash would: no final snapshot, open
+    /// connections cut. [`TestCluster::start_again`] brings it back on the same address.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the embedded server again after [`TestCluster::kill`] or
+    /// [`TestCluster::stop`], with the same options on the same address (so clients holding
+    /// the kubeconfig, such as a controller, reach it again); the client follows.
+    pub async fn start_again(&mut self) -> Result<(), String> {
+        let addr = self.address.clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (child, addr) = loop {
+            match spawn_dev(self.dir.path(), &self.options, &self.kubeconfig, &addr) {
+                Ok(started) => break started,
+                // The port may still be held for a moment by the killed process.
+                Err(err) if Instant::now() < deadline && err.contains("cannot listen") => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(err) => return Err(err),
+            }
+        };
+        self.child = Some(child);
+        self.address = addr;
+        self.client = client_for(&self.kubeconfig).await;
+        Ok(())
+    }
+
+    /// [`TestCluster::kill`], `down` of nothing answering on the address, then
+    /// [`TestCluster::start_again`]: a kill -9 and restart of `agentrt dev --data-dir`.
+    pub async fn kill_and_restart(&mut self, down: Duration) -> Result<(), String> {
+        self.kill();
+        tokio::time::sleep(down).await;
+        self.start_again().await
     }
 
     /// Starts another embedded server with `options` in this cluster's scratch directory and
@@ -388,7 +437,7 @@ impl TestCluster {
     pub fn try_spawn_other(&self, options: &Options) -> Result<(), String> {
         let dir = self.dir.path().join(format!("other-{}", random_suffix()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let (mut child, _) = spawn_dev(&dir, options, &dir.join("kubeconfig"))?;
+        let (mut child, _) = spawn_dev(&dir, options, &dir.join("kubeconfig"), "127.0.0.1:0")?;
         let _ = child.kill();
         let _ = child.wait();
         Ok(())

@@ -355,13 +355,19 @@ pub async fn decide(client: &Client, namespace: &str, approval: &DynamicObject, 
 /// A test cluster with the agentrt CRDs installed and no in-process controller (each scenario
 /// starts the controllers it needs as child processes).
 pub async fn agentrt_cluster() -> super::cluster::TestCluster {
+    agentrt_cluster_with(super::cluster::Options::default()).await
+}
+
+/// [`agentrt_cluster`] with more options for the embedded server (e.g. `--data-dir`, for
+/// scenarios that restart it); `crds_dir` is always agentrt's own CRDs.
+pub async fn agentrt_cluster_with(options: super::cluster::Options) -> super::cluster::TestCluster {
     // `agentrt dev` runs a controller in-process unless told not to; the scenarios run their
     // own. Every test sets the same value, so concurrent tests agree.
     std::env::set_var("AGENTRT_DEV_NO_CONTROLLER", "1");
     let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
     let cluster = super::cluster::TestCluster::start_with(super::cluster::Options {
         crds_dir: Some(crds.clone()),
-        ..super::cluster::Options::default()
+        ..options
     })
     .await;
     if !cluster.is_embedded() {

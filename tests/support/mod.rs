@@ -26,4 +26,5 @@ pub mod fixtures {
 }
 pub mod controller;
 pub mod modelserver;
+pub mod proxy;
 pub mod toolserver;
