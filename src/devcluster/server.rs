@@ -147,13 +147,17 @@ fn install_crd(store: &mut Store, crd: &Value) -> Result<(), DevClusterError> {
     ) else {
         return Err(err("the CRD API is not served".into()));
     };
-    let exists = store.get(&t.key(&name)).is_some();
+    let stored_rv = store
+        .get(&t.key(&name))
+        .map(|old| meta_str(old, "resourceVersion").to_string());
     let opts = WriteOpts::default();
-    let result = if exists {
+    let result = if let Some(rv) = stored_rv {
+        // A CRD update must name the version it replaces (kube-apiserver allows no
+        // unconditional update of a CRD); this one replaces what is stored.
         t.name = Some(name.clone());
         let mut body = crd.clone();
         if let Some(m) = body["metadata"].as_object_mut() {
-            m.remove("resourceVersion");
+            m.insert("resourceVersion".into(), Value::String(rv));
         }
         write::update(store, &t, body, &opts)
     } else {
