@@ -22,49 +22,7 @@ use support::cluster::{Options, TestCluster};
 /// Differences known today, each with why: (case, what differs, reason). `what` is `status`
 /// (code, reason and causes), `causes` (the causes' reasons and field paths only) or
 /// `field <path>` (a compared field of a success).
-const ALLOWED: &[(&str, &str, &str)] = &[
-    ("crd-bad-undefined-field", "status", CEL_UNDEFINED),
-    ("crd-bad-type-error", "status", CEL_TYPES),
-    ("crd-bad-unknown-function", "status", CEL_FUNCTIONS),
-    ("crd-bad-cost", "status", CEL_COST),
-    ("crd-bad-syntax", "causes", CEL_PATH),
-    ("crd-bad-uncorrelatable-transition", "causes", CEL_PATH),
-    ("crd-bad-message-expression-type", "status", CEL_MESSAGE),
-    (
-        "create-records-managed-fields",
-        "field metadata.managedFields.*.manager",
-        SSA_MANAGED,
-    ),
-    (
-        "patch-records-managed-fields",
-        "field metadata.managedFields.*.manager",
-        SSA_MANAGED,
-    ),
-    ("apply-create", "status", SSA),
-    ("apply-conflict", "status", SSA),
-    ("apply-force", "status", SSA),
-    ("apply-without-field-manager", "status", SSA),
-    ("apply-invalid-object", "status", SSA),
-    ("apply-configmap", "status", SSA),
-];
-
-const SSA: &str = "server-side apply: not yet in the embedded server (branch ssa); it answers 415";
-const CEL_UNDEFINED: &str = "CEL type-check: a rule naming an undeclared field is accepted, \
-                             the real server refuses it at the rule's path (branch cel)";
-const CEL_TYPES: &str = "CEL type-check: a rule with no matching overload (string + int) is \
-                         accepted, the real server refuses it (branch cel)";
-const CEL_FUNCTIONS: &str = "CEL type-check: a rule calling an undeclared function is accepted, \
-                             the real server refuses it (branch cel)";
-const CEL_COST: &str = "CEL type-check: no cost estimate, so a rule over an unbounded list of \
-                        unbounded strings is accepted (branch cel)";
-const SSA_MANAGED: &str = "server-side apply: no managedFields are kept on writes yet \
-                           (branch ssa); the real server records each manager's Update";
-const CEL_PATH: &str = "CEL type-check: a rule's compile error is reported at \
-                        spec.versions[0].schema.openAPIV3Schema with the rule's path in the \
-                        message; the real server names the rule \
-                        (spec.validation...x-kubernetes-validations[0].rule) (branch cel)";
-const CEL_MESSAGE: &str = "CEL type-check: a messageExpression that is not a string is \
-                           accepted, the real server refuses it (branch cel)";
+const ALLOWED: &[(&str, &str, &str)] = &[];
 
 /// One request of `cases.yaml`.
 #[derive(Debug, Deserialize)]
@@ -411,11 +369,17 @@ async fn the_embedded_server_answers_as_kube_apiserver_does() {
         .await;
     }
 
+    let mut stale = Vec::new();
     for (i, (case, what, reason)) in ALLOWED.iter().enumerate() {
         if !used[i] {
-            println!("allowlist entry no longer needed: {case}: {what} ({reason})");
+            stale.push(format!("{case}: {what} ({reason})"));
         }
     }
+    assert!(
+        stale.is_empty(),
+        "allowlist entries that no longer match a difference (remove them):\n{}",
+        stale.join("\n")
+    );
     assert!(
         unlisted.is_empty(),
         "{} difference(s) between the embedded server and kube-apiserver not in the \

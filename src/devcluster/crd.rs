@@ -130,12 +130,17 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
     let shared = schemas.len() > 1 || schemas.first().is_some_and(Option::is_some);
     let shared = shared && schemas.windows(2).all(|w| w[0] == w[1]);
     if let (true, Some(Some(schema))) = (shared, schemas.first()) {
+        // A schema that is not structural is refused for that alone: kube-apiserver compiles
+        // no rule of it.
+        let before = errors.len();
         untyped_fields(schema, "spec.validation.openAPIV3Schema", &mut errors);
-        errors.extend(schema_errors(
-            schema,
-            "spec.validation",
-            "spec.versions[0].schema",
-        ));
+        if errors.len() == before {
+            errors.extend(schema_errors(
+                schema,
+                "spec.validation",
+                "spec.versions[0].schema",
+            ));
+        }
     }
     let mut seen = Vec::new();
     for (i, v) in versions.iter().enumerate() {
@@ -153,8 +158,11 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
         seen.push(vname);
         if let (false, Some(schema)) = (shared, v["schema"].get("openAPIV3Schema")) {
             let at = format!("spec.versions[{i}].schema");
+            let before = errors.len();
             untyped_fields(schema, &format!("{at}.openAPIV3Schema"), &mut errors);
-            errors.extend(schema_errors(schema, &at, &at));
+            if errors.len() == before {
+                errors.extend(schema_errors(schema, &at, &at));
+            }
         }
     }
     if !versions.iter().any(|v| v["served"].as_bool() == Some(true)) && !versions.is_empty() {
