@@ -3,31 +3,16 @@
 //! round trip through the k8s-openapi types: a misspelt or misplaced field does not survive it),
 //! and its CRDs are the top-level `crds/`.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+use support::helm::helm;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The helm binary, installed once per test process (tests run as threads).
-fn helm() -> PathBuf {
-    static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    HELM.get_or_init(install_helm).clone()
-}
-
-fn install_helm() -> PathBuf {
-    let out = Command::new(root().join("scripts/install-helm"))
-        .output()
-        .expect("scripts/install-helm runs");
-    assert!(
-        out.status.success(),
-        "scripts/install-helm failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn render(sets: &[&str]) -> Vec<Value> {

@@ -14,33 +14,17 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::cluster::{TestCluster, KUBECTL};
+use support::cluster::TestCluster;
 use support::controller::*;
+use support::helm::helm;
 use support::toolserver::ToolServer;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The helm binary, installed once per test process.
-fn helm() -> PathBuf {
-    static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    HELM.get_or_init(|| {
-        let out = Command::new(root().join("scripts/install-helm"))
-            .output()
-            .expect("scripts/install-helm runs");
-        assert!(
-            out.status.success(),
-            "scripts/install-helm failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    })
-    .clone()
 }
 
 /// `helm template RELEASE charts/agentrt -n NAMESPACE [--set S]... [extra]...` as YAML text.
@@ -119,23 +103,7 @@ fn service_account_kubeconfig(cluster: &TestCluster, sa: &str) -> PathBuf {
 
 /// kubectl as the user of `kubeconfig`, in the test's namespace.
 fn kubectl_as(cluster: &TestCluster, kubeconfig: &Path, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(KUBECTL)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--cache-dir")
-        .arg(cluster.dir().join("kubectl-cache-as"))
-        .arg("-n")
-        .arg(cluster.namespace())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    if let Some(mut input) = child.stdin.take() {
-        std::io::Write::write_all(&mut input, stdin.as_bytes()).expect("kubectl stdin");
-    }
-    child.wait_with_output().expect("kubectl finishes")
+    cluster.kubectl_as(kubeconfig, args, stdin)
 }
 
 /// The requests of `user` the API server answered 403, from the audit log named by
@@ -286,30 +254,7 @@ async fn runs_complete_as_the_charts_service_account(cluster: &TestCluster, sets
     // reach is checked above with `auth can-i --all-namespaces`.
     let mut controller =
         ControllerProcess::spawn(&kubeconfig, &ns, ControllerSpec::named("chart-sa"));
-    let client = cluster.client();
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &manifests);
-    wait_phase(&client, &ns, "lookup", "Completed", Duration::from_secs(60)).await;
-    let refund = wait_approval(&client, &ns, "refund", "policy", Duration::from_secs(60)).await;
-    decide(&client, &ns, &refund, "Approved").await;
-    wait_phase(&client, &ns, "refund", "Completed", Duration::from_secs(60)).await;
-    wait_approval(&client, &ns, "cancelled", "policy", Duration::from_secs(60)).await;
-    cluster.kubectl_ok(&[
-        "patch",
-        "agentrun",
-        "cancelled",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"cancel":true}}"#,
-    ]);
-    wait_phase(
-        &client,
-        &ns,
-        "cancelled",
-        "Cancelled",
-        Duration::from_secs(60),
-    )
-    .await;
+    drive_rbac_runs(cluster, &manifests).await;
     assert_eq!(calls_of(&tools, "issue_refund"), 1);
     controller.signal(libc::SIGTERM);
     assert!(

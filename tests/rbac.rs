@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -47,16 +47,7 @@ fn audit_calls(path: &Path, skip_lines: usize) -> BTreeSet<Call> {
 
 fn granted_calls() -> BTreeSet<Call> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let helm = Command::new(root.join("scripts/install-helm"))
-        .output()
-        .expect("install-helm runs");
-    assert!(
-        helm.status.success(),
-        "{}",
-        String::from_utf8_lossy(&helm.stderr)
-    );
-    let helm = PathBuf::from(String::from_utf8_lossy(&helm.stdout).trim().to_string());
-    let out = Command::new(helm)
+    let out = Command::new(support::helm::helm())
         .args([
             "template",
             "agentrt",
@@ -112,7 +103,6 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
         ..Options::default()
     })
     .await;
-    let client = cluster.client();
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let manifests = std::fs::read_to_string(support::fixtures::path("rbac/runs.yaml"))
@@ -125,42 +115,7 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
 
     let mut controller =
         ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("rbac"));
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &manifests);
-    wait_phase(&client, &ns, "lookup", "Completed", Duration::from_secs(60)).await;
-    let refund = wait_approval(&client, &ns, "refund", "policy", Duration::from_secs(60)).await;
-    let refund_hash = refund.data["spec"]["hash"]
-        .as_str()
-        .expect("hash")
-        .to_string();
-    let refund_name = refund.metadata.name.clone().expect("name");
-    cluster.kubectl_ok(&[
-        "patch",
-        "approval",
-        &refund_name,
-        "--type",
-        "merge",
-        "-p",
-        &format!(r#"{{"spec":{{"decision":{{"verdict":"Approved","hash":"{refund_hash}"}}}}}}"#),
-    ]);
-    wait_phase(&client, &ns, "refund", "Completed", Duration::from_secs(60)).await;
-    wait_approval(&client, &ns, "cancelled", "policy", Duration::from_secs(60)).await;
-    cluster.kubectl_ok(&[
-        "patch",
-        "agentrun",
-        "cancelled",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"cancel":true}}"#,
-    ]);
-    wait_phase(
-        &client,
-        &ns,
-        "cancelled",
-        "Cancelled",
-        Duration::from_secs(60),
-    )
-    .await;
+    drive_rbac_runs(&cluster, &manifests).await;
     controller.signal(libc::SIGTERM);
     assert!(
         controller.wait_exit(Duration::from_secs(30)).is_some(),

@@ -244,9 +244,13 @@ impl TestCluster {
     }
 
     fn kubectl_command(&self, args: &[&str]) -> Command {
+        self.kubectl_command_as(&self.kubeconfig, args)
+    }
+
+    fn kubectl_command_as(&self, kubeconfig: &Path, args: &[&str]) -> Command {
         let mut cmd = Command::new(KUBECTL);
         cmd.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            .arg(kubeconfig)
             .arg("--cache-dir")
             .arg(self.dir.path().join("kubectl-cache"))
             .arg("-n")
@@ -262,8 +266,14 @@ impl TestCluster {
 
     /// Runs kubectl with `stdin` as its standard input (e.g. `apply -f -`).
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        self.kubectl_as(&self.kubeconfig, args, stdin)
+    }
+
+    /// Runs kubectl as the user of `kubeconfig` (e.g. a ServiceAccount's token), in the test's
+    /// namespace, with `stdin` as its standard input.
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str], stdin: &str) -> Output {
         let mut child = self
-            .kubectl_command(args)
+            .kubectl_command_as(kubeconfig, args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

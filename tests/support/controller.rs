@@ -398,3 +398,43 @@ pub async fn create_secret(client: &Client, namespace: &str, name: &str, key: &s
         .await
         .unwrap_or_else(|err| panic!("cannot create Secret {name}: {err}"));
 }
+
+/// Drives the runs of `tests/fixtures/rbac/runs.yaml` (`manifests`, its `${TOOLS}` filled in)
+/// to their ends, with kubectl only (so that an audit log tells the controller's calls from the
+/// test's by user agent): `lookup` completes, `refund` is approved and completes, `cancelled` is
+/// cancelled while it waits for a person.
+pub async fn drive_rbac_runs(cluster: &super::cluster::TestCluster, manifests: &str) {
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    cluster.kubectl_stdin(&["apply", "-f", "-"], manifests);
+    wait_phase(&client, &ns, "lookup", "Completed", Duration::from_secs(60)).await;
+    let refund = wait_approval(&client, &ns, "refund", "policy", Duration::from_secs(60)).await;
+    let hash = refund.data["spec"]["hash"]
+        .as_str()
+        .expect("hash")
+        .to_string();
+    let name = refund.metadata.name.clone().expect("name");
+    let decision = format!(r#"{{"spec":{{"decision":{{"verdict":"Approved","hash":"{hash}"}}}}}}"#);
+    cluster.kubectl_ok(&[
+        "patch", "approval", &name, "--type", "merge", "-p", &decision,
+    ]);
+    wait_phase(&client, &ns, "refund", "Completed", Duration::from_secs(60)).await;
+    wait_approval(&client, &ns, "cancelled", "policy", Duration::from_secs(60)).await;
+    let cancel = r#"{"spec":{"cancel":true}}"#;
+    cluster.kubectl_ok(&[
+        "patch",
+        "agentrun",
+        "cancelled",
+        "--type",
+        "merge",
+        "-p",
+        cancel,
+    ]);
+    wait_phase(
+        &client,
+        &ns,
+        "cancelled",
+        "Cancelled",
+        Duration::from_secs(60),
+    )
+    .await;
+}

