@@ -181,6 +181,77 @@ async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
     }
 }
 
+/// `helm` against the test cluster (its kubeconfig), in the test's namespace.
+fn helm_on(cluster: &TestCluster, args: &[&str]) -> Output {
+    Command::new(helm())
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(["--namespace", cluster.namespace()])
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("helm runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_and_uninstall_of_the_chart_succeed() {
+    let Some(cluster) = real_cluster("helm_install_and_uninstall_of_the_chart_succeed").await
+    else {
+        return;
+    };
+    let release = release();
+    let ns = cluster.namespace().to_string();
+    // With the admission policies (bound to this namespace only, so other tests sharing the
+    // cluster are not subject to them) and no user ClusterRoles (their names are fixed).
+    let watch = format!("watchNamespaces={{{ns}}}");
+    let install = helm_on(
+        &cluster,
+        &[
+            "install",
+            &release,
+            "charts/agentrt",
+            "--set",
+            &watch,
+            "--set",
+            "userRoles.create=false",
+            "--set",
+            "admissionPolicies.enabled=true",
+        ],
+    );
+    assert!(
+        install.status.success(),
+        "helm install failed on the real API server: {}",
+        text(&install)
+    );
+    let status = helm_on(&cluster, &["status", &release, "-o", "json"]);
+    let status: Value = serde_json::from_slice(&status.stdout).expect("helm status JSON");
+    assert_eq!(status["info"]["status"], "deployed", "{status}");
+    let deployed = cluster.kubectl_ok(&[
+        "get",
+        "deployment,serviceaccount,role,rolebinding",
+        "-o",
+        "name",
+    ]);
+    for object in [
+        format!("deployment.apps/{release}"),
+        format!("serviceaccount/{release}"),
+        format!("role.rbac.authorization.k8s.io/{release}-controller"),
+    ] {
+        assert!(deployed.contains(&object), "{object} not in:\n{deployed}");
+    }
+    let uninstall = helm_on(&cluster, &["uninstall", &release, "--wait"]);
+    assert!(
+        uninstall.status.success(),
+        "helm uninstall: {}",
+        text(&uninstall)
+    );
+    let policies = cluster.kubectl_ok(&["get", "validatingadmissionpolicies", "-o", "name"]);
+    assert!(
+        !policies.contains(&release),
+        "the release's admission policies outlive it: {policies}"
+    );
+}
+
 /// Installs the chart's ServiceAccount and RBAC (release `release`, in the test namespace, with
 /// `sets`), starts a controller authenticated as that ServiceAccount, and drives the RBAC
 /// fixture's runs to their ends: one reads with a Secret header, one is approved, one is
