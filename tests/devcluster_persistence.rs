@@ -224,3 +224,61 @@ async fn crds_dir_installs_the_crds_at_start() {
     let table = c.kubectl_ok(&["get", "wd"]);
     assert_eq!(table.lines().count(), 4, "{table}");
 }
+
+#[tokio::test]
+async fn a_write_that_was_answered_survives_a_kill() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut c = TestCluster::start_with(Options {
+        data_dir: Some(data.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await;
+    if !c.is_embedded() {
+        eprintln!("a_write_that_was_answered_survives_a_kill: not on a real cluster: a test of agentrt dev's --data-dir across a kill");
+        return;
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    // Created, changed and deleted right before the kill, well inside the snapshot's debounce:
+    // only the journal has them.
+    for name in ["kept", "gone"] {
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).expect("cm"),
+        )
+        .await
+        .expect("create");
+    }
+    cms.patch(
+        "kept",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"paid": "yes"}})),
+    )
+    .await
+    .expect("patch");
+    cms.delete("gone", &Default::default())
+        .await
+        .expect("delete");
+    c.kill_and_restart(Duration::ZERO).await.expect("restarts");
+
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    let kept = cms
+        .get("kept")
+        .await
+        .expect("the answered create and patch survive");
+    assert_eq!(
+        kept.data
+            .unwrap_or_default()
+            .get("paid")
+            .map(String::as_str),
+        Some("yes")
+    );
+    assert!(
+        cms.get_opt("gone").await.expect("get").is_none(),
+        "the answered delete survives"
+    );
+    // And again after a graceful stop, which snapshots and sets the journal aside.
+    c.restart().await.expect("restarts");
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    assert!(cms.get_opt("kept").await.expect("get").is_some());
+    assert!(cms.get_opt("gone").await.expect("get").is_none());
+}

@@ -26,9 +26,10 @@
 //! fields, see `managed`); `propagationPolicy: Foreground` behaves as `Background`; CRD
 //! conversion `None` only and names never conflict; protobuf accepted only for the built-ins
 //! kubectl's generators send; one global lock (fine for a dev server); the `--data-dir`
-//! snapshot is the whole state, written shortly after each burst of changes and at shutdown
-//! (a SIGKILL can lose the last ~50 ms of writes, never the resourceVersion sequence: a
-//! restart continues above every resourceVersion handed out, and older watches get 410).
+//! snapshot is the whole state, written shortly after each burst of changes and at shutdown,
+//! with every change journaled before it is answered (a SIGKILL loses no answered write, and
+//! never the resourceVersion sequence: a restart continues above every resourceVersion handed
+//! out, and older watches get 410; a power loss can lose the last writes: no fsync per change).
 
 mod apply;
 mod audit;

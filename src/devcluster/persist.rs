@@ -9,7 +9,17 @@
 //! `lock` file held with `flock` keeps two servers off one directory. Watch history is not
 //! persisted: after a restart, watches from an older resourceVersion get 410 and re-list.
 //!
-//! The snapshot trails the writes (and a kill -9 loses its last moments), so it cannot say
+//! The snapshot trails the writes, so every change is also appended, before the request that
+//! made it is answered, to `<data-dir>/journal` (one JSON line per change:
+//! `{"rv", "storage", "namespace", "name", "object"}`, `object` null for a deletion). A write
+//! that returned is in the kernel's page cache, so a kill -9 of the server loses nothing it
+//! answered (a power loss may: there is no fsync per change). When a snapshot is taken the
+//! journal is set aside as `journal-<rv>` and a new one begun; once the snapshot is on disk the
+//! set-aside journals it covers are deleted. At start the snapshot is read, then every journal
+//! in order, applying the changes above the snapshot's resourceVersion; a last line cut short
+//! by a crash was never answered and is skipped, any other bad line is refused as corrupt.
+//!
+//! The snapshot cannot say
 //! which resourceVersions were handed out. `<data-dir>/resource-version` can: a line
 //! `agentrt-dev-rv v1 <N>` promising that no resourceVersion above N was handed out, written
 //! (atomically, fsynced) before the server hands out one above the previous promise. A
@@ -252,6 +262,66 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn key(name: &str) -> ObjKey {
+        ObjKey {
+            storage: Arc::from("configmaps"),
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn the_journal_replays_changes_after_the_snapshot_and_skips_a_cut_last_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut journal = Journal::open(dir.path()).expect("open");
+        journal
+            .append(5, &key("old"), Some(&json!({"v": 0})))
+            .expect("append");
+        journal.rotate(5).expect("rotate");
+        journal
+            .append(6, &key("a"), Some(&json!({"v": 1})))
+            .expect("append");
+        journal
+            .append(7, &key("a"), Some(&json!({"v": 2})))
+            .expect("append");
+        journal
+            .append(8, &key("b"), Some(&json!({"v": 3})))
+            .expect("append");
+        journal.append(9, &key("b"), None).expect("append");
+        drop(journal);
+        // A crash cut the last write short: it was never answered.
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(JOURNAL_FILE))
+            .expect("open");
+        file.write_all(br#"{"rv":10,"storage":"configm"#)
+            .expect("write");
+        let mut objects = vec![(key("old"), json!({"v": 0}))];
+        let highest = replay(dir.path(), 5, &mut objects).expect("replays");
+        assert_eq!(highest, 9);
+        assert_eq!(
+            objects,
+            vec![(key("a"), json!({"v": 2})), (key("old"), json!({"v": 0}))]
+        );
+        drop_journals_up_to(dir.path(), 5).expect("drop");
+        assert!(!dir.path().join("journal-5").exists());
+    }
+
+    #[test]
+    fn a_bad_line_inside_the_journal_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(
+            dir.path().join(JOURNAL_FILE),
+            "not json\n{\"rv\":2,\"storage\":\"s\",\"namespace\":\"\",\"name\":\"n\",\"object\":null}\n",
+        )
+        .expect("write");
+        let mut objects = Vec::new();
+        assert!(matches!(
+            replay(dir.path(), 0, &mut objects),
+            Err(DevClusterError::CorruptState { .. })
+        ));
+    }
+
     #[test]
     fn state_round_trips_and_a_flipped_byte_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -311,4 +381,175 @@ mod tests {
             Err(DevClusterError::DataDirLocked(_))
         ));
     }
+}
+
+/// File name of the journal being appended to, inside the data directory.
+pub const JOURNAL_FILE: &str = "journal";
+
+#[derive(Serialize)]
+struct JournalLine<'a> {
+    rv: u64,
+    storage: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+    object: Option<&'a Value>,
+}
+
+/// The change journal of a data directory (see the module doc).
+pub struct Journal {
+    dir: PathBuf,
+    file: File,
+}
+
+impl Journal {
+    /// Opens (creating) `<dir>/journal` for appending.
+    ///
+    /// # Errors
+    /// [`DevClusterError::Io`] naming the file.
+    pub fn open(dir: &Path) -> Result<Journal, DevClusterError> {
+        let path = dir.join(JOURNAL_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io(&path))?;
+        Ok(Journal {
+            dir: dir.to_path_buf(),
+            file,
+        })
+    }
+
+    /// Appends one change: `object` is the stored object, `None` for a deletion. One
+    /// `write` of the whole line, so a crash leaves at most a cut last line.
+    ///
+    /// # Errors
+    /// [`DevClusterError::Io`] naming the journal.
+    pub fn append(
+        &mut self,
+        rv: u64,
+        key: &ObjKey,
+        object: Option<&Value>,
+    ) -> Result<(), DevClusterError> {
+        let path = self.dir.join(JOURNAL_FILE);
+        let line = JournalLine {
+            rv,
+            storage: &key.storage,
+            namespace: &key.namespace,
+            name: &key.name,
+            object,
+        };
+        let mut bytes =
+            serde_json::to_vec(&line).map_err(|e| io(&path)(std::io::Error::other(e)))?;
+        bytes.push(b'\n');
+        self.file.write_all(&bytes).map_err(io(&path))
+    }
+
+    /// Sets the journal aside as `journal-<rv>` (the changes up to the snapshot being taken
+    /// at `rv`) and begins a new one.
+    ///
+    /// # Errors
+    /// [`DevClusterError::Io`] naming the file.
+    pub fn rotate(&mut self, rv: u64) -> Result<(), DevClusterError> {
+        let current = self.dir.join(JOURNAL_FILE);
+        let aside = self.dir.join(format!("{JOURNAL_FILE}-{rv}"));
+        fs::rename(&current, &aside).map_err(io(&current))?;
+        *self = Journal::open(&self.dir)?;
+        Ok(())
+    }
+}
+
+/// Deletes the set-aside journals a snapshot at `rv` covers (`journal-<n>` with n <= rv).
+///
+/// # Errors
+/// [`DevClusterError::Io`] naming the directory or file.
+pub fn drop_journals_up_to(dir: &Path, rv: u64) -> Result<(), DevClusterError> {
+    for (n, path) in set_aside_journals(dir)? {
+        if n <= rv {
+            fs::remove_file(&path).map_err(io(&path))?;
+        }
+    }
+    Ok(())
+}
+
+fn set_aside_journals(dir: &Path) -> Result<Vec<(u64, PathBuf)>, DevClusterError> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io(dir))? {
+        let entry = entry.map_err(io(dir))?;
+        let name = entry.file_name().to_string_lossy().to_string();
+        if let Some(n) = name
+            .strip_prefix(&format!("{JOURNAL_FILE}-"))
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            found.push((n, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Applies every journaled change above `snapshot_rv` to `objects` (set-aside journals in
+/// order, then the current one). Returns the highest resourceVersion seen.
+///
+/// # Errors
+/// [`DevClusterError::CorruptState`] for a bad line that is not a cut last line;
+/// [`DevClusterError::Io`].
+pub fn replay(
+    dir: &Path,
+    snapshot_rv: u64,
+    objects: &mut Vec<(ObjKey, Value)>,
+) -> Result<u64, DevClusterError> {
+    let mut files: Vec<PathBuf> = set_aside_journals(dir)?
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    files.push(dir.join(JOURNAL_FILE));
+    let mut map: std::collections::BTreeMap<ObjKey, Value> =
+        std::mem::take(objects).into_iter().collect();
+    let mut highest = snapshot_rv;
+    for path in files {
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&path)(e)),
+        };
+        let complete = bytes.last() == Some(&b'\n');
+        let lines: Vec<&[u8]> = bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .collect();
+        let count = lines.len();
+        for (i, line) in lines.into_iter().enumerate() {
+            let parsed = serde_json::from_slice::<Value>(line).ok().and_then(|v| {
+                let rv = v["rv"].as_u64()?;
+                let key = ObjKey {
+                    storage: Arc::from(v["storage"].as_str()?),
+                    namespace: v["namespace"].as_str()?.to_string(),
+                    name: v["name"].as_str()?.to_string(),
+                };
+                Some((rv, key, v["object"].clone()))
+            });
+            let Some((rv, key, object)) = parsed else {
+                if i + 1 == count && !complete {
+                    // Cut short by a crash: its request was never answered.
+                    break;
+                }
+                return Err(DevClusterError::CorruptState {
+                    path: path.clone(),
+                    reason: format!("line {} is not a journal entry", i + 1),
+                });
+            };
+            if rv <= snapshot_rv {
+                continue;
+            }
+            highest = highest.max(rv);
+            if object.is_object() {
+                map.insert(key, object);
+            } else {
+                map.remove(&key);
+            }
+        }
+    }
+    *objects = map.into_iter().collect();
+    Ok(highest)
 }

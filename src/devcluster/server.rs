@@ -182,7 +182,16 @@ impl DevServer {
             None => None,
         };
         let (restored, reserved) = match &config.data_dir {
-            Some(dir) => (persist::load(dir)?, persist::reserved(dir)?),
+            Some(dir) => {
+                // The snapshot, then every change journaled after it (a kill -9 loses no
+                // answered write).
+                let snapshot = persist::load(dir)?;
+                let had_snapshot = snapshot.is_some();
+                let (rv, mut objects) = snapshot.unwrap_or((0, Vec::new()));
+                let highest = persist::replay(dir, rv, &mut objects)?;
+                let restored = (had_snapshot || highest > rv).then_some((highest, objects));
+                (restored, persist::reserved(dir)?)
+            }
             None => (None, None),
         };
         // Above every resourceVersion an earlier server on this directory handed out (its
@@ -209,6 +218,9 @@ impl DevServer {
                         "cannot reserve resourceVersions in the data directory: {reason}"
                     ))
                 })?;
+        }
+        if let Some(dir) = &config.data_dir {
+            store.journal_to(persist::Journal::open(dir)?);
         }
         match restored {
             Some((_, objects)) => store.restore(start, objects),
@@ -322,15 +334,22 @@ impl DevServer {
 
 async fn save(shared: &Arc<Shared>, dir: &std::path::Path) -> Result<(), DevClusterError> {
     let (rv, objects) = {
-        let store = shared.lock();
+        let mut store = shared.lock();
         let objects: Vec<(ObjKey, Arc<Value>)> =
             store.all().map(|(k, v)| (k.clone(), v.clone())).collect();
+        // The journal up to here is covered by this snapshot once it is on disk.
+        if let Err(e) = store.rotate_journal() {
+            tracing::error!("agentrt dev: cannot set the journal aside: {e}");
+        }
         (store.rv(), objects)
     };
     let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || persist::save(&dir, rv, &objects))
-        .await
-        .map_err(|e| DevClusterError::Bootstrap(format!("the snapshot task failed: {e}")))?
+    tokio::task::spawn_blocking(move || {
+        persist::save(&dir, rv, &objects)?;
+        persist::drop_journals_up_to(&dir, rv)
+    })
+    .await
+    .map_err(|e| DevClusterError::Bootstrap(format!("the snapshot task failed: {e}")))?
 }
 
 async fn snapshot_task(shared: Arc<Shared>, dir: PathBuf) {

@@ -101,6 +101,8 @@ pub struct Store {
     history_floor: u64,
     registry: Arc<Registry>,
     notify: watch::Sender<u64>,
+    /// With `--data-dir`: every change is appended here before it is answered.
+    journal: Option<super::persist::Journal>,
 }
 
 impl Store {
@@ -117,7 +119,28 @@ impl Store {
             history_floor: rv,
             registry: Arc::new(Registry::builtins()),
             notify,
+            journal: None,
         }
+    }
+
+    /// From now on, appends every change to `journal` before the write returns (see
+    /// `persist.rs`), so a kill of the server loses no answered write.
+    pub fn journal_to(&mut self, journal: super::persist::Journal) {
+        self.journal = Some(journal);
+    }
+
+    /// Sets the journal aside at the current resourceVersion (a snapshot of this state is
+    /// about to be written) and begins a new one. Returns that resourceVersion.
+    ///
+    /// # Errors
+    /// When the journal cannot be set aside (the snapshot then covers it anyway; the old
+    /// journal is replayed over it at start, which changes nothing).
+    pub fn rotate_journal(&mut self) -> Result<u64, super::error::DevClusterError> {
+        let rv = self.rv;
+        if let Some(journal) = &mut self.journal {
+            journal.rotate(rv)?;
+        }
+        Ok(rv)
     }
 
     /// The current (latest) resourceVersion.
@@ -274,6 +297,15 @@ impl Store {
         object: Arc<Value>,
         prev: Option<Arc<Value>>,
     ) {
+        if let Some(journal) = &mut self.journal {
+            let stored = (kind != ChangeKind::Deleted).then_some(object.as_ref());
+            if let Err(e) = journal.append(self.rv, &key, stored) {
+                tracing::error!(
+                    "agentrt dev: cannot journal a change: {e}; a crash before the next \
+                     snapshot would lose it"
+                );
+            }
+        }
         self.history.push_back(Arc::new(Change {
             rv: self.rv,
             kind,
