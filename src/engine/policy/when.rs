@@ -27,6 +27,44 @@ use crate::engine::validate::MAX_JSON_DEPTH;
 /// The longest `when` evaluated, in characters (the CRD's `maxLength`).
 pub const MAX_WHEN_CHARS: usize = 4096;
 
+/// How deeply comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`) may nest in one
+/// `when`. The interpreter has no cost limit of its own, so nesting is what bounds the work: at
+/// most this many nested loops over lists of the args (themselves bounded by the record), never
+/// `[1,...,10].all(a, [1,...,10].all(b, ...))` nine deep (10^9 steps on a controller thread).
+pub const MAX_COMPREHENSION_DEPTH: usize = 2;
+
+/// How deeply comprehensions nest in `e`.
+fn comprehension_depth(e: &cel::common::ast::IdedExpr) -> usize {
+    use cel::common::ast::{EntryExpr, Expr};
+    let max = |items: &mut dyn Iterator<Item = &cel::common::ast::IdedExpr>| {
+        items.map(comprehension_depth).max().unwrap_or(0)
+    };
+    match &e.expr {
+        Expr::Comprehension(c) => {
+            1 + max(&mut [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]
+            .into_iter())
+        }
+        Expr::Call(call) => max(&mut call.target.iter().map(|t| &**t).chain(call.args.iter())),
+        Expr::List(list) => max(&mut list.elements.iter()),
+        Expr::Map(map) => max(&mut map.entries.iter().flat_map(|entry| match &entry.expr {
+            EntryExpr::MapEntry(m) => vec![&m.key, &m.value],
+            EntryExpr::StructField(f) => vec![&f.value],
+        })),
+        Expr::Struct(s) => max(&mut s.entries.iter().flat_map(|entry| match &entry.expr {
+            EntryExpr::MapEntry(m) => vec![&m.key, &m.value],
+            EntryExpr::StructField(f) => vec![&f.value],
+        })),
+        Expr::Select(select) => comprehension_depth(&select.operand),
+        _ => 0,
+    }
+}
+
 /// The stack the CEL interpreter runs on. Its parser and evaluator recurse deeply (a debug
 /// build overflows 2 MiB on `((((((((((((((((((((true))))))))))))))))))))` and needs more than
 /// 64 MiB for `1+1+...+1` of 4096 characters); 256 MiB of address space, of which only what is
@@ -89,6 +127,14 @@ fn eval_when_here(
 ) -> Result<bool, String> {
     let program = cel::Program::compile(expression)
         .map_err(|e| format!("{e}; the expression does not compile: fix its CEL syntax"))?;
+    let depth = comprehension_depth(program.expression());
+    if depth > MAX_COMPREHENSION_DEPTH {
+        return Err(format!(
+            "nests {depth} comprehensions (all, exists, exists_one, map, filter); at most \
+             {MAX_COMPREHENSION_DEPTH} are evaluated, so that no rule can keep the controller \
+             busy: flatten it"
+        ));
+    }
     let mut context = cel::Context::default();
     context.add_variable_from_value("tool", tool.to_string());
     context.add_variable_from_value("args", json_to_cel(args)?);
@@ -213,6 +259,30 @@ mod tests {
     use crate::engine::canonical::canonical_json;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn a_when_nesting_more_comprehensions_than_the_limit_is_refused_before_it_runs() {
+        let list = "[1,2,3,4,5,6,7,8,9,10]";
+        let mut deep = "true".to_string();
+        for v in ["a", "b", "c", "d", "e", "f", "g", "h", "i"] {
+            deep = format!("{list}.all({v}, {deep})");
+        }
+        let started = std::time::Instant::now();
+        let err = eval_when(&deep, "t", &json!({}), SideEffect::ReadOnly).expect_err("refused");
+        assert!(err.contains("nests 9 comprehensions"), "{err}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "it never ran"
+        );
+        let two = "args.items.all(i, i.tags.exists(t, t == 'x'))";
+        let args = json!({"items": [{"tags": ["x"]}, {"tags": ["y", "x"]}]});
+        assert_eq!(eval_when(two, "t", &args, SideEffect::ReadOnly), Ok(true));
+        let in_a_call =
+            format!("size({list}.filter(a, {list}.exists(b, {list}.all(c, c > 0)))) > 0");
+        assert!(eval_when(&in_a_call, "t", &args, SideEffect::ReadOnly)
+            .expect_err("refused")
+            .contains("nests 3"));
+    }
 
     #[test]
     fn args_become_cel_values_with_integral_floats_as_ints() {
