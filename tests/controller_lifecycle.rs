@@ -136,6 +136,14 @@ async fn agentrt_dev_apply_runs_the_controller_in_process() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // `agentrt dev` applies the samples before it writes the kubeconfig.
+    while !kubeconfig.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "agentrt dev did not write its kubeconfig"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
         &kube::config::KubeConfigOptions::default(),
