@@ -17,7 +17,6 @@ use super::identity::{Clock, HolderId};
 use super::lease::{self, observation::LeaseObservations};
 use super::metrics::Metrics;
 use super::projection::EventSink;
-use crate::api::ApprovalPhase;
 use crate::engine::{
     ApprovalSnapshot, Budgets, Caller, EngineError, Input, LeaseView, RunSnapshot, Transition,
 };
@@ -414,28 +413,13 @@ impl Context {
             Some(rv) => rv,
             None => match self.api.get_approval(namespace, name).await {
                 Ok(Some(current)) => {
-                    if current.object.pointer("/spec/hash").and_then(Value::as_str) != Some(hash) {
-                        // Not the Approval the record names (another run's leftover): never
-                        // written; the engine pauses the run on a fresh name (issue 16).
-                        tracing::debug!(approval = %name, "an Approval of another request holds this name; not written");
-                        return;
-                    }
-                    let phase = |v: Option<&Value>| {
-                        v.and_then(|p| serde_json::from_value::<ApprovalPhase>(p.clone()).ok())
-                            .unwrap_or_default()
-                    };
-                    let stored = phase(current.object.pointer("/status/phase"));
-                    if !stored.may_become(phase(status.get("phase"))) {
-                        tracing::debug!(approval = %name, ?stored, "the Approval's phase is past this write; left as it is");
-                        return;
-                    }
-                    match current
-                        .object
-                        .pointer("/metadata/resourceVersion")
-                        .and_then(Value::as_str)
-                    {
-                        Some(rv) => rv.to_string(),
-                        None => return,
+                    match crate::engine::status_write_version(&current.object, status, hash) {
+                        Some(rv) => rv,
+                        None => {
+                            // Another request's object, or a phase already past this one.
+                            tracing::debug!(approval = %name, "the Approval is not this write's to change; left as it is");
+                            return;
+                        }
                     }
                 }
                 Ok(None) => return,

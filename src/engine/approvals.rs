@@ -268,6 +268,29 @@ fn stored_phase(txn: &Txn, name: &str) -> Option<(ApprovalPhase, Option<String>)
     Some((phase, rv))
 }
 
+/// Whether a status write carrying `status` for the Approval whose record hash is `hash` may
+/// land on `stored` (the object as just read): only on the run's own request (same
+/// `spec.hash`, issue 16) and only moving its phase forward ([`ApprovalPhase::may_become`]).
+/// Returns the resourceVersion to write on, or `None` when the write must not happen. The
+/// controller asks this before a write the engine could not condition on a read (an Approval
+/// created in the same transition).
+pub fn status_write_version(stored: &Value, status: &Value, hash: &str) -> Option<String> {
+    if stored.pointer("/spec/hash").and_then(Value::as_str) != Some(hash) {
+        return None;
+    }
+    let phase = |v: Option<&Value>| {
+        v.and_then(|p| serde_json::from_value::<ApprovalPhase>(p.clone()).ok())
+            .unwrap_or_default()
+    };
+    if !phase(stored.pointer("/status/phase")).may_become(phase(status.get("phase"))) {
+        return None;
+    }
+    stored
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
 /// Asks for Approval `name`'s status to become `status` (DESIGN.md section 2: an Approval's
 /// phase only moves forward). Nothing is asked when the phase read cannot become
 /// `status.phase` (an Executed Approval never goes back to Approved); the write carries the

@@ -90,7 +90,7 @@ use serde_json::Value;
 
 use crate::api::{AgentRunSpec, RunPhase, Time, ToolSpec};
 
-pub use approvals::{approval_name, recorded_approvals, short_hash};
+pub use approvals::{approval_name, recorded_approvals, short_hash, status_write_version};
 pub use lease::{lease_liveness, LeaseLiveness};
 pub use observe::observe_needed;
 pub use projection::{decode_status, kube_events, KubeEventProjection, KubeEventType};

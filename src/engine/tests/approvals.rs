@@ -819,3 +819,28 @@ fn an_approval_for_another_request_under_the_runs_name_is_not_adopted_either() {
         .unwrap()
         .contains("carries another request"));
 }
+
+#[test]
+fn a_status_write_lands_only_on_the_runs_own_request_and_only_forward() {
+    let stored = json!({
+        "metadata": {"resourceVersion": "7"},
+        "spec": {"hash": "sha256:aa"},
+        "status": {"phase": "Executed"},
+    });
+    let approved = json!({"phase": "Approved"});
+    let cancelled = json!({"phase": "Cancelled"});
+    assert_eq!(
+        crate::engine::status_write_version(&stored, &approved, "sha256:aa"),
+        None
+    );
+    let mut pending = stored.clone();
+    pending["status"]["phase"] = json!("Pending");
+    assert_eq!(
+        crate::engine::status_write_version(&pending, &cancelled, "sha256:aa").as_deref(),
+        Some("7")
+    );
+    assert_eq!(
+        crate::engine::status_write_version(&pending, &cancelled, "sha256:bb"),
+        None
+    );
+}
