@@ -421,3 +421,45 @@ async fn renewals_keep_a_long_call_alive() {
     assert_eq!(api.run("ns", "long")["status"]["phase"], "Completed");
     let _ = api.get_lease("ns", "long").await.unwrap();
 }
+
+#[tokio::test]
+async fn a_failed_reconcile_is_counted_by_kind_and_backs_off_per_run_until_it_succeeds() {
+    use super::cluster::RunError;
+    use super::failures::{error_policy, reconcile, ReconcileError};
+    use super::watches::WatchedRun;
+    use kube::runtime::controller::Action;
+
+    let api = Arc::new(FakeApi::default());
+    let ctx = context(api, "a", 500);
+    let mut watched = WatchedRun::default();
+    watched.metadata.namespace = Some("ns".into());
+    watched.metadata.name = Some("flaky".into());
+    let obj = Arc::new(watched);
+    let down = || {
+        ReconcileError::new(
+            key("flaky"),
+            RunError::Api(ApiError::Kube(kube::Error::Service(
+                "connection refused".into(),
+            ))),
+        )
+    };
+    let waits: Vec<Action> = (0..3)
+        .map(|_| error_policy(obj.clone(), &down(), ctx.clone()))
+        .collect();
+    assert_eq!(
+        waits,
+        [2, 4, 8].map(|s| Action::requeue(Duration::from_secs(s)))
+    );
+    let text = ctx.metrics.encode();
+    assert!(
+        text.contains("agentrt_reconcile_errors_total{kind=\"api\"} 3"),
+        "{text}"
+    );
+    // A successful reconcile (the run is gone: nothing to do) resets the backoff.
+    reconcile(obj.clone(), ctx.clone()).await.unwrap();
+    assert_eq!(ctx.failures.failures(&key("flaky")), 0);
+    assert_eq!(
+        error_policy(obj, &down(), ctx.clone()),
+        Action::requeue(Duration::from_secs(2))
+    );
+}
