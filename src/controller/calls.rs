@@ -54,12 +54,12 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
         idempotency_key: call.idempotency_key.clone(),
         attempt: call.attempt,
         run: format!("{}/{}", snapshot.namespace, snapshot.name),
-        holder: ctx.holder.as_str().to_string(),
+        holder: ctx.settings.holder.as_str().to_string(),
         headers,
         timeout: Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1)),
     };
     tracing::info!(tool = %call.tool.name, attempt = call.attempt, "calling the tool");
-    let in_flight = http::call(&ctx.http, request);
+    let in_flight = http::call(&ctx.executors.http, request);
     tokio::pin!(in_flight);
     tokio::select! {
         outcome = &mut in_flight => outcome,
@@ -81,7 +81,7 @@ pub async fn call_agent(
         );
     };
     let timeout = Duration::from_secs(u64::try_from(webhook.timeout_seconds.max(1)).unwrap_or(1));
-    crate::agents::webhook::call_agent(&ctx.http, &webhook.url, timeout, request).await
+    crate::agents::webhook::call_agent(&ctx.executors.http, &webhook.url, timeout, request).await
 }
 
 pub async fn call_hook(
@@ -102,7 +102,8 @@ pub async fn call_hook(
         );
     };
     let timeout = Duration::from_secs(u64::try_from(webhook.timeout_seconds.max(1)).unwrap_or(1));
-    crate::agents::webhook::call_reconcile_hook(&ctx.http, &webhook.url, timeout, view).await
+    crate::agents::webhook::call_reconcile_hook(&ctx.executors.http, &webhook.url, timeout, view)
+        .await
 }
 
 /// Sends one model attempt (the chat-completions body the engine rendered) for step `step` and

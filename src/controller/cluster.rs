@@ -35,20 +35,25 @@ impl StoredRun {
     /// Reads identity, spec and status out of a whole AgentRun object.
     ///
     /// # Errors
-    /// A sentence naming the run and the field when the metadata is incomplete or the spec does
-    /// not decode (such a run is logged and left alone).
-    pub fn from_object(mut object: Value) -> Result<StoredRun, String> {
+    /// A [`DecodeError`] naming the run and the field when the metadata is incomplete or the
+    /// spec does not decode (such a run is logged and left alone).
+    pub fn from_object(mut object: Value) -> Result<StoredRun, DecodeError> {
         let meta = &object["metadata"];
         let text = |field: &str| meta.get(field).and_then(Value::as_str).map(str::to_string);
         let namespace = text("namespace").unwrap_or_default();
-        let name = text("name").ok_or("an AgentRun without metadata.name")?;
-        let uid =
-            text("uid").ok_or_else(|| format!("AgentRun {namespace}/{name}: no metadata.uid"))?;
-        let resource_version = text("resourceVersion")
-            .ok_or_else(|| format!("AgentRun {namespace}/{name}: no metadata.resourceVersion"))?;
+        let name = text("name").ok_or(DecodeError::NoName)?;
+        let missing = |field: &'static str| DecodeError::Missing {
+            run: format!("{namespace}/{name}"),
+            field,
+        };
+        let uid = text("uid").ok_or_else(|| missing("uid"))?;
+        let resource_version = text("resourceVersion").ok_or_else(|| missing("resourceVersion"))?;
         let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
-        let spec: AgentRunSpec = serde_json::from_value(object["spec"].clone())
-            .map_err(|err| format!("AgentRun {namespace}/{name}: spec does not decode: {err}"))?;
+        let spec: AgentRunSpec =
+            serde_json::from_value(object["spec"].clone()).map_err(|source| DecodeError::Spec {
+                run: format!("{namespace}/{name}"),
+                source,
+            })?;
         let created_by = meta
             .get("annotations")
             .and_then(|a| a.get(crate::engine::CREATED_BY_ANNOTATION))
@@ -79,8 +84,34 @@ impl StoredRun {
     }
 }
 
+/// An AgentRun that exists but cannot be used: the boundary that decodes a run
+/// ([`StoredRun::from_object`]) says which field is wrong. Such a run is logged and left alone
+/// (it can still be listed and cancelled).
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The object has no `metadata.name`.
+    #[error("an AgentRun without metadata.name")]
+    NoName,
+    /// A metadata field every stored object has is missing.
+    #[error("AgentRun {run}: no metadata.{field}")]
+    Missing {
+        /// `<namespace>/<name>`.
+        run: String,
+        /// The field under `metadata`: `uid` or `resourceVersion`.
+        field: &'static str,
+    },
+    /// `spec` does not decode as an [`AgentRunSpec`].
+    #[error("AgentRun {run}: spec does not decode: {source}")]
+    Spec {
+        /// `<namespace>/<name>`.
+        run: String,
+        /// What serde found.
+        source: serde_json::Error,
+    },
+}
+
 /// How a call to the API server failed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 409: the `resourceVersion` was stale, or the object to create already exists.
     #[error("conflict: {0}")]
@@ -88,25 +119,69 @@ pub enum ApiError {
     /// 404.
     #[error("not found: {0}")]
     NotFound(String),
-    /// The object exists but cannot be used (its spec does not decode).
+    /// Any other failure of the client or the API server: the write may or may not have
+    /// landed.
     #[error("{0}")]
-    Undecodable(String),
-    /// Anything else: the write may or may not have landed.
+    Kube(#[source] kube::Error),
+    /// The request could not be built.
     #[error("{0}")]
-    Other(String),
+    Request(#[from] kube::core::request::Error),
+    /// An object could not be encoded for, or decoded from, the API server (`what`: `encode
+    /// an object`, `decode an object`, `encode the status`).
+    #[error("cannot {what}: {source}")]
+    Json {
+        /// What was being done.
+        what: &'static str,
+        /// What serde found.
+        source: serde_json::Error,
+    },
 }
 
+impl ApiError {
+    /// The `kind` label of `agentrt_reconcile_errors_total` for this failure: `conflict`,
+    /// `not_found`, `api` (the client or the API server), `encode`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ApiError::Conflict(_) => "conflict",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::Kube(_) => "api",
+            ApiError::Request(_) | ApiError::Json { .. } => "encode",
+        }
+    }
+
+    fn json(what: &'static str) -> impl FnOnce(serde_json::Error) -> ApiError {
+        move |source| ApiError::Json { what, source }
+    }
+}
+
+/// Why a run could not be read or written: the API server failed, or the run as stored does
+/// not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The API server failed.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The run exists but cannot be used.
+    #[error(transparent)]
+    Undecodable(#[from] DecodeError),
+}
+
+/// Sorts a kube error: 409 and 404 by their code, the rest kept whole as their source.
 impl From<kube::Error> for ApiError {
     fn from(err: kube::Error) -> ApiError {
-        match &err {
-            kube::Error::Api(status) if status.code == 409 => {
-                ApiError::Conflict(status.message.clone())
-            }
-            kube::Error::Api(status) if status.code == 404 => {
-                ApiError::NotFound(status.message.clone())
-            }
-            _ => ApiError::Other(err.to_string()),
+        classify(err)
+    }
+}
+
+fn classify(err: kube::Error) -> ApiError {
+    match &err {
+        kube::Error::Api(status) if status.code == 409 => {
+            ApiError::Conflict(status.message.clone())
         }
+        kube::Error::Api(status) if status.code == 404 => {
+            ApiError::NotFound(status.message.clone())
+        }
+        _ => ApiError::Kube(err),
     }
 }
 
@@ -114,7 +189,7 @@ impl From<kube::Error> for ApiError {
 #[async_trait]
 pub trait ClusterApi: Send + Sync + 'static {
     /// GET the run; `None` when it is gone.
-    async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, ApiError>;
+    async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, RunError>;
     /// LIST the run's Approvals (label `agentrt.dev/run-uid`).
     async fn list_approvals(
         &self,
@@ -132,7 +207,7 @@ pub trait ClusterApi: Send + Sync + 'static {
         &self,
         run: &StoredRun,
         status: &Value,
-    ) -> Result<StoredRun, ApiError>;
+    ) -> Result<StoredRun, RunError>;
     /// Create an Approval (whole object); [`ApiError::Conflict`] when it exists.
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError>;
     /// Write an Approval's status: a merge patch of the status subresource carrying
@@ -233,30 +308,26 @@ impl serde::Serialize for StatusReplace<'_> {
 }
 
 fn to_value(object: &DynamicObject) -> Result<Value, ApiError> {
-    serde_json::to_value(object)
-        .map_err(|err| ApiError::Other(format!("cannot encode an object: {err}")))
+    serde_json::to_value(object).map_err(ApiError::json("encode an object"))
 }
 
 fn from_value(object: Value) -> Result<DynamicObject, ApiError> {
-    serde_json::from_value(object)
-        .map_err(|err| ApiError::Other(format!("cannot decode an object: {err}")))
+    serde_json::from_value(object).map_err(ApiError::json("decode an object"))
 }
 
 #[async_trait]
 impl ClusterApi for KubeApi {
-    async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, ApiError> {
+    async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, RunError> {
         let request = self
             .run_request(namespace)
             .get(name, &kube::api::GetParams::default())
-            .map_err(|err| ApiError::Other(err.to_string()))?;
+            .map_err(ApiError::from)?;
         let object = match self.client.request::<Value>(request).await {
             Ok(object) => object,
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
-            Err(err) => return Err(err.into()),
+            Err(err) => return Err(classify(err).into()),
         };
-        StoredRun::from_object(object)
-            .map(Some)
-            .map_err(ApiError::Undecodable)
+        Ok(Some(StoredRun::from_object(object)?))
     }
 
     async fn list_approvals(
@@ -298,15 +369,15 @@ impl ClusterApi for KubeApi {
         &self,
         run: &StoredRun,
         status: &Value,
-    ) -> Result<StoredRun, ApiError> {
+    ) -> Result<StoredRun, RunError> {
         let body = serde_json::to_vec(&StatusReplace { run, status })
-            .map_err(|err| ApiError::Other(format!("cannot encode the status: {err}")))?;
+            .map_err(ApiError::json("encode the status"))?;
         let request = self
             .run_request(&run.snapshot.namespace)
             .replace_subresource("status", &run.snapshot.name, &PostParams::default(), body)
-            .map_err(|err| ApiError::Other(err.to_string()))?;
-        let written: Value = self.client.request(request).await?;
-        StoredRun::from_object(written).map_err(ApiError::Undecodable)
+            .map_err(ApiError::from)?;
+        let written: Value = self.client.request(request).await.map_err(classify)?;
+        Ok(StoredRun::from_object(written)?)
     }
 
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {

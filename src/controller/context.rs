@@ -1,9 +1,9 @@
-//! What every reconcile and executor shares ([`Context`]): the API, this replica's identity and
-//! clock, the engine, the runs it executes, and the helpers that perform the engine's
-//! bookkeeping effects (compare-and-set status writes, Approval creation and status).
+//! What every reconcile and executor shares ([`Context`]): the API, this replica's
+//! [`Settings`] (identity, clock, engine, tunables), its Events and metrics, what it has seen of
+//! each Lease, the executor registry ([`super::executors`]), and the helpers that perform the
+//! engine's bookkeeping effects (compare-and-set status writes, Approval creation and status).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -11,7 +11,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::{ApiError, ClusterApi, StoredRun};
+use super::cluster::{ApiError, ClusterApi, RunError, StoredRun};
+use super::executors::Executors;
+use super::failures::FailureBackoff;
 use super::fault;
 use super::identity::{Clock, HolderId};
 use super::lease::{self, observation::LeaseObservations};
@@ -65,11 +67,20 @@ pub enum Written {
     Gone,
 }
 
-/// Tunables of the controller.
+/// Who this replica is and how it runs: its holder identity and clock, the engine it asks,
+/// and the tunables of `agentrt controller` (docs/design.md section 7).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Most runs executed at once by this replica.
+    /// This process's holder identity.
+    pub holder: HolderId,
+    /// This replica's clock.
+    pub clock: Clock,
+    /// The engine (tests may script one).
+    pub engine: StepFn,
+    /// `--max-concurrent-runs`: most runs executed at once by this replica (at least 1).
     pub max_concurrent_runs: usize,
+    /// `--reconcile-concurrency`: most reconciles kube-runtime runs at once (0: unbounded).
+    pub reconcile_concurrency: u16,
     /// `--lease-skew-margin-ms`: subtracted from the lease's life in the holder's own check
     /// before each side effect, and added to `leaseDurationSeconds` of unchanged observation
     /// before another holder's Lease is judged expired (DESIGN.md section 4).
@@ -78,34 +89,58 @@ pub struct Settings {
     pub budgets: Budgets,
 }
 
-/// Shared by every reconcile and executor of this replica.
-pub struct Context {
+impl Settings {
+    /// The defaults of `agentrt controller` for `holder`: the system clock, the real engine,
+    /// 256 runs, 32 reconciles at once, a 500 ms skew margin, the default budgets.
+    pub fn new(holder: HolderId) -> Settings {
+        Settings {
+            holder,
+            clock: Clock::default(),
+            engine: crate::engine::step,
+            max_concurrent_runs: 256,
+            reconcile_concurrency: 32,
+            skew_margin: Duration::from_millis(500),
+            budgets: Budgets::default(),
+        }
+    }
+}
+
+/// What a [`Context`] is built from, by name.
+pub struct ContextParts {
     /// The API server.
     pub api: Arc<dyn ClusterApi>,
-    /// This process's holder identity.
-    pub holder: HolderId,
-    /// This replica's clock.
-    pub clock: Clock,
-    /// Tunables.
+    /// Identity, engine and tunables.
     pub settings: Settings,
-    /// The engine.
-    pub step_fn: StepFn,
-    /// The client for tool, agent and hook calls.
-    pub http: reqwest::Client,
     /// Kubernetes Events.
     pub events: EventSink,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// Fires at shutdown: no new side effect starts, executors wind down.
+    /// The client for tool, agent and hook calls.
+    pub http: reqwest::Client,
+    /// Fires at shutdown.
     pub shutdown: CancellationToken,
+    /// Where reconcile requests for runs go.
+    pub kicks: mpsc::UnboundedSender<RunKey>,
+}
+
+/// What kube-runtime hands every reconcile and `error_policy` of this replica (as in kube-rs's
+/// controller-rs: the client, the recorder, the metrics, the settings), plus the executor
+/// registry the executor tasks share ([`Executors`]).
+pub struct Context {
+    /// The API server.
+    pub api: Arc<dyn ClusterApi>,
+    /// Identity, engine and tunables.
+    pub settings: Settings,
+    /// Kubernetes Events.
+    pub events: EventSink,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
     /// What this replica has seen of each run's Lease, and since when (its monotonic clock).
     pub leases: LeaseObservations,
-    /// The runs this replica executes: each executor's stop token and the run's generation
-    /// when it started.
-    executors: Mutex<HashMap<RunKey, (CancellationToken, i64)>>,
-    /// Runs that found every executor slot taken, oldest first; kicked as slots free up.
-    slot_waiters: Mutex<VecDeque<RunKey>>,
-    kicks: mpsc::UnboundedSender<RunKey>,
+    /// The runs this replica executes, and what their executor tasks share.
+    pub executors: Executors,
+    /// Reconcile failures in a row, per run: [`super::failures::error_policy`]'s backoff.
+    pub failures: FailureBackoff,
 }
 
 /// Up to this many Approvals named by a record are read one by one; more, by label.
@@ -116,43 +151,41 @@ const MAX_APPROVAL_GETS: usize = 8;
 pub const MAX_CONFLICTS: u32 = 16;
 
 impl Context {
-    /// Builds a context; reconcile requests for runs go to `kicks`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        api: Arc<dyn ClusterApi>,
-        holder: HolderId,
-        clock: Clock,
-        settings: Settings,
-        step_fn: StepFn,
-        http: reqwest::Client,
-        events: EventSink,
-        metrics: Arc<Metrics>,
-        shutdown: CancellationToken,
-        kicks: mpsc::UnboundedSender<RunKey>,
-    ) -> Context {
-        Context {
+    /// Builds a context from its parts.
+    pub fn new(parts: ContextParts) -> Context {
+        let ContextParts {
             api,
-            holder,
-            clock,
             settings,
-            step_fn,
-            http,
             events,
             metrics,
+            http,
             shutdown,
-            leases: LeaseObservations::default(),
-            executors: Mutex::new(HashMap::new()),
-            slot_waiters: Mutex::new(VecDeque::new()),
             kicks,
+        } = parts;
+        let executors = Executors::new(
+            http,
+            shutdown,
+            settings.max_concurrent_runs,
+            kicks,
+            metrics.executors.clone(),
+        );
+        Context {
+            api,
+            settings,
+            events,
+            metrics,
+            leases: LeaseObservations::default(),
+            executors,
+            failures: FailureBackoff::default(),
         }
     }
 
     /// The replica calling the engine, now.
     pub fn caller(&self) -> Caller {
         Caller {
-            holder: self.holder.as_str().to_string(),
-            now: self.clock.now(),
-            draining: self.shutdown.is_cancelled(),
+            holder: self.settings.holder.as_str().to_string(),
+            now: self.settings.clock.now(),
+            draining: self.executors.shutdown.is_cancelled(),
         }
     }
 
@@ -167,114 +200,13 @@ impl Context {
 
     /// Calls the engine.
     pub fn step(&self, state: &RunState, input: Input) -> Result<Transition, EngineError> {
-        (self.step_fn)(
+        (self.settings.engine)(
             &state.run.snapshot,
             &state.approvals,
             &self.caller(),
             &self.settings.budgets,
             input,
         )
-    }
-
-    /// Asks for a reconcile of `key` now.
-    pub fn kick(&self, key: &RunKey) {
-        let _ = self.kicks.send(key.clone());
-    }
-
-    /// Asks for a reconcile of `key` after `millis`.
-    pub fn kick_after(&self, key: &RunKey, millis: u64) {
-        let kicks = self.kicks.clone();
-        let key = key.clone();
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = tokio::time::sleep(Duration::from_millis(millis)) => { let _ = kicks.send(key); }
-            }
-        });
-    }
-
-    /// True while this replica executes `key`.
-    pub fn is_executing(&self, key: &RunKey) -> bool {
-        self.lock_executors().contains_key(key)
-    }
-
-    /// How many runs this replica executes.
-    pub fn executing(&self) -> usize {
-        self.lock_executors().len()
-    }
-
-    /// The generation of `key` its executor started with, while this replica executes it.
-    pub fn executing_generation(&self, key: &RunKey) -> Option<i64> {
-        self.lock_executors()
-            .get(key)
-            .map(|(_, generation)| *generation)
-    }
-
-    /// Registers an executor for `key` (at the run's `generation`); false when one is
-    /// registered already.
-    pub fn register_executor(
-        &self,
-        key: &RunKey,
-        stop: CancellationToken,
-        generation: i64,
-    ) -> bool {
-        let mut executors = self.lock_executors();
-        if executors.contains_key(key) {
-            return false;
-        }
-        executors.insert(key.clone(), (stop, generation));
-        self.metrics
-            .executors
-            .set(i64::try_from(executors.len()).unwrap_or(i64::MAX));
-        true
-    }
-
-    /// Forgets the executor of `key`; its slot goes to a run waiting for one.
-    pub fn unregister_executor(&self, key: &RunKey) {
-        {
-            let mut executors = self.lock_executors();
-            executors.remove(key);
-            self.metrics
-                .executors
-                .set(i64::try_from(executors.len()).unwrap_or(i64::MAX));
-        }
-        self.kick_slot_waiters();
-    }
-
-    /// Remembers that `key` needs an executor slot and found none free (`--max-concurrent-runs`):
-    /// it is reconciled again when one frees, instead of polling for one.
-    pub fn wait_for_slot(&self, key: &RunKey) {
-        let mut waiters = lock(&self.slot_waiters);
-        if !waiters.contains(key) {
-            waiters.push_back(key.clone());
-        }
-    }
-
-    /// Kicks as many runs waiting for a slot as there are free slots (a kicked run that no
-    /// longer needs one leaves it to the next, at the end of its reconcile).
-    pub fn kick_slot_waiters(&self) {
-        let free = self
-            .settings
-            .max_concurrent_runs
-            .saturating_sub(self.executing());
-        if free == 0 {
-            return;
-        }
-        let kicked: Vec<RunKey> = {
-            let mut waiters = lock(&self.slot_waiters);
-            let n = free.min(waiters.len());
-            waiters.drain(..n).collect()
-        };
-        for key in kicked {
-            self.kick(&key);
-        }
-    }
-
-    fn lock_executors(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<RunKey, (CancellationToken, i64)>> {
-        lock(&self.executors)
     }
 
     /// Reads the run and its Approvals live; `None` when the run is gone.
@@ -285,7 +217,7 @@ impl Context {
     ///
     /// # Errors
     /// When the API server fails, or the run's spec does not decode.
-    pub async fn read_state(&self, key: &RunKey) -> Result<Option<RunState>, ApiError> {
+    pub async fn read_state(&self, key: &RunKey) -> Result<Option<RunState>, RunError> {
         let Some(run) = self.api.get_run(&key.namespace, &key.name).await? else {
             return Ok(None);
         };
@@ -333,7 +265,7 @@ impl Context {
         &self,
         state: &RunState,
         status: &Value,
-    ) -> Result<Written, ApiError> {
+    ) -> Result<Written, RunError> {
         let before = &state.run.snapshot.status;
         match self.api.replace_run_status(&state.run, status).await {
             Ok(run) => {
@@ -341,12 +273,12 @@ impl Context {
                 self.landed(before, &run);
                 Ok(Written::Landed(Box::new(run)))
             }
-            Err(ApiError::Conflict(detail)) => {
+            Err(RunError::Api(ApiError::Conflict(detail))) => {
                 self.metrics.status_write("conflict");
                 tracing::debug!(run = %state.run.key(), %detail, "status write conflicted");
                 Ok(Written::Conflict)
             }
-            Err(ApiError::NotFound(_)) => Ok(Written::Gone),
+            Err(RunError::Api(ApiError::NotFound(_))) => Ok(Written::Gone),
             Err(err) => {
                 self.metrics.status_write("error");
                 tracing::warn!(run = %state.run.key(), %err, "status write failed; reading the run back to see whether it landed");
@@ -387,7 +319,7 @@ impl Context {
     pub async fn create_approval(&self, key: &RunKey, approval: &Value) {
         match self.api.create_approval(&key.namespace, approval).await {
             Ok(()) => {}
-            Err(ApiError::Conflict(_)) => self.kick(key),
+            Err(ApiError::Conflict(_)) => self.executors.kick(key),
             Err(err) => {
                 // The record names it; the next reconcile finds it missing and creates it.
                 tracing::warn!(approval = ?approval["metadata"]["name"], %err, "cannot create the Approval; a later reconcile will");
@@ -443,12 +375,6 @@ impl Context {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// JSON equality where numbers compare by value (`1` equals `1.0`), as an API server may

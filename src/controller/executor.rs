@@ -36,19 +36,22 @@ pub fn spawn(
     input: Input,
 ) -> bool {
     let stop = CancellationToken::new();
-    if !ctx.register_executor(&key, stop.clone(), state.run.snapshot.generation) {
+    if !ctx
+        .executors
+        .register(&key, stop.clone(), state.run.snapshot.generation)
+    {
         return false;
     }
     let ctx = ctx.clone();
-    let span = trace::run_span(&key, &state.run.snapshot.uid, ctx.holder.as_str());
+    let span = trace::run_span(&key, &state.run.snapshot.uid, ctx.settings.holder.as_str());
     tokio::spawn(
         async move {
             let lease = LeaseCell::new(held);
             let renewals = tokio::spawn({
                 let lease = lease.clone();
                 let api = ctx.api.clone();
-                let holder = ctx.holder.clone();
-                let clock = ctx.clock;
+                let holder = ctx.settings.holder.clone();
+                let clock = ctx.settings.clock;
                 let stop = stop.clone();
                 let lost = ctx.metrics.clone();
                 let failed = ctx.metrics.clone();
@@ -74,10 +77,10 @@ pub fn spawn(
             drive(&ctx, &key, &lease, state, input, &stop).await;
             stop.cancel();
             let _ = renewals.await;
-            lease.release(ctx.api.as_ref(), &ctx.holder).await;
-            ctx.unregister_executor(&key);
+            lease.release(ctx.api.as_ref(), &ctx.settings.holder).await;
+            ctx.executors.unregister(&key);
             tracing::info!("executor stopped");
-            ctx.kick(&key);
+            ctx.executors.kick(&key);
         }
         .instrument(span),
     );
@@ -168,8 +171,8 @@ async fn perform(
                     && !lease
                         .renew_if_half_spent(
                             ctx.api.as_ref(),
-                            &ctx.holder,
-                            &ctx.clock,
+                            &ctx.settings.holder,
+                            &ctx.settings.clock,
                             ctx.settings.skew_margin,
                             || {
                                 ctx.metrics.lease_renew_failures.inc();
@@ -276,7 +279,7 @@ async fn perform(
                 if delay_millis > 0 {
                     tokio::select! {
                         _ = stop.cancelled() => {}
-                        _ = ctx.shutdown.cancelled() => {}
+                        _ = ctx.executors.shutdown.cancelled() => {}
                         _ = tokio::time::sleep(Duration::from_millis(delay_millis)) => {}
                     }
                 }
@@ -305,7 +308,7 @@ async fn perform(
                 let answer = tokio::select! {
                     answer = call_hook(ctx, state, &view) => answer,
                     _ = stop.cancelled() => return Flow::Stop,
-                    _ = ctx.shutdown.cancelled() => return Flow::Stop,
+                    _ = ctx.executors.shutdown.cancelled() => return Flow::Stop,
                 };
                 fault::check(FaultPoint::AfterHookAnswered, None);
                 return Flow::Next(if lease.is_lost() {
@@ -315,9 +318,9 @@ async fn perform(
                 });
             }
             Effect::ReleaseLease => {
-                lease.release(ctx.api.as_ref(), &ctx.holder).await;
+                lease.release(ctx.api.as_ref(), &ctx.settings.holder).await;
             }
-            Effect::RequeueAfter { millis } => ctx.kick_after(key, millis),
+            Effect::RequeueAfter { millis } => ctx.executors.kick_after(key, millis),
             Effect::Stop => return Flow::Stop,
         }
     }
@@ -343,7 +346,7 @@ async fn reread(ctx: &Context, key: &RunKey) -> Option<RunState> {
 /// The check before each side effect: the lease is held and unexpired by this replica's own
 /// monotonic clock (minus the skew margin), and shutdown has not begun.
 fn may_start(ctx: &Context, lease: &LeaseCell, stop: &CancellationToken) -> bool {
-    if ctx.shutdown.is_cancelled() || stop.is_cancelled() {
+    if ctx.executors.shutdown.is_cancelled() || stop.is_cancelled() {
         return false;
     }
     if lease.may_start_side_effect(ctx.settings.skew_margin) {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::Value;
 
-use super::cluster::{ApiError, ClusterApi, StoredRun, RUN_UID_LABEL};
+use super::cluster::{ApiError, ClusterApi, RunError, StoredRun, RUN_UID_LABEL};
 use crate::api::SecretKeyRef;
 use crate::engine::ApprovalSnapshot;
 
@@ -74,13 +74,11 @@ fn key_of(object: &Value) -> (String, String) {
 
 #[async_trait]
 impl ClusterApi for FakeApi {
-    async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, ApiError> {
+    async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, RunError> {
         let state = self.state.lock().unwrap();
         match state.runs.get(&(namespace.to_string(), name.to_string())) {
             None => Ok(None),
-            Some(object) => StoredRun::from_object(object.clone())
-                .map(Some)
-                .map_err(ApiError::Undecodable),
+            Some(object) => Ok(Some(StoredRun::from_object(object.clone())?)),
         }
     }
 
@@ -122,17 +120,17 @@ impl ClusterApi for FakeApi {
         &self,
         run: &StoredRun,
         status: &Value,
-    ) -> Result<StoredRun, ApiError> {
+    ) -> Result<StoredRun, RunError> {
         let mut state = self.state.lock().unwrap();
         if !state.fail_status_writes.is_empty() {
-            return Err(state.fail_status_writes.remove(0));
+            return Err(state.fail_status_writes.remove(0).into());
         }
         let key = (run.snapshot.namespace.clone(), run.snapshot.name.clone());
         let Some(current) = state.runs.get(&key) else {
-            return Err(ApiError::NotFound(run.key()));
+            return Err(ApiError::NotFound(run.key()).into());
         };
         if current["metadata"]["resourceVersion"] != run.resource_version.as_str() {
-            return Err(ApiError::Conflict(format!("{} was modified", run.key())));
+            return Err(ApiError::Conflict(format!("{} was modified", run.key())).into());
         }
         let mut object = current.clone();
         object["status"] = status.clone();
@@ -140,7 +138,7 @@ impl ClusterApi for FakeApi {
         state.status_writes += 1;
         object["metadata"]["resourceVersion"] = Value::String(state.version.to_string());
         state.runs.insert(key, object.clone());
-        StoredRun::from_object(object).map_err(ApiError::Undecodable)
+        Ok(StoredRun::from_object(object)?)
     }
 
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {

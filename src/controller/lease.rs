@@ -232,9 +232,61 @@ pub enum Renewal {
     },
 }
 
-/// Renews `held` by compare-and-set, writing `now` (this replica's wall clock) as renewTime. A
-/// 409 re-reads the Lease: still ours (someone touched it without taking it) → renew on the
-/// fresh version; another holder → [`Renewal::Lost`].
+/// How one compare-and-set on a Lease this replica holds ended ([`while_ours`]).
+enum Swap {
+    /// The write landed; the Lease as stored now, and when the write was sent.
+    Written(Box<Lease>, Instant),
+    /// The Lease is no longer ours: another holder (`Some`), released, or gone (`None`).
+    NotOurs(Option<String>),
+}
+
+/// The compare-and-set renew and release share: while `base` (the Lease as last written or
+/// read) is still held by `holder`, write `edit(base)` on its resourceVersion. A 409 re-reads
+/// the Lease and tries once more on the fresh version if it is still ours (someone touched it
+/// without taking it); a 404, or a re-read finding it gone, is [`Swap::NotOurs`]`(None)`.
+///
+/// # Errors
+/// When the API server fails otherwise.
+async fn while_ours(
+    api: &dyn ClusterApi,
+    base: &Lease,
+    holder: &HolderId,
+    edit: impl Fn(&mut LeaseSpec),
+) -> Result<Swap, ApiError> {
+    let namespace = base.metadata.namespace.clone().unwrap_or_default();
+    let name = base.metadata.name.clone().unwrap_or_default();
+    let mut base = base.clone();
+    for _ in 0..2 {
+        let current = base
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.holder_identity.clone());
+        if current.as_deref() != Some(holder.as_str()) {
+            return Ok(Swap::NotOurs(current));
+        }
+        let mut lease = base.clone();
+        if let Some(spec) = lease.spec.as_mut() {
+            edit(spec);
+        }
+        let sent_at = Instant::now();
+        match api.replace_lease(&namespace, &lease).await {
+            Ok(lease) => return Ok(Swap::Written(Box::new(lease), sent_at)),
+            Err(ApiError::Conflict(_)) => match api.get_lease(&namespace, &name).await? {
+                Some(fresh) => base = fresh,
+                None => return Ok(Swap::NotOurs(None)),
+            },
+            Err(ApiError::NotFound(_)) => return Ok(Swap::NotOurs(None)),
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(Swap::NotOurs(
+        base.spec.and_then(|spec| spec.holder_identity),
+    ))
+}
+
+/// Renews `held` by compare-and-set ([`while_ours`]), writing `now` (this replica's wall clock)
+/// as renewTime. A 409 re-reads the Lease: still ours (someone touched it without taking it) →
+/// renew on the fresh version; another holder → [`Renewal::Lost`].
 ///
 /// # Errors
 /// When the API server fails otherwise (the caller decides, by its monotonic clock, whether the
@@ -245,45 +297,23 @@ pub async fn renew(
     holder: &HolderId,
     now: Time,
 ) -> Result<Renewal, ApiError> {
-    let namespace = held.lease.metadata.namespace.clone().unwrap_or_default();
-    let name = held.lease.metadata.name.clone().unwrap_or_default();
-    let mut base = held.lease.clone();
-    for _ in 0..2 {
-        let current = base
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.holder_identity.clone());
-        if current.as_deref() != Some(holder.as_str()) {
-            return Ok(Renewal::Lost { holder: current });
-        }
-        let mut lease = base.clone();
-        if let Some(spec) = lease.spec.as_mut() {
-            spec.renew_time = Some(micro(now));
-        }
-        let sent_at = Instant::now();
-        match api.replace_lease(&namespace, &lease).await {
-            Ok(lease) => {
-                return Ok(Renewal::Renewed(Box::new(HeldLease {
-                    lease,
-                    renewed_at: now,
-                    sent_at,
-                    duration_seconds: held.duration_seconds,
-                })))
-            }
-            Err(ApiError::Conflict(_)) => match api.get_lease(&namespace, &name).await? {
-                Some(fresh) => base = fresh,
-                None => return Ok(Renewal::Lost { holder: None }),
-            },
-            Err(ApiError::NotFound(_)) => return Ok(Renewal::Lost { holder: None }),
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(Renewal::Lost {
-        holder: base.spec.and_then(|spec| spec.holder_identity),
+    let renewed = while_ours(api, &held.lease, holder, |spec| {
+        spec.renew_time = Some(micro(now));
+    })
+    .await?;
+    Ok(match renewed {
+        Swap::Written(lease, sent_at) => Renewal::Renewed(Box::new(HeldLease {
+            lease: *lease,
+            renewed_at: now,
+            sent_at,
+            duration_seconds: held.duration_seconds,
+        })),
+        Swap::NotOurs(holder) => Renewal::Lost { holder },
     })
 }
 
-/// Releases `held`: clears the holder by compare-and-set, only if it is still ours.
+/// Releases `held`: clears the holder by compare-and-set ([`while_ours`]), only if it is still
+/// ours.
 ///
 /// # Errors
 /// When the API server fails (the Lease then simply expires).
@@ -292,30 +322,7 @@ pub async fn release(
     held: &HeldLease,
     holder: &HolderId,
 ) -> Result<(), ApiError> {
-    let namespace = held.lease.metadata.namespace.clone().unwrap_or_default();
-    let name = held.lease.metadata.name.clone().unwrap_or_default();
-    let mut base = held.lease.clone();
-    for _ in 0..2 {
-        let current = base
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.holder_identity.clone());
-        if current.as_deref() != Some(holder.as_str()) {
-            return Ok(());
-        }
-        let mut lease = base.clone();
-        if let Some(spec) = lease.spec.as_mut() {
-            spec.holder_identity = None;
-        }
-        match api.replace_lease(&namespace, &lease).await {
-            Ok(_) | Err(ApiError::NotFound(_)) => return Ok(()),
-            Err(ApiError::Conflict(_)) => match api.get_lease(&namespace, &name).await? {
-                Some(fresh) => base = fresh,
-                None => return Ok(()),
-            },
-            Err(err) => return Err(err),
-        }
-    }
+    while_ours(api, &held.lease, holder, |spec| spec.holder_identity = None).await?;
     Ok(())
 }
 

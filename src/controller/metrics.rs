@@ -7,7 +7,8 @@
 //! - what each status write added to the record ([`Metrics::observe_write`]): steps by outcome,
 //!   takeovers, interruptions by the status they interrupted, runs finished, model usage;
 //! - what the controller itself saw: status-write outcomes (conflicts among them), tool call
-//!   durations, lease renewals that failed, reconcile durations, leases won and lost;
+//!   durations, lease renewals that failed, reconcile durations, failed reconciles by kind
+//!   (`agentrt_reconcile_errors_total`, see `failures.rs`), leases won and lost;
 //! - at scrape time, the runs the watches hold: runs by phase, approvals pending. Every replica
 //!   watches every run, so these gauges are the same on each (aggregate them with `max`).
 
@@ -171,6 +172,13 @@ impl WatchHealth {
     }
 }
 
+/// One label: the kind of a failed reconcile (`ReconcileError::metric_label`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// `conflict`, `not_found`, `api`, `encode`, `decode`.
+    pub kind: String,
+}
+
 /// One label: input or output tokens.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabel {
@@ -205,6 +213,8 @@ pub struct Metrics {
     pub reconciles: Counter,
     /// How long reconciles took, in seconds.
     pub reconcile_duration: Histogram,
+    /// Reconciles that failed, by kind (`super::failures::KINDS`).
+    pub reconcile_errors: Family<KindLabel, Counter>,
     /// Run status writes by outcome (`ok`, `conflict`, `error`).
     pub status_writes: Family<Outcome, Counter>,
     /// Tool calls by outcome (`result`, `error`, `unknown`, `abort`).
@@ -251,6 +261,7 @@ impl Default for Metrics {
         let metrics = Metrics {
             reconciles: Counter::default(),
             reconcile_duration: reconcile_seconds(),
+            reconcile_errors: Family::default(),
             status_writes: Family::default(),
             tool_calls: Family::default(),
             tool_call_duration: Family::new_with_constructor(tool_seconds),
@@ -280,6 +291,11 @@ impl Default for Metrics {
             "How long reconciles took",
             Unit::Seconds,
             m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by kind (conflict, not_found, api, encode, decode)",
+            m.reconcile_errors.clone(),
         );
         registry.register(
             "status_writes",
@@ -367,6 +383,11 @@ impl Default for Metrics {
         for outcome in ["ok", "conflict", "error"] {
             let _ = m.status_writes.get_or_create(&Outcome::of(outcome));
         }
+        for kind in super::failures::KINDS {
+            let _ = m
+                .reconcile_errors
+                .get_or_create(&KindLabel { kind: kind.into() });
+        }
         for outcome in ["done", "failed", "interrupted"] {
             let _ = m.steps.get_or_create(&Outcome::of(outcome));
         }
@@ -392,6 +413,15 @@ impl Metrics {
     pub fn status_write(&self, outcome: &str) {
         self.status_writes
             .get_or_create(&Outcome::of(outcome))
+            .inc();
+    }
+
+    /// Counts one failed reconcile of `kind` (`ReconcileError::metric_label`).
+    pub fn reconcile_error(&self, kind: &str) {
+        self.reconcile_errors
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
             .inc();
     }
 

@@ -11,7 +11,10 @@
 //! - [`calls`]: the tool, agent and hook calls an executor makes.
 //! - [`lease`]: the run's Lease: acquire, take over, renew, release, all compare-and-set.
 //! - [`cluster`]: the API server behind a trait (compare-and-set status writes).
-//! - [`context`]: what reconciles and executors share.
+//! - [`context`]: what reconciles and executors share: the API, the [`context::Settings`],
+//!   Events, metrics, Lease observations.
+//! - [`executors`]: the executor registry: which runs execute here, slots, reconcile requests.
+//! - [`failures`]: why a reconcile failed, counted by kind, and its per-run backoff.
 //! - [`projection`]: Kubernetes Events derived from what each write added to the record.
 //! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`fault`]: the named crash points of the `fault-injection` feature.
@@ -23,6 +26,8 @@ pub mod cluster;
 pub mod context;
 pub mod dev;
 pub mod executor;
+pub mod executors;
+pub mod failures;
 #[cfg(test)]
 mod fake;
 pub mod fault;
@@ -42,8 +47,7 @@ use anyhow::Context as _;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Budgets;
-use context::{Context, RunKey, Settings, StepFn};
+use context::{Context, ContextParts, RunKey, Settings, StepFn};
 use identity::{Clock, HolderId};
 use metrics::Metrics;
 use projection::EventSink;
@@ -74,6 +78,11 @@ pub struct ControllerOptions {
     /// Most runs this replica executes at once.
     #[arg(long, default_value_t = 256)]
     pub max_concurrent_runs: usize,
+    /// Most reconciles (reads of a run and its Lease, and the writes that need no side
+    /// effect) run at once per watched scope (each --namespace, or all namespaces); 0: no
+    /// limit.
+    #[arg(long, default_value_t = 32)]
+    pub reconcile_concurrency: u16,
     /// Milliseconds subtracted from a held lease's life when checking, before each side effect,
     /// that it is still held; and added to leaseDurationSeconds of unchanged observation before
     /// another replica's Lease is taken over.
@@ -107,6 +116,7 @@ impl Default for ControllerOptions {
             holder_id: None,
             metrics_addr: None,
             max_concurrent_runs: 256,
+            reconcile_concurrency: 32,
             lease_skew_margin_ms: 500,
             shutdown_grace_seconds: 20,
             #[cfg(feature = "fault-injection")]
@@ -215,22 +225,22 @@ pub async fn run_with_engine(
         tracing::info!(addr = %bound, "serving metrics");
     }
     let (kicks_tx, mut kicks_rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
-    let ctx = Arc::new(Context::new(
-        Arc::new(cluster::KubeApi::new(client.clone())),
-        holder.clone(),
-        options.clock(),
-        Settings {
+    let ctx = Arc::new(Context::new(ContextParts {
+        api: Arc::new(cluster::KubeApi::new(client.clone())),
+        settings: Settings {
+            clock: options.clock(),
+            engine: step_fn,
             max_concurrent_runs: options.max_concurrent_runs.max(1),
+            reconcile_concurrency: options.reconcile_concurrency,
             skew_margin: Duration::from_millis(options.lease_skew_margin_ms),
-            budgets: Budgets::default(),
+            ..Settings::new(holder.clone())
         },
-        step_fn,
-        crate::tools::http::client()?,
-        EventSink::start(client.clone(), holder.as_str().to_string()),
-        metrics.clone(),
-        shutdown.clone(),
-        kicks_tx,
-    ));
+        events: EventSink::start(client.clone(), holder.as_str().to_string()),
+        metrics: metrics.clone(),
+        http: crate::tools::http::client()?,
+        shutdown: shutdown.clone(),
+        kicks: kicks_tx,
+    }));
     tracing::info!(%holder, namespaces = ?namespaces, "controller starting (no namespaces: all)");
 
     // One kube-runtime Controller per watched namespace (or one over all namespaces), all
@@ -268,12 +278,12 @@ pub async fn run_with_engine(
     // and is recorded) and release their leases on the way out.
     let grace = Duration::from_secs(options.shutdown_grace_seconds);
     let deadline = tokio::time::Instant::now() + grace;
-    while ctx.executing() > 0 && tokio::time::Instant::now() < deadline {
+    while ctx.executors.executing() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    if ctx.executing() > 0 {
+    if ctx.executors.executing() > 0 {
         tracing::warn!(
-            runs = ctx.executing(),
+            runs = ctx.executors.executing(),
             "shutdown grace elapsed with runs still executing; their leases will expire"
         );
     }

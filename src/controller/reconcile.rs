@@ -10,9 +10,10 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use tracing::Instrument;
 
-use super::cluster::ApiError;
+use super::cluster::RunError;
 use super::context::{Context, RunKey, Written, MAX_CONFLICTS};
 use super::executor;
+use super::failures::ReconcileError;
 use super::lease;
 use super::watches::WatchedRun;
 use crate::engine::{Effect, Input};
@@ -26,30 +27,18 @@ pub const RESYNC: Duration = Duration::from_secs(3600);
 /// again; a slot that frees wakes it sooner.
 const SLOT_WAIT_MILLIS: u64 = 30_000;
 
-/// Why a reconcile failed (it is retried by [`error_policy`]).
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// The API server failed.
-    #[error("AgentRun {run}: {source}")]
-    Api {
-        /// The run.
-        run: RunKey,
-        /// What failed.
-        source: ApiError,
-    },
-}
-
-/// kube-runtime's reconcile entry point.
+/// The reconcile of one run (kube-runtime calls it through [`super::failures::reconcile`]).
 ///
 /// # Errors
-/// When the API server fails; the run is looked at again after a backoff.
+/// When the API server fails; the run is looked at again after a backoff
+/// ([`super::failures::error_policy`]).
 pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     ctx.metrics.reconciles.inc();
     let key = RunKey {
         namespace: obj.metadata.namespace.clone().unwrap_or_default(),
         name: obj.metadata.name.clone().unwrap_or_default(),
     };
-    if ctx.shutdown.is_cancelled() {
+    if ctx.executors.shutdown.is_cancelled() {
         return Ok(Action::await_change());
     }
     if !crate::engine::observe_needed(obj.status.phase.as_deref()) {
@@ -57,7 +46,7 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
     if obj.metadata.generation.is_some()
-        && ctx.executing_generation(&key) == obj.metadata.generation
+        && ctx.executors.executing_generation(&key) == obj.metadata.generation
     {
         // This replica's executor works on the run and its spec did not change (no cancel): the
         // change that woke us is the executor's own; it kicks a reconcile when it stops.
@@ -70,28 +59,22 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
     // A slot this run was kicked for and did not take goes to the next run waiting for one.
-    ctx.kick_slot_waiters();
-    action.map_err(|source| ReconcileError::Api { run: key, source })
-}
-
-/// kube-runtime's error policy: look again shortly.
-pub fn error_policy(_obj: Arc<WatchedRun>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(%err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(2))
+    ctx.executors.kick_slot_waiters();
+    action.map_err(|err| ReconcileError::new(key, err))
 }
 
 /// One Observe pass over `key`; the action says when to look again.
 ///
 /// # Errors
 /// When the API server fails.
-pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiError> {
+pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunError> {
     // The Lease first, then the run: a holder releases its Lease only after its last write, so
     // a released Lease read first is never paired with a record older than that write.
     let mut lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
     let mut state = match ctx.read_state(key).await {
         Ok(Some(state)) => state,
         Ok(None) => return Ok(Action::await_change()),
-        Err(ApiError::Undecodable(detail)) => {
+        Err(RunError::Undecodable(detail)) => {
             tracing::warn!(run = %key, %detail, "leaving a run whose spec does not decode alone");
             return Ok(Action::await_change());
         }
@@ -110,7 +93,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
     let mut settled = false;
     'decide: for _ in 0..MAX_CONFLICTS {
         settled = true;
-        let executing = ctx.is_executing(key);
+        let executing = ctx.executors.is_executing(key);
         // How long this replica has seen the Lease unchanged decides whether it is expired;
         // never its renewTime against this replica's clock (DESIGN.md section 4).
         let seen = ctx.observe_lease(key, lease_read.as_ref());
@@ -164,19 +147,19 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                         // reconcile when it stops.
                         continue;
                     }
-                    if ctx.shutdown.is_cancelled() {
+                    if ctx.executors.shutdown.is_cancelled() {
                         continue;
                     }
-                    if ctx.executing() >= ctx.settings.max_concurrent_runs {
+                    if ctx.executors.is_full() {
                         // Looked at again when a slot frees (or after the safety net).
                         tracing::debug!(run = %key, "at --max-concurrent-runs; waiting for a slot");
-                        ctx.wait_for_slot(key);
+                        ctx.executors.wait_for_slot(key);
                         soonest(SLOT_WAIT_MILLIS);
                         continue;
                     }
                     if let Some(wait) = lease::held_by_another(
                         &seen,
-                        &ctx.holder,
+                        &ctx.settings.holder,
                         state.run.snapshot.spec.lease_duration_seconds,
                     ) {
                         // Someone holds it: look again when it would have been seen unchanged
@@ -189,8 +172,8 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                         &state.run,
                         lease_read.as_ref(),
                         &seen,
-                        &ctx.holder,
-                        ctx.clock.now(),
+                        &ctx.settings.holder,
+                        ctx.settings.clock.now(),
                     )
                     .await?
                     {
@@ -214,16 +197,16 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, ApiErro
                 }
                 Effect::ReleaseLease => {
                     let ours = lease::view(lease_read.as_ref()).holder.as_deref()
-                        == Some(ctx.holder.as_str());
+                        == Some(ctx.settings.holder.as_str());
                     if ours && !executing {
                         if let Some(read) = &lease_read {
                             let held = lease::HeldLease {
                                 lease: read.clone(),
-                                renewed_at: ctx.clock.now(),
+                                renewed_at: ctx.settings.clock.now(),
                                 sent_at: std::time::Instant::now(),
                                 duration_seconds: state.run.snapshot.spec.lease_duration_seconds,
                             };
-                            lease::release(ctx.api.as_ref(), &held, &ctx.holder).await?;
+                            lease::release(ctx.api.as_ref(), &held, &ctx.settings.holder).await?;
                         }
                     }
                 }

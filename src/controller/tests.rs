@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::cluster::{ApiError, ClusterApi};
-use super::context::{Context, RunKey, Settings};
+use super::context::{Context, ContextParts, RunKey, Settings};
 use super::fake::{run_object, FakeApi};
 use super::identity::{Clock, HolderId};
 use super::metrics::Metrics;
@@ -147,22 +147,20 @@ async fn tool(delay: Duration) -> Tool {
 fn context(api: Arc<FakeApi>, prefix: &str, skew_ms: u64) -> Arc<Context> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
     tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    Arc::new(Context::new(
+    Arc::new(Context::new(ContextParts {
         api,
-        HolderId::with_random_suffix(prefix),
-        Clock::default(),
-        Settings {
+        settings: Settings {
+            engine: fake_step,
             max_concurrent_runs: 8,
             skew_margin: Duration::from_millis(skew_ms),
-            budgets: Budgets::default(),
+            ..Settings::new(HolderId::with_random_suffix(prefix))
         },
-        fake_step,
-        crate::tools::http::client().unwrap(),
-        EventSink::disabled(),
-        Arc::new(Metrics::default()),
-        CancellationToken::new(),
-        tx,
-    ))
+        events: EventSink::disabled(),
+        metrics: Arc::new(Metrics::default()),
+        http: crate::tools::http::client().unwrap(),
+        shutdown: CancellationToken::new(),
+        kicks: tx,
+    }))
 }
 
 fn run_with_tool(name: &str, addr: SocketAddr, lease_seconds: i64) -> Value {
@@ -173,7 +171,7 @@ fn run_with_tool(name: &str, addr: SocketAddr, lease_seconds: i64) -> Value {
 
 async fn until_idle(ctx: &Context) {
     for _ in 0..200 {
-        if ctx.executing() == 0 {
+        if ctx.executors.executing() == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -205,7 +203,7 @@ async fn observe_wins_the_lease_and_an_executor_runs_the_tool_once() {
     assert_eq!(lease.spec.unwrap().holder_identity, None);
     // Looking again changes nothing.
     observe(&ctx, &key("once")).await.unwrap();
-    assert_eq!(ctx.executing(), 0);
+    assert_eq!(ctx.executors.executing(), 0);
 }
 
 #[tokio::test]
@@ -241,7 +239,9 @@ async fn a_write_of_unknown_fate_is_settled_by_reading_back() {
         .lock()
         .unwrap()
         .fail_status_writes
-        .push(ApiError::Other("connection reset".into()));
+        .push(ApiError::Kube(kube::Error::Service(
+            "connection reset".into(),
+        )));
     let ctx = context(api.clone(), "a", 500);
     observe(&ctx, &key("unknown")).await.unwrap();
     until_idle(&ctx).await;
@@ -278,7 +278,7 @@ async fn a_live_lease_held_by_another_replica_is_left_alone() {
     .unwrap();
     let ctx = context(api.clone(), "a", 500);
     observe(&ctx, &key("held")).await.unwrap();
-    assert_eq!(ctx.executing(), 0);
+    assert_eq!(ctx.executors.executing(), 0);
     assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
     assert_eq!(seen("held"), ["observe"]);
 }
@@ -310,7 +310,7 @@ async fn a_lease_first_seen_is_left_alone_however_old_its_renew_time() {
     let other = held_by_other(&api, "old", an_hour_ago).await;
     let ctx = context(api.clone(), "a", 500);
     observe(&ctx, &key("old")).await.unwrap();
-    assert_eq!(ctx.executing(), 0);
+    assert_eq!(ctx.executors.executing(), 0);
     assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
     assert_eq!(seen("old"), ["observe"]);
     let lease = api.lease("ns", "old").unwrap().spec.unwrap();
@@ -362,7 +362,7 @@ async fn a_lease_renewed_since_it_was_first_seen_is_left_alone() {
     }
     api.replace_lease("ns", &renewed).await.unwrap();
     observe(&ctx, &key("renewed")).await.unwrap();
-    assert_eq!(ctx.executing(), 0);
+    assert_eq!(ctx.executors.executing(), 0);
     assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
     assert_eq!(seen("renewed"), ["observe"]);
     let lease = api.lease("ns", "renewed").unwrap().spec.unwrap();
@@ -420,4 +420,46 @@ async fn renewals_keep_a_long_call_alive() {
     assert_eq!(seen("long"), ["observe", "lease_acquired", "tool_finished"]);
     assert_eq!(api.run("ns", "long")["status"]["phase"], "Completed");
     let _ = api.get_lease("ns", "long").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_reconcile_is_counted_by_kind_and_backs_off_per_run_until_it_succeeds() {
+    use super::cluster::RunError;
+    use super::failures::{error_policy, reconcile, ReconcileError};
+    use super::watches::WatchedRun;
+    use kube::runtime::controller::Action;
+
+    let api = Arc::new(FakeApi::default());
+    let ctx = context(api, "a", 500);
+    let mut watched = WatchedRun::default();
+    watched.metadata.namespace = Some("ns".into());
+    watched.metadata.name = Some("flaky".into());
+    let obj = Arc::new(watched);
+    let down = || {
+        ReconcileError::new(
+            key("flaky"),
+            RunError::Api(ApiError::Kube(kube::Error::Service(
+                "connection refused".into(),
+            ))),
+        )
+    };
+    let waits: Vec<Action> = (0..3)
+        .map(|_| error_policy(obj.clone(), &down(), ctx.clone()))
+        .collect();
+    assert_eq!(
+        waits,
+        [2, 4, 8].map(|s| Action::requeue(Duration::from_secs(s)))
+    );
+    let text = ctx.metrics.encode();
+    assert!(
+        text.contains("agentrt_reconcile_errors_total{kind=\"api\"} 3"),
+        "{text}"
+    );
+    // A successful reconcile (the run is gone: nothing to do) resets the backoff.
+    reconcile(obj.clone(), ctx.clone()).await.unwrap();
+    assert_eq!(ctx.failures.failures(&key("flaky")), 0);
+    assert_eq!(
+        error_policy(obj, &down(), ctx.clone()),
+        Action::requeue(Duration::from_secs(2))
+    );
 }

@@ -41,7 +41,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::context::{Context, RunKey};
 use super::metrics::WatchHealth;
-use super::{lease, reconcile};
+use super::{failures, lease};
 use crate::api::{AgentRun, Approval};
 
 /// What a replica keeps of a watched AgentRun: its metadata and the status fields that wake it
@@ -304,8 +304,8 @@ pub async fn controller(
         tokio_stream::wrappers::UnboundedReceiverStream::new(kicks).map(move |key: RunKey| {
             ObjectRef::new_with(&key.name, kick_runs_type.clone()).within(&key.namespace)
         });
-    let shutdown = ctx.shutdown.clone();
-    let deadline = ctx.shutdown.clone();
+    let shutdown = ctx.executors.shutdown.clone();
+    let deadline = ctx.executors.shutdown.clone();
     let controller = Controller::for_stream_with(run_stream, reader, runs_type)
         .watches_stream_with(
             approval_stream,
@@ -349,9 +349,11 @@ pub async fn controller(
         // The watches above back off on their own and pass no errors on; this only guards
         // the Controller's other triggers, with the same bounded backoff.
         .trigger_backoff(WatchBackoff::for_triggers())
-        .with_config(kube::runtime::Config::default().concurrency(32))
+        .with_config(
+            kube::runtime::Config::default().concurrency(ctx.settings.reconcile_concurrency),
+        )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .run(failures::reconcile, failures::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(err) = result {
                 tracing::debug!(%err, "controller stream");

@@ -55,6 +55,12 @@ pub enum DevClusterError {
     /// The server could not set itself up (built-in namespaces, the snapshot task).
     #[error("cannot set up the embedded API server: {0}")]
     Bootstrap(String),
+    /// The first resourceVersion reservation under `--data-dir` could not be made.
+    #[error(
+        "cannot set up the embedded API server: cannot reserve resourceVersions in the data \
+         directory: {0}"
+    )]
+    Reserve(#[source] Box<DevClusterError>),
     /// The kube client for the server could not be built.
     #[error("cannot build a client for the embedded API server: {0}")]
     Client(String),

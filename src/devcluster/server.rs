@@ -210,14 +210,8 @@ impl DevServer {
         if let Some(dir) = &config.data_dir {
             let dir = dir.clone();
             store
-                .reserve_with(Box::new(move |ceiling| {
-                    persist::reserve(&dir, ceiling).map_err(|e| e.to_string())
-                }))
-                .map_err(|reason| {
-                    DevClusterError::Bootstrap(format!(
-                        "cannot reserve resourceVersions in the data directory: {reason}"
-                    ))
-                })?;
+                .reserve_with(Box::new(move |ceiling| persist::reserve(&dir, ceiling)))
+                .map_err(|reason| DevClusterError::Reserve(Box::new(reason)))?;
         }
         if let Some(dir) = &config.data_dir {
             store.journal_to(persist::Journal::open(dir)?);

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::error::DevClusterError;
 use super::registry::Registry;
 
 /// Storage id of CustomResourceDefinitions (their writes change the [`Registry`]).
@@ -81,8 +82,9 @@ pub enum Since {
     Expired(u64),
 }
 
-/// Makes a resourceVersion ceiling durable (see `persist::reserve`).
-pub type Reserve = Box<dyn FnMut(u64) -> Result<(), String> + Send>;
+/// Makes a resourceVersion ceiling durable (see `persist::reserve`); its error keeps the I/O
+/// failure as its source.
+pub type Reserve = Box<dyn FnMut(u64) -> Result<(), DevClusterError> + Send>;
 
 /// How many resourceVersions one reservation covers (10 000): a durable write every that many
 /// writes, and the most a restart skips.
@@ -153,7 +155,7 @@ impl Store {
     ///
     /// # Errors
     /// When the first reservation cannot be made (then none is set up).
-    pub fn reserve_with(&mut self, mut reserve: Reserve) -> Result<(), String> {
+    pub fn reserve_with(&mut self, mut reserve: Reserve) -> Result<(), DevClusterError> {
         let ceiling = self.rv.saturating_add(RESERVE_BLOCK);
         reserve(ceiling)?;
         self.reservation = Some((ceiling, reserve));
@@ -422,7 +424,7 @@ mod tests {
         let mut s = Store::new(10, 100);
         let log = reserved.clone();
         s.reserve_with(Box::new(move |ceiling| {
-            log.lock().map_err(|e| e.to_string())?.push(ceiling);
+            log.lock().expect("log").push(ceiling);
             Ok(())
         }))
         .expect("reserved");
