@@ -564,3 +564,34 @@ proptest! {
         prop_assert_eq!(rest, expected);
     }
 }
+
+/// A fixed segment, written out as its canonical text by hand.
+const PINNED_SEGMENT_TEXT: &str = concat!(
+    r#"{"bytes":10,"events":[{"seq":1,"time":"2026-01-01T00:00:00.000Z","type":"run.created"}],"#,
+    r#""firstSeq":1,"firstStep":0,"index":0,"lastSeq":1,"lastStep":0,"previous":"","#,
+    r#""runName":"refund-1042","runUID":"6f1c2a1e-0000-4000-8000-000000001042","stepCount":1,"#,
+    r#""steps":[{"attempts":1,"index":0,"status":"done"}]}"#
+);
+
+#[test]
+fn the_sha256_of_a_fixed_segment_is_that_of_its_hand_written_canonical_text() {
+    let spec: crate::api::AgentRunSegmentSpec = serde_json::from_value(json!({
+        "runName": "refund-1042",
+        "runUID": OWNER.uid,
+        "index": 0,
+        "firstStep": 0,
+        "lastStep": 0,
+        "firstSeq": 1,
+        "lastSeq": 1,
+        "previous": "",
+        "stepCount": 1,
+        "bytes": 10,
+        "steps": [{"index": 0, "status": "done", "attempts": 1}],
+        "events": [{"seq": 1, "time": "2026-01-01T00:00:00Z", "type": "run.created"}],
+    }))
+    .expect("spec");
+    assert_eq!(
+        segment_sha256(&spec).expect("sha256"),
+        crate::engine::canonical::sha256_tagged(PINNED_SEGMENT_TEXT.as_bytes())
+    );
+}
