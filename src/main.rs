@@ -34,7 +34,8 @@ enum Command {
     /// Start the embedded Kubernetes-API-compatible server (loopback only) for trying agentrt
     /// and for tests; writes a kubeconfig that kubectl can use.
     Dev(agentrt::devcluster::DevArgs),
-    /// Print the AgentRun and Approval CustomResourceDefinitions as YAML (what crds/ holds).
+    /// Print the AgentRun, AgentRunSegment and Approval CustomResourceDefinitions as YAML (what
+    /// crds/ holds).
     Crds,
     /// Measure the runtime: writes per tool step, throughput against the API server's bare
     /// compare-and-set write loop, takeover latency after SIGKILL, controller memory and CPU

@@ -4,7 +4,7 @@
 //! answers in both cluster-wide and per-namespace modes, and the optional
 //! ValidatingAdmissionPolicies are enforced by the API server itself: the run's creator cannot
 //! decide its Approval, a decision must name the user making it, and only the controller
-//! creates Approvals.
+//! creates Approvals and AgentRunSegments.
 //!
 //! These tests need what only a real API server has (RBAC, ServiceAccount tokens, apps and
 //! admissionregistration APIs, ValidatingAdmissionPolicy): on the embedded `agentrt dev`, which
@@ -280,6 +280,9 @@ async fn runs_complete_as_the_charts_service_account(cluster: &TestCluster, sets
         ("update", "agentruns.agentrt.dev", "status"),
         ("create", "approvals.agentrt.dev", ""),
         ("patch", "approvals.agentrt.dev", "status"),
+        ("create", "agentrunsegments.agentrt.dev", ""),
+        ("get", "agentrunsegments.agentrt.dev", ""),
+        ("list", "agentrunsegments.agentrt.dev", ""),
         ("update", "leases.coordination.k8s.io", ""),
         ("create", "events.events.k8s.io", ""),
         ("get", "secrets", ""),
@@ -531,6 +534,15 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
         text(&by_admin).contains("only the agentrt controller"),
         "refused as not the controller: {}",
         text(&by_admin)
+    );
+    let segment = std::fs::read_to_string(support::fixtures::path("archive/segment.yaml"))
+        .expect("segment fixture");
+    let segment_by_admin = cluster.kubectl_stdin(&["create", "-f", "-"], &segment);
+    assert!(
+        !segment_by_admin.status.success()
+            && text(&segment_by_admin).contains("only the agentrt controller"),
+        "a user other than the controller created an AgentRunSegment: {}",
+        text(&segment_by_admin)
     );
     assert_eq!(
         status(&client, &ns, "refund").await["phase"],

@@ -540,6 +540,9 @@ pub struct AgentRunStatus {
     /// The audit journal: seq 1, 2, 3… without gaps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<RunEvent>,
+    /// The sealed history: segments and the chain's head; absent until the run first seals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<super::segment::Archive>,
     /// `Ready`, `WaitingForApproval`, ... with observedGeneration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

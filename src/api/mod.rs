@@ -1,15 +1,17 @@
-//! The `AgentRun` and `Approval` custom resources (DESIGN.md section 2): the contract, nothing
-//! else. `agentrt crds` prints what [`crds_yaml`] returns; `crds/` holds that output and a test
+//! The `AgentRun`, `Approval` and `AgentRunSegment` custom resources (DESIGN.md section 2): the
+//! contract, nothing else. `agentrt crds` prints what [`crds_yaml`] returns; `crds/` holds that output and a test
 //! fails when they differ.
 
 mod agentrun;
 mod approval;
 mod schema;
+mod segment;
 mod time;
 pub mod vocab;
 
 pub use agentrun::*;
 pub use approval::*;
+pub use segment::*;
 pub use time::Time;
 pub use vocab::*;
 
@@ -22,11 +24,15 @@ use kube::CustomResourceExt;
 pub fn crd_files() -> Result<Vec<(&'static str, String)>, serde_yaml::Error> {
     Ok(vec![
         ("agentruns.yaml", serde_yaml::to_string(&AgentRun::crd())?),
+        (
+            "agentrunsegments.yaml",
+            serde_yaml::to_string(&AgentRunSegment::crd())?,
+        ),
         ("approvals.yaml", serde_yaml::to_string(&Approval::crd())?),
     ])
 }
 
-/// Both CRDs as a multi-document YAML stream: exactly the concatenation of `crds/*.yaml` in
+/// The CRDs as a multi-document YAML stream: exactly the concatenation of `crds/*.yaml` in
 /// name order.
 ///
 /// # Errors

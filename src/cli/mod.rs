@@ -1,5 +1,8 @@
 //! The operator CLI, also installed as the kubectl plugin `kubectl-agentrt` (DESIGN.md section 2
 //! "Approval", BEHAVIOURS.md 51-53): list and show runs and approvals, approve, reject, cancel.
+//! `show run`, `events` and `verify` read a run's whole history: its sealed segments checked
+//! against the record's chain and stitched with the window (`history`; docs/design.md section
+//! 4a, docs/behaviours.md 58); a missing or altered segment is an error (exit 1) naming it.
 //!
 //! Approving is the moment a person lets a side effect happen, so `approve` and `reject` print
 //! the Approval first (every model- or server-chosen string escaped and bounded by
@@ -10,6 +13,7 @@
 //! Exit codes: 0 success, 1 error, 2 usage (clap validates arguments before any API call).
 
 pub mod escape;
+mod history;
 mod render;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -44,6 +48,17 @@ pub enum Output {
     Text,
     /// The objects as JSON.
     Json,
+    /// The objects as YAML.
+    Yaml,
+}
+
+/// `value` as `-o json` or `-o yaml` prints it (`None` for the text format).
+fn encoded<T: serde::Serialize>(value: &T, output: Output) -> anyhow::Result<Option<String>> {
+    Ok(match output {
+        Output::Text => None,
+        Output::Json => Some(format!("{}\n", serde_json::to_string_pretty(value)?)),
+        Output::Yaml => Some(serde_yaml::to_string(value)?),
+    })
 }
 
 /// The operator commands.
@@ -72,7 +87,8 @@ pub enum OperatorCommand {
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
-    /// Show a run (steps and an events timeline) or an Approval.
+    /// Show a run (every step and an events timeline, sealed segments stitched in and checked)
+    /// or an Approval. Exits 1 naming the first missing or altered segment.
     Show {
         /// `run` or `approval`.
         #[arg(value_enum)]
@@ -85,7 +101,7 @@ pub enum OperatorCommand {
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
-    /// Show a run's events timeline.
+    /// Show every event of a run (sealed segments stitched in and checked).
     Events {
         /// The run's name.
         #[arg(value_parser = object_name)]
@@ -94,6 +110,15 @@ pub enum OperatorCommand {
         target: Target,
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
+    },
+    /// Check a run's chain of sealed segments against its record: print what was checked, or
+    /// exit 1 naming the first missing or altered segment.
+    Verify {
+        /// The run's name.
+        #[arg(value_parser = object_name)]
+        run: String,
+        #[command(flatten)]
+        target: Target,
     },
     /// Approve an Approval: print it, confirm, and patch the hash printed.
     Approve {
@@ -226,9 +251,9 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             let session = connect(&target).await?;
             let api: Api<AgentRun> = scoped(&session, all_namespaces);
             let runs = api.list(&ListParams::default()).await?.items;
-            match output {
-                Output::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&runs)?))?,
-                Output::Text => emit(&render::runs_table(&runs, all_namespaces))?,
+            match encoded(&runs, output)? {
+                Some(text) => emit(&text)?,
+                None => emit(&render::runs_table(&runs, all_namespaces))?,
             }
         }
         OperatorCommand::Approvals {
@@ -247,9 +272,9 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 .into_iter()
                 .filter(|a| all || is_pending(a))
                 .collect();
-            match output {
-                Output::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&approvals)?))?,
-                Output::Text => emit(&render::approvals_table(&approvals, every_namespace))?,
+            match encoded(&approvals, output)? {
+                Some(text) => emit(&text)?,
+                None => emit(&render::approvals_table(&approvals, every_namespace))?,
             }
         }
         OperatorCommand::Show {
@@ -261,24 +286,17 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             let session = connect(&target).await?;
             match what {
                 ShowWhat::Run => {
-                    let run = Api::<AgentRun>::namespaced(session.client, &session.namespace)
-                        .get(&name)
-                        .await
-                        .with_context(|| format!("AgentRun {}/{name}", session.namespace))?;
-                    match output {
-                        Output::Json => {
-                            emit(&format!("{}\n", serde_json::to_string_pretty(&run)?))?
-                        }
-                        Output::Text => emit(&render::run_details(&run))?,
+                    let history = history::whole_run(&session, &name).await?;
+                    match encoded(&history.run, output)? {
+                        Some(text) => emit(&text)?,
+                        None => emit(&render::run_details(&history.run))?,
                     }
                 }
                 ShowWhat::Approval => {
                     let approval = get_approval(&session, &name).await?;
-                    match output {
-                        Output::Json => {
-                            emit(&format!("{}\n", serde_json::to_string_pretty(&approval)?))?
-                        }
-                        Output::Text => emit(&render::approval_details(&approval))?,
+                    match encoded(&approval, output)? {
+                        Some(text) => emit(&text)?,
+                        None => emit(&render::approval_details(&approval))?,
                     }
                 }
             }
@@ -289,15 +307,17 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             output,
         } => {
             let session = connect(&target).await?;
-            let run = Api::<AgentRun>::namespaced(session.client, &session.namespace)
-                .get(&run)
-                .await
-                .with_context(|| format!("AgentRun {}/{run}", session.namespace))?;
-            let events = run.status.map(|s| s.events).unwrap_or_default();
-            match output {
-                Output::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&events)?))?,
-                Output::Text => emit(&render::events_timeline(&events))?,
+            let history = history::whole_run(&session, &run).await?;
+            let events = history.run.status.map(|s| s.events).unwrap_or_default();
+            match encoded(&events, output)? {
+                Some(text) => emit(&text)?,
+                None => emit(&render::events_timeline(&events))?,
             }
+        }
+        OperatorCommand::Verify { run, target } => {
+            let session = connect(&target).await?;
+            let history = history::whole_run(&session, &run).await?;
+            emit(&history::verify_report(&history))?;
         }
         OperatorCommand::Approve {
             name,

@@ -7,7 +7,8 @@ use crate::api::{AgentRun, Approval, RunEvent, Verdict};
 
 use super::escape::{escape_bounded, render_json, DEFAULT_MAX_CHARS};
 
-fn esc(text: &str) -> String {
+/// `text` escaped and bounded for a terminal ([`super::escape`]).
+pub(super) fn esc(text: &str) -> String {
     escape_bounded(text, DEFAULT_MAX_CHARS)
 }
 

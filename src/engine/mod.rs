@@ -63,6 +63,7 @@
 //! content budgets, model accounting).
 
 mod approvals;
+pub mod archive;
 mod calls;
 pub mod canonical;
 pub mod content;

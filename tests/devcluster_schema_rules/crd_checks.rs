@@ -200,7 +200,7 @@ async fn rules_that_type_check_within_budget_are_accepted() {
 #[tokio::test]
 async fn our_crds_are_accepted() {
     let c = TestCluster::start().await;
-    for file in ["agentruns.yaml", "approvals.yaml"] {
+    for file in ["agentruns.yaml", "agentrunsegments.yaml", "approvals.yaml"] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("crds")
             .join(file);

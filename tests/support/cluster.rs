@@ -349,6 +349,7 @@ impl TestCluster {
             "--for=condition=Established",
             "crd/agentruns.agentrt.dev",
             "crd/approvals.agentrt.dev",
+            "crd/agentrunsegments.agentrt.dev",
             "--timeout=30s",
         ]);
     }

@@ -1,0 +1,299 @@
+//! The window and the archive (docs/design.md section 4a, section 3 guarantees 8 and 9,
+//! docs/behaviours.md 54-58): which settled steps a window seals into the next
+//! `AgentRunSegment`, the segment's canonical sha256 and its name, and (in `chain`) checking a
+//! run's chain of segments and stitching them back into the whole history.
+//!
+//! Owns: the sealing rule as a pure function of the status ([`seal`]), the segment hash
+//! ([`segment_sha256`]) and name ([`segment_name`]). Must not: do I/O, read a clock, or decide
+//! when a transition seals (the engine's transitions call [`seal`]; the executor creates the
+//! segment, then writes the status [`seal`] returned).
+
+mod chain;
+#[cfg(test)]
+mod tests;
+
+pub use chain::{stitch, verify_chain, ChainFault, ChainReport, Verified};
+
+use serde_json::Value;
+
+use super::canonical::{canonical_json, content_hash, CanonicalError};
+use crate::api::{
+    AgentRunSegmentSpec, AgentRunStatus, Archive, ArchivedSegment, RunEvent, Step, StepStatus,
+};
+
+/// When and how much a window seals (docs/design.md section 4a). The controller's
+/// `--seal-steps`, `--seal-bytes` and `--keep-steps` set the first three.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealLimits {
+    /// Seal when the window holds more than this many settled steps (default 64).
+    pub seal_steps: usize,
+    /// Seal when the status's canonical JSON passes this many bytes (default 128 KiB).
+    pub seal_bytes: usize,
+    /// Settled steps that always stay in the window, the most recent ones (default 8).
+    pub keep_steps: usize,
+    /// At most this many bytes of steps (canonical JSON) go into one segment, and always at
+    /// least one step (default 512 KiB, half the object budget): a run from before sealing,
+    /// with hundreds of steps in its status, is sealed a segment per transition as it goes.
+    pub segment_bytes: usize,
+}
+
+impl Default for SealLimits {
+    fn default() -> Self {
+        SealLimits {
+            seal_steps: 64,
+            seal_bytes: 128 * 1024,
+            keep_steps: 8,
+            segment_bytes: 512 * 1024,
+        }
+    }
+}
+
+/// Which run a segment belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentOwner<'a> {
+    /// The AgentRun's `metadata.name`.
+    pub name: &'a str,
+    /// The AgentRun's `metadata.uid`.
+    pub uid: &'a str,
+}
+
+/// One seal: the segment to create, its name, and the status to write after it was created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seal {
+    /// `<run>-<index>-<first 10 hex of sha256>` ([`segment_name`]).
+    pub name: String,
+    /// `sha256:<64 hex>` of `segment` ([`segment_sha256`]).
+    pub sha256: String,
+    /// The segment's spec.
+    pub segment: AgentRunSegmentSpec,
+    /// The input status without the sealed steps and events, with the segment appended to
+    /// `archive` and `archive.head` set to its sha256. Every other field is unchanged.
+    pub status: AgentRunStatus,
+}
+
+/// Why a window cannot be sealed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ArchiveError {
+    /// A part of the record has no canonical JSON.
+    #[error(transparent)]
+    Canonical(#[from] CanonicalError),
+    /// The window does not continue its archive (step indices or event seqs with a gap, or an
+    /// archive whose head is not its last segment): sealing it would seal a broken history.
+    #[error("the window cannot be sealed: {0}")]
+    Window(String),
+}
+
+/// Whether a step is settled (`done` or `failed`): only settled steps are ever sealed
+/// (docs/design.md section 4a; `deciding`, `awaiting_approval`, `executing` and
+/// `interrupted` are not).
+pub fn is_settled(status: StepStatus) -> bool {
+    matches!(status, StepStatus::Done | StepStatus::Failed)
+}
+
+/// `sha256:` + hex(SHA-256(RFC 8785 canonical JSON of the segment's spec)), the segment's
+/// identity in the chain (docs/design.md section 2 "AgentRunSegment").
+///
+/// # Errors
+/// [`CanonicalError`] when a part has no canonical JSON.
+pub fn segment_sha256(spec: &AgentRunSegmentSpec) -> Result<String, CanonicalError> {
+    let value = serde_json::to_value(spec).map_err(|e| CanonicalError(format!("segment: {e}")))?;
+    content_hash(&value)
+}
+
+/// A valid object name for segment `index` of run `run_name` with hash `sha256`:
+/// `<run>-<index>-<first 10 hex>`.
+///
+/// A run's name is a DNS subdomain of up to 253 characters, so the name alone may leave no
+/// room for the suffix: then the run's name is cut to what fits in 253 characters and any `-`
+/// or `.` it then ends with is dropped, so the result is again a DNS subdomain. Two runs whose
+/// long names share that prefix still get different names, since the hash covers `runName`
+/// and `runUID`.
+pub fn segment_name(run_name: &str, index: i64, sha256: &str) -> String {
+    let hex: String = sha256
+        .trim_start_matches("sha256:")
+        .chars()
+        .take(10)
+        .collect();
+    let suffix = format!("-{index}-{hex}");
+    let room = 253usize.saturating_sub(suffix.len());
+    let mut prefix: String = run_name.chars().take(room).collect();
+    while prefix.len() > room {
+        prefix.pop();
+    }
+    let prefix = prefix.trim_end_matches(['-', '.']);
+    let prefix = if prefix.is_empty() { "run" } else { prefix };
+    format!("{prefix}{suffix}")
+}
+
+/// The canonical JSON size of `steps` plus that of `events` (a segment's `bytes`).
+///
+/// # Errors
+/// [`CanonicalError`] when a part has no canonical JSON.
+pub fn content_bytes(steps: &[Step], events: &[RunEvent]) -> Result<i64, CanonicalError> {
+    let steps = canonical_len(steps)?;
+    let events = canonical_len(events)?;
+    Ok(i64::try_from(steps.saturating_add(events)).unwrap_or(i64::MAX))
+}
+
+fn canonical_len<T: serde::Serialize + ?Sized>(value: &T) -> Result<usize, CanonicalError> {
+    let value: Value =
+        serde_json::to_value(value).map_err(|e| CanonicalError(format!("record: {e}")))?;
+    Ok(canonical_json(&value)?.len())
+}
+
+/// What the window seals now, if anything (docs/design.md section 4a).
+///
+/// Seals when the window holds more than `seal_steps` settled steps or the status's canonical
+/// JSON passes `seal_bytes`. Then the oldest settled steps (a run of settled steps from the
+/// window's start: an unsettled step is never sealed, nor anything after it), all but the last
+/// `keep_steps` settled ones and at most `segment_bytes` of them, go into the next segment with
+/// their events: the events before the first event of the first step kept, a contiguous seq
+/// range (run-level events in it, such as `run.created`, go with the sealed steps). When an
+/// event of a sealed step comes after that point, fewer steps are sealed, so a segment always
+/// holds whole steps.
+///
+/// Returns `None` when nothing is to be sealed.
+///
+/// # Errors
+/// [`ArchiveError::Window`] when the window does not continue its archive (see the variant);
+/// [`ArchiveError::Canonical`] when a part has no canonical JSON.
+pub fn seal(
+    owner: SegmentOwner<'_>,
+    status: &AgentRunStatus,
+    limits: &SealLimits,
+) -> Result<Option<Seal>, ArchiveError> {
+    let settled = status.steps.iter().filter(|s| is_settled(s.status)).count();
+    if settled <= limits.seal_steps && canonical_len(status)? <= limits.seal_bytes {
+        return Ok(None);
+    }
+    let archive = status.archive.clone().unwrap_or_default();
+    let (next_step, next_seq) = window_start(&archive)?;
+    check_window(status, next_step, next_seq)?;
+
+    let prefix = status
+        .steps
+        .iter()
+        .take_while(|s| is_settled(s.status))
+        .count();
+    let mut count = prefix.min(settled.saturating_sub(limits.keep_steps));
+    // At most `segment_bytes` of steps, and at least one.
+    let mut bytes = 0usize;
+    for (i, step) in status.steps.iter().take(count).enumerate() {
+        bytes = bytes.saturating_add(canonical_len(step)?);
+        if i > 0 && bytes > limits.segment_bytes {
+            count = i;
+            break;
+        }
+    }
+    let cut = loop {
+        if count == 0 {
+            return Ok(None);
+        }
+        let first_kept = status
+            .steps
+            .get(count)
+            .map_or_else(|| next_step + status.steps.len() as i64, |s| s.index);
+        let cut = status
+            .events
+            .iter()
+            .position(|e| e.step.is_some_and(|s| s >= first_kept))
+            .unwrap_or(status.events.len());
+        let late = status.events[cut..]
+            .iter()
+            .filter_map(|e| e.step)
+            .filter(|s| *s < first_kept)
+            .min();
+        match late {
+            // An event of a sealed step after the cut: seal only the steps before it.
+            Some(step) => count = usize::try_from(step - next_step).unwrap_or(0),
+            None => break cut,
+        }
+    };
+
+    let steps = status.steps[..count].to_vec();
+    let events = status.events[..cut].to_vec();
+    let first_seq = events.first().map_or(next_seq, |e| e.seq);
+    let last_seq = events.last().map_or(first_seq - 1, |e| e.seq);
+    let index = archive.segments.len() as i64;
+    let segment = AgentRunSegmentSpec {
+        run_name: owner.name.to_string(),
+        run_uid: owner.uid.to_string(),
+        index,
+        first_step: next_step,
+        last_step: next_step + count as i64 - 1,
+        first_seq,
+        last_seq,
+        previous: archive.head.clone(),
+        step_count: count as i64,
+        bytes: content_bytes(&steps, &events)?,
+        steps,
+        events,
+    };
+    let sha256 = segment_sha256(&segment)?;
+    let name = segment_name(owner.name, index, &sha256);
+    let mut after = status.clone();
+    after.steps.drain(..count);
+    after.events.drain(..cut);
+    let mut archive = archive;
+    archive.segments.push(ArchivedSegment {
+        name: name.clone(),
+        index,
+        first_step: segment.first_step,
+        last_step: segment.last_step,
+        first_seq: segment.first_seq,
+        last_seq: segment.last_seq,
+        bytes: segment.bytes,
+        sha256: sha256.clone(),
+    });
+    archive.head = sha256.clone();
+    after.archive = Some(archive);
+    Ok(Some(Seal {
+        name,
+        sha256,
+        segment,
+        status: after,
+    }))
+}
+
+/// The first step index and event seq the window must start with, given its archive.
+fn window_start(archive: &Archive) -> Result<(i64, i64), ArchiveError> {
+    match archive.segments.last() {
+        None if archive.head.is_empty() => Ok((0, 1)),
+        None => Err(ArchiveError::Window(format!(
+            "status.archive.head is {} but status.archive has no segments",
+            archive.head
+        ))),
+        Some(last) if last.sha256 != archive.head => Err(ArchiveError::Window(format!(
+            "status.archive.head {} is not the sha256 of the last segment {} ({})",
+            archive.head, last.name, last.sha256
+        ))),
+        Some(last) => Ok((last.last_step + 1, last.last_seq + 1)),
+    }
+}
+
+/// The window's steps are `next_step, next_step + 1, ...` and its events `next_seq, ...`.
+fn check_window(
+    status: &AgentRunStatus,
+    next_step: i64,
+    next_seq: i64,
+) -> Result<(), ArchiveError> {
+    for (offset, step) in status.steps.iter().enumerate() {
+        let expected = next_step + offset as i64;
+        if step.index != expected {
+            return Err(ArchiveError::Window(format!(
+                "status.steps[{offset}] has index {}, expected {expected}",
+                step.index
+            )));
+        }
+    }
+    for (offset, event) in status.events.iter().enumerate() {
+        let expected = next_seq + offset as i64;
+        if event.seq != expected {
+            return Err(ArchiveError::Window(format!(
+                "status.events[{offset}] has seq {}, expected {expected}",
+                event.seq
+            )));
+        }
+    }
+    Ok(())
+}
