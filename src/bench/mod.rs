@@ -40,9 +40,10 @@ use throughput::Plan;
 /// The workloads `agentrt bench` can run.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
-    /// One run of many steps with small tool answers (default 1 × 400).
+    /// One run of many steps with small tool answers (default 1 × 2000; `--steps 400` for the
+    /// older figure).
     Long,
-    /// One run of many steps with large tool answers (default 1 × 400, 8 KiB answers).
+    /// One run of many steps with large tool answers (default 1 × 2000, 8 KiB answers).
     LongLarge,
     /// Many concurrent runs of a few steps (default 1000 × 10).
     Wide,
@@ -61,7 +62,7 @@ pub struct BenchArgs {
     /// Runs per workload (overrides the defaults: long 1, wide 1000, idle 10000).
     #[arg(long)]
     pub runs: Option<usize>,
-    /// Tool steps per run (overrides the defaults: long 400, wide 10).
+    /// Tool steps per run (overrides the defaults: long 2000, wide 10).
     #[arg(long)]
     pub steps: Option<usize>,
     /// Controller processes per workload (the takeover workload always runs an active one and
@@ -232,9 +233,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             };
         eprintln!("agentrt bench: {workload:?}…");
         let row = match workload {
-            Workload::Long => throughput::run(&bench, &plan("long", 1, 400, "small", false)).await,
+            Workload::Long => throughput::run(&bench, &plan("long", 1, 2000, "small", false)).await,
             Workload::LongLarge => {
-                throughput::run(&bench, &plan("long-large", 1, 400, "large", false)).await
+                throughput::run(&bench, &plan("long-large", 1, 2000, "large", false)).await
             }
             Workload::Wide => {
                 throughput::run(&bench, &plan("wide", 1000, 10, "small", false)).await

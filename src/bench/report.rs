@@ -20,6 +20,13 @@ pub struct Row {
     pub tool_steps: u64,
     /// AgentRun status writes (audit log, else the controllers' metrics).
     pub status_writes: Option<u64>,
+    /// AgentRunSegment creates (audit log, else the segments left in the namespace).
+    pub segment_creates: Option<u64>,
+    /// Segments in the namespace when the workload ended.
+    pub segments: Option<u64>,
+    /// The largest AgentRun object (compact JSON bytes, spec and status) the workload's watch
+    /// saw.
+    pub largest_object_bytes: Option<u64>,
     /// Every write request in the workload's namespace, by resource (audit log only).
     pub writes_by_resource: BTreeMap<String, u64>,
     /// From the first create to the last run settling.
@@ -45,9 +52,10 @@ pub struct Row {
 }
 
 impl Row {
-    /// Status writes per tool step.
+    /// API writes per tool step that the record costs: status writes plus segment creates
+    /// (docs/design.md section 4a: sealing rides on a status write and adds one create).
     pub fn writes_per_step(&self) -> Option<f64> {
-        let writes = self.status_writes?;
+        let writes = self.status_writes? + self.segment_creates.unwrap_or(0);
         (self.tool_steps > 0).then(|| writes as f64 / self.tool_steps as f64)
     }
 
@@ -116,6 +124,8 @@ pub fn table(rows: &[Row]) -> String {
         "takeover p50 s",
         "takeover p99 s",
         "peak RSS MiB",
+        "largest run KiB",
+        "segments",
         "CPU s/1000 steps",
         "outcome",
     ];
@@ -141,6 +151,8 @@ pub fn table(rows: &[Row]) -> String {
             secs(quantile(&row.takeovers, 0.5)),
             secs(quantile(&row.takeovers, 0.99)),
             num(row.peak_rss.map(|b| b as f64 / (1024.0 * 1024.0)), 1),
+            num(row.largest_object_bytes.map(|b| b as f64 / 1024.0), 0),
+            row.segments.map_or("-".into(), |n| n.to_string()),
             num(row.cpu_per_1000_steps(), 2),
             row.outcome.clone(),
         ];
@@ -208,6 +220,12 @@ mod tests {
         };
         // The floor allows 220 / 1.1 = 200 steps/s; the runtime made 100.
         assert!((row.floor_ratio().unwrap() - 0.5).abs() < 1e-9);
-        assert!(table(&[row]).lines().count() == 3);
+        assert!(table(std::slice::from_ref(&row)).lines().count() == 3);
+        // A segment create is an API write the record costs too.
+        let sealed = Row {
+            segment_creates: Some(10),
+            ..row
+        };
+        assert!((sealed.writes_per_step().unwrap() - 1.2).abs() < 1e-9);
     }
 }

@@ -13,7 +13,7 @@ use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use crate::api::AgentRun;
+use crate::api::{AgentRun, AgentRunSegment};
 use crate::devcluster::{DevServer, DevServerConfig};
 
 /// The API server under test.
@@ -153,6 +153,15 @@ pub fn runs_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
         client.clone(),
         namespace,
         &ApiResource::erase::<AgentRun>(&()),
+    )
+}
+
+/// The AgentRunSegment API of `namespace` (the sealed history the runs leave).
+pub fn segments_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<AgentRunSegment>(&()),
     )
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::controllers::{metric_sum, metric_value, Controller};
 use super::report::{quantile, Row};
-use super::target::{create_runs, runs_api};
+use super::target::{create_runs, runs_api, segments_api};
 use super::{floor, manifests, tools, Bench};
 
 /// What one throughput workload does.
@@ -50,15 +50,18 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     let cpu_before: f64 = controllers.iter().map(|c| c.cpu_seconds()).sum();
     let bench_before = super::own_cpu_seconds();
     let mark = bench.target.audit_mark();
+    let largest = largest_object_watch(&bench.target.client, &ns);
     let started = Instant::now();
     create_runs(&bench.target.client, &ns, manifests, 32).await?;
     let elapsed = wait_settled(bench, &controllers, plan, started).await?;
+    let largest_object_bytes = largest.finish().await;
     let mut row = Row {
         workload: plan.name.clone(),
         runs: plan.runs,
         steps_per_run: if plan.waiting { 1 } else { plan.steps },
         controllers: plan.controllers,
         elapsed: Some(elapsed),
+        largest_object_bytes,
         ..Row::default()
     };
     if plan.waiting {
@@ -107,18 +110,29 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     }
     if !row.overheads.is_empty() {
         let p50 = |v: &[Duration]| quantile(v, 0.5).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+        let (first, last) = (p50(&first), p50(&last));
         row.notes.push(format!(
-            "step overhead p50 over each run's first tenth of steps {:.1} ms, last tenth {:.1} ms",
-            p50(&first),
-            p50(&last)
+            "step overhead p50 over each run's first tenth of steps {first:.1} ms, last tenth \
+             {last:.1} ms (last/first {:.2})",
+            last / first.max(1e-9)
         ));
     }
+    let segments = segments_api(&bench.target.client, &ns)
+        .list_metadata(&Default::default())
+        .await
+        .map(|list| list.items.len() as u64)
+        .ok();
+    row.segments = segments;
     match bench.target.writes_since(mark, &ns) {
         Some(writes) => {
             row.status_writes = Some(writes.get("agentruns/status").copied().unwrap_or(0));
+            row.segment_creates = Some(writes.get("agentrunsegments").copied().unwrap_or(0));
             row.writes_by_resource = writes;
         }
-        None => row.status_writes = Some(metric_writes as u64),
+        None => {
+            row.status_writes = Some(metric_writes as u64);
+            row.segment_creates = segments;
+        }
     }
     if plan.waiting && plan.runs > 0 {
         row.notes.push(format!(
@@ -215,5 +229,42 @@ async fn wait_settled(
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Watches the namespace's AgentRuns while a workload runs and keeps the largest object seen
+/// (compact JSON bytes of the whole object, spec and status), the figure the object budget of
+/// docs/design.md section 3 (guarantee 8) bounds.
+struct LargestObject {
+    task: tokio::task::JoinHandle<()>,
+    largest: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+fn largest_object_watch(client: &kube::Client, ns: &str) -> LargestObject {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
+    let largest = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = largest.clone();
+    let api = runs_api(client, ns);
+    let task = tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event {
+                let bytes = serde_json::to_vec(&object).map_or(0, |b| b.len() as u64);
+                seen.fetch_max(bytes, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+    LargestObject { task, largest }
+}
+
+impl LargestObject {
+    /// Stops the watch; `None` when it saw nothing.
+    async fn finish(self) -> Option<u64> {
+        // The last write may still be on its way to the watch.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.task.abort();
+        let bytes = self.largest.load(std::sync::atomic::Ordering::Relaxed);
+        (bytes > 0).then_some(bytes)
     }
 }
