@@ -1,8 +1,8 @@
 //! The `openai` agent (DESIGN.md section 6): any OpenAI-compatible chat-completions endpoint
 //! with tool calling (OpenAI, vLLM, Ollama, the llama.cpp server).
 //!
-//! Owns: the wire format — rendering the request from the record ([`render_request`],
-//! [`encode`]), reading a reply into the decision to record ([`parse_reply`]), and one HTTP
+//! Owns: the wire format — the engine's conversation as a chat-completions request
+//! ([`render`], [`encode`]; the engine gets both as [`WIRE`]), reading a reply into the decision to record ([`parse_reply`]), and one HTTP
 //! attempt ([`call`]). Must not: decide anything about the run. Limits, charges and retries
 //! are the engine's (`crate::engine::model`); this module sends one attempt when asked and
 //! reports exactly what happened: an answer (any status), nothing sent, or sent without an
@@ -28,11 +28,10 @@ use reqwest::Url;
 use crate::api::OpenAiAgent;
 use crate::engine::model::AttemptOutcome;
 
+pub use crate::engine::conversation::{COMPLETE_FUNCTION, DEFAULT_SYSTEM_PROMPT, FAIL_FUNCTION};
 pub use crate::engine::model::ReportedUsage;
 pub use reply::{failure, parse_reply, ParsedReply};
-pub use request::{
-    encode, render_request, COMPLETE_FUNCTION, DEFAULT_SYSTEM_PROMPT, FAIL_FUNCTION,
-};
+pub use request::{encode, render, render_request, WIRE};
 
 /// The largest reply body read, in bytes; a larger one is treated as no answer.
 pub const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;

@@ -222,7 +222,10 @@ pub async fn run_with_engine(
         Settings {
             max_concurrent_runs: options.max_concurrent_runs.max(1),
             skew_margin: Duration::from_millis(options.lease_skew_margin_ms),
-            budgets: Budgets::default(),
+            budgets: Budgets {
+                model_wire: crate::agents::openai::WIRE,
+                ..Budgets::default()
+            },
         },
         step_fn,
         crate::tools::http::client()?,
