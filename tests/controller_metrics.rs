@@ -60,15 +60,13 @@ async fn metrics_count_a_takeover_after_a_crash() {
     let uid = run.metadata.uid.clone().expect("uid");
     let mut first =
         ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("first"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tools.calls_for(&format!("{uid}/1")).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "no second call:\n{}",
-            first.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_or(
+        Duration::from_secs(30),
+        "no second call",
+        || first.log(),
+        || !tools.calls_for(&format!("{uid}/1")).is_empty(),
+    )
+    .await;
     first.signal(libc::SIGKILL);
     assert!(first.was_killed(Duration::from_secs(5)));
 

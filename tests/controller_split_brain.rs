@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::controller::*;
 use support::toolserver::{Behaviour, ToolServer};
@@ -26,15 +26,13 @@ async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
     let uid = run.metadata.uid.clone().unwrap();
 
     let first = ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("first"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tools.calls_for(&format!("{uid}/0")).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the slow tool was not called:\n{}",
-            first.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_or(
+        Duration::from_secs(30),
+        "the slow tool was not called",
+        || first.log(),
+        || !tools.calls_for(&format!("{uid}/0")).is_empty(),
+    )
+    .await;
     first.signal(libc::SIGSTOP);
     // Past its 2-second lease; meanwhile the slow call answers into the stopped process.
     let second =

@@ -23,7 +23,9 @@ async fn run_one(
         cluster.namespace(),
         ControllerSpec::named("c"),
     );
-    let yaml = fixture("one-call", &tools.base(), name).replace("${CLASS}", class);
+    let yaml = RunFixture::new("one-call", &tools.base(), name)
+        .class(class)
+        .yaml();
     create_run(&cluster.client(), cluster.namespace(), &yaml).await;
     (cluster, tools, controller)
 }
