@@ -17,8 +17,7 @@ async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() 
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("report", Behaviour::sleeping(2500));
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let _controller = start_controller(&cluster, "c");
     let run = create_run(
         &client,
         &ns,
@@ -26,10 +25,9 @@ async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() 
     )
     .await;
     let uid = run.metadata.uid.clone().unwrap();
-    wait_until(Duration::from_secs(30), "the tool to be called", || {
-        !tools.calls_for(&format!("{uid}/0")).is_empty()
-    })
-    .await;
+    tools
+        .wait_for_call(&format!("{uid}/0"), Duration::from_secs(30), String::new)
+        .await;
     runs_api(&client, &ns)
         .patch(
             "cancelled",
@@ -98,8 +96,7 @@ async fn a_one_mebibyte_tool_answer_is_cut_keeping_its_size_and_hash() {
             ..Behaviour::default()
         },
     );
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let _controller = start_controller(&cluster, "c");
     create_run(&client, &ns, &fixture("slow-tool", &tools.base(), "huge")).await;
     let done = wait_phase(&client, &ns, "huge", "Completed", Duration::from_secs(30)).await;
     let observation = &done["steps"][0]["observation"];

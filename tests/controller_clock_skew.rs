@@ -60,13 +60,11 @@ async fn a_renewed_lease_survives_a_skewed_replica(holder_offset_ms: i64, other_
         uids.push(run.metadata.uid.clone().unwrap());
     }
     let keys: Vec<String> = uids.iter().map(|uid| format!("{uid}/0")).collect();
-    wait_until_or(
-        Duration::from_secs(30),
-        "the holder did not start both calls",
-        || holder.log(),
-        || keys.iter().all(|key| !tools.calls_for(key).is_empty()),
-    )
-    .await;
+    for key in &keys {
+        tools
+            .wait_for_call(key, Duration::from_secs(30), || holder.log())
+            .await;
+    }
     let other = ControllerProcess::spawn(
         cluster.kubeconfig(),
         &ns,

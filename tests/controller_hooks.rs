@@ -21,8 +21,7 @@ async fn a_webhook_agent_decides_each_step() {
         _ => json!({"kind": "complete", "result": {"saw": request["steps"][0]["observation"]["content"]["args"]}}),
     })
     .await;
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let _controller = start_controller(&cluster, "c");
     RunFixture::new("webhook-agent", &tools.base(), "decided")
         .agent(&agent.url)
         .create(&client, &ns)
@@ -106,8 +105,7 @@ async fn a_webhook_agent_sees_the_approvals_and_its_answer_is_recorded_verbatim_
         _ => (500, json!({"error": "the agent crashed"})),
     })
     .await;
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let _controller = start_controller(&cluster, "c");
     let yaml = RunFixture::new("webhook-agent", &tools.base(), "judged")
         .agent(&agent.url)
         .yaml();

@@ -19,8 +19,7 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("step", Behaviour::sleeping(600));
-    let mut first =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("first"));
+    let mut first = start_controller(&cluster, "first");
     let run = create_run(
         &client,
         &ns,
@@ -31,13 +30,9 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     )
     .await;
     let uid = run.metadata.uid.clone().unwrap();
-    wait_until_or(
-        Duration::from_secs(30),
-        "no second call",
-        || first.log(),
-        || !tools.calls_for(&format!("{uid}/1")).is_empty(),
-    )
-    .await;
+    tools
+        .wait_for_call(&format!("{uid}/1"), Duration::from_secs(30), || first.log())
+        .await;
     first.signal(libc::SIGTERM);
     let exit = first
         .wait_exit(Duration::from_secs(15))
@@ -59,8 +54,7 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     );
     let before = tools.calls().len();
     // Another replica continues without waiting for an expiry.
-    let _second =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("second"));
+    let _second = start_controller(&cluster, "second");
     let done = wait_phase(
         &client,
         &ns,

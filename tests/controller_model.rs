@@ -134,11 +134,7 @@ async fn a_model_decides_each_step_and_every_attempt_is_accounted() {
         Reply::complete(json!({"damaged": true}), usage(1500, 40, 0)),
     ])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "decided", &model.base_url(), |_| {}).await;
     let done = wait_done(&cluster, "decided").await;
 
@@ -249,11 +245,7 @@ async fn replies_with_no_tool_call_or_cut_off_are_invalid_decisions_that_count_a
         Reply::truncated(usage(950, CAP, 0)),
     ])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "recovers", &recovers.base_url(), |_| {}).await;
     start_run(&cluster, &tools, "gives-up", &gives_up.base_url(), |spec| {
         spec["limits"] = json!({"maxConsecutiveToolFailures": 2});
@@ -322,11 +314,7 @@ async fn transient_failures_are_retried_with_backoff_honouring_retry_after() {
         Reply::complete(json!({"damaged": true}), usage(1000, 30, 0)),
     ])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "retried", &model.base_url(), |_| {}).await;
     let done = wait_done(&cluster, "retried").await;
     assert_eq!(done["phase"], "Completed", "{done}");
@@ -402,11 +390,7 @@ async fn a_slow_reply_past_the_timeout_is_charged_its_projection_and_tried_again
         Reply::complete(json!({"damaged": false}), usage(1000, 30, 0)),
     ])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "slow", &model.base_url(), |spec| {
         spec["agent"]["openai"]["timeoutSeconds"] = json!(3);
     })
@@ -446,11 +430,7 @@ async fn negative_usage_is_replaced_by_the_projection_and_ends_the_run_model_una
         usage(-5, 20, 0),
     )])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "negative", &model.base_url(), |_| {}).await;
     let done = wait_done(&cluster, "negative").await;
     assert_eq!(done["phase"], "Failed", "{done}");
@@ -511,11 +491,7 @@ async fn model_limits_are_checked_before_each_attempt_against_totals_plus_the_pr
     )])
     .await;
     let uncapped = ModelServer::start(vec![step()]).await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "calls", &calls.base_url(), |spec| {
         spec["limits"] = json!({"maxModelCalls": 1});
     })

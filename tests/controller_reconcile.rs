@@ -116,6 +116,19 @@ fn after_takeover(status: &Value) -> Vec<String> {
 
 const FAILED_BY_HOOK: [&str; 3] = ["lease.taken_over", "step.interrupted@0", "run.finished"];
 
+/// The run ended `reason` with a detail containing `detail`, and nothing came between the
+/// takeover and the end but the interruption ([`FAILED_BY_HOOK`]).
+fn assert_failed_by_hook(done: &Value, reason: &str, detail: &str) {
+    assert_eq!(done["reason"], reason);
+    assert!(
+        done["reasonDetail"]
+            .as_str()
+            .is_some_and(|d| d.contains(detail)),
+        "{done}"
+    );
+    assert_eq!(after_takeover(done), FAILED_BY_HOOK);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continue_lets_the_agent_decide_seeing_the_interruption() {
     if !crash_points() {
@@ -258,14 +271,7 @@ async fn waiting_without_a_pause_fails_reconcile_conflict() {
         "Failed",
     )
     .await;
-    assert_eq!(done["reason"], "reconcile_conflict");
-    assert!(
-        done["reasonDetail"]
-            .as_str()
-            .is_some_and(|d| d.contains("without a pause")),
-        "{done}"
-    );
-    assert_eq!(after_takeover(&done), FAILED_BY_HOOK);
+    assert_failed_by_hook(&done, "reconcile_conflict", "without a pause");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,14 +351,7 @@ async fn an_unknown_outcome_fails_internal_error() {
         "Failed",
     )
     .await;
-    assert_eq!(done["reason"], "internal_error");
-    assert!(
-        done["reasonDetail"]
-            .as_str()
-            .is_some_and(|d| d.contains("\"maybe\"")),
-        "{done}"
-    );
-    assert_eq!(after_takeover(&done), FAILED_BY_HOOK);
+    assert_failed_by_hook(&done, "internal_error", "\"maybe\"");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -111,8 +111,7 @@ async fn a_run_created_after_the_api_server_restarts_completes_within_10_s() {
             .class("ReadOnly")
             .yaml()
     };
-    let controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("steady"));
+    let controller = start_controller(&cluster, "steady");
     create_run(&cluster.client(), &ns, &run("before")).await;
     let before = time_to_complete(&cluster, "before", Duration::from_secs(30)).await;
     assert!(before.is_ok(), "{before:?}\n{}", controller.log());

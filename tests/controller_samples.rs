@@ -49,8 +49,7 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
     )
     .await
     .unwrap();
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("samples"));
+    let _controller = start_controller(&cluster, "samples");
 
     let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &samples_for(&tools.to_string()));
     assert!(

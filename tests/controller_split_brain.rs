@@ -25,18 +25,13 @@ async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
     .await;
     let uid = run.metadata.uid.clone().unwrap();
 
-    let first = ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("first"));
-    wait_until_or(
-        Duration::from_secs(30),
-        "the slow tool was not called",
-        || first.log(),
-        || !tools.calls_for(&format!("{uid}/0")).is_empty(),
-    )
-    .await;
+    let first = start_controller(&cluster, "first");
+    tools
+        .wait_for_call(&format!("{uid}/0"), Duration::from_secs(30), || first.log())
+        .await;
     first.signal(libc::SIGSTOP);
     // Past its 2-second lease; meanwhile the slow call answers into the stopped process.
-    let second =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("second"));
+    let second = start_controller(&cluster, "second");
     let taken = wait_status(
         &client,
         &ns,

@@ -103,7 +103,6 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
         ..Options::default()
     })
     .await;
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let manifests = RunFixture::at("rbac/runs.yaml")
         .set("TOOLS", tools.base())
@@ -113,8 +112,7 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
         .lines()
         .count();
 
-    let mut controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("rbac"));
+    let mut controller = start_controller(&cluster, "rbac");
     drive_rbac_runs(&cluster, &manifests).await;
     controller.signal(libc::SIGTERM);
     assert!(

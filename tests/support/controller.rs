@@ -262,6 +262,15 @@ pub fn fixture(name: &str, tools: &str, run: &str) -> String {
     RunFixture::new(name, tools, run).yaml()
 }
 
+/// Starts a controller with holder prefix `prefix` watching the cluster's namespace.
+pub fn start_controller(cluster: &super::cluster::TestCluster, prefix: &str) -> ControllerProcess {
+    ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        cluster.namespace(),
+        ControllerSpec::named(prefix),
+    )
+}
+
 /// Whether the crash points are compiled in (`cargo test --features fault-injection`); says on
 /// stderr that the test is skipped when they are not.
 pub fn crash_points() -> bool {
