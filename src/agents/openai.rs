@@ -25,6 +25,7 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Url;
 
+use super::webhook::error_chain;
 use crate::api::OpenAiAgent;
 use crate::engine::model::AttemptOutcome;
 
@@ -206,7 +207,7 @@ pub async fn call(
     // Past the connection, the request may have been sent: no answer is an unknown outcome.
     let no_answer = |err: reqwest::Error| ModelCallError::Ambiguous {
         url: shown.clone(),
-        detail: scrub(&error_chain(err.without_url()), api_key),
+        detail: scrub(&error_chain(&err.without_url()), api_key),
         latency_ms: elapsed_ms(),
     };
     let sent = client
@@ -221,7 +222,7 @@ pub async fn call(
         Err(err) if err.is_connect() => {
             return Err(ModelCallError::Refused {
                 url: shown.clone(),
-                detail: scrub(&error_chain(err.without_url()), api_key),
+                detail: scrub(&error_chain(&err.without_url()), api_key),
             })
         }
         Err(err) => return Err(no_answer(err)),
@@ -305,21 +306,6 @@ fn is_loopback(url: &Url) -> bool {
         }
         Err(_) => false,
     }
-}
-
-/// The error and its sources, joined with `: `.
-fn error_chain(err: reqwest::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(&err);
-    while let Some(cause) = source {
-        let line = cause.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// `text` with the key replaced by `***`, should a library ever echo it.
