@@ -1,8 +1,8 @@
-//! The conversation a model is asked to continue (DESIGN.md section 6; docs/behaviours.md 10,
-//! 46), in no provider's shape: the system prompt, the goal, the functions offered and one turn
-//! per recorded decision, built from the run's record alone. Pure and deterministic: the same
-//! goal, agent, tools and recorded steps give the same conversation on every replica, so a
-//! replica that takes a run over asks the model exactly what the previous holder would have.
+//! The conversation a model is asked to continue (docs/design.md section 6; docs/behaviours.md 10,
+//! 46), in no provider's shape: the system prompt, the goal, the functions offered and one turn per
+//! recorded decision, built from the run's record alone. Pure and deterministic: the same goal,
+//! agent, tools and recorded steps give the same conversation on every replica, so a replica that
+//! takes a run over asks the model exactly what the previous holder would have.
 //!
 //! Owns: what the model is told (the prompt, the built-in functions [`COMPLETE_FUNCTION`] and
 //! [`FAIL_FUNCTION`], how a step's decision and observation read). Must not: know a provider's

@@ -1,5 +1,5 @@
-//! The API key of the `openai` agent (DESIGN.md section 6): read from its Secret, sent only as
-//! `Authorization: Bearer`, and never in the status, the events, the controller's log or an
+//! The API key of the `openai` agent (docs/design.md section 6): read from its Secret, sent only
+//! as `Authorization: Bearer`, and never in the status, the events, the controller's log or an
 //! error, as text or as base64.
 
 use super::*;

@@ -1,5 +1,5 @@
-//! A takeover during a model call (BEHAVIOURS.md 47): the new holder asks the model exactly what
-//! the old one had, and the attempt that never answered is charged its projection.
+//! A takeover during a model call (docs/behaviours.md 47): the new holder asks the model exactly
+//! what the old one had, and the attempt that never answered is charged its projection.
 
 use super::*;
 
