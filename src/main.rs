@@ -33,7 +33,7 @@ enum Command {
     Controller(agentrt::controller::ControllerArgs),
     /// Start the embedded Kubernetes-API-compatible server (loopback only) for trying agentrt
     /// and for tests; writes a kubeconfig that kubectl can use.
-    Dev(agentrt::devcluster::DevArgs),
+    Dev(agentrt::controller::dev::DevArgs),
     /// Print the AgentRun, AgentRunSegment and Approval CustomResourceDefinitions as YAML (what
     /// crds/ holds).
     Crds,
@@ -92,7 +92,7 @@ fn main() -> ExitCode {
     let outcome: anyhow::Result<()> = runtime.block_on(async move {
         match cli.command {
             Command::Controller(args) => agentrt::controller::run(args).await,
-            Command::Dev(args) => agentrt::devcluster::run(args).await,
+            Command::Dev(args) => agentrt::controller::dev::run(args).await,
             Command::Operator(command) => agentrt::cli::run(command).await,
             Command::Bench(args) => agentrt::bench::run(args).await,
             Command::Crds => {

@@ -320,9 +320,9 @@ async fn runs_complete_as_the_charts_service_account(cluster: &TestCluster, sets
     );
 
     let tools = ToolServer::start().await;
-    let manifests = std::fs::read_to_string(support::fixtures::path("rbac/runs.yaml"))
-        .expect("fixture")
-        .replace("${TOOLS}", &tools.base());
+    let manifests = RunFixture::at("rbac/runs.yaml")
+        .set("TOOLS", tools.base())
+        .yaml();
     // The controller watches only the test's namespace even with the ClusterRole, so that it
     // never picks up the runs of other tests sharing this cluster; the ClusterRole's cluster-wide
     // reach is checked above with `auth can-i --all-namespaces`.
@@ -444,10 +444,10 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
     let bob_name = format!("system:serviceaccount:{ns}:bob");
     let tools = ToolServer::start().await;
     let run = |creator: &str| {
-        std::fs::read_to_string(support::fixtures::path("rbac/four-eyes-run.yaml"))
-            .expect("fixture")
-            .replace("${TOOLS}", &tools.base())
-            .replace("${CREATOR}", creator)
+        RunFixture::at("rbac/four-eyes-run.yaml")
+            .set("TOOLS", tools.base())
+            .set("CREATOR", creator)
+            .yaml()
     };
 
     // The policies take a moment to load: until a run claiming another creator is refused, they

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -17,8 +17,7 @@ async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() 
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("report", Behaviour::sleeping(2500));
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let _controller = start_controller(&cluster, "c");
     let run = create_run(
         &client,
         &ns,
@@ -26,11 +25,9 @@ async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() 
     )
     .await;
     let uid = run.metadata.uid.clone().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tools.calls_for(&format!("{uid}/0")).is_empty() {
-        assert!(Instant::now() < deadline, "the tool was not called");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tools
+        .wait_for_call(&format!("{uid}/0"), Duration::from_secs(30), String::new)
+        .await;
     runs_api(&client, &ns)
         .patch(
             "cancelled",
@@ -99,8 +96,7 @@ async fn a_one_mebibyte_tool_answer_is_cut_keeping_its_size_and_hash() {
             ..Behaviour::default()
         },
     );
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let _controller = start_controller(&cluster, "c");
     create_run(&client, &ns, &fixture("slow-tool", &tools.base(), "huge")).await;
     let done = wait_phase(&client, &ns, "huge", "Completed", Duration::from_secs(30)).await;
     let observation = &done["steps"][0]["observation"];

@@ -60,14 +60,10 @@ async fn a_renewed_lease_survives_a_skewed_replica(holder_offset_ms: i64, other_
         uids.push(run.metadata.uid.clone().unwrap());
     }
     let keys: Vec<String> = uids.iter().map(|uid| format!("{uid}/0")).collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while keys.iter().any(|key| tools.calls_for(key).is_empty()) {
-        assert!(
-            Instant::now() < deadline,
-            "the holder did not start both calls:\n{}",
-            holder.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for key in &keys {
+        tools
+            .wait_for_call(key, Duration::from_secs(30), || holder.log())
+            .await;
     }
     let other = ControllerProcess::spawn(
         cluster.kubeconfig(),

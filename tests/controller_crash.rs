@@ -54,7 +54,9 @@ async fn run_cell(
     let ns = format!("{}-{}", cluster.namespace(), index);
     create_namespace(&client, &ns).await;
     let name = "crash";
-    let yaml = fixture("one-tool", &tools.base(), name).replace("${CLASS}", class);
+    let yaml = RunFixture::new("one-tool", &tools.base(), name)
+        .class(class)
+        .yaml();
     create_run(&client, &ns, &yaml).await;
 
     let mut faults: Vec<&str> = faults_for(point);
@@ -204,8 +206,7 @@ fn check_cell(class: &str, point: &str, uid: &str, tools: &ToolServer, outcome: 
 }
 
 async fn crash_matrix_for(class: &'static str) {
-    if !cfg!(feature = "fault-injection") {
-        eprintln!("skipped: the crash points need `cargo test --features fault-injection`");
+    if !crash_points() {
         return;
     }
     let cluster = agentrt_cluster().await;

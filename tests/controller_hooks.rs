@@ -3,35 +3,12 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::routing::post;
-use axum::{Json, Router};
 use serde_json::{json, Value};
 use support::controller::*;
+use support::stub::Stub;
 use support::toolserver::{Behaviour, ToolServer};
-
-/// An HTTP endpoint answering `answer(request)`, keeping every request it got.
-async fn endpoint(answer: fn(&Value) -> Value) -> (String, Arc<Mutex<Vec<Value>>>) {
-    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let record = seen.clone();
-    let app = Router::new().route(
-        "/",
-        post(move |Json(request): Json<Value>| {
-            let record = record.clone();
-            async move {
-                let reply = answer(&request);
-                record.lock().unwrap().push(request);
-                Json(reply)
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/"), seen)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_agent_decides_each_step() {
@@ -39,15 +16,16 @@ async fn a_webhook_agent_decides_each_step() {
     let client = cluster.client();
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
-    let (agent, requests) = endpoint(|request| match request["step"].as_i64() {
+    let agent = Stub::json(|request| match request["step"].as_i64() {
         Some(0) => json!({"kind": "tool_call", "tool": "quick", "args": {"item": 7}}),
         _ => json!({"kind": "complete", "result": {"saw": request["steps"][0]["observation"]["content"]["args"]}}),
     })
     .await;
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
-    let yaml = fixture("webhook-agent", &tools.base(), "decided").replace("${AGENT}", &agent);
-    create_run(&client, &ns, &yaml).await;
+    let _controller = start_controller(&cluster, "c");
+    RunFixture::new("webhook-agent", &tools.base(), "decided")
+        .agent(&agent.url)
+        .create(&client, &ns)
+        .await;
     let done = wait_phase(
         &client,
         &ns,
@@ -58,7 +36,7 @@ async fn a_webhook_agent_decides_each_step() {
     .await;
     assert_eq!(done["result"], json!({"saw": {"item": 7}}));
     assert_seq_contiguous(&done);
-    let requests = requests.lock().unwrap().clone();
+    let requests = agent.requests();
     assert_eq!(requests.len(), 2, "one request per step");
     assert_eq!(requests[0]["goal"], "Look one thing up, then finish.");
     assert_eq!(tools.calls().len(), 1);
@@ -66,8 +44,7 @@ async fn a_webhook_agent_decides_each_step() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
-    if !cfg!(feature = "fault-injection") {
-        eprintln!("skipped: the crash points need `cargo test --features fault-injection`");
+    if !crash_points() {
         return;
     }
     let cluster = agentrt_cluster().await;
@@ -75,23 +52,19 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("charge", Behaviour::sleeping(1500));
-    let (hook, views) =
-        endpoint(|_| json!({"outcome": "completed", "result": {"charged": 12, "by": "hook"}}))
+    let hook =
+        Stub::json(|_| json!({"outcome": "completed", "result": {"charged": 12, "by": "hook"}}))
             .await;
-    let yaml = fixture("reconcile-hook", &tools.base(), "settled").replace("${HOOK}", &hook);
-    create_run(&client, &ns, &yaml).await;
-    let mut first = ControllerProcess::spawn(
+    RunFixture::new("reconcile-hook", &tools.base(), "settled")
+        .hook(&hook.url)
+        .create(&client, &ns)
+        .await;
+    let _controllers = crash_then_take_over(
         cluster.kubeconfig(),
         &ns,
-        ControllerSpec::named("first").fault("during-tool"),
+        "during-tool",
+        Duration::from_secs(30),
     );
-    assert!(
-        first.was_killed(Duration::from_secs(30)),
-        "the fault fired:\n{}",
-        first.log()
-    );
-    let _second =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("second"));
     let done = wait_phase(
         &client,
         &ns,
@@ -103,7 +76,7 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
     assert_eq!(done["result"], json!({"charged": 12, "by": "hook"}));
     assert_seq_contiguous(&done);
     assert!(!events_of(&done, "lease.taken_over").is_empty());
-    let views = views.lock().unwrap().clone();
+    let views = hook.requests();
     assert_eq!(views.len(), 1, "the hook was asked once");
     assert_eq!(views[0]["run"]["name"], "settled");
     assert_eq!(tools.calls().len(), 1, "the charge was not run again");
@@ -113,30 +86,6 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
     );
 }
 
-/// An agent endpoint whose answer depends on the step asked: `(status, body)`.
-async fn agent_endpoint(answer: fn(&Value) -> (u16, Value)) -> (String, Arc<Mutex<Vec<Value>>>) {
-    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let record = seen.clone();
-    let app = Router::new().route(
-        "/",
-        post(move |Json(request): Json<Value>| {
-            let record = record.clone();
-            async move {
-                let (status, body) = answer(&request);
-                record.lock().unwrap().push(request);
-                (
-                    axum::http::StatusCode::from_u16(status).unwrap(),
-                    Json(body),
-                )
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/"), seen)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_agent_sees_the_approvals_and_its_answer_is_recorded_verbatim_before_it_is_judged(
 ) {
@@ -144,7 +93,7 @@ async fn a_webhook_agent_sees_the_approvals_and_its_answer_is_recorded_verbatim_
     let client = cluster.client();
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
-    let (agent, requests) = agent_endpoint(|request| match request["step"].as_i64() {
+    let agent = Stub::with_status(|request| match request["step"].as_i64() {
         Some(0) => (
             200,
             json!({"kind": "tool_call", "tool": "quick", "args": {"item": 7}}),
@@ -156,9 +105,10 @@ async fn a_webhook_agent_sees_the_approvals_and_its_answer_is_recorded_verbatim_
         _ => (500, json!({"error": "the agent crashed"})),
     })
     .await;
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
-    let yaml = fixture("webhook-agent", &tools.base(), "judged").replace("${AGENT}", &agent);
+    let _controller = start_controller(&cluster, "c");
+    let yaml = RunFixture::new("webhook-agent", &tools.base(), "judged")
+        .agent(&agent.url)
+        .yaml();
     let mut run: Value = serde_yaml::from_str(&yaml).unwrap();
     run["spec"]["policy"] = json!({"sideEffects": {"ReadOnly": "RequireApproval"}});
     create_run(&client, &ns, &serde_yaml::to_string(&run).unwrap()).await;
@@ -182,7 +132,7 @@ async fn a_webhook_agent_sees_the_approvals_and_its_answer_is_recorded_verbatim_
     assert_eq!(done["steps"][1]["observation"]["kind"], "invalid_decision");
     assert_seq_contiguous(&done);
 
-    let requests = requests.lock().unwrap().clone();
+    let requests = agent.requests();
     assert_eq!(requests.len(), 3);
     assert_eq!(requests[0]["approvals"], json!([]));
     assert_eq!(

@@ -19,8 +19,7 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("step", Behaviour::sleeping(600));
-    let mut first =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("first"));
+    let mut first = start_controller(&cluster, "first");
     let run = create_run(
         &client,
         &ns,
@@ -31,15 +30,9 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     )
     .await;
     let uid = run.metadata.uid.clone().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tools.calls_for(&format!("{uid}/1")).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "no second call:\n{}",
-            first.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tools
+        .wait_for_call(&format!("{uid}/1"), Duration::from_secs(30), || first.log())
+        .await;
     first.signal(libc::SIGTERM);
     let exit = first
         .wait_exit(Duration::from_secs(15))
@@ -61,8 +54,7 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     );
     let before = tools.calls().len();
     // Another replica continues without waiting for an expiry.
-    let _second =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("second"));
+    let _second = start_controller(&cluster, "second");
     let done = wait_phase(
         &client,
         &ns,
@@ -125,25 +117,23 @@ async fn agentrt_dev_apply_runs_the_controller_in_process() {
         .stderr(Stdio::null())
         .spawn()
         .expect("agentrt dev starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&stdout)
-        .unwrap_or_default()
-        .contains("agentruns/in-process created")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "agentrt dev did not apply the run"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "agentrt dev to apply the run",
+        || {
+            std::fs::read_to_string(&stdout)
+                .unwrap_or_default()
+                .contains("agentruns/in-process created")
+        },
+    )
+    .await;
     // `agentrt dev` applies the samples before it writes the kubeconfig.
-    while !kubeconfig.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "agentrt dev did not write its kubeconfig"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "agentrt dev to write its kubeconfig",
+        || kubeconfig.exists(),
+    )
+    .await;
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
         &kube::config::KubeConfigOptions::default(),

@@ -58,17 +58,10 @@ async fn metrics_count_a_takeover_after_a_crash() {
     )
     .await;
     let uid = run.metadata.uid.clone().expect("uid");
-    let mut first =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("first"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tools.calls_for(&format!("{uid}/1")).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "no second call:\n{}",
-            first.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut first = start_controller(&cluster, "first");
+    tools
+        .wait_for_call(&format!("{uid}/1"), Duration::from_secs(30), || first.log())
+        .await;
     first.signal(libc::SIGKILL);
     assert!(first.was_killed(Duration::from_secs(5)));
 

@@ -6,8 +6,18 @@
 //!
 //! Prices in the fixture (micros per million tokens): input 150 000, cached input 75 000,
 //! output 600 000; every call's output is capped at 200 tokens.
+//!
+//! Two rooms of their own: the API key's secrecy (`controller_model/secrets.rs`) and a takeover
+//! during a model call (`controller_model/takeover.rs`).
 
 mod support;
+
+/// The API key never leaks.
+#[path = "controller_model/secrets.rs"]
+mod secrets;
+/// A takeover during a model call.
+#[path = "controller_model/takeover.rs"]
+mod takeover;
 
 use std::time::Duration;
 
@@ -39,7 +49,9 @@ async fn setup() -> (TestCluster, ToolServer) {
 /// The `openai-agent` fixture named `name`, talking to `model`, with `patch` applied to its
 /// spec.
 fn run_yaml(name: &str, model: &str, tools: &ToolServer, patch: impl FnOnce(&mut Value)) -> String {
-    let yaml = fixture("openai-agent", &tools.base(), name).replace("${MODEL}", model);
+    let yaml = RunFixture::new("openai-agent", &tools.base(), name)
+        .model(model)
+        .yaml();
     let mut object: Value = serde_yaml::from_str(&yaml).expect("the fixture is YAML");
     patch(&mut object["spec"]);
     serde_yaml::to_string(&object).expect("YAML")
@@ -122,11 +134,7 @@ async fn a_model_decides_each_step_and_every_attempt_is_accounted() {
         Reply::complete(json!({"damaged": true}), usage(1500, 40, 0)),
     ])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "decided", &model.base_url(), |_| {}).await;
     let done = wait_done(&cluster, "decided").await;
 
@@ -237,11 +245,7 @@ async fn replies_with_no_tool_call_or_cut_off_are_invalid_decisions_that_count_a
         Reply::truncated(usage(950, CAP, 0)),
     ])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "recovers", &recovers.base_url(), |_| {}).await;
     start_run(&cluster, &tools, "gives-up", &gives_up.base_url(), |spec| {
         spec["limits"] = json!({"maxConsecutiveToolFailures": 2});
@@ -310,11 +314,7 @@ async fn transient_failures_are_retried_with_backoff_honouring_retry_after() {
         Reply::complete(json!({"damaged": true}), usage(1000, 30, 0)),
     ])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "retried", &model.base_url(), |_| {}).await;
     let done = wait_done(&cluster, "retried").await;
     assert_eq!(done["phase"], "Completed", "{done}");
@@ -390,11 +390,7 @@ async fn a_slow_reply_past_the_timeout_is_charged_its_projection_and_tried_again
         Reply::complete(json!({"damaged": false}), usage(1000, 30, 0)),
     ])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "slow", &model.base_url(), |spec| {
         spec["agent"]["openai"]["timeoutSeconds"] = json!(3);
     })
@@ -434,11 +430,7 @@ async fn negative_usage_is_replaced_by_the_projection_and_ends_the_run_model_una
         usage(-5, 20, 0),
     )])
     .await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "negative", &model.base_url(), |_| {}).await;
     let done = wait_done(&cluster, "negative").await;
     assert_eq!(done["phase"], "Failed", "{done}");
@@ -499,11 +491,7 @@ async fn model_limits_are_checked_before_each_attempt_against_totals_plus_the_pr
     )])
     .await;
     let uncapped = ModelServer::start(vec![step()]).await;
-    let _controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
+    let _controller = start_controller(&cluster, "c");
     start_run(&cluster, &tools, "calls", &calls.base_url(), |spec| {
         spec["limits"] = json!({"maxModelCalls": 1});
     })
@@ -549,200 +537,4 @@ async fn model_limits_are_checked_before_each_attempt_against_totals_plus_the_pr
         assert_seq_contiguous(&done);
     }
     assert_eq!(tools.calls().len(), 3, "each sent step ran its lookup");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_key_never_appears_in_status_events_logs_or_errors() {
-    let (cluster, tools) = setup().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
-    // A server that echoes the Authorization header in its error bodies.
-    let echoes = ModelServer::start(vec![
-        Reply::echoing_authorization(500),
-        Reply::tool_call("lookup_order", json!({"order": 1042}), usage(900, 10, 0)),
-        Reply::complete(json!({"damaged": true}), usage(1000, 10, 0)),
-    ])
-    .await;
-    let refuses = ModelServer::start(vec![Reply::echoing_authorization(401)]).await;
-    let controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        &ns,
-        ControllerSpec::named("c").log("trace"),
-    );
-    start_run(&cluster, &tools, "echoed", &echoes.base_url(), |_| {}).await;
-    start_run(&cluster, &tools, "refused", &refuses.base_url(), |_| {}).await;
-    // A key is never sent over plain http to a host that is not a loopback address.
-    start_run(
-        &cluster,
-        &tools,
-        "not-loopback",
-        "http://10.255.255.1:9/v1",
-        |_| {},
-    )
-    .await;
-
-    let echoed = wait_done(&cluster, "echoed").await;
-    assert_eq!(echoed["phase"], "Completed", "{echoed}");
-    let refused = wait_done(&cluster, "refused").await;
-    assert_eq!(refused["reason"], "model_unavailable", "{refused}");
-    assert!(
-        data_of(&refused, "model.failed")[0]["detail"]
-            .as_str()
-            .is_some_and(|d| d.contains("rejected credentials: Bearer ***")),
-        "{refused}"
-    );
-    let plain = wait_done(&cluster, "not-loopback").await;
-    assert_eq!(plain["reason"], "model_unavailable", "{plain}");
-    let detail = plain["reasonDetail"].as_str().unwrap_or("");
-    assert!(detail.contains("plain http"), "{detail}");
-    assert_eq!(
-        events_of(&plain, "model.failed")[0]["data"]["outcome"],
-        "not_sent"
-    );
-
-    // The key did go where it belongs.
-    assert_eq!(
-        echoes.received()[0].authorization.as_deref(),
-        Some(&*format!("Bearer {KEY}"))
-    );
-    let encoded = base64_of(KEY);
-    let mut places = vec![
-        ("the controller's trace log", controller.log()),
-        (
-            "the runs",
-            cluster.kubectl_ok(&["get", "agentruns", "-o", "json"]),
-        ),
-        (
-            "the Kubernetes Events",
-            cluster.kubectl_ok(&["get", "events", "-o", "json"]),
-        ),
-        (
-            "kubectl describe",
-            cluster.kubectl_ok(&["describe", "agentruns"]),
-        ),
-    ];
-    for name in ["echoed", "refused", "not-loopback"] {
-        let status = status(&client, &ns, name).await;
-        places.push(("a status", status.to_string()));
-    }
-    assert!(
-        places[0].1.contains("TRACE"),
-        "the controller logged at trace"
-    );
-    for (place, text) in places {
-        assert!(!text.contains(KEY), "the key is in {place}");
-        assert!(
-            !text.contains("never-shown"),
-            "part of the key is in {place}"
-        );
-        assert!(!text.contains(&encoded), "the key (base64) is in {place}");
-    }
-}
-
-/// Standard base64 of `text` (what a Secret's `data` holds).
-fn base64_of(text: &str) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let bytes = text.as_bytes();
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_takeover_during_a_model_call_renders_the_same_request_and_charges_the_lost_one() {
-    if !cfg!(feature = "fault-injection") {
-        eprintln!("skipped: the crash points need `cargo test --features fault-injection`");
-        return;
-    }
-    let (cluster, tools) = setup().await;
-    let model = ModelServer::start(vec![
-        // The first attempt never answers: its controller dies while it is in flight.
-        Reply::hang(),
-        Reply::complete(json!({"damaged": true}), usage(1000, 30, 0)),
-    ])
-    .await;
-    start_run(&cluster, &tools, "taken", &model.base_url(), |_| {}).await;
-    let mut first = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("first").fault("during-model"),
-    );
-    assert!(first.was_killed(WAIT), "the fault fired:\n{}", first.log());
-    let _second = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("second"),
-    );
-    let done = wait_done(&cluster, "taken").await;
-    assert_eq!(done["phase"], "Completed", "{done}");
-    assert_eq!(done["result"], json!({"damaged": true}));
-    assert_seq_contiguous(&done);
-
-    // The new holder asked the model exactly what the old one had.
-    let received = model.received();
-    assert_eq!(received.len(), 2);
-    assert_eq!(
-        String::from_utf8_lossy(&received[0].body),
-        String::from_utf8_lossy(&received[1].body),
-        "the same request bytes"
-    );
-
-    assert_eq!(
-        journal(
-            &done,
-            &[
-                "model.dispatched",
-                "model.completed",
-                "model.failed",
-                "lease.taken_over",
-                "step.interrupted",
-                "run.resumed",
-                "step.started",
-                "step.decided",
-            ]
-        ),
-        [
-            "step.started@0",
-            "model.dispatched@0",
-            "lease.taken_over",
-            "model.failed@0",
-            "step.interrupted@0",
-            "run.resumed",
-            "step.started@1",
-            "model.dispatched@1",
-            "model.completed@1",
-            "step.decided@1",
-        ]
-    );
-    assert_eq!(step_statuses(&done), ["interrupted", "done"]);
-    let lost = projected_input(&received[0].body);
-    let failed = &data_of(&done, "model.failed")[0];
-    assert_eq!(failed["outcome"], "unknown", "{failed}");
-    assert_eq!(failed["charged"], "projection");
-    assert_eq!(failed["inputTokens"], lost);
-    assert_eq!(failed["outputTokens"], CAP);
-    assert_eq!(failed["costMicros"], cost(lost, 0, CAP));
-    assert_eq!(
-        done["usage"],
-        json!({
-            "modelCalls": 2,
-            "inputTokens": lost + 1000,
-            "outputTokens": CAP + 30,
-            "estimatedCostMicros": cost(lost, 0, CAP) + cost(1000, 0, 30),
-        })
-    );
 }

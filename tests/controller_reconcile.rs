@@ -7,124 +7,15 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
 use serde_json::{json, Value};
 use support::cluster::TestCluster;
 use support::controller::*;
+use support::stub::{Answer, Stub};
 use support::toolserver::{Behaviour, ToolServer};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Whether the crash points are compiled in (each scenario needs `during-tool`); says so when
-/// not.
-fn crash_points() -> bool {
-    if !cfg!(feature = "fault-injection") {
-        eprintln!("skipped: the crash points need `cargo test --features fault-injection`");
-    }
-    cfg!(feature = "fault-injection")
-}
-
-/// What the hook answers.
-#[derive(Debug, Clone)]
-enum Answer {
-    /// 200 with this JSON.
-    Json(Value),
-    /// This status and body.
-    Raw(u16, &'static str),
-    /// Never answer.
-    Hang,
-}
-
-#[derive(Clone)]
-struct HookState {
-    answers: Arc<Mutex<Vec<Answer>>>,
-    views: Arc<Mutex<Vec<Value>>>,
-}
-
-/// A reconcile hook on loopback: answers its script in order (the last answer repeats) and keeps
-/// every RunView it got.
-struct Hook {
-    url: String,
-    addr: SocketAddr,
-    state: HookState,
-}
-
-impl Hook {
-    async fn start(answers: Vec<Answer>) -> Hook {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        Hook::serve_on(listener, answers)
-    }
-
-    /// A hook whose port refuses connections until [`Hook::come_up`].
-    fn down() -> Hook {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        Hook {
-            url: format!("http://{addr}/reconcile"),
-            addr,
-            state: HookState {
-                answers: Arc::default(),
-                views: Arc::default(),
-            },
-        }
-    }
-
-    async fn come_up(&mut self, answers: Vec<Answer>) {
-        let listener = tokio::net::TcpListener::bind(self.addr).await.unwrap();
-        *self = Hook::serve_on(listener, answers);
-    }
-
-    fn serve_on(listener: tokio::net::TcpListener, answers: Vec<Answer>) -> Hook {
-        let addr = listener.local_addr().unwrap();
-        let state = HookState {
-            answers: Arc::new(Mutex::new(answers)),
-            views: Arc::default(),
-        };
-        let app = Router::new()
-            .route("/reconcile", post(answer))
-            .with_state(state.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Hook {
-            url: format!("http://{addr}/reconcile"),
-            addr,
-            state,
-        }
-    }
-
-    fn views(&self) -> Vec<Value> {
-        self.state.views.lock().unwrap().clone()
-    }
-}
-
-async fn answer(State(state): State<HookState>, Json(view): Json<Value>) -> Response {
-    let next = {
-        let mut answers = state.answers.lock().unwrap();
-        state.views.lock().unwrap().push(view);
-        if answers.len() > 1 {
-            answers.remove(0)
-        } else {
-            answers
-                .first()
-                .cloned()
-                .unwrap_or(Answer::Raw(500, "no answer"))
-        }
-    };
-    match next {
-        Answer::Json(value) => Json(value).into_response(),
-        Answer::Raw(status, body) => (StatusCode::from_u16(status).unwrap(), body).into_response(),
-        Answer::Hang => std::future::pending().await,
-    }
-}
 
 /// A run whose first controller died in the middle of its `charge` call.
 struct Interrupted {
@@ -146,16 +37,17 @@ impl Interrupted {
                 ..Behaviour::default()
             },
         );
-        let yaml = fixture("reconcile-charge", &tools.base(), name)
-            .replace("${HOOK}", hook_url)
-            .replace("${HOOK_TIMEOUT}", &hook_timeout.to_string());
-        create_run(&cluster.client(), cluster.namespace(), &yaml).await;
-        let mut first = ControllerProcess::spawn(
+        RunFixture::new("reconcile-charge", &tools.base(), name)
+            .hook(hook_url)
+            .set("HOOK_TIMEOUT", hook_timeout)
+            .create(&cluster.client(), cluster.namespace())
+            .await;
+        crash_at(
             cluster.kubeconfig(),
             cluster.namespace(),
-            ControllerSpec::named("first").fault("during-tool"),
+            "during-tool",
+            WAIT,
         );
-        assert!(first.was_killed(WAIT), "the fault fired:\n{}", first.log());
         tools.set("charge", Behaviour::default());
         Interrupted {
             cluster,
@@ -195,13 +87,13 @@ impl Interrupted {
     }
 
     /// The whole scenario for one answer: interrupted, taken over, settled in `phase`.
-    async fn settle(name: &'static str, answers: Vec<Answer>, phase: &str) -> (Value, Hook) {
-        let hook = Hook::start(answers).await;
+    async fn settle(name: &'static str, answers: Vec<Answer>, phase: &str) -> (Value, Stub) {
+        let hook = Stub::start("/reconcile", answers).await;
         let run = Interrupted::new(name, &hook.url, 10).await;
         let _second = run.take_over(ControllerSpec::named("second"));
         let status = run.wait_phase(phase).await;
         assert_eq!(run.tools.calls().len(), 1, "the charge was not run again");
-        assert_eq!(hook.views().len(), 1, "the hook was asked once");
+        assert_eq!(hook.requests().len(), 1, "the hook was asked once");
         (status, hook)
     }
 }
@@ -223,6 +115,19 @@ fn after_takeover(status: &Value) -> Vec<String> {
 }
 
 const FAILED_BY_HOOK: [&str; 3] = ["lease.taken_over", "step.interrupted@0", "run.finished"];
+
+/// The run ended `reason` with a detail containing `detail`, and nothing came between the
+/// takeover and the end but the interruption ([`FAILED_BY_HOOK`]).
+fn assert_failed_by_hook(done: &Value, reason: &str, detail: &str) {
+    assert_eq!(done["reason"], reason);
+    assert!(
+        done["reasonDetail"]
+            .as_str()
+            .is_some_and(|d| d.contains(detail)),
+        "{done}"
+    );
+    assert_eq!(after_takeover(done), FAILED_BY_HOOK);
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continue_lets_the_agent_decide_seeing_the_interruption() {
@@ -256,7 +161,7 @@ async fn continue_lets_the_agent_decide_seeing_the_interruption() {
     let resumed = &events_of(&done, "run.resumed")[0]["data"];
     assert_eq!(resumed["reconciliation"], "continue", "{resumed}");
     // The hook saw the run, its steps (the interrupted one) and its approvals.
-    let view = &hook.views()[0];
+    let view = &hook.requests()[0];
     assert_eq!(view["run"]["name"], "goes-on");
     assert_eq!(view["interruptedStep"], 0);
     assert_eq!(view["steps"][0]["status"], "interrupted");
@@ -305,15 +210,18 @@ async fn waiting_pauses_the_interrupted_call_on_the_hooks_approval_and_approving
     if !crash_points() {
         return;
     }
-    let hook = Hook::start(vec![Answer::Json(json!({
-        "outcome": "waiting",
-        "pause": {
-            "decision": "require_approval",
-            "kind": "charge_check",
-            "reason": "the payment provider has no record of this charge yet",
-            "presentation": {"title": "Charge 12 again?"},
-        },
-    }))])
+    let hook = Stub::start(
+        "/reconcile",
+        vec![Answer::Json(json!({
+            "outcome": "waiting",
+            "pause": {
+                "decision": "require_approval",
+                "kind": "charge_check",
+                "reason": "the payment provider has no record of this charge yet",
+                "presentation": {"title": "Charge 12 again?"},
+            },
+        }))],
+    )
     .await;
     let run = Interrupted::new("paused", &hook.url, 10).await;
     let _second = run.take_over(ControllerSpec::named("second"));
@@ -349,7 +257,7 @@ async fn waiting_pauses_the_interrupted_call_on_the_hooks_approval_and_approving
     assert_eq!(calls.len(), 2, "approving ran the call once more");
     assert_eq!(calls[0].key, calls[1].key, "on the same step");
     assert_eq!(calls[1].attempt, "2");
-    assert_eq!(hook.views().len(), 1);
+    assert_eq!(hook.requests().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,14 +271,7 @@ async fn waiting_without_a_pause_fails_reconcile_conflict() {
         "Failed",
     )
     .await;
-    assert_eq!(done["reason"], "reconcile_conflict");
-    assert!(
-        done["reasonDetail"]
-            .as_str()
-            .is_some_and(|d| d.contains("without a pause")),
-        "{done}"
-    );
-    assert_eq!(after_takeover(&done), FAILED_BY_HOOK);
+    assert_failed_by_hook(&done, "reconcile_conflict", "without a pause");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -378,10 +279,13 @@ async fn waiting_on_a_call_whose_args_now_fail_the_schema_ends_it_invalid_then_c
     if !crash_points() {
         return;
     }
-    let hook = Hook::start(vec![Answer::Json(json!({
-        "outcome": "waiting",
-        "pause": {"decision": "require_approval", "kind": "charge_check"},
-    }))])
+    let hook = Stub::start(
+        "/reconcile",
+        vec![Answer::Json(json!({
+            "outcome": "waiting",
+            "pause": {"decision": "require_approval", "kind": "charge_check"},
+        }))],
+    )
     .await;
     let run = Interrupted::new("stale-args", &hook.url, 10).await;
     // The record as a schema change would leave it: the executing call's args no longer pass
@@ -447,14 +351,7 @@ async fn an_unknown_outcome_fails_internal_error() {
         "Failed",
     )
     .await;
-    assert_eq!(done["reason"], "internal_error");
-    assert!(
-        done["reasonDetail"]
-            .as_str()
-            .is_some_and(|d| d.contains("\"maybe\"")),
-        "{done}"
-    );
-    assert_eq!(after_takeover(&done), FAILED_BY_HOOK);
+    assert_failed_by_hook(&done, "internal_error", "\"maybe\"");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,10 +359,10 @@ async fn an_answer_that_is_not_json_fails_internal_error_naming_the_hook() {
     if !crash_points() {
         return;
     }
-    let hook = Hook::start(vec![Answer::Raw(
-        200,
-        "outcome=completed; result=<charged>",
-    )])
+    let hook = Stub::start(
+        "/reconcile",
+        vec![Answer::Raw(200, "outcome=completed; result=<charged>")],
+    )
     .await;
     let run = Interrupted::new("not-json", &hook.url, 10).await;
     let _second = run.take_over(ControllerSpec::named("second"));
@@ -477,7 +374,7 @@ async fn an_answer_that_is_not_json_fails_internal_error_naming_the_hook() {
         "{detail}"
     );
     assert_eq!(
-        hook.views().len(),
+        hook.requests().len(),
         1,
         "an answer that is not JSON is not retried"
     );
@@ -504,19 +401,17 @@ async fn a_hook_that_is_down_then_recovers_is_asked_until_it_answers() {
     if !crash_points() {
         return;
     }
-    let mut hook = Hook::down();
+    let mut hook = Stub::down("/reconcile");
     let run = Interrupted::new("recovers", &hook.url, 30).await;
     let second = run.take_over(ControllerSpec::named("second"));
     // Up only once the hook was refused at least once.
-    let deadline = std::time::Instant::now() + WAIT;
-    while !second.log().contains("the reconcile hook failed") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the hook was never asked:\n{}",
-            second.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_or(
+        WAIT,
+        "the hook to be asked",
+        || second.log(),
+        || second.log().contains("the reconcile hook failed"),
+    )
+    .await;
     hook.come_up(vec![
         Answer::Raw(503, "starting"),
         Answer::Json(json!({"outcome": "continue"})),
@@ -524,7 +419,7 @@ async fn a_hook_that_is_down_then_recovers_is_asked_until_it_answers() {
     .await;
     let done = run.wait_phase("Completed").await;
     assert_eq!(done["result"], json!({"charged": 12}));
-    assert_eq!(hook.views().len(), 2, "a 503, then the answer");
+    assert_eq!(hook.requests().len(), 2, "a 503, then the answer");
     assert_eq!(run.tools.calls().len(), 1);
     let failures = second.log().matches("the reconcile hook failed").count();
     assert!(failures >= 2, "refused, then 503:\n{}", second.log());
@@ -535,7 +430,7 @@ async fn a_hook_that_never_answers_fails_internal_error_naming_it_after_its_time
     if !crash_points() {
         return;
     }
-    let hook = Hook::start(vec![Answer::Hang]).await;
+    let hook = Stub::start("/reconcile", vec![Answer::Hang]).await;
     let run = Interrupted::new("silent", &hook.url, 3).await;
     let _second = run.take_over(ControllerSpec::named("second"));
     let done = run.wait_phase("Failed").await;
@@ -554,7 +449,11 @@ async fn a_hook_answer_lost_to_a_crash_is_asked_again_and_applied_once() {
     if !crash_points() {
         return;
     }
-    let hook = Hook::start(vec![Answer::Json(json!({"outcome": "continue"}))]).await;
+    let hook = Stub::start(
+        "/reconcile",
+        vec![Answer::Json(json!({"outcome": "continue"}))],
+    )
+    .await;
     let run = Interrupted::new("asked-twice", &hook.url, 10).await;
     let mut second = run.take_over(ControllerSpec::named("second").fault("after-hook-answered"));
     assert!(
@@ -564,7 +463,7 @@ async fn a_hook_answer_lost_to_a_crash_is_asked_again_and_applied_once() {
     );
     let _third = run.take_over(ControllerSpec::named("third"));
     let done = run.wait_phase("Completed").await;
-    assert_eq!(hook.views().len(), 2, "the hook answered again");
+    assert_eq!(hook.requests().len(), 2, "the hook answered again");
     assert_eq!(
         after_takeover(&done),
         [

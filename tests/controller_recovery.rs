@@ -106,9 +106,12 @@ async fn a_run_created_after_the_api_server_restarts_completes_within_10_s() {
     };
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
-    let run = |name: &str| fixture("one-tool", &tools.base(), name).replace("${CLASS}", "ReadOnly");
-    let controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("steady"));
+    let run = |name: &str| {
+        RunFixture::new("one-tool", &tools.base(), name)
+            .class("ReadOnly")
+            .yaml()
+    };
+    let controller = start_controller(&cluster, "steady");
     create_run(&cluster.client(), &ns, &run("before")).await;
     let before = time_to_complete(&cluster, "before", Duration::from_secs(30)).await;
     assert!(before.is_ok(), "{before:?}\n{}", controller.log());
@@ -142,19 +145,16 @@ async fn a_run_created_after_the_api_server_restarts_completes_within_10_s() {
 /// after 10 s.
 async fn wait_ready(base: &str, what: &str, want_ok: bool) -> u16 {
     let url = format!("{base}/readyz");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = status_of(&url).await {
-            if (status == 200) == want_ok {
-                return status;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz: {what} not seen within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        &format!("/readyz: {what}"),
+        Duration::from_secs(10),
+        || async {
+            status_of(&url)
+                .await
+                .filter(|status| (*status == 200) == want_ok)
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,7 +215,11 @@ async fn runs_are_picked_up_within_10_s_after_connection_cuts_and_an_outage() {
     let cluster = agentrt_cluster().await;
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
-    let run = |name: &str| fixture("one-tool", &tools.base(), name).replace("${CLASS}", "ReadOnly");
+    let run = |name: &str| {
+        RunFixture::new("one-tool", &tools.base(), name)
+            .class("ReadOnly")
+            .yaml()
+    };
     let proxy = Proxy::start(upstream_of(cluster.kubeconfig())).await;
     let kubeconfig = cluster.dir().join("kubeconfig-through-proxy");
     Proxy::kubeconfig_through(cluster.kubeconfig(), &kubeconfig, proxy.addr());

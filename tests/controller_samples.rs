@@ -49,8 +49,7 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
     )
     .await
     .unwrap();
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("samples"));
+    let _controller = start_controller(&cluster, "samples");
 
     let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &samples_for(&tools.to_string()));
     assert!(
@@ -194,8 +193,7 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reconcile_hook_sample_settles_an_export_interrupted_by_a_crash() {
-    if !cfg!(feature = "fault-injection") {
-        eprintln!("skipped: the crash points need `cargo test --features fault-injection`");
+    if !crash_points() {
         return;
     }
     let cluster = agentrt_cluster().await;
@@ -217,18 +215,12 @@ async fn the_reconcile_hook_sample_settles_an_export_interrupted_by_a_crash() {
         "kubectl apply: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut first = ControllerProcess::spawn(
+    let _controllers = crash_then_take_over(
         cluster.kubeconfig(),
         &ns,
-        ControllerSpec::named("first").fault("during-tool"),
+        "during-tool",
+        Duration::from_secs(30),
     );
-    assert!(
-        first.was_killed(Duration::from_secs(30)),
-        "the fault fired:\n{}",
-        first.log()
-    );
-    let _second =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("second"));
     let done = wait_phase(
         &client,
         &ns,

@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::controller::*;
 use support::toolserver::{Behaviour, ToolServer};
@@ -25,20 +25,13 @@ async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
     .await;
     let uid = run.metadata.uid.clone().unwrap();
 
-    let first = ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("first"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tools.calls_for(&format!("{uid}/0")).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the slow tool was not called:\n{}",
-            first.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let first = start_controller(&cluster, "first");
+    tools
+        .wait_for_call(&format!("{uid}/0"), Duration::from_secs(30), || first.log())
+        .await;
     first.signal(libc::SIGSTOP);
     // Past its 2-second lease; meanwhile the slow call answers into the stopped process.
-    let second =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("second"));
+    let second = start_controller(&cluster, "second");
     let taken = wait_status(
         &client,
         &ns,

@@ -18,12 +18,10 @@ async fn run_one(
     let cluster = agentrt_cluster().await;
     let tools = ToolServer::start().await;
     tools.set("act", behaviour);
-    let controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        cluster.namespace(),
-        ControllerSpec::named("c"),
-    );
-    let yaml = fixture("one-call", &tools.base(), name).replace("${CLASS}", class);
+    let controller = start_controller(&cluster, "c");
+    let yaml = RunFixture::new("one-call", &tools.base(), name)
+        .class(class)
+        .yaml();
     create_run(&cluster.client(), cluster.namespace(), &yaml).await;
     (cluster, tools, controller)
 }

@@ -103,18 +103,16 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
         ..Options::default()
     })
     .await;
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
-    let manifests = std::fs::read_to_string(support::fixtures::path("rbac/runs.yaml"))
-        .expect("fixture")
-        .replace("${TOOLS}", &tools.base());
+    let manifests = RunFixture::at("rbac/runs.yaml")
+        .set("TOOLS", tools.base())
+        .yaml();
     let setup_lines = std::fs::read_to_string(&audit)
         .unwrap_or_default()
         .lines()
         .count();
 
-    let mut controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("rbac"));
+    let mut controller = start_controller(&cluster, "rbac");
     drive_rbac_runs(&cluster, &manifests).await;
     controller.signal(libc::SIGTERM);
     assert!(

@@ -1,8 +1,8 @@
 //! The `openai` agent (DESIGN.md section 6): any OpenAI-compatible chat-completions endpoint
 //! with tool calling (OpenAI, vLLM, Ollama, the llama.cpp server).
 //!
-//! Owns: the wire format — rendering the request from the record ([`render_request`],
-//! [`encode`]), reading a reply into the decision to record ([`parse_reply`]), and one HTTP
+//! Owns: the wire format — the engine's conversation as a chat-completions request
+//! ([`render`], [`encode`]; the engine gets both as [`WIRE`]), reading a reply into the decision to record ([`parse_reply`]), and one HTTP
 //! attempt ([`call`]). Must not: decide anything about the run. Limits, charges and retries
 //! are the engine's (`crate::engine::model`); this module sends one attempt when asked and
 //! reports exactly what happened: an answer (any status), nothing sent, or sent without an
@@ -25,14 +25,14 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Url;
 
+use super::webhook::error_chain;
 use crate::api::OpenAiAgent;
 use crate::engine::model::AttemptOutcome;
 
+pub use crate::engine::conversation::{COMPLETE_FUNCTION, DEFAULT_SYSTEM_PROMPT, FAIL_FUNCTION};
 pub use crate::engine::model::ReportedUsage;
 pub use reply::{failure, parse_reply, ParsedReply};
-pub use request::{
-    encode, render_request, COMPLETE_FUNCTION, DEFAULT_SYSTEM_PROMPT, FAIL_FUNCTION,
-};
+pub use request::{encode, render, render_request, WIRE};
 
 /// The largest reply body read, in bytes; a larger one is treated as no answer.
 pub const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;
@@ -207,7 +207,7 @@ pub async fn call(
     // Past the connection, the request may have been sent: no answer is an unknown outcome.
     let no_answer = |err: reqwest::Error| ModelCallError::Ambiguous {
         url: shown.clone(),
-        detail: scrub(&error_chain(err.without_url()), api_key),
+        detail: scrub(&error_chain(&err.without_url()), api_key),
         latency_ms: elapsed_ms(),
     };
     let sent = client
@@ -222,7 +222,7 @@ pub async fn call(
         Err(err) if err.is_connect() => {
             return Err(ModelCallError::Refused {
                 url: shown.clone(),
-                detail: scrub(&error_chain(err.without_url()), api_key),
+                detail: scrub(&error_chain(&err.without_url()), api_key),
             })
         }
         Err(err) => return Err(no_answer(err)),
@@ -306,21 +306,6 @@ fn is_loopback(url: &Url) -> bool {
         }
         Err(_) => false,
     }
-}
-
-/// The error and its sources, joined with `: `.
-fn error_chain(err: reqwest::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(&err);
-    while let Some(cause) = source {
-        let line = cause.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// `text` with the key replaced by `***`, should a library ever echo it.

@@ -162,8 +162,8 @@ pub async fn call_reconcile_hook(
 }
 
 /// The error and its sources, joined with `: ` (reqwest's own message alone says little, e.g.
-/// "error sending request").
-fn error_chain(err: &reqwest::Error) -> String {
+/// "error sending request"). Also the openai agent's.
+pub(super) fn error_chain(err: &reqwest::Error) -> String {
     let mut text = err.to_string();
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {

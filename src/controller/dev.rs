@@ -1,8 +1,9 @@
-//! What `agentrt dev` runs around the embedded API server (issue 4): the controller in-process
-//! against the server's client, the sample tools, model and reconcile hook on loopback
-//! (`--sample-tools`; `crate::tools::samples`), and `--apply PATH`, which applies manifests (a
-//! file or a directory of YAML files, multi-document) through the kube client after the CRDs
-//! are installed.
+//! `agentrt dev` (issue 4): the entry point that wires the embedded API server
+//! (`crate::devcluster`, which knows nothing of agentrt) to what runs around it: agentrt's CRDs
+//! installed at start, the controller in-process against the server's client, the sample
+//! tools, model and reconcile hook on loopback (`--sample-tools`; `crate::tools::samples`), and
+//! `--apply PATH`, which applies manifests (a file or a directory of YAML files,
+//! multi-document) through the kube client after the CRDs are installed.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,69 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
 use super::ControllerOptions;
+use crate::devcluster::{write_kubeconfig, DevServer, DevServerArgs};
+
+/// Arguments of `agentrt dev`: the embedded server's, then the controller's.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DevArgs {
+    /// The embedded API server.
+    #[command(flatten)]
+    pub server: DevServerArgs,
+    /// The controller, the sample tools and `--apply`.
+    #[command(flatten)]
+    pub controller: DevControllerArgs,
+}
+
+/// Runs `agentrt dev` until SIGINT or SIGTERM.
+///
+/// # Errors
+/// When the address cannot be bound, the kubeconfig cannot be written, or `--data-dir` holds a
+/// torn or corrupt state file.
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    // The binary's own CRDs, exactly what `agentrt crds` prints and `crds/` holds, so
+    // `agentrt dev` works from any directory (unless --crds-dir says otherwise).
+    let crds = match args.server.crds_dir {
+        Some(_) => Vec::new(),
+        None => crate::api::crd_files()?
+            .into_iter()
+            .map(|(_, yaml)| serde_yaml::from_str::<serde_json::Value>(&yaml))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let server = DevServer::start(args.server.config(crds)?).await?;
+    // The controller in-process, the sample tools and --apply (issue 4) start before the
+    // kubeconfig is written: if one of them cannot (a port in use by another `agentrt dev`),
+    // this process exits without pointing an existing kubeconfig at a server about to stop.
+    let stop = CancellationToken::new();
+    let controller = start(server.client().await?, &args.controller, stop.clone()).await?;
+    let out = &args.server.kubeconfig_out;
+    let kubeconfig_path = std::path::absolute(out).unwrap_or_else(|_| out.clone());
+    write_kubeconfig(&kubeconfig_path, &server.kubeconfig_yaml())?;
+    println!(
+        "agentrt dev: API server listening on http://{}",
+        server.addr()
+    );
+    println!(
+        "agentrt dev: kubeconfig written to {0}; export KUBECONFIG={0}",
+        kubeconfig_path.display()
+    );
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    wait_for_signal().await?;
+    stop.cancel();
+    let _ = controller.await;
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
 
 /// The controller-related arguments of `agentrt dev`.
 #[derive(clap::Args, Debug, Clone)]

@@ -233,6 +233,10 @@ pub async fn run_with_engine(
             max_concurrent_runs: options.max_concurrent_runs.max(1),
             reconcile_concurrency: options.reconcile_concurrency,
             skew_margin: Duration::from_millis(options.lease_skew_margin_ms),
+            budgets: crate::engine::Budgets {
+                model_wire: crate::agents::openai::WIRE,
+                ..crate::engine::Budgets::default()
+            },
             ..Settings::new(holder.clone())
         },
         events: EventSink::start(client.clone(), holder.as_str().to_string()),

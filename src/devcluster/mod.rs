@@ -67,9 +67,10 @@ use std::path::{Path, PathBuf};
 pub use error::DevClusterError;
 pub use server::{DevServer, DevServerConfig};
 
-/// Arguments of `agentrt dev`.
+/// The server's arguments of `agentrt dev` (the rest of the command, the controller and the
+/// sample tools, is `controller::dev`'s, which wires the two together).
 #[derive(clap::Args, Debug, Clone)]
-pub struct DevArgs {
+pub struct DevServerArgs {
     /// Address to listen on (loopback only). Port 0 picks a free port; the bound address is printed.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: SocketAddr,
@@ -94,9 +95,31 @@ pub struct DevArgs {
     /// namespace, name, code) to this file, like an API server's audit log.
     #[arg(long)]
     pub audit_log: Option<PathBuf>,
-    /// The controller, the sample tools and `--apply` (see `crate::controller::dev`).
-    #[command(flatten)]
-    pub controller: crate::controller::dev::DevControllerArgs,
+}
+
+impl DevServerArgs {
+    /// The server's configuration: these arguments, and the CRDs from `--crds-dir` when it is
+    /// given, else `default_crds` (the caller's: this server knows no types of its own).
+    ///
+    /// # Errors
+    /// What [`read_crds_dir`] returns for `--crds-dir`.
+    pub fn config(
+        &self,
+        default_crds: Vec<serde_json::Value>,
+    ) -> Result<DevServerConfig, DevClusterError> {
+        let crds = match &self.crds_dir {
+            Some(dir) => read_crds_dir(dir)?,
+            None => default_crds,
+        };
+        Ok(DevServerConfig {
+            addr: self.addr,
+            token: self.token.clone(),
+            data_dir: self.data_dir.clone(),
+            watch_history: self.watch_history,
+            crds,
+            audit_log: self.audit_log.clone(),
+        })
+    }
 }
 
 /// Reads every `*.yaml`/`*.yml` file of `dir` (multi-document), in name order, and returns
@@ -141,63 +164,11 @@ pub fn read_crds_dir(dir: &Path) -> Result<Vec<serde_json::Value>, DevClusterErr
     Ok(crds)
 }
 
-/// Runs `agentrt dev` until SIGINT or SIGTERM.
+/// Writes `yaml` (a [`DevServer::kubeconfig_yaml`]) to `path` atomically, readable only by the
+/// owner since it may hold the token; creates the parent directory.
 ///
 /// # Errors
-/// When the address cannot be bound, the kubeconfig cannot be written, or `--data-dir` holds a
-/// torn or corrupt state file.
-pub async fn run(args: DevArgs) -> anyhow::Result<()> {
-    let crds = match &args.crds_dir {
-        Some(dir) => read_crds_dir(dir)?,
-        // The binary's own CRDs, exactly what `agentrt crds` prints and `crds/` holds, so
-        // `agentrt dev` works from any directory.
-        None => crate::api::crd_files()?
-            .into_iter()
-            .map(|(_, yaml)| serde_yaml::from_str::<serde_json::Value>(&yaml))
-            .collect::<Result<Vec<_>, _>>()?,
-    };
-    let config = DevServerConfig {
-        addr: args.addr,
-        token: args.token.clone(),
-        data_dir: args.data_dir.clone(),
-        watch_history: args.watch_history,
-        crds,
-        audit_log: args.audit_log.clone(),
-    };
-    let server = DevServer::start(config).await?;
-    // The controller in-process, the sample tools and --apply (issue 4) start before the
-    // kubeconfig is written: if one of them cannot (a port in use by another `agentrt dev`),
-    // this process exits without pointing an existing kubeconfig at a server about to stop.
-    let stop = tokio_util::sync::CancellationToken::new();
-    let controller =
-        crate::controller::dev::start(server.client().await?, &args.controller, stop.clone())
-            .await?;
-    let kubeconfig_path =
-        std::path::absolute(&args.kubeconfig_out).unwrap_or_else(|_| args.kubeconfig_out.clone());
-    kubeconfig::write(&kubeconfig_path, &server.kubeconfig_yaml())?;
-    println!(
-        "agentrt dev: API server listening on http://{}",
-        server.addr()
-    );
-    println!(
-        "agentrt dev: kubeconfig written to {0}; export KUBECONFIG={0}",
-        kubeconfig_path.display()
-    );
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
-    wait_for_signal().await?;
-    stop.cancel();
-    let _ = controller.await;
-    server.shutdown().await;
-    Ok(())
-}
-
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
-    Ok(())
+/// [`DevClusterError::Io`] when the file or its directory cannot be written.
+pub fn write_kubeconfig(path: &Path, yaml: &str) -> Result<(), DevClusterError> {
+    kubeconfig::write(path, yaml)
 }

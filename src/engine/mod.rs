@@ -51,6 +51,8 @@
 //! - `limits`: the limits before each step (BEHAVIOURS.md 4-6);
 //! - `loop_`: starting steps and taking decisions (BEHAVIOURS.md 7-10);
 //! - `model_calls`: model attempts, accounted by the `model` rules (BEHAVIOURS.md 45-48);
+//!   what the model is asked is the `conversation` (no provider's shape; the provider's wire
+//!   comes in through [`Budgets::model_wire`]);
 //! - `calls`: the policy and starting a tool (BEHAVIOURS.md 11-14);
 //! - `outcome`: tool outcomes and late outcomes (BEHAVIOURS.md 15-18, 44);
 //! - `approvals`: pauses and decided approvals (BEHAVIOURS.md 19, 23-25);
@@ -67,6 +69,7 @@ pub mod archive;
 mod calls;
 pub mod canonical;
 pub mod content;
+pub mod conversation;
 mod grants;
 pub mod hash;
 mod lease;
@@ -97,13 +100,18 @@ pub use observe::observe_needed;
 pub use projection::{decode_status, kube_events, KubeEventProjection, KubeEventType};
 pub use takeover::INTERRUPTED_NOTICE;
 
-/// How big things may get (DESIGN.md section 3, guarantee 8).
+/// How big things may get (DESIGN.md section 3, guarantee 8), and the model provider's wire
+/// the requests are measured in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budgets {
     /// Per-step content budget in bytes (canonical JSON); default 16 KiB.
     pub step_content_bytes: usize,
     /// The serialized AgentRun object's budget in bytes; default 1 MiB.
     pub object_bytes: usize,
+    /// How a model request is rendered and encoded: the engine projects each attempt over the
+    /// bytes this gives (docs/behaviours.md 46). Default [`conversation::ModelWire::NEUTRAL`];
+    /// the controller hands in `agents::openai::WIRE`.
+    pub model_wire: conversation::ModelWire,
 }
 
 impl Default for Budgets {
@@ -111,6 +119,7 @@ impl Default for Budgets {
         Budgets {
             step_content_bytes: 16 * 1024,
             object_bytes: 1024 * 1024,
+            model_wire: conversation::ModelWire::NEUTRAL,
         }
     }
 }

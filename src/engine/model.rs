@@ -4,8 +4,8 @@
 //! Owns: the projection of a request, the call/token/cost limit checks, the cost estimate, the
 //! charge of an attempt (reported usage, or the projection when there is no trustworthy
 //! report), and the retry plan of a failed attempt. Must not: do I/O, read a clock, sleep or
-//! know the wire format of any provider (that is `crate::agents::openai`); every time comes in
-//! as an input.
+//! know the wire format of any provider (that comes in as a `conversation::ModelWire`); every
+//! time comes in as an input.
 //!
 //! Units, everywhere in this module: tokens and micros (millionths of a currency unit) as
 //! `i64`, durations as milliseconds in `u64`. Totals never overflow: every sum saturates at
@@ -14,7 +14,7 @@
 //! How the engine uses it for one model attempt:
 //! 1. `cap = output_cap(agent.maxOutputTokens, limits)`; render the request with that cap;
 //!    `projection = Projection::new(body_bytes.len(), cap)` over the exact bytes that will be
-//!    sent (for the openai agent, `agents::openai::encode` of `render_request`).
+//!    sent (the wire's `encode` of its `render` of the `conversation::Conversation`).
 //! 2. [`check_before_attempt`]: on `Err(hit)` the run ends with `hit.reason`, writing
 //!    `limit.exceeded` with [`ModelLimitHit::data`]; nothing is sent.
 //! 3. `model.dispatched` is written with the totals [`record_dispatch`] returns (the attempt is

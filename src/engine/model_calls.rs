@@ -1,8 +1,9 @@
 //! Model attempts in the loop (DESIGN.md sections 4 and 6; BEHAVIOURS.md 10, 45-48): when, in
 //! which write, and with what record a step's decision is asked of a model. The accounting
-//! rules themselves (projection, limits, charges, retry plan) are [`super::model`]'s; the
-//! request is `agents::openai::render_request`, and the projection is over the bytes
-//! `agents::openai::encode` gives, exactly what is sent.
+//! rules themselves (projection, limits, charges, retry plan) are [`super::model`]'s; what the
+//! model is asked is the [`Conversation`] of the record, rendered and encoded by the provider's
+//! wire ([`super::Budgets::model_wire`]), and the projection is over the bytes that wire's
+//! `encode` gives, exactly what is sent (docs/behaviours.md 46).
 //!
 //! - Before each attempt the model limits are checked ([`model::check_before_attempt`]); one
 //!   that fires writes `limit.exceeded` and ends the run, nothing is sent.
@@ -17,11 +18,11 @@
 
 use serde_json::{json, Value};
 
+use super::conversation::Conversation;
 use super::loop_::{apply_decision, drive, unexpected, Flow};
 use super::model::{self, AttemptOutcome, Projection, RetryDecision, RunClock};
 use super::record::Txn;
 use super::{Effect, EngineError, ModelOutcome};
-use crate::agents::openai::{encode, render_request};
 use crate::api::{EventType, ModelPrices, StepStatus, TerminalReason};
 
 fn prices<'a>(txn: &Txn<'a>) -> Option<&'a ModelPrices> {
@@ -42,8 +43,11 @@ pub(crate) fn dispatch(txn: &mut Txn, index: usize, delay_millis: u64) -> Flow {
         return Flow::Continue;
     };
     let cap = model::output_cap(agent.max_output_tokens, &spec.limits);
-    let request = render_request(&spec.goal, agent, &spec.tools, &txn.status.steps, cap);
-    let projection = Projection::new(encode(&request).len(), cap);
+    let conversation =
+        Conversation::from_record(&spec.goal, agent, &spec.tools, &txn.status.steps, cap);
+    let wire = txn.budgets.model_wire;
+    let request = (wire.render)(&conversation);
+    let projection = Projection::new((wire.encode)(&request).len(), cap);
     let prices = prices(txn);
     let checked = model::check_before_attempt(
         &spec.limits,

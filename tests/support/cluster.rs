@@ -509,6 +509,30 @@ impl Drop for Spawned {
     }
 }
 
+/// Polls `done` every 20 ms until it holds; after `within`, panics naming `what` it waited for
+/// and, when `context` gives one, what it says (a process log, say) at that moment.
+pub async fn wait_until(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    wait_until_or(within, what, String::new, &mut done).await;
+}
+
+/// [`wait_until`], with `context()` (e.g. a controller's log) in the panic message.
+pub async fn wait_until_or(
+    within: Duration,
+    what: &str,
+    context: impl Fn() -> String,
+    mut done: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Polls `f` until it returns `Some` (or panics after `timeout` naming `what`).
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
 where

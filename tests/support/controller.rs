@@ -12,6 +12,9 @@ use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, Post
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
+#[allow(unused_imports)]
+pub use super::cluster::{eventually, wait_until, wait_until_or};
+
 /// A controller child process; killed when dropped.
 pub struct ControllerProcess {
     child: Child,
@@ -176,16 +179,141 @@ pub fn approvals_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
     )
 }
 
+/// A run manifest built from a YAML fixture under `tests/fixtures/`, with its `${VAR}`s filled
+/// in: `${TOOLS}` (the tool server's base URL), `${NAME}` (the run's name), and whatever the
+/// fixture asks for (`${AGENT}`, `${HOOK}`, `${MODEL}`, `${CLASS}`, ...).
+#[derive(Debug, Clone)]
+pub struct RunFixture {
+    path: PathBuf,
+    vars: Vec<(String, String)>,
+}
+
+impl RunFixture {
+    /// `tests/fixtures/controller/{fixture}.yaml` for the run `run`, its tools at `tools`.
+    pub fn new(fixture: &str, tools: &str, run: &str) -> RunFixture {
+        RunFixture::at(&format!("controller/{fixture}.yaml"))
+            .set("TOOLS", tools)
+            .set("NAME", run)
+    }
+
+    /// `tests/fixtures/{relative}`, with nothing filled in yet.
+    pub fn at(relative: &str) -> RunFixture {
+        RunFixture {
+            path: super::fixtures::path(relative),
+            vars: Vec::new(),
+        }
+    }
+
+    /// With `${var}` replaced by `value`.
+    pub fn set(mut self, var: &str, value: impl ToString) -> RunFixture {
+        self.vars.push((var.to_string(), value.to_string()));
+        self
+    }
+
+    /// `${AGENT}`: the webhook agent's URL.
+    pub fn agent(self, url: &str) -> RunFixture {
+        self.set("AGENT", url)
+    }
+
+    /// `${HOOK}`: the reconcile hook's URL.
+    pub fn hook(self, url: &str) -> RunFixture {
+        self.set("HOOK", url)
+    }
+
+    /// `${MODEL}`: the model's base URL.
+    pub fn model(self, url: &str) -> RunFixture {
+        self.set("MODEL", url)
+    }
+
+    /// `${CLASS}`: the tool's side-effect class.
+    pub fn class(self, class: &str) -> RunFixture {
+        self.set("CLASS", class)
+    }
+
+    /// The manifest. Panics naming the fixture when it cannot be read or a `${VAR}` is left.
+    pub fn yaml(&self) -> String {
+        let mut text = std::fs::read_to_string(&self.path)
+            .unwrap_or_else(|err| panic!("cannot read {}: {err}", self.path.display()));
+        for (var, value) in &self.vars {
+            text = text.replace(&format!("${{{var}}}"), value);
+        }
+        if let Some(at) = text.find("${") {
+            let left: String = text[at..].chars().take_while(|c| *c != '}').collect();
+            assert!(
+                !left[2..]
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c == '_'),
+                "{}: {left}}} is not filled in",
+                self.path.display()
+            );
+        }
+        text
+    }
+
+    /// Creates the run in `namespace` ([`create_run`]).
+    pub async fn create(&self, client: &Client, namespace: &str) -> DynamicObject {
+        create_run(client, namespace, &self.yaml()).await
+    }
+}
+
 /// The fixture `tests/fixtures/controller/{name}.yaml` with `${TOOLS}` replaced by the tool
-/// server's base URL and `${NAME}` by `run`.
+/// server's base URL and `${NAME}` by `run` ([`RunFixture::new`]).
 pub fn fixture(name: &str, tools: &str, run: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/controller")
-        .join(format!("{name}.yaml"));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()))
-        .replace("${TOOLS}", tools)
-        .replace("${NAME}", run)
+    RunFixture::new(name, tools, run).yaml()
+}
+
+/// Starts a controller with holder prefix `prefix` watching the cluster's namespace.
+pub fn start_controller(cluster: &super::cluster::TestCluster, prefix: &str) -> ControllerProcess {
+    ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        cluster.namespace(),
+        ControllerSpec::named(prefix),
+    )
+}
+
+/// Whether the crash points are compiled in (`cargo test --features fault-injection`); says on
+/// stderr that the test is skipped when they are not.
+pub fn crash_points() -> bool {
+    if !cfg!(feature = "fault-injection") {
+        eprintln!("skipped: the crash points need `cargo test --features fault-injection`");
+    }
+    cfg!(feature = "fault-injection")
+}
+
+/// Starts a controller (holder prefix `first`) that kills itself at the crash point `fault`
+/// (`AGENTRT_FAULT`), and waits up to `within` for it to die; panics with its log when the
+/// fault did not fire. The dead process is returned for its log.
+pub fn crash_at(
+    kubeconfig: &Path,
+    namespace: &str,
+    fault: &str,
+    within: Duration,
+) -> ControllerProcess {
+    let mut first = ControllerProcess::spawn(
+        kubeconfig,
+        namespace,
+        ControllerSpec::named("first").fault(fault),
+    );
+    assert!(
+        first.was_killed(within),
+        "the fault fired:\n{}",
+        first.log()
+    );
+    first
+}
+
+/// The crash-then-takeover sequence: [`crash_at`] `fault`, then a second controller (holder
+/// prefix `second`) that takes the run over once the dead one's lease expires. Returns both
+/// (the second keeps running until dropped).
+pub fn crash_then_take_over(
+    kubeconfig: &Path,
+    namespace: &str,
+    fault: &str,
+    within: Duration,
+) -> (ControllerProcess, ControllerProcess) {
+    let first = crash_at(kubeconfig, namespace, fault, within);
+    let second = ControllerProcess::spawn(kubeconfig, namespace, ControllerSpec::named("second"));
+    (first, second)
 }
 
 /// Creates the AgentRun in `yaml` in `namespace`.

@@ -4,6 +4,10 @@
 //!   process, or a real cluster when `AGENTRT_TEST_KUBECONFIG` is set; a fresh namespace per
 //!   test; a `kube::Client`; and kubectl.
 //! - [`fixtures`]: paths of the YAML manifests under `tests/fixtures/`.
+//! - [`controller`]: controller child processes, runs and their records, the crash-then-takeover
+//!   sequence, the fault-injection skip guard, [`controller::RunFixture`].
+//! - [`stub`]: a scripted HTTP endpoint standing in for a webhook agent or a reconcile hook.
+//! - [`modelserver`], [`toolserver`], [`proxy`]: a chat-completions model, the tools, a TCP proxy.
 #![allow(dead_code)]
 
 pub mod cluster;
@@ -52,4 +56,5 @@ pub mod helm {
 }
 pub mod modelserver;
 pub mod proxy;
+pub mod stub;
 pub mod toolserver;

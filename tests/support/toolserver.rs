@@ -120,6 +120,15 @@ impl ToolServer {
         self.calls().into_iter().filter(|c| c.key == key).collect()
     }
 
+    /// Waits up to `within` for a call carrying `Idempotency-Key: key` (`<run uid>/<step>`);
+    /// panics naming it, with `log()` (the calling controller's), when none came.
+    pub async fn wait_for_call(&self, key: &str, within: Duration, log: impl Fn() -> String) {
+        super::cluster::wait_until_or(within, &format!("a call {key}"), log, || {
+            !self.calls_for(key).is_empty()
+        })
+        .await;
+    }
+
     /// Calls of run `namespace/name`.
     pub fn calls_of_run(&self, run: &str) -> Vec<Call> {
         self.calls().into_iter().filter(|c| c.run == run).collect()

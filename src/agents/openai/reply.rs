@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::request::{COMPLETE_FUNCTION, FAIL_FUNCTION};
+use crate::engine::conversation::{COMPLETE_FUNCTION, FAIL_FUNCTION};
 use crate::engine::model::ReportedUsage;
 
 /// Why a reply holds no usable decision (`failure` of an `invalid` decision).

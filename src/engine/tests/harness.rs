@@ -89,7 +89,11 @@ impl Harness {
             lease: None,
             now: Time::from_millis(T0),
             draining: false,
-            budgets: Budgets::default(),
+            // The openai agent's wire, as the controller hands it in (docs/behaviours.md 46).
+            budgets: Budgets {
+                model_wire: crate::agents::openai::WIRE,
+                ..Budgets::default()
+            },
             writes: Vec::new(),
             tool_calls: Vec::new(),
             pending_tool: None,

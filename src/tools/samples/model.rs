@@ -9,6 +9,9 @@
 //!
 //! It reports usage (prompt tokens ≈ request bytes / 4, a fixed 24 completion tokens, within
 //! `max_tokens`) so the run's accounting has something to count. It ignores any API key.
+//!
+//! It knows the agent's wire only as JSON (this room does not import `agents`); that it
+//! understands what `agents::openai` sends is `tests/sample_model.rs`.
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -123,62 +126,4 @@ fn first_number(text: &str) -> Option<i64> {
         .take_while(char::is_ascii_digit)
         .collect();
     digits.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::agents::openai::{parse_reply, render_request};
-    use crate::api::{OpenAiAgent, Step, ToolSpec};
-
-    fn tools() -> Vec<ToolSpec> {
-        serde_json::from_value(json!([{
-            "name": "lookup_order", "description": "Read an order.", "sideEffect": "ReadOnly",
-            "inputSchema": {"type": "object", "properties": {"order": {"type": "integer"}}},
-        }]))
-        .unwrap()
-    }
-
-    async fn ask(steps: &[Step]) -> Value {
-        let agent = OpenAiAgent {
-            base_url: "http://127.0.0.1:8089/v1".into(),
-            model: SAMPLE_MODEL.into(),
-            ..OpenAiAgent::default()
-        };
-        let request = render_request(
-            "Look up order 1042 and report whether it arrived damaged.",
-            &agent,
-            &tools(),
-            steps,
-            Some(256),
-        );
-        let Json(reply) = chat_completions(Bytes::from(request.to_string()))
-            .await
-            .expect("an answer");
-        let parsed = parse_reply(reply.to_string().as_bytes(), Some(256));
-        assert!(parsed.usage.is_some_and(|u| u.output_tokens == 24));
-        parsed.decision
-    }
-
-    #[tokio::test]
-    async fn the_sample_model_looks_the_order_up_then_completes_with_what_it_found() {
-        let first = ask(&[]).await;
-        assert_eq!(
-            first,
-            json!({"kind": "tool_call", "tool": "lookup_order", "args": {"order": 1042}})
-        );
-        let steps: Vec<Step> = serde_json::from_value(json!([{
-            "index": 0, "status": "done",
-            "decision": first,
-            "observation": {
-                "kind": "tool_result", "summary": "ok",
-                "content": {"order": 1042, "status": "delivered", "damaged": true},
-            },
-        }]))
-        .unwrap();
-        assert_eq!(
-            ask(&steps).await,
-            json!({"kind": "complete", "result": {"order": 1042, "status": "delivered", "damaged": true}})
-        );
-    }
 }

@@ -1,0 +1,403 @@
+//! Dependencies run one way (ARCHITECTURE.md, "Which room may name which"): every `crate::ROOM`
+//! path in `src/**/*.rs` (`agentrt::ROOM` in `src/main.rs`) names a room its own room may use.
+//! The allowed arrows are read from that section of ARCHITECTURE.md, so the map and the check
+//! cannot diverge. `#[cfg(test)]` code (an inline `#[cfg(test)] mod x { … }`, a file declared by
+//! `#[cfg(test)] mod x;` and everything below it) may also use the section's test-only arrows.
+//!
+//! What counts: any path in code, `use` or not, including `crate::{a::X, b::Y}` groups; comments
+//! and string literals do not. `super::` paths are not followed (they stay inside a room).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The rooms: the top-level modules under `src/`, and the binary's `main`.
+const ROOMS: &[&str] = &[
+    "api",
+    "engine",
+    "controller",
+    "agents",
+    "tools",
+    "devcluster",
+    "cli",
+    "bench",
+    "telemetry",
+    "main",
+    "lib",
+];
+
+const SECTION: &str = "## Which room may name which";
+
+type Arrows = BTreeMap<String, BTreeSet<String>>;
+
+/// The allowed arrows of ARCHITECTURE.md: `(always, test-only)`. Lines of the form
+/// `` - `room` → `a`, `b` (remark) `` (nothing after the arrow: no room), the test-only ones
+/// after a line starting `Test-only`.
+fn arrows(root: &Path) -> (Arrows, Arrows) {
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let start = text
+        .find(SECTION)
+        .unwrap_or_else(|| panic!("ARCHITECTURE.md has no section {SECTION:?}"));
+    let section = &text[start + SECTION.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let (mut always, mut test) = (Arrows::new(), Arrows::new());
+    let mut in_test = false;
+    for line in section.lines() {
+        if line.starts_with("Test-only") {
+            in_test = true;
+        }
+        let Some(rest) = line.strip_prefix("- `") else {
+            continue;
+        };
+        let (from, to) = rest
+            .split_once('→')
+            .unwrap_or_else(|| panic!("ARCHITECTURE.md: {line:?} has no →"));
+        let from = from.trim().trim_matches('`').to_string();
+        assert!(
+            ROOMS.contains(&from.as_str()),
+            "ARCHITECTURE.md: unknown room in {line:?}"
+        );
+        // A remark in parentheses after the rooms is for the reader.
+        let to = to.split('(').next().unwrap_or("");
+        let targets: BTreeSet<String> = to
+            .split(',')
+            .filter_map(|t| t.split('`').nth(1))
+            .map(str::to_string)
+            .collect();
+        for t in &targets {
+            assert!(
+                ROOMS.contains(&t.as_str()),
+                "ARCHITECTURE.md: unknown room {t:?} in {line:?}"
+            );
+        }
+        let map = if in_test { &mut test } else { &mut always };
+        map.entry(from).or_default().extend(targets);
+    }
+    assert!(
+        !always.is_empty(),
+        "ARCHITECTURE.md: {SECTION:?} lists no arrow"
+    );
+    (always, test)
+}
+
+/// `text` with comments and string/char literals blanked (newlines kept, so offsets and line
+/// numbers stay those of the file).
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && matches!(next, Some('"' | '#')) && !ident_before(&chars, i) {
+            // A raw string r"…" or r#"…"#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            let close: String = std::iter::once('"')
+                .chain("#".repeat(hashes).chars())
+                .collect();
+            let close: Vec<char> = close.chars().collect();
+            let mut k = j + 1;
+            while k < chars.len() && !chars[k..].starts_with(&close) {
+                k += 1;
+            }
+            let end = (k + close.len()).min(chars.len());
+            for &ch in &chars[i..end] {
+                out.push(blank(ch));
+            }
+            i = end;
+        } else if c == '"' {
+            out.push(' ');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                let step = if chars[i] == '\\' { 2 } else { 1 };
+                for &ch in &chars[i..(i + step).min(chars.len())] {
+                    out.push(blank(ch));
+                }
+                i += step;
+            }
+            out.push(' ');
+            i += 1;
+        } else if c == '\'' {
+            // A char literal ('x', '\n', '\u{..}') or a lifetime ('a).
+            let end = if next == Some('\\') {
+                (i + 3..chars.len()).find(|&k| chars[k] == '\'')
+            } else if chars.get(i + 2) == Some(&'\'') {
+                Some(i + 2)
+            } else {
+                None
+            };
+            match end {
+                Some(end) => {
+                    for _ in i..=end {
+                        out.push(' ');
+                    }
+                    i = end + 1;
+                }
+                None => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn ident_before(chars: &[char], i: usize) -> bool {
+    i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
+}
+
+/// The byte ranges of inline `#[cfg(test)] mod x { … }` blocks, and the names of the modules
+/// declared `#[cfg(test)] mod x;`.
+fn test_parts(code: &str) -> (Vec<(usize, usize)>, Vec<String>) {
+    let (mut ranges, mut files) = (Vec::new(), Vec::new());
+    for (at, _) in code.match_indices("#[cfg(test)]") {
+        let after = &code[at + "#[cfg(test)]".len()..];
+        let mut rest = after.trim_start();
+        // Other attributes between it and the item.
+        while rest.starts_with("#[") {
+            rest = rest[rest.find(']').map_or(rest.len(), |e| e + 1)..].trim_start();
+        }
+        if let Some(vis) = rest.strip_prefix("pub") {
+            rest = vis.trim_start();
+            if rest.starts_with('(') {
+                rest = rest[rest.find(')').map_or(rest.len(), |e| e + 1)..].trim_start();
+            }
+        }
+        let Some(item) = rest.strip_prefix("mod ") else {
+            continue;
+        };
+        let name: String = item
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let tail = item.trim_start()[name.len()..].trim_start();
+        if tail.starts_with(';') {
+            files.push(name);
+        } else if tail.starts_with('{') {
+            let open = code.len() - tail.len();
+            let mut depth = 0usize;
+            let mut close = code.len();
+            for (k, ch) in code[open..].char_indices() {
+                match ch {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = open + k;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            ranges.push((at, close));
+        }
+    }
+    (ranges, files)
+}
+
+/// The rooms a path's first segment after `prefix` names, with the byte offset of each.
+fn references(code: &str, prefix: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices(prefix) {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let rest = &code[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // crate::{a::X, b::{Y, Z}}: the first segment of each top-level item.
+            let mut depth = 0usize;
+            let mut item_start = true;
+            for (k, ch) in group.char_indices() {
+                match ch {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => item_start = true,
+                    c if item_start && (c.is_alphanumeric() || c == '_') => {
+                        let name: String = group[k..]
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        out.push((at + prefix.len() + 1 + k, name));
+                        item_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                out.push((at, name));
+            }
+        }
+    }
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The directory a file's child modules live in: `x/` for `x.rs`, its own for `mod.rs`,
+/// `lib.rs` and `main.rs`.
+fn child_dir(file: &Path) -> PathBuf {
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let parent = file.parent().expect("a parent");
+    match stem {
+        "mod" | "lib" | "main" => parent.to_path_buf(),
+        _ => parent.join(stem),
+    }
+}
+
+/// Every import of a room the importing room may not name: `file:line: room -> room`.
+fn violations(root: &Path) -> Vec<String> {
+    let (always, test_only) = arrows(root);
+    let src = root.join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let codes: Vec<(PathBuf, String, String)> = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).expect("a source file");
+            (f.clone(), code_only(&text), text)
+        })
+        .collect();
+    // Files that are test code as a whole: declared `#[cfg(test)] mod x;`, and all below them.
+    let mut test_roots: Vec<PathBuf> = Vec::new();
+    for (file, code, _) in &codes {
+        for name in test_parts(code).1 {
+            let dir = child_dir(file);
+            test_roots.push(dir.join(format!("{name}.rs")));
+            test_roots.push(dir.join(&name));
+        }
+    }
+    let mut found = Vec::new();
+    for (file, code, _) in &codes {
+        let relative = file.strip_prefix(&src).expect("under src");
+        let first = relative.components().next().expect("a component");
+        let room = first
+            .as_os_str()
+            .to_str()
+            .expect("UTF-8")
+            .trim_end_matches(".rs");
+        assert!(
+            ROOMS.contains(&room),
+            "src/{}: a room ARCHITECTURE.md does not know",
+            relative.display()
+        );
+        let whole_file_test = test_roots.iter().any(|r| file.starts_with(r));
+        let test_ranges = test_parts(code).0;
+        let prefix = if room == "main" {
+            "agentrt::"
+        } else {
+            "crate::"
+        };
+        let none = BTreeSet::new();
+        for (at, target) in references(code, prefix) {
+            if target == room || !ROOMS.contains(&target.as_str()) {
+                continue;
+            }
+            let in_test =
+                whole_file_test || test_ranges.iter().any(|(s, e)| (*s..*e).contains(&at));
+            let allowed = always.get(room).unwrap_or(&none).contains(&target)
+                || (in_test && test_only.get(room).unwrap_or(&none).contains(&target));
+            if !allowed {
+                let line = code[..at].matches('\n').count() + 1;
+                let kind = if in_test { " (test code)" } else { "" };
+                found.push(format!(
+                    "src/{}:{line}: {room} may not name {target}{kind}",
+                    relative.display()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_room_names_only_the_rooms_architecture_md_allows() {
+    let root = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let found = violations(&root);
+    assert!(
+        found.is_empty(),
+        "imports against ARCHITECTURE.md's {SECTION:?}:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_check_sees_paths_in_code_and_not_in_comments_or_strings() {
+    let code = code_only(
+        "use crate::{api::X, engine::{a, b}};\n// crate::agents\nlet s = \"crate::tools\";\nlet c = '{'; let q = '\\''; crate::cli::run();\n",
+    );
+    let names: Vec<String> = references(&code, "crate::")
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(names, ["api", "engine", "cli"]);
+    let code = code_only(
+        "fn a() {}\n#[cfg(test)]\nmod tests {\n    fn b() { crate::x(); }\n}\nfn c() {}\n",
+    );
+    let (ranges, files) = test_parts(&code);
+    assert!(files.is_empty());
+    let (start, end) = ranges[0];
+    assert!(code[start..end].contains("crate::x") && !code[start..end].contains("fn c"));
+    assert_eq!(test_parts("#[cfg(test)]\nmod tests;").1, ["tests"]);
+}
