@@ -18,17 +18,8 @@ use super::lease::{self, observation::LeaseObservations};
 use super::metrics::Metrics;
 use super::projection::EventSink;
 use crate::engine::{
-    ApprovalSnapshot, Budgets, Caller, EngineError, Input, LeaseView, RunSnapshot, Transition,
+    ApprovalSnapshot, Budgets, Caller, Engine, EngineError, Input, LeaseView, Observed, Transition,
 };
-
-/// The engine's entry point, injectable so the controller can be tested with a scripted engine.
-pub type StepFn = fn(
-    &RunSnapshot,
-    &[ApprovalSnapshot],
-    &Caller,
-    &Budgets,
-    Input,
-) -> Result<Transition, EngineError>;
 
 /// Names one run.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -88,8 +79,8 @@ pub struct Context {
     pub clock: Clock,
     /// Tunables.
     pub settings: Settings,
-    /// The engine.
-    pub step_fn: StepFn,
+    /// The engine (injectable so the controller can be tested with a scripted one).
+    pub engine: Engine,
     /// The client for tool, agent and hook calls.
     pub http: reqwest::Client,
     /// Kubernetes Events.
@@ -123,7 +114,7 @@ impl Context {
         holder: HolderId,
         clock: Clock,
         settings: Settings,
-        step_fn: StepFn,
+        engine: Engine,
         http: reqwest::Client,
         events: EventSink,
         metrics: Arc<Metrics>,
@@ -135,7 +126,7 @@ impl Context {
             holder,
             clock,
             settings,
-            step_fn,
+            engine,
             http,
             events,
             metrics,
@@ -165,14 +156,25 @@ impl Context {
         lease::observed(read, unchanged_for_ms, margin_ms)
     }
 
-    /// Calls the engine.
+    /// Asks the engine what the executor does next.
     pub fn step(&self, state: &RunState, input: Input) -> Result<Transition, EngineError> {
-        (self.step_fn)(
+        (self.engine.step)(
             &state.run.snapshot,
             &state.approvals,
             &self.caller(),
             &self.settings.budgets,
             input,
+        )
+    }
+
+    /// Asks the engine what this replica, not executing the run, does with it.
+    pub fn observe(&self, state: &RunState, lease: &LeaseView) -> Observed {
+        (self.engine.observe)(
+            &state.run.snapshot,
+            &state.approvals,
+            &self.caller(),
+            &self.settings.budgets,
+            lease,
         )
     }
 

@@ -5,9 +5,9 @@
 //! The rooms:
 //! - [`watches`]: the kube-runtime Controller: what wakes a run (its own changes that matter,
 //!   its Approvals, its Lease's holder, executors' requests).
-//! - [`reconcile`]: the kube-runtime reconcile: `Input::Observe` for runs this replica is not
-//!   executing, the effects that need no side effect, and winning the Lease.
-//! - [`executor`]: one task per held run, performing the engine's effects in order.
+//! - [`reconcile`]: the kube-runtime reconcile: `engine::observe` for runs this replica is not
+//!   executing, what it returns (no side effect by its type), and winning the Lease.
+//! - [`executor`]: one task per held run, performing each `engine::Transition` in order.
 //! - [`calls`]: the tool, agent and hook calls an executor makes.
 //! - [`lease`]: the run's Lease: acquire, take over, renew, release, all compare-and-set.
 //! - [`cluster`]: the API server behind a trait (compare-and-set status writes).
@@ -43,7 +43,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::Budgets;
-use context::{Context, RunKey, Settings, StepFn};
+use context::{Context, RunKey, Settings};
 use identity::{Clock, HolderId};
 use metrics::Metrics;
 use projection::EventSink;
@@ -190,7 +190,14 @@ pub async fn run_with_client(
     options: ControllerOptions,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    run_with_engine(client, namespaces, options, shutdown, crate::engine::step).await
+    run_with_engine(
+        client,
+        namespaces,
+        options,
+        shutdown,
+        crate::engine::Engine::PURE,
+    )
+    .await
 }
 
 /// [`run_with_client`] with the engine given (tests may script one).
@@ -202,7 +209,7 @@ pub async fn run_with_engine(
     namespaces: Vec<String>,
     options: ControllerOptions,
     shutdown: CancellationToken,
-    step_fn: StepFn,
+    engine: crate::engine::Engine,
 ) -> anyhow::Result<()> {
     let prefix = options
         .holder_id
@@ -224,7 +231,7 @@ pub async fn run_with_engine(
             skew_margin: Duration::from_millis(options.lease_skew_margin_ms),
             budgets: Budgets::default(),
         },
-        step_fn,
+        engine,
         crate::tools::http::client()?,
         EventSink::start(client.clone(), holder.as_str().to_string()),
         metrics.clone(),

@@ -20,7 +20,7 @@ use super::hash::approval_hash;
 use super::loop_::{check_call, Flow};
 use super::observe::millis_until;
 use super::record::{observation, to_value, Txn};
-use super::Effect;
+use super::ApprovalWrite;
 use crate::api::{
     Approval, ApprovalDecision, ApprovalPhase, ApprovalRequest, ApprovalSpec, ApprovalStatus,
     EventType, ObservationKind, RunPhase, RunRef, StepApproval, StepStatus, TerminalReason,
@@ -208,7 +208,7 @@ pub(crate) fn pause(
         }),
     );
     txn.status.phase = RunPhase::WaitingForApproval;
-    txn.after.push(Effect::CreateApproval {
+    txn.approval_writes.push(ApprovalWrite::Create {
         approval: approval_object(txn, &name, &spec),
     });
     pending_status(txn, &name, &hash, expires_at);
@@ -312,20 +312,14 @@ pub(crate) fn write_status(txn: &mut Txn, name: &str, status: ApprovalStatus) {
         .find(|a| a.name == name)
         .map(|a| a.hash.clone());
     if let (true, Some(hash)) = (allowed, hash) {
-        let effect = Effect::WriteApprovalStatus {
+        // Projections come before the transition's release and its next (the shape of
+        // `Transition` in engine/mod.rs).
+        txn.approval_writes.push(ApprovalWrite::Status {
             name: name.to_string(),
             status: to_value(&status),
             resource_version,
             hash,
-        };
-        // Projections come before the transition's ReleaseLease/Stop (the effect protocol in
-        // engine/mod.rs).
-        let at = txn
-            .after
-            .iter()
-            .position(|e| matches!(e, Effect::ReleaseLease | Effect::Stop))
-            .unwrap_or(txn.after.len());
-        txn.after.insert(at, effect);
+        });
     }
 }
 
@@ -376,9 +370,9 @@ pub(crate) fn cancel_spent(txn: &mut Txn) {
     }
     for (name, hash, reason) in spent {
         let already = txn
-            .after
+            .approval_writes
             .iter()
-            .any(|e| matches!(e, Effect::WriteApprovalStatus { name: n, .. } if *n == name));
+            .any(|e| matches!(e, ApprovalWrite::Status { name: n, .. } if *n == name));
         // Only an Approval that was read and decodes is projected onto (a record or Approval
         // that will not decode is never rewritten: guarantee 7).
         let decodes = stored_object(txn, &name)
@@ -420,7 +414,7 @@ fn find(txn: &Txn, name: &str) -> Found {
 /// A waiting run's latest Approval, for an observer or the holder (see the module doc).
 pub(crate) fn waiting(txn: &mut Txn) {
     settle_waiting(txn);
-    if txn.status.phase.is_terminal() && !txn.after.contains(&Effect::Stop) {
+    if txn.status.phase.is_terminal() {
         txn.release_and_stop();
     }
 }
@@ -523,7 +517,7 @@ fn settle_waiting(txn: &mut Txn) {
                     write_status(txn, &latest.name, status);
                 }
                 // Executing a grant needs a lease.
-                txn.after.push(Effect::AcquireLease { takeover: None });
+                txn.acquire_lease(None);
             }
         }
     }
@@ -557,7 +551,7 @@ fn park(txn: &mut Txn, expires_at: Option<crate::api::Time>) {
         txn.release_and_stop();
     } else if let Some(expiry) = expires_at {
         let millis = millis_until(txn.now(), expiry);
-        txn.after.push(Effect::RequeueAfter { millis });
+        txn.requeue_after(millis);
     }
 }
 
@@ -703,7 +697,8 @@ fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), St
         decision: None,
     };
     let object = approval_object(txn, &latest.name, &spec);
-    txn.after.push(Effect::CreateApproval { approval: object });
+    txn.approval_writes
+        .push(ApprovalWrite::Create { approval: object });
     pending_status(txn, &latest.name, &latest.hash, latest.expires_at);
     Ok(())
 }

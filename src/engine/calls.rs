@@ -1,7 +1,7 @@
 //! A tool call's way from the policy to the tool (DESIGN.md sections 3-4; BEHAVIOURS.md 11-14,
 //! 21-22): the policy sees the canonical args; `allow` writes the step `executing`,
 //! `step.policy` and `step.tool_started` in one write and only then asks for
-//! [`Effect::CallTool`]; `deny` fails the step `policy_denied` with `step.policy` in the same
+//! [`ExternalCall::Tool`]; `deny` fails the step `policy_denied` with `step.policy` in the same
 //! write and the loop goes on; `abort` ends the run `policy_abort`; `require_approval` pauses
 //! ([`approvals::pause`]). A policy error, or a capability or presentation the record cannot
 //! store, fails the run `internal_error` before anything executes or any Approval exists.
@@ -18,7 +18,7 @@ use super::loop_::Flow;
 use super::policy::{self, PolicyDecision};
 use super::record::{observation, Txn};
 use super::validate::check_storable;
-use super::{Effect, ToolCall};
+use super::{ExternalCall, ToolCall};
 use crate::api::{
     EventType, ObservationKind, PolicyDecisionKind, PolicyRecord, StepStatus, TerminalReason,
 };
@@ -163,7 +163,7 @@ fn check_policy_json(decision: &PolicyDecision) -> Result<(), String> {
 }
 
 /// Starts the tool: step `executing`, `attempts` + 1, `step.tool_started` (with the approval
-/// when a grant executes, marked executed in the same write), then [`Effect::CallTool`].
+/// when a grant executes, marked executed in the same write), then [`ExternalCall::Tool`].
 pub(crate) fn start_tool(
     txn: &mut Txn,
     index: usize,
@@ -199,7 +199,7 @@ pub(crate) fn start_tool(
         status.executed_at = Some(now);
         super::approvals::write_status(txn, &grant.name, status);
     }
-    txn.after.push(Effect::CallTool(ToolCall {
+    txn.call(ExternalCall::Tool(ToolCall {
         step: index as i64,
         attempt,
         tool: spec_tool,

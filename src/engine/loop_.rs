@@ -4,8 +4,8 @@
 //! [`drive`] runs a run "until the next external action": while nothing external happens
 //! (a denial, an invalid decision, a scripted agent's next decision) the steps share one status
 //! write. A step starts after the limits ([`super::limits`]); a scripted agent's decision i is
-//! `spec.agent.scripted.decisions[i]`, a webhook agent is asked with [`Effect::CallAgent`], a
-//! model with [`Effect::CallModel`] ([`super::model_calls`]). The decision is recorded verbatim
+//! `spec.agent.scripted.decisions[i]`, a webhook agent is asked with [`ExternalCall::Agent`], a
+//! model with [`ExternalCall::Model`] ([`super::model_calls`]). The decision is recorded verbatim
 //! (`step.decided`, `steps[i].decision`, args that are not usable JSON in `invalidArgs`) before
 //! it is validated; an unusable one fails the step `invalid_decision` and the loop goes on. A started step is never started again of
 //! its own accord (guarantee 1): an `executing` step found on the loop's way stops it.
@@ -18,7 +18,7 @@ use super::limits;
 use super::record::{observation, to_value, Txn};
 use super::takeover;
 use super::validate::{check_storable, ToolSchema};
-use super::{approvals, Effect, EngineError};
+use super::{approvals, EngineError, ExternalCall};
 use crate::api::{
     DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepStatus, TerminalReason,
 };
@@ -111,7 +111,7 @@ fn decide(txn: &mut Txn) -> Flow {
     }
     if agent.webhook.is_some() {
         let request = agent_request(txn, index);
-        txn.after.push(Effect::CallAgent {
+        txn.call(ExternalCall::Agent {
             step: index as i64,
             request,
         });

@@ -6,7 +6,7 @@
 //!
 //! - Before each attempt the model limits are checked ([`model::check_before_attempt`]); one
 //!   that fires writes `limit.exceeded` and ends the run, nothing is sent.
-//! - The write before [`Effect::CallModel`] counts the attempt ([`model::record_dispatch`]) and
+//! - The write before [`ExternalCall::Model`] counts the attempt ([`model::record_dispatch`]) and
 //!   records `model.dispatched` {attempt, projection, maxOutputTokens, delayMs}.
 //! - The answer is charged ([`model::charge`]) with `model.completed` (then the decision is
 //!   recorded and the loop goes on) or `model.failed`; usage that cannot be trusted ends the
@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use super::loop_::{apply_decision, drive, unexpected, Flow};
 use super::model::{self, AttemptOutcome, Projection, RetryDecision, RunClock};
 use super::record::Txn;
-use super::{Effect, EngineError, ModelOutcome};
+use super::{EngineError, ExternalCall, ModelCall, ModelOutcome};
 use crate::agents::openai::{encode, render_request};
 use crate::api::{EventType, ModelPrices, StepStatus, TerminalReason};
 
@@ -77,13 +77,13 @@ pub(crate) fn dispatch(txn: &mut Txn, index: usize, delay_millis: u64) -> Flow {
             },
         }),
     );
-    txn.after.push(Effect::CallModel {
+    txn.call(ExternalCall::Model(ModelCall {
         step: index as i64,
         attempt,
         request,
         max_output_tokens: cap,
         delay_millis,
-    });
+    }));
     Flow::Halt
 }
 

@@ -8,7 +8,7 @@ use crate::api::{
     Verdict,
 };
 use crate::engine::hash::approval_hash;
-use crate::engine::{Effect, Input};
+use crate::engine::Input;
 
 const NAME: &str = "refund-1042-1-1";
 
@@ -162,7 +162,7 @@ fn executing_a_grant_writes_resumed_policy_and_tool_started_together() {
     h.approve(NAME);
     let observed = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );
@@ -232,7 +232,7 @@ fn a_grant_executes_at_most_once_whatever_crashes() {
     // b writes the grant's execution and dies before the Approval's status and the call.
     h.step(
         "b",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );
@@ -428,8 +428,7 @@ fn a_rejection_cancels_the_run_approval_rejected_with_the_note() {
         kinds(&effects),
         words(&[
             "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Rejected)",
-            "Stop"
+            "WriteApprovalStatus(refund-1042-1-1:Rejected)"
         ])
     );
     assert!(h.lease.is_none(), "no lease was needed");
@@ -474,8 +473,7 @@ fn a_pending_approval_past_expires_at_expires_the_run() {
         kinds(&effects),
         words(&[
             "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Expired)",
-            "Stop"
+            "WriteApprovalStatus(refund-1042-1-1:Expired)"
         ])
     );
     let status = h.status();
@@ -515,8 +513,7 @@ fn a_grant_older_than_grant_ttl_expires_and_nothing_executes() {
         kinds(&effects),
         words(&[
             "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Expired)",
-            "Stop"
+            "WriteApprovalStatus(refund-1042-1-1:Expired)"
         ])
     );
     let status = h.status();
@@ -572,8 +569,7 @@ fn a_decision_first_seen_after_the_expiry_fails_closed_and_expires() {
         kinds(&effects),
         words(&[
             "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Expired)",
-            "Stop"
+            "WriteApprovalStatus(refund-1042-1-1:Expired)"
         ])
     );
     assert_eq!(h.status().reason, Some(TerminalReason::ApprovalExpired));
@@ -680,7 +676,7 @@ fn an_executed_approval_never_goes_back_to_approved() {
     h.run.status = stale_record;
     let effects = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );
@@ -700,7 +696,7 @@ fn an_approval_status_write_names_the_version_it_read() {
     let version = h.approval(NAME)["metadata"]["resourceVersion"].clone();
     let effects = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );

@@ -7,7 +7,7 @@ use crate::api::{
     ObservationKind, PolicyDecisionKind, PolicyOutcome, PolicyRule, RunPhase, StepStatus,
     TerminalReason,
 };
-use crate::engine::{Effect, Input, ToolOutcome};
+use crate::engine::{Input, ToolOutcome};
 
 fn rule(name: &str, tools: &[&str], when: Option<&str>, outcome: PolicyOutcome) -> PolicyRule {
     PolicyRule {

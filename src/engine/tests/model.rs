@@ -6,7 +6,7 @@ use super::harness::*;
 use crate::agents::openai::encode;
 use crate::api::{RunPhase, StepStatus, TerminalReason};
 use crate::engine::model::ReportedUsage;
-use crate::engine::{Effect, Input, ModelOutcome};
+use crate::engine::{Input, ModelOutcome};
 
 /// The projection `dispatch` makes of the request in `effects`.
 fn projected_input(effects: &[Effect]) -> i64 {

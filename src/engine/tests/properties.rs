@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use super::harness::*;
 use crate::api::{OpenAiAgent, PolicyOutcome, PolicyRule, RunPhase, SideEffect, StepStatus};
 use crate::engine::model::ReportedUsage;
-use crate::engine::{Effect, Input, ModelOutcome};
+use crate::engine::{Input, ModelOutcome};
 
 const MAX_ROUNDS: usize = 400;
 const MAX_CRASHES: usize = 5;

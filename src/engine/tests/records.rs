@@ -97,7 +97,7 @@ fn an_undecodable_run_can_still_be_cancelled() {
     let stored = h.run.status.clone();
     h.spec_mut().cancel = true;
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    assert_eq!(kinds(&effects), words(&["WriteStatus"]));
     assert_eq!(h.run.status["phase"], json!("Cancelled"));
     assert_eq!(h.run.status["reason"], json!("operator_cancelled"));
     assert_eq!(h.run.status["steps"], stored["steps"]);
@@ -112,7 +112,7 @@ fn an_approval_that_will_not_decode_fails_the_run_internal_error_and_is_not_rewr
     h.approvals.get_mut(name).unwrap()["spec"]["request"] = json!(5);
     let object = h.approval(name).clone();
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    assert_eq!(kinds(&effects), words(&["WriteStatus"]));
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::InternalError));
     assert!(status.reason_detail.unwrap().contains("does not decode"));
@@ -126,7 +126,7 @@ fn cancel_needs_no_lease_and_fails_every_step_in_flight() {
     h.spec_mut().cancel = true;
     let lease_before = h.lease.clone().map(|l| l.holder);
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    assert_eq!(kinds(&effects), words(&["WriteStatus"]));
     assert_eq!(
         h.lease.clone().map(|l| l.holder),
         lease_before,
@@ -161,8 +161,7 @@ fn cancel_ends_a_pending_approval_cancelled_with_the_runs_reason() {
         kinds(&effects),
         words(&[
             "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
-            "Stop"
+            "WriteApprovalStatus(refund-1042-1-1:Cancelled)"
         ])
     );
     let after = h.approval("refund-1042-1-1");

@@ -155,7 +155,7 @@ fn observing_a_new_run_asks_for_the_lease_and_writes_nothing() {
     let h = Harness::new(REFUND);
     let effects = h.decide(
         "a",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );

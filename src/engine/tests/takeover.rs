@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::harness::*;
 use crate::api::{ObservationKind, RunPhase, StepStatus, TerminalReason};
-use crate::engine::{Effect, Input, LeaseView, PreviousHolder, INTERRUPTED_NOTICE};
+use crate::engine::{Input, LeaseView, PreviousHolder, INTERRUPTED_NOTICE};
 
 /// A run of the `tools` fixture whose holder `a` is executing `tool` on step 0.
 fn executing(tool: &str) -> Harness {
@@ -42,7 +42,7 @@ fn a_lease_first_seen_waits_a_full_duration() {
     let mut h = executing("write_local");
     // By the observer's clock the holder's renewTime is an hour old: it does not matter.
     h.advance(3600);
-    let effects = h.decide("b", Input::Observe { lease: seen(&h, 0) });
+    let effects = h.decide("b", Observe { lease: seen(&h, 0) });
     assert_eq!(kinds(&effects), words(&["RequeueAfter(30500)"]));
     assert_eq!(h.tool_calls.len(), 1);
 }
@@ -57,7 +57,7 @@ fn a_lease_seen_changing_is_never_expired() {
         for unchanged_for_ms in [0, 5_000, 10_000] {
             let effects = h.decide(
                 "b",
-                Input::Observe {
+                Observe {
                     lease: seen(&h, unchanged_for_ms),
                 },
             );
@@ -79,14 +79,14 @@ fn a_lease_seen_unchanged_for_its_duration_and_margin_is_taken_over() {
     h.advance(-3600);
     let effects = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: seen(&h, 30_499),
         },
     );
     assert_eq!(kinds(&effects), words(&["RequeueAfter(1)"]));
     let effects = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: seen(&h, 30_500),
         },
     );
@@ -107,7 +107,7 @@ fn a_takeover_marks_in_flight_steps_interrupted_with_lease_taken_over_in_one_wri
     h.expire_lease();
     let observed = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );
@@ -196,11 +196,11 @@ fn the_loser_of_the_lease_race_gets_no_lease_acquired_and_writes_nothing() {
     // Both observe the expired lease; b wins the Lease first.
     let b = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: lease.clone(),
         },
     );
-    let c = h.decide("c", Input::Observe { lease });
+    let c = h.decide("c", Observe { lease });
     assert_eq!(kinds(&b), kinds(&c));
     assert!(h.win_lease("b"));
     assert!(
