@@ -192,8 +192,14 @@ fn terminal_reasons_are_snake_case_and_take_their_phase() {
     ];
     let spellings: Vec<(TerminalReason, &str)> = cases.iter().map(|(r, s, _)| (*r, *s)).collect();
     pin(&spellings);
-    for (reason, _, phase) in cases {
+    for (reason, spelling, phase) in cases {
         assert_eq!(reason.phase(), phase, "{reason:?}");
+        // The Ready condition's reason is the same word in CamelCase (API conventions).
+        let camel: String = spelling
+            .split('_')
+            .map(|word| word[..1].to_uppercase() + &word[1..])
+            .collect();
+        assert_eq!(reason.condition_reason(), camel, "{reason:?}");
         assert!(reason.phase().is_terminal());
     }
 }

@@ -206,6 +206,34 @@ impl TerminalReason {
             _ => RunPhase::Failed,
         }
     }
+
+    /// The `reason` of the run's `Ready` condition when it ended this way: the same word in
+    /// CamelCase (`goal_completed` is `GoalCompleted`), as the Kubernetes API conventions ask
+    /// of a condition's reason (docs/design.md section 1); `status.reason` keeps snake_case.
+    pub fn condition_reason(self) -> &'static str {
+        match self {
+            TerminalReason::GoalCompleted => "GoalCompleted",
+            TerminalReason::GoalFailed => "GoalFailed",
+            TerminalReason::LimitSteps => "LimitSteps",
+            TerminalReason::LimitModelCalls => "LimitModelCalls",
+            TerminalReason::LimitTokens => "LimitTokens",
+            TerminalReason::LimitCost => "LimitCost",
+            TerminalReason::LimitActiveTime => "LimitActiveTime",
+            TerminalReason::LimitElapsedTime => "LimitElapsedTime",
+            TerminalReason::ApprovalExpired => "ApprovalExpired",
+            TerminalReason::ModelUnavailable => "ModelUnavailable",
+            TerminalReason::RepeatedToolFailures => "RepeatedToolFailures",
+            TerminalReason::LoopDetected => "LoopDetected",
+            TerminalReason::PolicyAbort => "PolicyAbort",
+            TerminalReason::ToolAbort => "ToolAbort",
+            TerminalReason::ApprovalRejected => "ApprovalRejected",
+            TerminalReason::OperatorCancelled => "OperatorCancelled",
+            TerminalReason::ReconcileConflict => "ReconcileConflict",
+            TerminalReason::AgentError => "AgentError",
+            TerminalReason::InternalError => "InternalError",
+            TerminalReason::RecordTooLarge => "RecordTooLarge",
+        }
+    }
 }
 
 /// The type of an event in the run's audit journal (`status.events[].type`).

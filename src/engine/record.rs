@@ -418,13 +418,13 @@ fn ready_condition(status: &AgentRunStatus) -> ConditionParts {
         (RunPhase::Completed, _) => (
             "Ready",
             "True",
-            "goal_completed".into(),
+            TerminalReason::GoalCompleted.condition_reason().into(),
             "the run completed its goal".into(),
         ),
         (_, Some(reason)) => (
             "Ready",
             "False",
-            to_value(&reason).as_str().unwrap_or_default().to_string(),
+            reason.condition_reason().to_string(),
             status
                 .reason_detail
                 .clone()

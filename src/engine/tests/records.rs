@@ -135,6 +135,14 @@ fn cancel_needs_no_lease_and_fails_every_step_in_flight() {
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Cancelled);
     assert_eq!(status.reason, Some(TerminalReason::OperatorCancelled));
+    assert_eq!(
+        (
+            status.conditions[0].type_.as_str(),
+            status.conditions[0].reason.as_str()
+        ),
+        ("Ready", "OperatorCancelled"),
+        "the record says operator_cancelled, its condition OperatorCancelled"
+    );
     let step = &status.steps[0];
     assert_eq!(step.status, StepStatus::Failed);
     assert_eq!(

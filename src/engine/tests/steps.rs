@@ -370,6 +370,10 @@ fn complete_ends_step_and_run_together_with_its_result() {
         (ready.type_.as_str(), ready.status.as_str()),
         ("Ready", "True")
     );
+    assert_eq!(
+        ready.reason, "GoalCompleted",
+        "a condition's reason is CamelCase"
+    );
 }
 
 #[test]
