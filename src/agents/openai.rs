@@ -29,7 +29,7 @@ use crate::api::OpenAiAgent;
 use crate::engine::model::AttemptOutcome;
 
 pub use crate::engine::model::ReportedUsage;
-pub use reply::{failure, parse_reply, ParsedReply};
+pub use reply::{parse_reply, ParsedReply};
 pub use request::{
     encode, render_request, COMPLETE_FUNCTION, DEFAULT_SYSTEM_PROMPT, FAIL_FUNCTION,
 };

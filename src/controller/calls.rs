@@ -28,7 +28,7 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
     let snapshot = &state.run.snapshot;
     let Some(spec) = call.tool.http.as_ref() else {
         return ToolOutcome::Error {
-            failure: "no_executor".into(),
+            failure: crate::api::ToolFailure::NoExecutor,
             status: None,
             content: serde_json::json!(format!(
                 "tool {} has no executor (set http)",
@@ -41,7 +41,7 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
         Ok(headers) => headers,
         Err(err) => {
             return ToolOutcome::Error {
-                failure: "header_unavailable".into(),
+                failure: crate::api::ToolFailure::HeaderUnavailable,
                 status: None,
                 content: serde_json::json!(err),
                 duration_ms: 0,

@@ -20,7 +20,8 @@ use super::takeover;
 use super::validate::{check_storable, ToolSchema};
 use super::{approvals, EngineError, ExternalCall};
 use crate::api::{
-    DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepStatus, TerminalReason,
+    DeciderFailure, DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepStatus,
+    TerminalReason,
 };
 
 /// Whether a transition goes on deciding or has reached its external action (or its end).
@@ -369,26 +370,27 @@ const INVALID_REPLY: &str = "invalid";
 /// completion at all is an invalid decision; the observation names the failure so the model
 /// can do better next time.
 fn invalid_reply(record: &DecisionRecord) -> Invalid {
+    // The word is kept as recorded (a webhook agent may send any); the known ones say more.
     let failure = record
         .extra
         .get("failure")
         .and_then(Value::as_str)
-        .unwrap_or("unparseable");
-    let error = match failure {
-        "no_tool_call" => {
+        .unwrap_or(DeciderFailure::Unparseable.as_str());
+    let error = match DeciderFailure::parse(failure) {
+        Some(DeciderFailure::NoToolCall) => {
             "the reply has no tool call; answer by calling one of the tools, agentrt_complete \
              (the goal is reached) or agentrt_fail (it cannot be reached)"
         }
-        "truncated" => {
+        Some(DeciderFailure::Truncated) => {
             "the reply was cut off at its output token cap before it finished; answer with \
              one shorter tool call"
         }
-        "unstorable" => {
+        Some(DeciderFailure::Unstorable) => {
             "the answer holds JSON the Kubernetes API cannot store exactly (nesting deeper than \
              100 levels, an integer outside int64 or a number outside float64); send plainer \
              JSON, big numbers as strings"
         }
-        _ => "the reply could not be read as a decision",
+        Some(DeciderFailure::Unparseable) | None => "the reply could not be read as a decision",
     };
     Invalid {
         failure: Some(failure.to_string()),

@@ -77,7 +77,7 @@ mod tests;
 
 use serde_json::Value;
 
-use crate::api::{AgentRunSpec, RunPhase, Time, ToolSpec};
+use crate::api::{AgentRunSpec, RunPhase, Time, ToolFailure, ToolSpec};
 
 pub use approvals::{approval_name, recorded_approvals, short_hash, status_write_version};
 pub use lease::{lease_liveness, LeaseLiveness};
@@ -199,9 +199,8 @@ pub enum ToolOutcome {
     /// The tool failed: non-2xx (body kept), content not JSON (`invalid_content`, bytes kept,
     /// base64 if not UTF-8), connection refused before sending, a panic around the call.
     Error {
-        /// A short machine word: `http_status`, `invalid_content`, `connection_refused`,
-        /// `executor_panic`, `no_executor`, ...
-        failure: String,
+        /// Why, as the record spells it (`http_status`, `invalid_content`, ...).
+        failure: ToolFailure,
         /// HTTP status when there was one.
         status: Option<u16>,
         /// What to show the agent (the body as JSON, or a string).

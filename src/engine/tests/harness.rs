@@ -472,7 +472,7 @@ impl Harness {
         self.finish_tool(
             holder,
             ToolOutcome::Error {
-                failure: "http_status".into(),
+                failure: crate::api::ToolFailure::HttpStatus,
                 status: Some(500),
                 content: body,
                 duration_ms: 5,

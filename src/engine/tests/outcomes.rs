@@ -76,7 +76,7 @@ fn content_that_is_not_json_is_a_tool_error_invalid_content_keeping_the_bytes() 
     h.finish_tool(
         "a",
         ToolOutcome::Error {
-            failure: "invalid_content".into(),
+            failure: crate::api::ToolFailure::InvalidContent,
             status: Some(200),
             content: json!("<html>oops</html>"),
             duration_ms: 3,
