@@ -5,11 +5,13 @@
 mod agentrun;
 mod approval;
 mod schema;
+mod step_index;
 mod time;
 pub mod vocab;
 
 pub use agentrun::*;
 pub use approval::*;
+pub use step_index::StepIndex;
 pub use time::Time;
 pub use vocab::*;
 

@@ -64,7 +64,7 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
     tokio::select! {
         outcome = &mut in_flight => outcome,
         _ = tokio::time::sleep(Duration::from_millis(200)) => {
-            fault::check(FaultPoint::DuringTool, Some(call.step));
+            fault::check(FaultPoint::DuringTool, Some(call.step.get()));
             in_flight.await
         }
     }
@@ -111,7 +111,7 @@ pub async fn call_hook(
 pub async fn call_model(
     ctx: &Context,
     state: &RunState,
-    step: i64,
+    step: crate::api::StepIndex,
     request: &serde_json::Value,
     max_output_tokens: Option<i64>,
 ) -> ModelOutcome {
@@ -153,7 +153,7 @@ pub async fn call_model(
     let answered = tokio::select! {
         answered = &mut in_flight => answered,
         _ = tokio::time::sleep(Duration::from_millis(200)) => {
-            fault::check(FaultPoint::DuringModel, Some(step));
+            fault::check(FaultPoint::DuringModel, Some(step.get()));
             in_flight.await
         }
     };

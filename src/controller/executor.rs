@@ -259,7 +259,7 @@ impl Driver<'_> {
                 let tool = call.tool.name.clone();
                 let started = std::time::Instant::now();
                 let outcome = call_tool(ctx, state, call)
-                    .instrument(tracing::info_span!("tool", step, tool = %tool))
+                    .instrument(tracing::info_span!("tool", step = step.get(), tool = %tool))
                     .await;
                 ctx.metrics.tool_call(
                     &tool,
@@ -268,7 +268,7 @@ impl Driver<'_> {
                 );
                 if lease.is_lost() {
                     tracing::warn!(
-                        step,
+                        step = step.get(),
                         "the lease was lost during the tool call; its outcome is not recorded"
                     );
                 }
@@ -290,7 +290,7 @@ impl Driver<'_> {
                 ..
             }) => {
                 let outcome = call_model(ctx, state, step, &request, max_output_tokens)
-                    .instrument(tracing::info_span!("model", step, attempt))
+                    .instrument(tracing::info_span!("model", step = step.get(), attempt))
                     .await;
                 Input::ModelAnswered {
                     step,

@@ -108,7 +108,7 @@ fn fake_step(
                 write: Some(next),
                 bookkeeping: Vec::new(),
                 next: Next::Call(ExternalCall::Tool(ToolCall {
-                    step: 0,
+                    step: crate::api::StepIndex(0),
                     attempt: 1,
                     tool,
                     args: json!({"n": 1}),

@@ -42,7 +42,7 @@ pub fn step_of(transition: &Transition, stored: &serde_json::Value) -> Option<i6
     };
     if let Next::Call(call) = &transition.next {
         if let Some(step) = call.step() {
-            return Some(step);
+            return Some(step.get());
         }
     }
     transition
@@ -166,7 +166,7 @@ mod tests {
         assert_eq!(step_of(&write, &stored), Some(4));
         let agent = Transition {
             next: Next::Call(crate::engine::ExternalCall::Agent {
-                step: 7,
+                step: crate::api::StepIndex(7),
                 request: json!({}),
             }),
             ..Transition::stop()

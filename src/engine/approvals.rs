@@ -23,8 +23,8 @@ use super::record::{observation, to_value, Txn};
 use super::ApprovalWrite;
 use crate::api::{
     Approval, ApprovalDecision, ApprovalPhase, ApprovalRequest, ApprovalSpec, ApprovalStatus,
-    EventType, ObservationKind, RunPhase, RunRef, StepApproval, StepStatus, TerminalReason,
-    ToolRef, Verdict,
+    EventType, ObservationKind, RunPhase, RunRef, StepApproval, StepIndex, StepStatus,
+    TerminalReason, ToolRef, Verdict,
 };
 
 /// Who asked for an approval (recorded in `approval.requested` as `origin`).
@@ -58,7 +58,7 @@ pub(crate) struct Requirement {
 }
 
 /// `<run>-<step>-<n>`, n counting from 1 per step.
-pub fn approval_name(run: &str, step: i64, n: usize) -> String {
+pub fn approval_name(run: &str, step: StepIndex, n: usize) -> String {
     format!("{run}-{step}-{n}")
 }
 
@@ -100,7 +100,7 @@ fn request_for(
             name: run.name.clone(),
             uid: run.uid.clone(),
         },
-        step: index as i64,
+        step: StepIndex::at(index),
         tool: tool_ref(spec_tool),
         args: args.clone(),
     };
@@ -164,7 +164,7 @@ pub(crate) fn pause(
     let run = txn.run;
     let now = txn.now();
     let n = txn.status.steps[index].approvals.len() + 1;
-    let name = approval_name(&run.name, index as i64, n);
+    let name = approval_name(&run.name, StepIndex::at(index), n);
     let expires_at = run
         .spec
         .limits
@@ -173,7 +173,7 @@ pub(crate) fn pause(
     let spec = ApprovalSpec {
         run_name: run.name.clone(),
         run_uid: run.uid.clone(),
-        step_index: index as i64,
+        step_index: StepIndex::at(index),
         kind: requirement.kind.clone(),
         request,
         capability: requirement.capability.clone(),
@@ -196,7 +196,7 @@ pub(crate) fn pause(
     });
     txn.event(
         EventType::ApprovalRequested,
-        Some(index as i64),
+        Some(StepIndex::at(index)),
         json!({
             "approval": name,
             "kind": requirement.kind,
@@ -617,7 +617,11 @@ fn rehome(txn: &mut Txn, index: usize, latest: &StepApproval, why: &str) {
     {
         entry.name = fresh.clone();
     }
-    txn.event(EventType::ApprovalRequested, Some(index as i64), data);
+    txn.event(
+        EventType::ApprovalRequested,
+        Some(StepIndex::at(index)),
+        data,
+    );
     let mut renamed = latest.clone();
     renamed.name = fresh;
     if let Err(detail) = recreate(txn, index, &renamed) {
@@ -687,7 +691,7 @@ fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), St
     let spec = ApprovalSpec {
         run_name: run.name.clone(),
         run_uid: run.uid.clone(),
-        step_index: index as i64,
+        step_index: StepIndex::at(index),
         kind: requirement.kind,
         request,
         capability: requirement.capability,
@@ -730,7 +734,7 @@ pub(crate) fn record_decision(
     }
     txn.event(
         EventType::ApprovalDecided,
-        Some(index as i64),
+        Some(StepIndex::at(index)),
         json!({
             "approval": latest.name,
             "verdict": decision.verdict,

@@ -20,7 +20,8 @@ use super::record::{observation, Txn};
 use super::validate::check_storable;
 use super::{ExternalCall, ToolCall};
 use crate::api::{
-    EventType, ObservationKind, PolicyDecisionKind, PolicyRecord, StepStatus, TerminalReason,
+    EventType, ObservationKind, PolicyDecisionKind, PolicyRecord, StepIndex, StepStatus,
+    TerminalReason,
 };
 
 /// The approval a re-evaluation is for.
@@ -66,7 +67,7 @@ pub(crate) fn evaluate(
         "reason": record.reason,
     });
     txn.step_mut(index).policy = Some(record);
-    txn.event(EventType::StepPolicy, Some(index as i64), data);
+    txn.event(EventType::StepPolicy, Some(StepIndex::at(index)), data);
     match decision.decision {
         PolicyDecisionKind::Allow => start_tool(txn, index, tool, args, grant),
         PolicyDecisionKind::Deny => {
@@ -98,7 +99,7 @@ pub(crate) fn evaluate(
             step.finished_at = Some(now);
             txn.event(
                 EventType::StepFailed,
-                Some(index as i64),
+                Some(StepIndex::at(index)),
                 json!({"reason": TerminalReason::PolicyAbort}),
             );
             txn.end_run(TerminalReason::PolicyAbort, detail, None);
@@ -192,7 +193,7 @@ pub(crate) fn start_tool(
         }
         data["approval"] = json!(grant.name);
     }
-    txn.event(EventType::StepToolStarted, Some(index as i64), data);
+    txn.event(EventType::StepToolStarted, Some(StepIndex::at(index)), data);
     if let Some(grant) = grant {
         let mut status = grant.status;
         status.phase = crate::api::ApprovalPhase::Executed;
@@ -200,7 +201,7 @@ pub(crate) fn start_tool(
         super::approvals::write_status(txn, &grant.name, status);
     }
     txn.call(ExternalCall::Tool(ToolCall {
-        step: index as i64,
+        step: StepIndex::at(index),
         attempt,
         tool: spec_tool,
         args,

@@ -20,8 +20,8 @@ use super::takeover;
 use super::validate::{check_storable, ToolSchema};
 use super::{approvals, EngineError, ExternalCall};
 use crate::api::{
-    DeciderFailure, DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepStatus,
-    TerminalReason,
+    DeciderFailure, DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepIndex,
+    StepStatus, TerminalReason,
 };
 
 /// Whether a transition goes on deciding or has reached its external action (or its end).
@@ -73,7 +73,7 @@ pub(crate) fn start_step(txn: &mut Txn) -> Flow {
     }
     let index = txn.status.steps.len();
     txn.status.steps.push(Step {
-        index: index as i64,
+        index: StepIndex::at(index),
         status: StepStatus::Deciding,
         decision: None,
         policy: None,
@@ -83,7 +83,11 @@ pub(crate) fn start_step(txn: &mut Txn) -> Flow {
         started_at: Some(txn.now()),
         finished_at: None,
     });
-    txn.event(EventType::StepStarted, Some(index as i64), Value::Null);
+    txn.event(
+        EventType::StepStarted,
+        Some(StepIndex::at(index)),
+        Value::Null,
+    );
     decide(txn)
 }
 
@@ -113,7 +117,7 @@ fn decide(txn: &mut Txn) -> Flow {
     if agent.webhook.is_some() {
         let request = agent_request(txn, index);
         txn.call(ExternalCall::Agent {
-            step: index as i64,
+            step: StepIndex::at(index),
             request,
         });
         return Flow::Halt;
@@ -126,11 +130,11 @@ fn decide(txn: &mut Txn) -> Flow {
 /// [`super::Input::AgentAnswered`]: the decision of a `deciding` step, or the agent's error.
 pub(crate) fn agent_answered(
     txn: &mut Txn,
-    step: i64,
+    step: StepIndex,
     decision: Result<Value, String>,
 ) -> Result<(), EngineError> {
-    let index = usize::try_from(step)
-        .ok()
+    let index = step
+        .position()
         .filter(|i| *i < txn.status.steps.len())
         .ok_or_else(|| unexpected(txn, format!("no step {step} to decide")))?;
     let current =
@@ -196,7 +200,7 @@ pub(crate) fn apply_decision(txn: &mut Txn, index: usize, raw: Value) -> Flow {
     let record = decision_record(&raw);
     let data = json!({"kind": record.kind, "tool": record.tool});
     txn.step_mut(index).decision = Some(record.clone());
-    txn.event(EventType::StepDecided, Some(index as i64), data);
+    txn.event(EventType::StepDecided, Some(StepIndex::at(index)), data);
     match validate(txn, &raw, &record) {
         Ok(Valid::Complete(result)) => {
             let now = txn.now();

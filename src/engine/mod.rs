@@ -77,7 +77,7 @@ mod tests;
 
 use serde_json::Value;
 
-use crate::api::{AgentRunSpec, RunPhase, Time, ToolFailure, ToolSpec};
+use crate::api::{AgentRunSpec, RunPhase, StepIndex, Time, ToolFailure, ToolSpec};
 
 pub use approvals::{approval_name, recorded_approvals, short_hash, status_write_version};
 pub use lease::{lease_liveness, LeaseLiveness};
@@ -286,14 +286,14 @@ pub enum Input {
     /// The agent answered (webhook/openai): the raw decision JSON, or why there is none.
     AgentAnswered {
         /// The step the decision is for.
-        step: i64,
+        step: StepIndex,
         /// The decision as received, or the agent's error (`agent_error`).
         decision: Result<Value, String>,
     },
     /// A tool call of `step` ended.
     ToolFinished {
         /// The step.
-        step: i64,
+        step: StepIndex,
         /// The attempt (`Agentrt-Attempt`) that ended.
         attempt: i64,
         /// How it ended.
@@ -302,7 +302,7 @@ pub enum Input {
     /// A model attempt ([`ExternalCall::Model`]) ended.
     ModelAnswered {
         /// The step being decided.
-        step: i64,
+        step: StepIndex,
         /// The attempt that ended.
         attempt: i64,
         /// How it ended.
@@ -323,7 +323,7 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
     /// The step.
-    pub step: i64,
+    pub step: StepIndex,
     /// 1 for the first start of this step, 2 after a granted re-run, ...
     pub attempt: i64,
     /// The tool as specified.
@@ -375,7 +375,7 @@ pub enum Bookkeeping {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelCall {
     /// The step.
-    pub step: i64,
+    pub step: StepIndex,
     /// 1, 2, ... per step; each retry is a new attempt.
     pub attempt: i64,
     /// The JSON body (goal, tool specs, steps), as for [`ExternalCall::Agent`].
@@ -397,7 +397,7 @@ pub enum ExternalCall {
     /// comes back as [`Input::AgentAnswered`].
     Agent {
         /// The step.
-        step: i64,
+        step: StepIndex,
         /// The JSON body (goal, tool specs, steps, approvals).
         request: Value,
     },
@@ -416,7 +416,7 @@ pub enum ExternalCall {
 
 impl ExternalCall {
     /// The step the call works on (`None` for the reconcile hook, which looks at the run).
-    pub fn step(&self) -> Option<i64> {
+    pub fn step(&self) -> Option<StepIndex> {
         match self {
             ExternalCall::Tool(call) => Some(call.step),
             ExternalCall::Agent { step, .. } => Some(*step),

@@ -22,7 +22,7 @@ use super::model::{self, AttemptOutcome, Projection, RetryDecision, RunClock};
 use super::record::Txn;
 use super::{EngineError, ExternalCall, ModelCall, ModelOutcome};
 use crate::agents::openai::{encode, render_request};
-use crate::api::{EventType, ModelPrices, StepStatus, TerminalReason};
+use crate::api::{EventType, ModelPrices, StepIndex, StepStatus, TerminalReason};
 
 fn prices<'a>(txn: &Txn<'a>) -> Option<&'a ModelPrices> {
     txn.run
@@ -64,7 +64,7 @@ pub(crate) fn dispatch(txn: &mut Txn, index: usize, delay_millis: u64) -> Flow {
     });
     txn.event(
         EventType::ModelDispatched,
-        Some(index as i64),
+        Some(StepIndex::at(index)),
         json!({
             "attempt": attempt,
             "model": agent.model,
@@ -78,7 +78,7 @@ pub(crate) fn dispatch(txn: &mut Txn, index: usize, delay_millis: u64) -> Flow {
         }),
     );
     txn.call(ExternalCall::Model(ModelCall {
-        step: index as i64,
+        step: StepIndex::at(index),
         attempt,
         request,
         max_output_tokens: cap,
@@ -92,7 +92,7 @@ fn dispatched(txn: &Txn, index: usize) -> i64 {
     txn.status
         .events
         .iter()
-        .filter(|e| e.type_ == EventType::ModelDispatched && e.step == Some(index as i64))
+        .filter(|e| e.type_ == EventType::ModelDispatched && e.step == Some(StepIndex::at(index)))
         .count() as i64
 }
 
@@ -108,7 +108,7 @@ fn open_attempt(txn: &Txn, index: usize, attempt: i64) -> Option<Open> {
         let Some(data) = event
             .data
             .as_ref()
-            .filter(|_| event.step == Some(index as i64))
+            .filter(|_| event.step == Some(StepIndex::at(index)))
         else {
             continue;
         };
@@ -158,18 +158,18 @@ pub(crate) fn close_open_attempt(txn: &mut Txn, index: usize, why: &str) {
     data["attempt"] = json!(attempt);
     data["outcome"] = json!("unknown");
     data["detail"] = json!(why);
-    txn.event(EventType::ModelFailed, Some(index as i64), data);
+    txn.event(EventType::ModelFailed, Some(StepIndex::at(index)), data);
 }
 
 /// [`super::Input::ModelAnswered`].
 pub(crate) fn answered(
     txn: &mut Txn,
-    step: i64,
+    step: StepIndex,
     attempt: i64,
     outcome: ModelOutcome,
 ) -> Result<(), EngineError> {
-    let index = usize::try_from(step)
-        .ok()
+    let index = step
+        .position()
         .filter(|i| *i < txn.status.steps.len())
         .ok_or_else(|| {
             unexpected(
@@ -191,7 +191,7 @@ pub(crate) fn answered(
 }
 
 fn settle(txn: &mut Txn, index: usize, attempt: i64, open: &Open, outcome: ModelOutcome) -> Flow {
-    let step = Some(index as i64);
+    let step = Some(StepIndex::at(index));
     match outcome {
         ModelOutcome::Answered {
             decision,

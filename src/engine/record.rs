@@ -14,7 +14,7 @@ use super::{
 };
 use crate::api::{
     AgentRunStatus, Condition, EventType, LeaseRecord, Observation, ObservationKind, RunEvent,
-    RunPhase, Step, StepStatus, TerminalReason, Time,
+    RunPhase, Step, StepIndex, StepStatus, TerminalReason, Time,
 };
 
 /// Room left for the object's metadata and spec framing when the status is measured against
@@ -128,7 +128,7 @@ impl<'a> Txn<'a> {
 
     /// Appends an event with the next `seq`.
     /// Absent fields of `data` (JSON `null` at its top level) are left out.
-    pub fn event(&mut self, type_: EventType, step: Option<i64>, mut data: Value) {
+    pub fn event(&mut self, type_: EventType, step: Option<StepIndex>, mut data: Value) {
         if let Value::Object(map) = &mut data {
             map.retain(|_, v| !v.is_null());
         }
@@ -191,7 +191,7 @@ impl<'a> Txn<'a> {
         step.status = StepStatus::Failed;
         step.finished_at = Some(now);
         step.observation = Some(observation);
-        self.event(EventType::StepFailed, Some(index as i64), data);
+        self.event(EventType::StepFailed, Some(StepIndex::at(index)), data);
     }
 
     /// Ends the run with `reason`: a step still deciding or executing fails (an executing one
@@ -212,7 +212,7 @@ impl<'a> Txn<'a> {
                     step.status = StepStatus::Failed;
                     step.finished_at = Some(now);
                     let data = json!({"reason": reason});
-                    self.event(EventType::StepFailed, Some(index as i64), data);
+                    self.event(EventType::StepFailed, Some(StepIndex::at(index)), data);
                 }
                 StepStatus::Executing => {
                     self.fail_step(index, interrupted_observation(previous, None));

@@ -21,7 +21,9 @@ use super::loop_::{check_call, drive, start_step, CallProblem, Flow};
 use super::record::{interrupted_observation, previous_status, to_value, Txn};
 use super::validate::{check_storable, json_kind};
 use super::{ExternalCall, PreviousHolder};
-use crate::api::{EventType, SideEffect, StepStatus, TerminalReason, INTERRUPTED_SIDE_EFFECT};
+use crate::api::{
+    EventType, SideEffect, StepIndex, StepStatus, TerminalReason, INTERRUPTED_SIDE_EFFECT,
+};
 
 /// The notice an `interrupted_side_effect` Approval shows (DESIGN.md section 5).
 pub const INTERRUPTED_NOTICE: &str = "The tool call started, but the process running it stopped \
@@ -119,7 +121,7 @@ pub(crate) fn interrupt(txn: &mut Txn, index: usize, detail: Option<&str>) {
     }
     txn.step_mut(index).status = StepStatus::Interrupted;
     txn.step_mut(index).observation = Some(interrupted_observation(previous, detail));
-    txn.event(EventType::StepInterrupted, Some(index as i64), data);
+    txn.event(EventType::StepInterrupted, Some(StepIndex::at(index)), data);
 }
 
 /// Resolves the last step, which is `interrupted` (see the module doc).

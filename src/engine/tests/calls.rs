@@ -173,7 +173,7 @@ fn allow_writes_executing_step_policy_and_tool_started_together_before_the_call(
         h.last_event("step.tool_started"),
         json!({"tool": "write_local", "args": {"n": 3}, "attempt": 1})
     );
-    assert_eq!(call.step, 0);
+    assert_eq!(call.step, StepIndex(0));
     assert_eq!(call.attempt, 1);
     assert_eq!(call.idempotency_key, "uid-1/0");
     assert_eq!(call.args, json!({"n": 3}));
@@ -187,7 +187,7 @@ fn a_replica_that_is_not_the_recorded_holder_writes_nothing_and_stops() {
     let effects = h.step(
         "z",
         Input::ToolFinished {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: ToolOutcome::Result {
                 status: 200,

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+pub use crate::api::StepIndex;
 use crate::api::{AgentRun, AgentRunSpec, AgentRunStatus, RunEvent, Step, Time};
 use crate::engine::{
     observe, step, ApprovalSnapshot, ApprovalWrite, Bookkeeping, Budgets, Caller, ExternalCall,
@@ -62,11 +63,11 @@ pub enum Effect {
     },
     CallTool(ToolCall),
     CallAgent {
-        step: i64,
+        step: StepIndex,
         request: Value,
     },
     CallModel {
-        step: i64,
+        step: StepIndex,
         attempt: i64,
         request: Value,
         max_output_tokens: Option<i64>,
@@ -182,11 +183,11 @@ pub struct Harness {
     /// The tool call whose outcome is awaited.
     pub pending_tool: Option<ToolCall>,
     /// The agent request awaited (step, body).
-    pub pending_agent: Option<(i64, Value)>,
+    pub pending_agent: Option<(StepIndex, Value)>,
     /// The reconcile hook view awaited.
     pub pending_hook: Option<Value>,
     /// The model attempt awaited (step, attempt).
-    pub pending_model: Option<(i64, i64)>,
+    pub pending_model: Option<(StepIndex, i64)>,
     /// Stop after performing this many more effects (a crash point); `None` performs all.
     pub crash_after: Option<usize>,
 }

@@ -420,7 +420,8 @@ fn an_attempt_a_takeover_finds_open_is_charged_its_projection() {
         .events()
         .into_iter()
         .find(|e| {
-            e.step == Some(0) && serde_json::to_value(e.type_).unwrap() == json!("model.failed")
+            e.step == Some(StepIndex(0))
+                && serde_json::to_value(e.type_).unwrap() == json!("model.failed")
         })
         .and_then(|e| e.data)
         .unwrap();
@@ -434,7 +435,7 @@ fn an_attempt_a_takeover_finds_open_is_charged_its_projection() {
     h.step(
         "a",
         Input::ModelAnswered {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: reply(complete(json!(1)), usage(1, 1, 0)),
         },
@@ -451,7 +452,7 @@ fn a_model_answer_applied_again_changes_nothing() {
     let effects = h.step(
         "a",
         Input::ModelAnswered {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: reply(call("read", json!({})), usage(10, 10, 0)),
         },

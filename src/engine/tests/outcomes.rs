@@ -233,7 +233,7 @@ fn a_tool_outcome_applied_again_changes_nothing() {
     let effects = h.step(
         "a",
         Input::ToolFinished {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: ToolOutcome::Result {
                 status: 200,
@@ -261,7 +261,7 @@ fn a_tool_outcome_for_a_step_that_does_not_exist_is_refused() {
         },
         &h.budgets,
         Input::ToolFinished {
-            step: 7,
+            step: StepIndex(7),
             attempt: 1,
             outcome: ToolOutcome::Unknown {
                 detail: String::new(),

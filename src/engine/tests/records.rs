@@ -15,7 +15,7 @@ fn executing(tool: &str) -> Harness {
 
 fn result_input(content: Value) -> Input {
     Input::ToolFinished {
-        step: 0,
+        step: StepIndex(0),
         attempt: 1,
         outcome: ToolOutcome::Result {
             status: 200,

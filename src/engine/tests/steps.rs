@@ -259,7 +259,7 @@ fn args_that_are_not_usable_json_are_kept_in_invalid_args() {
     h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(answer),
         },
     );
@@ -394,7 +394,7 @@ fn an_agent_error_ends_the_run_agent_error() {
     let effects = h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Err("HTTP 503 after 3 attempts".into()),
         },
     );
@@ -433,7 +433,7 @@ fn a_webhook_agent_is_asked_after_the_step_starts_and_its_answer_runs_the_loop()
     let effects = h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(call("send", json!({"n": 1}))),
         },
     );
@@ -443,7 +443,7 @@ fn a_webhook_agent_is_asked_after_the_step_starts_and_its_answer_runs_the_loop()
     let effects = h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(call("send", json!({"n": 1}))),
         },
     );

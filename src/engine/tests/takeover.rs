@@ -175,7 +175,7 @@ fn of_two_replicas_taking_over_one_wins_and_the_other_changes_nothing() {
     let effects = h.step(
         "a",
         Input::ToolFinished {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: crate::engine::ToolOutcome::Result {
                 status: 200,
@@ -416,7 +416,7 @@ fn a_takeover_with_nothing_in_flight_resumes_the_loop() {
     h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(call("send", json!({"n": "bad"}))),
         },
     );
@@ -435,7 +435,7 @@ fn hooked_executing() -> Harness {
     h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(call("send", json!({"n": 1}))),
         },
     );
