@@ -39,15 +39,15 @@ fn require_approval_pauses_on_a_pending_approval_and_releases_the_lease() {
     h.spec_mut().limits.approval_ttl_seconds = Some(60);
     h.reconcile("a");
     let effects = h.result("a", json!({"order": 1042, "damaged": true}));
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "CreateApproval(refund-1042-1-1)",
             "WriteApprovalStatus(refund-1042-1-1:Pending)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert!(h.lease.is_none(), "the lease was released");
     let status = h.status();
@@ -61,15 +61,15 @@ fn require_approval_pauses_on_a_pending_approval_and_releases_the_lease() {
     assert_eq!(recorded.requested_at, h.now);
     assert_eq!(recorded.expires_at, Some(h.now.plus_seconds(60)));
     assert!(!recorded.executed);
-    assert_eq!(
+    assert_words!(
         h.journal_tail(5),
-        words(&[
+        [
             "step.tool_finished@0",
             "step.started@1",
             "step.decided@1",
             "step.policy@1",
             "approval.requested@1"
-        ])
+        ]
     );
     let object = h.approval(NAME).clone();
     let presentation = json!({
@@ -166,31 +166,31 @@ fn executing_a_grant_writes_resumed_policy_and_tool_started_together() {
             lease: h.lease_view(),
         },
     );
-    assert_eq!(
-        kinds(&observed),
-        words(&[
+    assert_effects!(
+        observed,
+        [
             "WriteApprovalStatus(refund-1042-1-1:Approved)",
             "AcquireLease"
-        ])
+        ]
     );
     let before = h.events().len();
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Executed)",
             "CallTool(issue_refund#1)"
-        ])
+        ]
     );
-    assert_eq!(
+    assert_words!(
         h.journal_from(before),
-        words(&[
+        [
             "approval.decided@1",
             "run.resumed@1",
             "step.policy@1",
             "step.tool_started@1"
-        ])
+        ]
     );
     assert_eq!(
         h.last_event("approval.decided"),
@@ -245,20 +245,20 @@ fn a_grant_executes_at_most_once_whatever_crashes() {
     assert_eq!(h.approval(NAME)["status"]["phase"], json!("Approved"));
     // The same input applied again on the record that contains it starts nothing.
     let effects = h.step("b", Input::LeaseAcquired { takeover: None });
-    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    assert_effects!(effects, ["ReleaseLease", "Stop"]);
     // A takeover finds the step executing with an unknown outcome: a new approval, never the
     // spent grant.
     h.expire_lease();
     let effects = h.reconcile("c");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "CreateApproval(refund-1042-1-2)",
             "WriteApprovalStatus(refund-1042-1-2:Pending)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert_eq!(h.tool_calls.len(), 1);
     for _ in 0..3 {
@@ -275,14 +275,14 @@ fn a_grant_whose_args_no_longer_pass_the_schema_fails_the_step_invalid_decision_
     h.spec_mut().tools[1].input_schema =
         json!({"type": "object", "properties": {"amount": {"type": "number", "maximum": 100}}});
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     // An approved Approval that can no longer execute never stays Approved (issue 16).
     assert_eq!(h.approval(NAME)["status"]["reason"], "invalid_decision");
@@ -334,13 +334,13 @@ fn a_grant_under_a_policy_that_now_allows_executes() {
     h.approve(NAME);
     h.spec_mut().policy.rules = vec![rule("fine", PolicyOutcome::Allow, None)];
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Executed)",
             "CallTool(issue_refund#1)"
-        ])
+        ]
     );
 }
 
@@ -355,26 +355,26 @@ fn a_different_requirement_pauses_again_on_a_new_approval() {
     )];
     let before = h.events().len();
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "CreateApproval(refund-1042-1-2)",
             "WriteApprovalStatus(refund-1042-1-2:Pending)",
             "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert_eq!(h.approval(NAME)["status"]["reason"], "superseded");
-    assert_eq!(
+    assert_words!(
         h.journal_from(before),
-        words(&[
+        [
             "approval.decided@1",
             "run.resumed@1",
             "step.policy@1",
             "approval.requested@1"
-        ])
+        ]
     );
     let status = h.status();
     assert_eq!(status.phase, RunPhase::WaitingForApproval);
@@ -409,13 +409,13 @@ fn only_the_latest_approval_can_grant_and_a_pending_one_changes_nothing() {
     assert_eq!(h.tool_calls.len(), 1);
     h.approve("refund-1042-1-2");
     let effects = h.reconcile("c");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-2:Executed)",
             "CallTool(issue_refund#1)"
-        ])
+        ]
     );
 }
 
@@ -424,12 +424,12 @@ fn a_rejection_cancels_the_run_approval_rejected_with_the_note() {
     let mut h = paused();
     h.reject(NAME, "refund is too large");
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Rejected)"
-        ])
+        ]
     );
     assert!(h.lease.is_none(), "no lease was needed");
     let status = h.status();
@@ -445,9 +445,9 @@ fn a_rejection_cancels_the_run_approval_rejected_with_the_note() {
         Some(json!({"approval": NAME, "verdict": "Rejected", "note": "refund is too large"}))
     );
     assert_eq!(step.approvals[0].verdict, Some(Verdict::Rejected));
-    assert_eq!(
+    assert_words!(
         h.journal_tail(3),
-        words(&["approval.decided@1", "step.failed@1", "run.finished"])
+        ["approval.decided@1", "step.failed@1", "run.finished"]
     );
     assert_eq!(
         h.last_event("approval.decided"),
@@ -466,15 +466,15 @@ fn a_pending_approval_past_expires_at_expires_the_run() {
     h.result("a", json!({}));
     h.advance(20);
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["RequeueAfter(40000)"]));
+    assert_effects!(effects, ["RequeueAfter(40000)"]);
     h.advance(40);
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Expired)"
-        ])
+        ]
     );
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Cancelled);
@@ -499,28 +499,28 @@ fn a_grant_older_than_grant_ttl_expires_and_nothing_executes() {
         duration_seconds: 3600,
     });
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteApprovalStatus(refund-1042-1-1:Approved)",
             "AcquireLease"
-        ])
+        ]
     );
     assert_eq!(h.approval(NAME)["status"]["decidedAt"], json!(h.now));
     h.advance(31);
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Expired)"
-        ])
+        ]
     );
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::ApprovalExpired));
-    assert_eq!(
+    assert_words!(
         h.journal_tail(3),
-        words(&["approval.decided@1", "step.failed@1", "run.finished"])
+        ["approval.decided@1", "step.failed@1", "run.finished"]
     );
     assert_eq!(h.tool_calls.len(), 1);
 }
@@ -544,13 +544,13 @@ fn approval_ttl_alone_never_expires_a_grant() {
     // ...so the grant outlives the approval's TTL.
     h.advance(1000);
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Executed)",
             "CallTool(issue_refund#1)"
-        ])
+        ]
     );
 }
 
@@ -565,12 +565,12 @@ fn a_decision_first_seen_after_the_expiry_fails_closed_and_expires() {
     h.advance(61);
     h.approve(NAME);
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Expired)"
-        ])
+        ]
     );
     assert_eq!(h.status().reason, Some(TerminalReason::ApprovalExpired));
     assert_eq!(h.tool_calls.len(), 1, "the refund never ran");
@@ -604,14 +604,14 @@ fn an_approval_whose_stored_fields_do_not_hash_to_its_hash_is_never_executed() {
     object["spec"]["request"]["args"]["amount"] = json!(25_000);
     h.approve(NAME);
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert_eq!(h.approval(NAME)["status"]["reason"], "internal_error");
     let status = h.status();
@@ -630,12 +630,12 @@ fn a_recorded_approval_that_is_missing_is_created_again_from_the_record() {
     let mut h = paused();
     let original = h.approvals.remove(NAME).unwrap();
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "CreateApproval(refund-1042-1-1)",
             "WriteApprovalStatus(refund-1042-1-1:Pending)"
-        ])
+        ]
     );
     assert_eq!(h.approval(NAME), &original);
 }
@@ -745,13 +745,13 @@ fn an_approval_left_by_another_run_is_never_adopted_and_the_run_pauses_on_a_fres
     let before = h.run.status.clone();
     let effects = h.reconcile("b");
     let fresh = format!("{NAME}-uid-1");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             &format!("CreateApproval({fresh})"),
-            &format!("WriteApprovalStatus({fresh}:Pending)"),
-        ])
+            &format!("WriteApprovalStatus({fresh}:Pending)")
+        ]
     );
     assert_eq!(h.approval(NAME), &left, "the leftover is never written to");
     let status = h.status();
