@@ -18,7 +18,7 @@ use super::limits;
 use super::record::{observation, to_value, Txn};
 use super::takeover;
 use super::validate::{check_storable, ToolSchema};
-use super::{approvals, EngineError, ExternalCall};
+use super::{EngineError, ExternalCall};
 use crate::api::{
     DeciderFailure, DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepIndex,
     StepStatus, TerminalReason,
@@ -55,7 +55,7 @@ pub(crate) fn drive(txn: &mut Txn) {
             }
             Some(StepStatus::Interrupted) => takeover::resume_interrupted(txn),
             Some(StepStatus::AwaitingApproval) => {
-                approvals::waiting(txn);
+                super::waiting::waiting(txn);
                 Flow::Halt
             }
         };

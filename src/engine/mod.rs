@@ -42,7 +42,10 @@
 //! - `model_calls`: model attempts, accounted by the `model` rules (BEHAVIOURS.md 45-48);
 //! - `calls`: the policy and starting a tool (BEHAVIOURS.md 11-14);
 //! - `outcome`: tool outcomes and late outcomes (BEHAVIOURS.md 15-18, 44);
-//! - `approvals`: pauses and decided approvals (BEHAVIOURS.md 19, 23-25);
+//! - `approvals`: pauses and the Approval objects as the record's projection (BEHAVIOURS.md
+//!   19, 26);
+//! - `waiting`: a waiting run's latest Approval: missing, foreign, pending, rejected, expired
+//!   or granted (BEHAVIOURS.md 23-25, 34-35);
 //! - `grants`: executing a grant (BEHAVIOURS.md 21-22, 26);
 //! - `takeover`: takeovers, interrupted steps, the reconcile hook (BEHAVIOURS.md 31-40);
 //! - `projection`: Kubernetes Events derived from the journal.
@@ -71,6 +74,7 @@ mod record;
 mod start;
 mod takeover;
 pub mod validate;
+mod waiting;
 
 #[cfg(test)]
 mod tests;
@@ -648,7 +652,7 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
     match input {
         Input::LeaseAcquired { takeover } => match phase {
             RunPhase::Pending => start::begin(txn),
-            RunPhase::WaitingForApproval => approvals::waiting(txn),
+            RunPhase::WaitingForApproval => waiting::waiting(txn),
             _ => takeover::take_over(txn, takeover),
         },
         _ if phase != RunPhase::Running => txn.release_and_stop(),

@@ -6,7 +6,6 @@
 //! ([`super::ObserveNext::AcquireLease`]) when the run needs a holder, or requeue for an expiry. Terminal
 //! runs are left alone.
 
-use super::approvals;
 use super::lease::{lease_liveness, LeaseLiveness};
 use super::record::{interrupted_observation, Txn};
 use super::{LeaseView, PreviousHolder};
@@ -27,7 +26,7 @@ pub(crate) fn millis_until(now: Time, then: Time) -> u64 {
 }
 
 /// Whether observing a run whose phase a watch last saw as `phase` can do anything: not when
-/// it is terminal, as a terminal phase never changes again and [`observe`] leaves such a run
+/// it is terminal, as a terminal phase never changes again and [`super::observe`] leaves such a run
 /// alone. A replica can then skip reading it. Any other phase, or none, may need work.
 pub fn observe_needed(phase: Option<&str>) -> bool {
     let Some(phase) = phase else {
@@ -51,7 +50,7 @@ pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
     }
     match phase {
         RunPhase::Pending => txn.acquire_lease(None),
-        RunPhase::WaitingForApproval => approvals::waiting(txn),
+        RunPhase::WaitingForApproval => super::waiting::waiting(txn),
         _ => match lease_liveness(lease, txn.run.spec.lease_duration_seconds) {
             // BEHAVIOURS.md 30: someone (this replica included) holds it and it has not been
             // seen unchanged for its duration and the margin: wait that out.
