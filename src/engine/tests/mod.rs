@@ -23,6 +23,7 @@ macro_rules! assert_words {
 
 mod approvals;
 mod calls;
+mod grants;
 mod harness;
 mod model;
 mod outcomes;
