@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use agentrt::engine::{step, Budgets, Caller, Effect, Input, RunSnapshot, ToolOutcome};
+use agentrt::engine::{step, Budgets, Caller, ExternalCall, Input, Next, RunSnapshot, ToolOutcome};
 
 fn main() {
     let steps: usize = std::env::var("AGENTRT_BENCH_STEPS")
@@ -51,24 +51,21 @@ fn main() {
             }
         };
         times.push(started.elapsed());
-        let mut next = None;
-        for effect in transition.effects {
-            match effect {
-                Effect::WriteStatus { status } => run.status = status,
-                Effect::CallTool(call) => {
-                    next = Some(Input::ToolFinished {
-                        step: call.step,
-                        attempt: call.attempt,
-                        outcome: ToolOutcome::Result {
-                            status: 200,
-                            content: serde_json::json!({"ok": true, "item": call.step}),
-                            duration_ms: 1,
-                        },
-                    });
-                }
-                _ => {}
-            }
+        if let Some(status) = transition.write {
+            run.status = status;
         }
+        let next = match transition.next {
+            Next::Call(ExternalCall::Tool(call)) => Some(Input::ToolFinished {
+                step: call.step,
+                attempt: call.attempt,
+                outcome: ToolOutcome::Result {
+                    status: 200,
+                    content: serde_json::json!({"ok": true, "item": call.step}),
+                    duration_ms: 1,
+                },
+            }),
+            _ => None,
+        };
         match next {
             Some(next) => input = next,
             None => break,

@@ -1,11 +1,12 @@
 //! Golden spellings of every closed set in `src/api/vocab.rs` (DESIGN.md sections 1-2): what a
 //! user writes in a spec and phases, conditions and verdicts are CamelCase; the record's step
-//! statuses, decision and observation kinds, policy decisions, terminal reasons and event types
-//! are the vocabulary's snake_case. Changing one of these is changing the contract.
+//! statuses, decision and observation kinds, policy decisions, terminal reasons, event types and
+//! tool and decider failures are the vocabulary's snake_case. Changing one of these is changing the contract.
 
 use agentrt::api::{
-    ApprovalPhase, DecisionKind, EventType, ObservationKind, PolicyDecisionKind, PolicyOutcome,
-    RunPhase, SideEffect, StepStatus, TerminalReason, Verdict, INTERRUPTED_SIDE_EFFECT,
+    ApprovalPhase, DeciderFailure, DecisionKind, EventType, ObservationKind, PolicyDecisionKind,
+    PolicyOutcome, RunPhase, SideEffect, StepStatus, TerminalReason, ToolFailure, Verdict,
+    INTERRUPTED_SIDE_EFFECT,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -192,8 +193,14 @@ fn terminal_reasons_are_snake_case_and_take_their_phase() {
     ];
     let spellings: Vec<(TerminalReason, &str)> = cases.iter().map(|(r, s, _)| (*r, *s)).collect();
     pin(&spellings);
-    for (reason, _, phase) in cases {
+    for (reason, spelling, phase) in cases {
         assert_eq!(reason.phase(), phase, "{reason:?}");
+        // The Ready condition's reason is the same word in CamelCase (API conventions).
+        let camel: String = spelling
+            .split('_')
+            .map(|word| word[..1].to_uppercase() + &word[1..])
+            .collect();
+        assert_eq!(reason.condition_reason(), camel, "{reason:?}");
         assert!(reason.phase().is_terminal());
     }
 }
@@ -246,4 +253,41 @@ fn misspellings_are_refused() {
     assert!(serde_json::from_str::<RunPhase>("\"running\"").is_err());
     assert!(serde_json::from_str::<TerminalReason>("\"GoalCompleted\"").is_err());
     assert!(serde_json::from_str::<SideEffect>("\"read_only\"").is_err());
+}
+
+#[test]
+fn tool_failures_in_the_record_are_snake_case() {
+    let cases = [
+        (ToolFailure::HttpStatus, "http_status"),
+        (ToolFailure::InvalidContent, "invalid_content"),
+        (ToolFailure::ConnectionRefused, "connection_refused"),
+        (ToolFailure::InvalidArgs, "invalid_args"),
+        (ToolFailure::InvalidRequest, "invalid_request"),
+        (ToolFailure::ResponseTooLarge, "response_too_large"),
+        (ToolFailure::ExecutorPanic, "executor_panic"),
+        (ToolFailure::NoExecutor, "no_executor"),
+        (ToolFailure::HeaderUnavailable, "header_unavailable"),
+    ];
+    pin(&cases);
+    assert_eq!(cases.len(), ToolFailure::ALL.len());
+    for (failure, spelling) in cases {
+        assert_eq!(failure.as_str(), spelling);
+        assert_eq!(ToolFailure::parse(spelling), Some(failure));
+    }
+}
+
+#[test]
+fn decider_failures_in_the_record_are_snake_case() {
+    let cases = [
+        (DeciderFailure::NoToolCall, "no_tool_call"),
+        (DeciderFailure::Truncated, "truncated"),
+        (DeciderFailure::Unparseable, "unparseable"),
+        (DeciderFailure::Unstorable, "unstorable"),
+    ];
+    pin(&cases);
+    assert_eq!(cases.len(), DeciderFailure::ALL.len());
+    for (failure, spelling) in cases {
+        assert_eq!(failure.as_str(), spelling);
+        assert_eq!(DeciderFailure::parse(spelling), Some(failure));
+    }
 }

@@ -154,7 +154,7 @@ fn event(status: &mut AgentRunStatus, type_: EventType, step: Option<i64>) {
         seq,
         time: Time::from_millis(1_767_225_600_000 + seq),
         type_,
-        step,
+        step: step.map(agentrt::api::StepIndex),
         data: Some(json!({"n": seq})),
     });
 }
@@ -175,7 +175,7 @@ fn history(name: &str, uid: &str, steps: i64) -> History {
     let mut seals: Vec<Seal> = Vec::new();
     for index in 0..steps {
         full.steps.push(Step {
-            index,
+            index: agentrt::api::StepIndex(index),
             status: StepStatus::Done,
             decision: Some(DecisionRecord {
                 kind: Some("tool_call".into()),

@@ -105,7 +105,7 @@ fn the_approval_hash_is_the_same_over_the_request_as_kubernetes_stores_it() {
             name: "refund-1042".into(),
             uid: "uid-1".into(),
         },
-        step: 1,
+        step: agentrt::api::StepIndex(1),
         tool: ToolRef {
             name: tool.name.clone(),
             description: tool.description.clone(),

@@ -31,7 +31,7 @@ use crate::engine::model::AttemptOutcome;
 
 pub use crate::engine::conversation::{COMPLETE_FUNCTION, DEFAULT_SYSTEM_PROMPT, FAIL_FUNCTION};
 pub use crate::engine::model::ReportedUsage;
-pub use reply::{failure, parse_reply, ParsedReply};
+pub use reply::{parse_reply, ParsedReply};
 pub use request::{encode, render, render_request, WIRE};
 
 /// The largest reply body read, in bytes; a larger one is treated as no answer.

@@ -12,15 +12,32 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::api::DeciderFailure;
+
 /// The wait before the reconcile hook's second attempt; it doubles up to
 /// [`HOOK_BACKOFF_CAP`].
 pub const HOOK_BACKOFF_START: Duration = Duration::from_millis(250);
 /// The longest wait between two attempts of the reconcile hook.
 pub const HOOK_BACKOFF_CAP: Duration = Duration::from_secs(5);
 
+/// What kind of failure a POST met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostFailureKind {
+    /// No answer: no connection, a timeout, or the answer was cut off.
+    NoAnswer,
+    /// A non-2xx status.
+    Status(u16),
+    /// The answer is not JSON.
+    NotJson,
+    /// The answer is JSON the Kubernetes API cannot store exactly (DESIGN.md section 6).
+    Unstorable,
+}
+
 /// Why a POST has no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostFailure {
+    /// What kind of failure it was.
+    pub kind: PostFailureKind,
     /// A sentence naming the URL.
     pub detail: String,
     /// Whether asking again may help: no connection, a timeout, a lost connection, 408, 425,
@@ -40,6 +57,7 @@ pub async fn post(
     body: &Value,
 ) -> Result<Value, PostFailure> {
     let transient = |detail: String| PostFailure {
+        kind: PostFailureKind::NoAnswer,
         detail,
         transient: true,
     };
@@ -61,20 +79,26 @@ pub async fn post(
         let head: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
         let code = status.as_u16();
         return Err(PostFailure {
+            kind: PostFailureKind::Status(code),
             detail: format!("POST {url}: HTTP {status}: {head}"),
             transient: matches!(code, 408 | 425 | 429) || status.is_server_error(),
         });
     }
-    super::exact_json::read_exact(&bytes).map_err(|err| PostFailure {
-        detail: match err {
-            super::exact_json::ExactJsonError::Unstorable(why) => {
-                format!("POST {url}: the answer is JSON the record cannot store exactly {UNSTORABLE_MARK}: {why}")
-            }
-            super::exact_json::ExactJsonError::NotJson(why) => {
-                format!("POST {url}: the answer is not JSON: {why}")
-            }
+    super::exact_json::read_exact(&bytes).map_err(|err| match err {
+        // The sentence keeps the words records already hold ("[unstorable]"); nothing matches
+        // on them, the kind says it.
+        super::exact_json::ExactJsonError::Unstorable(why) => PostFailure {
+            kind: PostFailureKind::Unstorable,
+            detail: format!(
+                "POST {url}: the answer is JSON the record cannot store exactly [unstorable]: {why}"
+            ),
+            transient: false,
         },
-        transient: false,
+        super::exact_json::ExactJsonError::NotJson(why) => PostFailure {
+            kind: PostFailureKind::NotJson,
+            detail: format!("POST {url}: the answer is not JSON: {why}"),
+            transient: false,
+        },
     })
 }
 
@@ -108,17 +132,14 @@ pub async fn call_agent(
         // JSON the Kubernetes API would not store exactly is the agent's invalid decision (the
         // step fails, the run goes on), kept verbatim as far as the record allows, never
         // silently rounded (DESIGN.md section 6).
-        Err(failure) if failure.detail.contains(UNSTORABLE_MARK) => Ok(serde_json::json!({
+        Err(failure) if failure.kind == PostFailureKind::Unstorable => Ok(serde_json::json!({
             "kind": "invalid",
-            "failure": "unstorable",
+            "failure": DeciderFailure::Unstorable,
             "detail": failure.detail,
         })),
         Err(failure) => Err(failure.detail),
     }
 }
-
-/// Marks the failure of an answer that is JSON the record cannot store exactly.
-const UNSTORABLE_MARK: &str = "[unstorable]";
 
 /// Asks the reconcile hook what to do with an interrupted run, trying again after a transient
 /// failure with backoff ([`HOOK_BACKOFF_START`] doubling to [`HOOK_BACKOFF_CAP`]) for at most

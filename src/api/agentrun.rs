@@ -16,7 +16,7 @@ use super::vocab::{
     EventType, ObservationKind, PolicyDecisionKind, PolicyOutcome, RunPhase, SideEffect,
     StepStatus, TerminalReason,
 };
-use super::Time;
+use super::{StepIndex, Time};
 
 /// The desired run: a goal, the agent that decides, the tools it may call, a policy and limits.
 ///
@@ -592,7 +592,7 @@ pub struct LeaseRecord {
 #[serde(rename_all = "camelCase")]
 pub struct Step {
     /// 0-based position in `steps`.
-    pub index: i64,
+    pub index: StepIndex,
     /// Where the step is.
     pub status: StepStatus,
     /// The agent's decision, recorded verbatim before it is validated.
@@ -737,7 +737,7 @@ pub struct RunEvent {
     pub type_: EventType,
     /// The step it belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<i64>,
+    pub step: Option<StepIndex>,
     /// A small JSON payload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "json_object")]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::schema::{any_json, json_object, json_schema_object, time_schema};
 use super::vocab::{ApprovalPhase, SideEffect, Verdict};
-use super::Time;
+use super::{StepIndex, Time};
 
 /// What a person is asked to approve. Immutable once created, except `decision`, which is
 /// written once and must carry `spec.hash`.
@@ -60,7 +60,7 @@ pub struct ApprovalSpec {
     pub run_uid: String,
     /// The step this approval is for.
     #[schemars(range(min = 0))]
-    pub step_index: i64,
+    pub step_index: StepIndex,
     /// The policy's approval kind, or `interrupted_side_effect`.
     #[schemars(length(min = 1, max = 128))]
     pub kind: String,
@@ -95,7 +95,7 @@ pub struct ApprovalRequest {
     /// The run.
     pub run: RunRef,
     /// The step index.
-    pub step: i64,
+    pub step: StepIndex,
     /// The tool as specified in the run.
     pub tool: ToolRef,
     /// The call's args.

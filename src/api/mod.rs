@@ -6,12 +6,14 @@ mod agentrun;
 mod approval;
 mod schema;
 mod segment;
+mod step_index;
 mod time;
 pub mod vocab;
 
 pub use agentrun::*;
 pub use approval::*;
 pub use segment::*;
+pub use step_index::StepIndex;
 pub use time::Time;
 pub use vocab::*;
 

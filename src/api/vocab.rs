@@ -2,7 +2,8 @@
 //!
 //! Values a user writes in a spec, and phases, conditions and verdicts follow the Kubernetes
 //! conventions (CamelCase). The run's record keeps the vocabulary's snake_case spellings for
-//! step statuses, decision and observation kinds, terminal reasons and event types. A golden
+//! step statuses, decision and observation kinds, terminal reasons, event types and tool and
+//! decider failures (a condition's reason is the terminal reason in CamelCase). A golden
 //! test (`tests/api_spellings.rs`) pins every spelling.
 
 use schemars::JsonSchema;
@@ -206,6 +207,34 @@ impl TerminalReason {
             _ => RunPhase::Failed,
         }
     }
+
+    /// The `reason` of the run's `Ready` condition when it ended this way: the same word in
+    /// CamelCase (`goal_completed` is `GoalCompleted`), as the Kubernetes API conventions ask
+    /// of a condition's reason (docs/design.md section 1); `status.reason` keeps snake_case.
+    pub fn condition_reason(self) -> &'static str {
+        match self {
+            TerminalReason::GoalCompleted => "GoalCompleted",
+            TerminalReason::GoalFailed => "GoalFailed",
+            TerminalReason::LimitSteps => "LimitSteps",
+            TerminalReason::LimitModelCalls => "LimitModelCalls",
+            TerminalReason::LimitTokens => "LimitTokens",
+            TerminalReason::LimitCost => "LimitCost",
+            TerminalReason::LimitActiveTime => "LimitActiveTime",
+            TerminalReason::LimitElapsedTime => "LimitElapsedTime",
+            TerminalReason::ApprovalExpired => "ApprovalExpired",
+            TerminalReason::ModelUnavailable => "ModelUnavailable",
+            TerminalReason::RepeatedToolFailures => "RepeatedToolFailures",
+            TerminalReason::LoopDetected => "LoopDetected",
+            TerminalReason::PolicyAbort => "PolicyAbort",
+            TerminalReason::ToolAbort => "ToolAbort",
+            TerminalReason::ApprovalRejected => "ApprovalRejected",
+            TerminalReason::OperatorCancelled => "OperatorCancelled",
+            TerminalReason::ReconcileConflict => "ReconcileConflict",
+            TerminalReason::AgentError => "AgentError",
+            TerminalReason::InternalError => "InternalError",
+            TerminalReason::RecordTooLarge => "RecordTooLarge",
+        }
+    }
 }
 
 /// The type of an event in the run's audit journal (`status.events[].type`).
@@ -249,6 +278,120 @@ pub enum EventType {
     ModelFailed,
     #[serde(rename = "run.finished")]
     RunFinished,
+}
+
+/// Why a tool call failed (`engine::ToolOutcome::Error`), recorded as the `failure` of the
+/// step's `tool_error` observation (docs/design.md section 6).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolFailure {
+    /// A non-2xx answer (its body kept).
+    HttpStatus,
+    /// A 2xx answer that is not JSON (bytes kept, base64 if not UTF-8).
+    InvalidContent,
+    /// The connection was refused before anything was sent.
+    ConnectionRefused,
+    /// The args could not be encoded for the request.
+    InvalidArgs,
+    /// The request could not be built (the tool's URL or a header).
+    InvalidRequest,
+    /// The answer was over the size the executor reads.
+    ResponseTooLarge,
+    /// The executor panicked around the call.
+    ExecutorPanic,
+    /// The tool names no executor this controller has.
+    NoExecutor,
+    /// A header the call needs (a Secret's value) could not be read.
+    HeaderUnavailable,
+}
+
+impl ToolFailure {
+    /// Every value, in the order above.
+    pub const ALL: [ToolFailure; 9] = [
+        ToolFailure::HttpStatus,
+        ToolFailure::InvalidContent,
+        ToolFailure::ConnectionRefused,
+        ToolFailure::InvalidArgs,
+        ToolFailure::InvalidRequest,
+        ToolFailure::ResponseTooLarge,
+        ToolFailure::ExecutorPanic,
+        ToolFailure::NoExecutor,
+        ToolFailure::HeaderUnavailable,
+    ];
+
+    /// The spelling in the record (`http_status`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolFailure::HttpStatus => "http_status",
+            ToolFailure::InvalidContent => "invalid_content",
+            ToolFailure::ConnectionRefused => "connection_refused",
+            ToolFailure::InvalidArgs => "invalid_args",
+            ToolFailure::InvalidRequest => "invalid_request",
+            ToolFailure::ResponseTooLarge => "response_too_large",
+            ToolFailure::ExecutorPanic => "executor_panic",
+            ToolFailure::NoExecutor => "no_executor",
+            ToolFailure::HeaderUnavailable => "header_unavailable",
+        }
+    }
+
+    /// The value spelled `word`, if any.
+    pub fn parse(word: &str) -> Option<ToolFailure> {
+        Self::ALL.into_iter().find(|v| v.as_str() == word)
+    }
+}
+
+impl std::fmt::Display for ToolFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a decider's answer holds no usable decision: the `failure` of a recorded `{kind:
+/// invalid, failure, ...}` decision, named again in the step's `invalid_decision` observation
+/// (docs/behaviours.md 8).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum DeciderFailure {
+    /// The reply has no function call.
+    NoToolCall,
+    /// The reply stopped at its output cap (`finish_reason: length`).
+    Truncated,
+    /// The body is not a chat completion, or a built-in call's arguments are not usable.
+    Unparseable,
+    /// The answer is JSON the Kubernetes API cannot store exactly (nesting past 100 levels, an
+    /// integer outside int64, a number outside float64).
+    Unstorable,
+}
+
+impl DeciderFailure {
+    /// Every value, in the order above.
+    pub const ALL: [DeciderFailure; 4] = [
+        DeciderFailure::NoToolCall,
+        DeciderFailure::Truncated,
+        DeciderFailure::Unparseable,
+        DeciderFailure::Unstorable,
+    ];
+
+    /// The spelling in the record (`no_tool_call`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeciderFailure::NoToolCall => "no_tool_call",
+            DeciderFailure::Truncated => "truncated",
+            DeciderFailure::Unparseable => "unparseable",
+            DeciderFailure::Unstorable => "unstorable",
+        }
+    }
+
+    /// The value spelled `word`, if any.
+    pub fn parse(word: &str) -> Option<DeciderFailure> {
+        Self::ALL.into_iter().find(|v| v.as_str() == word)
+    }
+}
+
+impl std::fmt::Display for DeciderFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// An Approval's phase (`status.phase`).

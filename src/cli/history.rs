@@ -50,7 +50,7 @@ pub(super) async fn whole_run(session: &Session, name: &str) -> anyhow::Result<H
     let whole = stitch(&status, &verified)
         .with_context(|| format!("AgentRun {ns}/{name}: its history is not intact"))?;
     let window = (
-        status.steps.iter().map(|s| s.index).collect(),
+        status.steps.iter().map(|s| s.index.get()).collect(),
         status.events.iter().map(|e| e.seq).collect(),
     );
     run.status = Some(whole);

@@ -28,7 +28,7 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
     let snapshot = &state.run.snapshot;
     let Some(spec) = call.tool.http.as_ref() else {
         return ToolOutcome::Error {
-            failure: "no_executor".into(),
+            failure: crate::api::ToolFailure::NoExecutor,
             status: None,
             content: serde_json::json!(format!(
                 "tool {} has no executor (set http)",
@@ -41,7 +41,7 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
         Ok(headers) => headers,
         Err(err) => {
             return ToolOutcome::Error {
-                failure: "header_unavailable".into(),
+                failure: crate::api::ToolFailure::HeaderUnavailable,
                 status: None,
                 content: serde_json::json!(err),
                 duration_ms: 0,
@@ -64,7 +64,7 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
     tokio::select! {
         outcome = &mut in_flight => outcome,
         _ = tokio::time::sleep(Duration::from_millis(200)) => {
-            fault::check(FaultPoint::DuringTool, Some(call.step));
+            fault::check(FaultPoint::DuringTool, Some(call.step.get()));
             in_flight.await
         }
     }
@@ -112,7 +112,7 @@ pub async fn call_hook(
 pub async fn call_model(
     ctx: &Context,
     state: &RunState,
-    step: i64,
+    step: crate::api::StepIndex,
     request: &serde_json::Value,
     max_output_tokens: Option<i64>,
 ) -> ModelOutcome {
@@ -154,7 +154,7 @@ pub async fn call_model(
     let answered = tokio::select! {
         answered = &mut in_flight => answered,
         _ = tokio::time::sleep(Duration::from_millis(200)) => {
-            fault::check(FaultPoint::DuringModel, Some(step));
+            fault::check(FaultPoint::DuringModel, Some(step.get()));
             in_flight.await
         }
     };

@@ -20,17 +20,8 @@ use super::lease::{self, observation::LeaseObservations};
 use super::metrics::Metrics;
 use super::projection::EventSink;
 use crate::engine::{
-    ApprovalSnapshot, Budgets, Caller, EngineError, Input, LeaseView, RunSnapshot, Transition,
+    ApprovalSnapshot, Budgets, Caller, Engine, EngineError, Input, LeaseView, Observed, Transition,
 };
-
-/// The engine's entry point, injectable so the controller can be tested with a scripted engine.
-pub type StepFn = fn(
-    &RunSnapshot,
-    &[ApprovalSnapshot],
-    &Caller,
-    &Budgets,
-    Input,
-) -> Result<Transition, EngineError>;
 
 /// Names one run.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -76,7 +67,7 @@ pub struct Settings {
     /// This replica's clock.
     pub clock: Clock,
     /// The engine (tests may script one).
-    pub engine: StepFn,
+    pub engine: Engine,
     /// `--max-concurrent-runs`: most runs executed at once by this replica (at least 1).
     pub max_concurrent_runs: usize,
     /// `--reconcile-concurrency`: most reconciles kube-runtime runs at once (0: unbounded).
@@ -96,7 +87,7 @@ impl Settings {
         Settings {
             holder,
             clock: Clock::default(),
-            engine: crate::engine::step,
+            engine: Engine::PURE,
             max_concurrent_runs: 256,
             reconcile_concurrency: 32,
             skew_margin: Duration::from_millis(500),
@@ -198,14 +189,25 @@ impl Context {
         lease::observed(read, unchanged_for_ms, margin_ms)
     }
 
-    /// Calls the engine.
+    /// Asks the engine what the executor does next.
     pub fn step(&self, state: &RunState, input: Input) -> Result<Transition, EngineError> {
-        (self.settings.engine)(
+        (self.settings.engine.step)(
             &state.run.snapshot,
             &state.approvals,
             &self.caller(),
             &self.settings.budgets,
             input,
+        )
+    }
+
+    /// Asks the engine what this replica, not executing the run, does with it.
+    pub fn observe(&self, state: &RunState, lease: &LeaseView) -> Observed {
+        (self.settings.engine.observe)(
+            &state.run.snapshot,
+            &state.approvals,
+            &self.caller(),
+            &self.settings.budgets,
+            lease,
         )
     }
 

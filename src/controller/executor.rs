@@ -1,5 +1,6 @@
-//! The executor: one tokio task per run this replica holds, performing the engine's effects
-//! strictly in order and feeding each outcome back (the effect protocol of `src/engine/mod.rs`).
+//! The executor: one tokio task per run this replica holds, performing each engine
+//! [`Transition`] (its status write, its bookkeeping in order, then its one external call or
+//! stop) and feeding the call's outcome back (the types of `src/engine/mod.rs`).
 //!
 //! It decides nothing about the run. What it owns is *when* a side effect may start:
 //! - only after the status write before it landed (a 409 re-reads the run and its Approvals and
@@ -23,7 +24,9 @@ use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
 use super::fault::{self, FaultPoint};
 use super::lease::{HeldLease, LeaseCell};
 use super::trace;
-use crate::engine::{Effect, Input, ToolOutcome};
+use serde_json::Value;
+
+use crate::engine::{Bookkeeping, ExternalCall, Input, ModelCall, Next, ToolOutcome, Transition};
 
 /// Starts executing `key` under `held`, beginning with `input` (normally
 /// [`Input::LeaseAcquired`]). False when this replica already executes the run (the lease is
@@ -87,7 +90,7 @@ pub fn spawn(
     true
 }
 
-/// What [`perform`] leaves the loop with.
+/// What [`Driver::perform`] leaves the loop with.
 enum Flow {
     /// Ask the engine again with this input.
     Next(Input),
@@ -95,214 +98,210 @@ enum Flow {
     Stop,
 }
 
-/// The loop: ask the engine, perform its effects (in the span of the step they work on), feed
-/// the outcome back, until it says stop.
+/// One executor task's hold on its run: what performing a transition needs.
+struct Driver<'a> {
+    ctx: &'a Arc<Context>,
+    key: &'a RunKey,
+    lease: &'a Arc<LeaseCell>,
+    stop: &'a CancellationToken,
+    /// The run and its Approvals as last read or written.
+    state: RunState,
+    /// Compare-and-set conflicts in a row.
+    conflicts: u32,
+}
+
+/// The loop: ask the engine, perform its transition (in the span of the step it works on),
+/// feed the outcome back, until it says stop.
 async fn drive(
     ctx: &Arc<Context>,
     key: &RunKey,
     lease: &Arc<LeaseCell>,
-    mut state: RunState,
+    state: RunState,
     mut input: Input,
     stop: &CancellationToken,
 ) {
-    let mut conflicts = 0u32;
+    let mut driver = Driver {
+        ctx,
+        key,
+        lease,
+        stop,
+        state,
+        conflicts: 0,
+    };
     let mut steps = trace::StepSpans::default();
     loop {
         if lease.is_lost() && input != Input::LeaseLost {
             input = Input::LeaseLost;
         }
-        let transition = match ctx.step(&state, input.clone()) {
+        let transition = match ctx.step(&driver.state, input.clone()) {
             Ok(transition) => transition,
             Err(err) => {
                 tracing::warn!(%err, "the engine refused the input; stopping this executor");
                 return;
             }
         };
-        let step = trace::step_of(&transition.effects, &state.run.snapshot.status);
+        let step = trace::step_of(&transition, &driver.state.run.snapshot.status);
         let span = steps.for_step(key, step);
-        let flow = perform(
-            ctx,
-            key,
-            lease,
-            &mut state,
-            &input,
-            transition.effects,
-            stop,
-            &mut conflicts,
-        )
-        .instrument(span)
-        .await;
-        match flow {
+        match driver.perform(&input, transition).instrument(span).await {
             Flow::Next(next) => input = next,
             Flow::Stop => return,
         }
     }
 }
 
-/// Performs one transition's effects in order; says what the loop does next.
-#[allow(clippy::too_many_arguments)]
-async fn perform(
-    ctx: &Arc<Context>,
-    key: &RunKey,
-    lease: &Arc<LeaseCell>,
-    state: &mut RunState,
-    input: &Input,
-    effects: Vec<Effect>,
-    stop: &CancellationToken,
-    conflicts: &mut u32,
-) -> Flow {
-    let starts_side_effect = effects.iter().any(|effect| {
-        matches!(
-            effect,
-            Effect::CallTool(_)
-                | Effect::CallAgent { .. }
-                | Effect::CallModel { .. }
-                | Effect::CallReconcileHook { .. }
-        )
-    });
-    for effect in effects {
-        match effect {
-            Effect::WriteStatus { status } => {
-                if lease.is_lost() && *input != Input::LeaseLost {
-                    // Record nothing under a lost lease; tell the engine instead.
-                    return Flow::Next(Input::LeaseLost);
+impl Driver<'_> {
+    /// Performs one transition: the write, the bookkeeping in order, then its next; says what
+    /// the loop does next.
+    async fn perform(&mut self, input: &Input, transition: Transition) -> Flow {
+        let Transition {
+            write,
+            bookkeeping,
+            next,
+        } = transition;
+        if let Some(status) = write {
+            let before_call = matches!(next, Next::Call(_));
+            if let Some(flow) = self.write(input, &status, before_call).await {
+                return flow;
+            }
+        }
+        for item in bookkeeping {
+            match item {
+                Bookkeeping::Approval(write) => {
+                    super::reconcile::write_approval(self.ctx, self.key, write).await;
                 }
-                if starts_side_effect
-                    && !lease
-                        .renew_if_half_spent(
-                            ctx.api.as_ref(),
-                            &ctx.settings.holder,
-                            &ctx.settings.clock,
-                            ctx.settings.skew_margin,
-                            || {
-                                ctx.metrics.lease_renew_failures.inc();
-                            },
-                        )
-                        .await
-                {
-                    // Do not record a start this replica could not make.
-                    lease.mark_lost();
-                    ctx.metrics.leases_lost.inc();
-                    return Flow::Next(Input::LeaseLost);
-                }
-                match ctx.write_status(state, &status).await {
-                    Ok(Written::Landed(run)) => {
-                        state.run = *run;
-                        *conflicts = 0;
-                    }
-                    Ok(Written::Conflict) => {
-                        *conflicts += 1;
-                        if *conflicts > MAX_CONFLICTS {
-                            tracing::warn!("too many conflicting writes in a row; stopping");
-                            return Flow::Stop;
-                        }
-                        match reread(ctx, key).await {
-                            Some(fresh) => *state = fresh,
-                            None => return Flow::Stop,
-                        }
-                        return Flow::Next(input.clone());
-                    }
-                    Ok(Written::Gone) => {
-                        tracing::info!("the run is gone");
-                        return Flow::Stop;
-                    }
-                    Err(err) => {
-                        tracing::warn!(%err, "cannot tell whether a status write landed; stopping (a takeover will settle it)");
-                        return Flow::Stop;
-                    }
+                Bookkeeping::ReleaseLease => {
+                    self.lease
+                        .release(self.ctx.api.as_ref(), &self.ctx.settings.holder)
+                        .await;
                 }
             }
-            Effect::CreateApproval { approval } => {
-                ctx.create_approval(key, &approval).await;
+        }
+        match next {
+            // The lease is released on the way out.
+            Next::Stop => Flow::Stop,
+            Next::Call(call) => self.call(call).await,
+        }
+    }
+
+    /// The status write; `None` when it landed and the transition goes on, else what the
+    /// loop does instead (a 409 re-reads and asks again with the same input).
+    async fn write(&mut self, input: &Input, status: &Value, before_call: bool) -> Option<Flow> {
+        let (ctx, lease) = (self.ctx, self.lease);
+        if lease.is_lost() && *input != Input::LeaseLost {
+            // Record nothing under a lost lease; tell the engine instead.
+            return Some(Flow::Next(Input::LeaseLost));
+        }
+        if before_call
+            && !lease
+                .renew_if_half_spent(
+                    ctx.api.as_ref(),
+                    &ctx.settings.holder,
+                    &ctx.settings.clock,
+                    ctx.settings.skew_margin,
+                    || {
+                        ctx.metrics.lease_renew_failures.inc();
+                    },
+                )
+                .await
+        {
+            // Do not record a start this replica could not make.
+            lease.mark_lost();
+            ctx.metrics.leases_lost.inc();
+            return Some(Flow::Next(Input::LeaseLost));
+        }
+        match ctx.write_status(&self.state, status).await {
+            Ok(Written::Landed(run)) => {
+                self.state.run = *run;
+                self.conflicts = 0;
+                None
             }
-            Effect::WriteApprovalStatus {
-                name,
-                status,
-                resource_version,
-                hash,
-            } => {
-                ctx.write_approval_status(&key.namespace, &name, &status, resource_version, &hash)
-                    .await;
-            }
-            Effect::AcquireLease { takeover } => {
-                // This executor holds the lease already.
-                return Flow::Next(Input::LeaseAcquired { takeover });
-            }
-            Effect::CallTool(call) => {
-                if !may_start(ctx, lease, stop) {
-                    return stopped_or_lost(lease);
+            Ok(Written::Conflict) => {
+                self.conflicts += 1;
+                if self.conflicts > MAX_CONFLICTS {
+                    tracing::warn!("too many conflicting writes in a row; stopping");
+                    return Some(Flow::Stop);
                 }
+                match reread(ctx, self.key).await {
+                    Some(fresh) => self.state = fresh,
+                    None => return Some(Flow::Stop),
+                }
+                Some(Flow::Next(input.clone()))
+            }
+            Ok(Written::Gone) => {
+                tracing::info!("the run is gone");
+                Some(Flow::Stop)
+            }
+            Err(err) => {
+                tracing::warn!(%err, "cannot tell whether a status write landed; stopping (a takeover will settle it)");
+                Some(Flow::Stop)
+            }
+        }
+    }
+
+    /// The one external call, if this replica may still start it; its outcome is the next
+    /// input (or [`Input::LeaseLost`] when the lease was lost meanwhile).
+    async fn call(&mut self, call: ExternalCall) -> Flow {
+        let (ctx, lease, stop) = (self.ctx, self.lease, self.stop);
+        if let ExternalCall::Model(ModelCall { delay_millis, .. }) = &call {
+            if *delay_millis > 0 {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = ctx.executors.shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(*delay_millis)) => {}
+                }
+            }
+        }
+        if !may_start(ctx, lease, stop) {
+            return stopped_or_lost(lease);
+        }
+        let state = &self.state;
+        let next = match call {
+            ExternalCall::Tool(call) => {
                 let step = call.step;
                 let attempt = call.attempt;
                 let tool = call.tool.name.clone();
                 let started = std::time::Instant::now();
                 let outcome = call_tool(ctx, state, call)
-                    .instrument(tracing::info_span!("tool", step, tool = %tool))
+                    .instrument(tracing::info_span!("tool", step = step.get(), tool = %tool))
                     .await;
                 ctx.metrics.tool_call(
                     &tool,
                     outcome_word(&outcome),
                     started.elapsed().as_secs_f64(),
                 );
-                return Flow::Next(if lease.is_lost() {
+                if lease.is_lost() {
                     tracing::warn!(
-                        step,
+                        step = step.get(),
                         "the lease was lost during the tool call; its outcome is not recorded"
                     );
-                    Input::LeaseLost
-                } else {
-                    Input::ToolFinished {
-                        step,
-                        attempt,
-                        outcome,
-                    }
-                });
-            }
-            Effect::CallAgent { step, request } => {
-                if !may_start(ctx, lease, stop) {
-                    return stopped_or_lost(lease);
                 }
-                let decision = call_agent(ctx, state, &request).await;
-                return Flow::Next(if lease.is_lost() {
-                    Input::LeaseLost
-                } else {
-                    Input::AgentAnswered { step, decision }
-                });
+                Input::ToolFinished {
+                    step,
+                    attempt,
+                    outcome,
+                }
             }
-            Effect::CallModel {
+            ExternalCall::Agent { step, request } => {
+                let decision = call_agent(ctx, state, &request).await;
+                Input::AgentAnswered { step, decision }
+            }
+            ExternalCall::Model(ModelCall {
                 step,
                 attempt,
                 request,
                 max_output_tokens,
-                delay_millis,
-            } => {
-                if delay_millis > 0 {
-                    tokio::select! {
-                        _ = stop.cancelled() => {}
-                        _ = ctx.executors.shutdown.cancelled() => {}
-                        _ = tokio::time::sleep(Duration::from_millis(delay_millis)) => {}
-                    }
-                }
-                if !may_start(ctx, lease, stop) {
-                    return stopped_or_lost(lease);
-                }
+                ..
+            }) => {
                 let outcome = call_model(ctx, state, step, &request, max_output_tokens)
-                    .instrument(tracing::info_span!("model", step, attempt))
+                    .instrument(tracing::info_span!("model", step = step.get(), attempt))
                     .await;
-                return Flow::Next(if lease.is_lost() {
-                    Input::LeaseLost
-                } else {
-                    Input::ModelAnswered {
-                        step,
-                        attempt,
-                        outcome,
-                    }
-                });
-            }
-            Effect::CallReconcileHook { view } => {
-                if !may_start(ctx, lease, stop) {
-                    return stopped_or_lost(lease);
+                Input::ModelAnswered {
+                    step,
+                    attempt,
+                    outcome,
                 }
+            }
+            ExternalCall::ReconcileHook { view } => {
                 // The hook may be asked for up to its timeoutSeconds; asking changes
                 // nothing, so shutdown need not wait for it (the next holder asks again).
                 let answer = tokio::select! {
@@ -311,21 +310,15 @@ async fn perform(
                     _ = ctx.executors.shutdown.cancelled() => return Flow::Stop,
                 };
                 fault::check(FaultPoint::AfterHookAnswered, None);
-                return Flow::Next(if lease.is_lost() {
-                    Input::LeaseLost
-                } else {
-                    Input::Reconciled { answer }
-                });
+                Input::Reconciled { answer }
             }
-            Effect::ReleaseLease => {
-                lease.release(ctx.api.as_ref(), &ctx.settings.holder).await;
-            }
-            Effect::RequeueAfter { millis } => ctx.executors.kick_after(key, millis),
-            Effect::Stop => return Flow::Stop,
-        }
+        };
+        Flow::Next(if lease.is_lost() {
+            Input::LeaseLost
+        } else {
+            next
+        })
     }
-    // The transition ended without an external action: the lease is released on the way out.
-    Flow::Stop
 }
 
 /// After a lost write race: the run and its Approvals as stored now (None: gone or unreadable).

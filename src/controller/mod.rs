@@ -5,9 +5,9 @@
 //! The rooms:
 //! - [`watches`]: the kube-runtime Controller: what wakes a run (its own changes that matter,
 //!   its Approvals, its Lease's holder, executors' requests).
-//! - [`reconcile`]: the kube-runtime reconcile: `Input::Observe` for runs this replica is not
-//!   executing, the effects that need no side effect, and winning the Lease.
-//! - [`executor`]: one task per held run, performing the engine's effects in order.
+//! - [`reconcile`]: the kube-runtime reconcile: `engine::observe` for runs this replica is not
+//!   executing, what it returns (no side effect by its type), and winning the Lease.
+//! - [`executor`]: one task per held run, performing each `engine::Transition` in order.
 //! - [`calls`]: the tool, agent and hook calls an executor makes.
 //! - [`lease`]: the run's Lease: acquire, take over, renew, release, all compare-and-set.
 //! - [`cluster`]: the API server behind a trait (compare-and-set status writes).
@@ -47,7 +47,7 @@ use anyhow::Context as _;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use context::{Context, ContextParts, RunKey, Settings, StepFn};
+use context::{Context, ContextParts, RunKey, Settings};
 use identity::{Clock, HolderId};
 use metrics::Metrics;
 use projection::EventSink;
@@ -200,7 +200,14 @@ pub async fn run_with_client(
     options: ControllerOptions,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    run_with_engine(client, namespaces, options, shutdown, crate::engine::step).await
+    run_with_engine(
+        client,
+        namespaces,
+        options,
+        shutdown,
+        crate::engine::Engine::PURE,
+    )
+    .await
 }
 
 /// [`run_with_client`] with the engine given (tests may script one).
@@ -212,7 +219,7 @@ pub async fn run_with_engine(
     namespaces: Vec<String>,
     options: ControllerOptions,
     shutdown: CancellationToken,
-    step_fn: StepFn,
+    engine: crate::engine::Engine,
 ) -> anyhow::Result<()> {
     let prefix = options
         .holder_id
@@ -229,7 +236,7 @@ pub async fn run_with_engine(
         api: Arc::new(cluster::KubeApi::new(client.clone())),
         settings: Settings {
             clock: options.clock(),
-            engine: step_fn,
+            engine,
             max_concurrent_runs: options.max_concurrent_runs.max(1),
             reconcile_concurrency: options.reconcile_concurrency,
             skew_margin: Duration::from_millis(options.lease_skew_margin_ms),

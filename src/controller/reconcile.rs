@@ -1,8 +1,8 @@
 //! The reconcile of one AgentRun by a replica that is not executing it (or is, for a cancel):
-//! read the run, its Approvals and its Lease, ask the engine with [`Input::Observe`], and perform
-//! only what needs no side effect: status writes (cancel, expiry, rejection), Approval creation
-//! and status, requeues, and winning the Lease, after which an executor task takes the run over
-//! (DESIGN.md section 5). It stays quick: no tool, agent or hook call ever happens here.
+//! read the run, its Approvals and its Lease, ask [`crate::engine::observe`], and perform what
+//! it returns, which by its type ([`crate::engine::Observed`]) holds no side effect: a status
+//! write (cancel, expiry, rejection), Approval creation and status, then a requeue or winning
+//! the Lease, after which an executor task takes the run over (DESIGN.md section 5). It stays quick: no tool, agent or hook call ever happens here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use super::executor;
 use super::failures::ReconcileError;
 use super::lease;
 use super::watches::WatchedRun;
-use crate::engine::{Effect, Input};
+use crate::engine::{ApprovalWrite, Input, ObserveNext};
 
 /// How long a run the engine has nothing to do for (terminal, or waiting for a person without
 /// an expiry) is left before it is looked at again; its own changes, its Approvals' and its
@@ -97,76 +97,46 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
         // How long this replica has seen the Lease unchanged decides whether it is expired;
         // never its renewTime against this replica's clock (DESIGN.md section 4).
         let seen = ctx.observe_lease(key, lease_read.as_ref());
-        let input = Input::Observe {
-            lease: seen.clone(),
-        };
-        let transition = match ctx.step(&state, input) {
-            Ok(transition) => transition,
-            Err(err) => {
-                tracing::warn!(run = %key, %err, "the engine refused to observe the run");
-                soonest(30_000);
-                break;
+        let observed = ctx.observe(&state, &seen);
+        if let Some(status) = observed.write {
+            match ctx.write_status(&state, &status).await? {
+                Written::Landed(run) => state.run = *run,
+                Written::Conflict => {
+                    settled = false;
+                    lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
+                    match ctx.read_state(key).await? {
+                        Some(fresh) => state = fresh,
+                        None => return Ok(Action::await_change()),
+                    }
+                    continue 'decide;
+                }
+                Written::Gone => return Ok(Action::await_change()),
             }
-        };
-        for effect in transition.effects {
-            match effect {
-                Effect::WriteStatus { status } => match ctx.write_status(&state, &status).await? {
-                    Written::Landed(run) => state.run = *run,
-                    Written::Conflict => {
-                        settled = false;
-                        lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
-                        match ctx.read_state(key).await? {
-                            Some(fresh) => state = fresh,
-                            None => return Ok(Action::await_change()),
-                        }
-                        continue 'decide;
-                    }
-                    Written::Gone => return Ok(Action::await_change()),
-                },
-                Effect::CreateApproval { approval } => {
-                    ctx.create_approval(key, &approval).await;
-                }
-                Effect::WriteApprovalStatus {
-                    name,
-                    status,
-                    resource_version,
-                    hash,
-                } => {
-                    ctx.write_approval_status(
-                        &key.namespace,
-                        &name,
-                        &status,
-                        resource_version,
-                        &hash,
-                    )
-                    .await;
-                }
-                Effect::AcquireLease { takeover } => {
-                    if executing {
-                        // The running executor holds (or is losing) the lease; it kicks a
-                        // reconcile when it stops.
-                        continue;
-                    }
-                    if ctx.executors.shutdown.is_cancelled() {
-                        continue;
-                    }
-                    if ctx.executors.is_full() {
-                        // Looked at again when a slot frees (or after the safety net).
-                        tracing::debug!(run = %key, "at --max-concurrent-runs; waiting for a slot");
-                        ctx.executors.wait_for_slot(key);
-                        soonest(SLOT_WAIT_MILLIS);
-                        continue;
-                    }
-                    if let Some(wait) = lease::held_by_another(
-                        &seen,
-                        &ctx.settings.holder,
-                        state.run.snapshot.spec.lease_duration_seconds,
-                    ) {
-                        // Someone holds it: look again when it would have been seen unchanged
-                        // long enough (a release or a takeover wakes us sooner).
-                        soonest(wait.saturating_add(50));
-                        continue;
-                    }
+        }
+        for write in observed.approvals {
+            write_approval(ctx, key, write).await;
+        }
+        match observed.next {
+            ObserveNext::Nothing => {}
+            ObserveNext::RequeueAfter { millis } => soonest(millis),
+            ObserveNext::AcquireLease { takeover } => {
+                if executing || ctx.executors.shutdown.is_cancelled() {
+                    // The running executor holds (or is losing) the lease; it kicks a
+                    // reconcile when it stops.
+                } else if ctx.executors.is_full() {
+                    // Looked at again when a slot frees (or after the safety net).
+                    tracing::debug!(run = %key, "at --max-concurrent-runs; waiting for a slot");
+                    ctx.executors.wait_for_slot(key);
+                    soonest(SLOT_WAIT_MILLIS);
+                } else if let Some(wait) = lease::held_by_another(
+                    &seen,
+                    &ctx.settings.holder,
+                    state.run.snapshot.spec.lease_duration_seconds,
+                ) {
+                    // Someone holds it: look again when it would have been seen unchanged
+                    // long enough (a release or a takeover wakes us sooner).
+                    soonest(wait.saturating_add(50));
+                } else {
                     match lease::acquire(
                         ctx.api.as_ref(),
                         &state.run,
@@ -180,11 +150,10 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
                         Some(held) => {
                             ctx.metrics.leases_acquired.inc();
                             tracing::info!(run = %key, takeover = takeover.is_some(), "won the lease");
-                            let state = state.clone();
                             executor::spawn(
                                 ctx,
                                 key.clone(),
-                                state,
+                                state.clone(),
                                 held,
                                 Input::LeaseAcquired { takeover },
                             );
@@ -194,29 +163,6 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
                             soonest(500);
                         }
                     }
-                }
-                Effect::ReleaseLease => {
-                    let ours = lease::view(lease_read.as_ref()).holder.as_deref()
-                        == Some(ctx.settings.holder.as_str());
-                    if ours && !executing {
-                        if let Some(read) = &lease_read {
-                            let held = lease::HeldLease {
-                                lease: read.clone(),
-                                renewed_at: ctx.settings.clock.now(),
-                                sent_at: std::time::Instant::now(),
-                                duration_seconds: state.run.snapshot.spec.lease_duration_seconds,
-                            };
-                            lease::release(ctx.api.as_ref(), &held, &ctx.settings.holder).await?;
-                        }
-                    }
-                }
-                Effect::RequeueAfter { millis } => soonest(millis),
-                Effect::Stop => break 'decide,
-                Effect::CallTool(_)
-                | Effect::CallAgent { .. }
-                | Effect::CallModel { .. }
-                | Effect::CallReconcileHook { .. } => {
-                    tracing::error!(run = %key, "the engine asked for a side effect on Observe; ignored");
                 }
             }
         }
@@ -230,4 +176,21 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
         Some(millis) => Action::requeue(Duration::from_millis(millis.max(50))),
         None => Action::requeue(RESYNC),
     })
+}
+
+/// Performs one Approval write the engine asked for (an executor's bookkeeping or an
+/// observer's): creation (AlreadyExists is success) or a conditional status write.
+pub(super) async fn write_approval(ctx: &Context, key: &RunKey, write: ApprovalWrite) {
+    match write {
+        ApprovalWrite::Create { approval } => ctx.create_approval(key, &approval).await,
+        ApprovalWrite::Status {
+            name,
+            status,
+            resource_version,
+            hash,
+        } => {
+            ctx.write_approval_status(&key.namespace, &name, &status, resource_version, &hash)
+                .await;
+        }
+    }
 }

@@ -21,8 +21,8 @@ use super::projection::EventSink;
 use super::reconcile::observe;
 use crate::api::Time;
 use crate::engine::{
-    ApprovalSnapshot, Budgets, Caller, Effect, EngineError, Input, RunSnapshot, ToolCall,
-    ToolOutcome, Transition,
+    ApprovalSnapshot, Bookkeeping, Budgets, Caller, Engine, EngineError, ExternalCall, Input,
+    LeaseView, Next, ObserveNext, Observed, RunSnapshot, ToolCall, ToolOutcome, Transition,
 };
 
 /// Inputs the fake engine saw, per run name.
@@ -40,6 +40,42 @@ fn seen(run: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+fn note(run: &str, word: &str) {
+    journal()
+        .lock()
+        .unwrap()
+        .entry(run.to_string())
+        .or_default()
+        .push(word.to_string());
+}
+
+/// The one-step engine's observer: take the lease unless it is live, leave a completed run.
+fn fake_observe(
+    run: &RunSnapshot,
+    _approvals: &[ApprovalSnapshot],
+    _caller: &Caller,
+    _budgets: &Budgets,
+    lease: &LeaseView,
+) -> Observed {
+    note(&run.name, "observe");
+    let phase = run.status["phase"].as_str().unwrap_or("Pending");
+    let live = matches!(
+        crate::engine::lease_liveness(lease, run.spec.lease_duration_seconds),
+        crate::engine::LeaseLiveness::Live { .. }
+    );
+    let next = if phase == "Completed" {
+        ObserveNext::Nothing
+    } else if live {
+        ObserveNext::RequeueAfter { millis: 1000 }
+    } else {
+        ObserveNext::AcquireLease { takeover: None }
+    };
+    Observed {
+        next,
+        ..Observed::default()
+    }
+}
+
 /// A one-step engine: take the lease, start the run's first tool, complete with its content.
 fn fake_step(
     run: &RunSnapshot,
@@ -49,38 +85,16 @@ fn fake_step(
     input: Input,
 ) -> Result<Transition, EngineError> {
     let word = match &input {
-        Input::Observe { .. } => "observe",
         Input::LeaseAcquired { .. } => "lease_acquired",
         Input::ToolFinished { .. } => "tool_finished",
         Input::LeaseLost => "lease_lost",
         _ => "other",
     };
-    journal()
-        .lock()
-        .unwrap()
-        .entry(run.name.clone())
-        .or_default()
-        .push(word.to_string());
+    note(&run.name, word);
     let status = &run.status;
-    let phase = status["phase"].as_str().unwrap_or("Pending");
     let holder = status["lease"]["holder"].as_str();
-    let effects = match input {
-        Input::Observe { lease } => {
-            if phase == "Completed" {
-                vec![Effect::Stop]
-            } else {
-                let live = matches!(
-                    crate::engine::lease_liveness(&lease, run.spec.lease_duration_seconds),
-                    crate::engine::LeaseLiveness::Live { .. }
-                );
-                if live {
-                    vec![Effect::RequeueAfter { millis: 1000 }]
-                } else {
-                    vec![Effect::AcquireLease { takeover: None }]
-                }
-            }
-        }
-        _ if holder.is_some_and(|h| h != caller.holder) => vec![Effect::Stop],
+    Ok(match input {
+        _ if holder.is_some_and(|h| h != caller.holder) => Transition::stop(),
         Input::LeaseAcquired { .. } => {
             let mut next = status.clone();
             if next.is_null() {
@@ -90,16 +104,17 @@ fn fake_step(
             next["lease"] = json!({"holder": caller.holder, "epoch": 1});
             next["events"] = json!([{"seq": 1, "type": "step.tool_started", "step": 0}]);
             let tool = run.spec.tools[0].clone();
-            vec![
-                Effect::WriteStatus { status: next },
-                Effect::CallTool(ToolCall {
-                    step: 0,
+            Transition {
+                write: Some(next),
+                bookkeeping: Vec::new(),
+                next: Next::Call(ExternalCall::Tool(ToolCall {
+                    step: crate::api::StepIndex(0),
                     attempt: 1,
                     tool,
                     args: json!({"n": 1}),
                     idempotency_key: format!("{}/0", run.uid),
-                }),
-            ]
+                })),
+            }
         }
         Input::ToolFinished { outcome, .. } => {
             let mut next = status.clone();
@@ -108,16 +123,21 @@ fn fake_step(
                 ToolOutcome::Result { content, .. } => content,
                 other => json!(format!("{other:?}")),
             };
-            vec![
-                Effect::WriteStatus { status: next },
-                Effect::ReleaseLease,
-                Effect::Stop,
-            ]
+            Transition {
+                write: Some(next),
+                bookkeeping: vec![Bookkeeping::ReleaseLease],
+                next: Next::Stop,
+            }
         }
-        _ => vec![Effect::Stop],
-    };
-    Ok(Transition { effects })
+        _ => Transition::stop(),
+    })
 }
+
+/// The scripted engine the controller tests drive.
+const FAKE: Engine = Engine {
+    step: fake_step,
+    observe: fake_observe,
+};
 
 struct Tool {
     addr: SocketAddr,
@@ -150,7 +170,7 @@ fn context(api: Arc<FakeApi>, prefix: &str, skew_ms: u64) -> Arc<Context> {
     Arc::new(Context::new(ContextParts {
         api,
         settings: Settings {
-            engine: fake_step,
+            engine: FAKE,
             max_concurrent_runs: 8,
             skew_margin: Duration::from_millis(skew_ms),
             ..Settings::new(HolderId::with_random_suffix(prefix))

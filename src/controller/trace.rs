@@ -7,7 +7,7 @@
 use tracing::Span;
 
 use super::context::RunKey;
-use crate::engine::Effect;
+use crate::engine::{Next, Transition};
 
 /// The span of an executor working on `key` (uid `uid`) as `holder`: a root, not a child of
 /// the reconcile that started it (the executor outlives it), joined to the run's trace.
@@ -33,23 +33,23 @@ pub fn reconcile_span(key: &RunKey, uid: Option<&str>) -> Span {
 
 /// The step a transition works on: the step of its external call, else the last step of the
 /// status it writes, else the last step of the record as read.
-pub fn step_of(effects: &[Effect], stored: &serde_json::Value) -> Option<i64> {
+pub fn step_of(transition: &Transition, stored: &serde_json::Value) -> Option<i64> {
     let last_step = |status: &serde_json::Value| {
         status["stepCount"]
             .as_i64()
             .filter(|count| *count > 0)
             .map(|count| count - 1)
     };
-    let mut written = None;
-    for effect in effects {
-        match effect {
-            Effect::CallTool(call) => return Some(call.step),
-            Effect::CallAgent { step, .. } | Effect::CallModel { step, .. } => return Some(*step),
-            Effect::WriteStatus { status } => written = last_step(status),
-            _ => {}
+    if let Next::Call(call) = &transition.next {
+        if let Some(step) = call.step() {
+            return Some(step.get());
         }
     }
-    written.or_else(|| last_step(stored))
+    transition
+        .write
+        .as_ref()
+        .and_then(last_step)
+        .or_else(|| last_step(stored))
 }
 
 /// The executor's `step` spans: one per step, kept open while the executor works on that step
@@ -157,16 +157,20 @@ mod tests {
     #[test]
     fn the_step_is_the_external_calls_else_the_last_written() {
         let stored = json!({"stepCount": 3});
-        assert_eq!(step_of(&[], &stored), Some(2));
-        assert_eq!(step_of(&[], &json!(null)), None);
-        let write = Effect::WriteStatus {
-            status: json!({"stepCount": 5}),
+        assert_eq!(step_of(&Transition::stop(), &stored), Some(2));
+        assert_eq!(step_of(&Transition::stop(), &json!(null)), None);
+        let write = Transition {
+            write: Some(json!({"stepCount": 5})),
+            ..Transition::stop()
         };
-        assert_eq!(step_of(&[write], &stored), Some(4));
-        let agent = Effect::CallAgent {
-            step: 7,
-            request: json!({}),
+        assert_eq!(step_of(&write, &stored), Some(4));
+        let agent = Transition {
+            next: Next::Call(crate::engine::ExternalCall::Agent {
+                step: crate::api::StepIndex(7),
+                request: json!({}),
+            }),
+            ..Transition::stop()
         };
-        assert_eq!(step_of(&[agent], &stored), Some(7));
+        assert_eq!(step_of(&agent, &stored), Some(7));
     }
 }

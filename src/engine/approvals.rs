@@ -1,30 +1,27 @@
 //! Approvals (DESIGN.md sections 2, 4, 5; BEHAVIOURS.md 19, 21-26, 34-35): the record is the
-//! source of truth, the Approval object its projection.
+//! source of truth, the Approval object its projection. This room asks for Approvals and
+//! projects the record onto them.
 //!
 //! - [`pause`]: `approval.requested` {approval, kind, reason, capability, presentation, hash},
 //!   step `awaiting_approval` and run `WaitingForApproval` in one write, then the Approval is
 //!   created (Pending, shortHash, expiresAt when approvalTTLSeconds is set) and the lease
 //!   released. The hash is computed over the request as it will be stored and read back.
-//! - [`waiting`]: a waiting run's latest Approval (only the latest can grant). Missing → created
-//!   again from the record; pending → nothing (requeue for its expiry), or `approval_expired`
-//!   once past it; rejected → the step fails `policy_denied` and the run ends `Cancelled`
-//!   `approval_rejected`; approved → expired when older than grantTTLSeconds, otherwise the
-//!   holder executes it ([`grants::execute_grant`]) and an observer asks for the lease.
+//! - [`write_status`]: an Approval's status only moves forward and is written only on the run's
+//!   own object; [`cancel_spent`]: Approvals that can no longer grant end `Cancelled`.
+//! - [`record_decision`]: a person's decision copied into the record (`approval.decided`).
 //!
-//! Executing a grant is [`grants`]'s room.
+//! What a waiting run does with its latest Approval is [`super::waiting`]'s room; executing a
+//! grant is [`super::grants`]'s.
 
 use serde_json::{json, Value};
 
-use super::grants;
 use super::hash::approval_hash;
-use super::loop_::{check_call, Flow};
-use super::observe::millis_until;
-use super::record::{observation, to_value, Txn};
-use super::Effect;
+use super::loop_::Flow;
+use super::record::{to_value, Txn};
+use super::ApprovalWrite;
 use crate::api::{
     Approval, ApprovalDecision, ApprovalPhase, ApprovalRequest, ApprovalSpec, ApprovalStatus,
-    EventType, ObservationKind, RunPhase, RunRef, StepApproval, StepStatus, TerminalReason,
-    ToolRef, Verdict,
+    EventType, RunPhase, RunRef, StepApproval, StepIndex, StepStatus, TerminalReason, ToolRef,
 };
 
 /// Who asked for an approval (recorded in `approval.requested` as `origin`).
@@ -58,7 +55,7 @@ pub(crate) struct Requirement {
 }
 
 /// `<run>-<step>-<n>`, n counting from 1 per step.
-pub fn approval_name(run: &str, step: i64, n: usize) -> String {
+pub fn approval_name(run: &str, step: StepIndex, n: usize) -> String {
     format!("{run}-{step}-{n}")
 }
 
@@ -86,7 +83,7 @@ pub fn short_hash(hash: &str) -> String {
 
 /// The request an approval of step `index` calling `spec.tools[tool]` with `args` covers, as it
 /// will be stored and read back.
-fn request_for(
+pub(crate) fn request_for(
     txn: &Txn,
     index: usize,
     tool: usize,
@@ -100,7 +97,7 @@ fn request_for(
             name: run.name.clone(),
             uid: run.uid.clone(),
         },
-        step: index as i64,
+        step: StepIndex::at(index),
         tool: tool_ref(spec_tool),
         args: args.clone(),
     };
@@ -164,7 +161,7 @@ pub(crate) fn pause(
     let run = txn.run;
     let now = txn.now();
     let n = txn.status.steps[index].approvals.len() + 1;
-    let name = approval_name(&run.name, index as i64, n);
+    let name = approval_name(&run.name, StepIndex::at(index), n);
     let expires_at = run
         .spec
         .limits
@@ -173,7 +170,7 @@ pub(crate) fn pause(
     let spec = ApprovalSpec {
         run_name: run.name.clone(),
         run_uid: run.uid.clone(),
-        step_index: index as i64,
+        step_index: StepIndex::at(index),
         kind: requirement.kind.clone(),
         request,
         capability: requirement.capability.clone(),
@@ -196,7 +193,7 @@ pub(crate) fn pause(
     });
     txn.event(
         EventType::ApprovalRequested,
-        Some(index as i64),
+        Some(StepIndex::at(index)),
         json!({
             "approval": name,
             "kind": requirement.kind,
@@ -208,7 +205,7 @@ pub(crate) fn pause(
         }),
     );
     txn.status.phase = RunPhase::WaitingForApproval;
-    txn.after.push(Effect::CreateApproval {
+    txn.approval_writes.push(ApprovalWrite::Create {
         approval: approval_object(txn, &name, &spec),
     });
     pending_status(txn, &name, &hash, expires_at);
@@ -217,7 +214,7 @@ pub(crate) fn pause(
 }
 
 /// The whole Approval object: metadata (name, namespace, labels, ownerReference) and spec.
-fn approval_object(txn: &Txn, name: &str, spec: &ApprovalSpec) -> Value {
+pub(crate) fn approval_object(txn: &Txn, name: &str, spec: &ApprovalSpec) -> Value {
     let run = txn.run;
     let mut object = json!({
         "apiVersion": "agentrt.dev/v1alpha1",
@@ -243,7 +240,12 @@ fn approval_object(txn: &Txn, name: &str, spec: &ApprovalSpec) -> Value {
     object
 }
 
-fn pending_status(txn: &mut Txn, name: &str, hash: &str, expires_at: Option<crate::api::Time>) {
+pub(crate) fn pending_status(
+    txn: &mut Txn,
+    name: &str,
+    hash: &str,
+    expires_at: Option<crate::api::Time>,
+) {
     let status = ApprovalStatus {
         phase: ApprovalPhase::Pending,
         short_hash: Some(short_hash(hash)),
@@ -312,20 +314,14 @@ pub(crate) fn write_status(txn: &mut Txn, name: &str, status: ApprovalStatus) {
         .find(|a| a.name == name)
         .map(|a| a.hash.clone());
     if let (true, Some(hash)) = (allowed, hash) {
-        let effect = Effect::WriteApprovalStatus {
+        // Projections come before the transition's release and its next (the shape of
+        // `Transition` in engine/mod.rs).
+        txn.approval_writes.push(ApprovalWrite::Status {
             name: name.to_string(),
             status: to_value(&status),
             resource_version,
             hash,
-        };
-        // Projections come before the transition's ReleaseLease/Stop (the effect protocol in
-        // engine/mod.rs).
-        let at = txn
-            .after
-            .iter()
-            .position(|e| matches!(e, Effect::ReleaseLease | Effect::Stop))
-            .unwrap_or(txn.after.len());
-        txn.after.insert(at, effect);
+        });
     }
 }
 
@@ -376,9 +372,9 @@ pub(crate) fn cancel_spent(txn: &mut Txn) {
     }
     for (name, hash, reason) in spent {
         let already = txn
-            .after
+            .approval_writes
             .iter()
-            .any(|e| matches!(e, Effect::WriteApprovalStatus { name: n, .. } if *n == name));
+            .any(|e| matches!(e, ApprovalWrite::Status { name: n, .. } if *n == name));
         // Only an Approval that was read and decodes is projected onto (a record or Approval
         // that will not decode is never rewritten: guarantee 7).
         let decodes = stored_object(txn, &name)
@@ -400,137 +396,8 @@ pub(crate) fn cancel_spent(txn: &mut Txn) {
     }
 }
 
-/// How the latest Approval object stands.
-enum Found {
-    Missing,
-    Undecodable(String),
-    Present(Box<Approval>),
-}
-
-fn find(txn: &Txn, name: &str) -> Found {
-    match txn.approvals.iter().find(|a| a.name == name) {
-        None => Found::Missing,
-        Some(snapshot) => match serde_json::from_value::<Approval>(snapshot.object.clone()) {
-            Ok(approval) => Found::Present(Box::new(approval)),
-            Err(err) => Found::Undecodable(format!("Approval {name} does not decode: {err}")),
-        },
-    }
-}
-
-/// A waiting run's latest Approval, for an observer or the holder (see the module doc).
-pub(crate) fn waiting(txn: &mut Txn) {
-    settle_waiting(txn);
-    if txn.status.phase.is_terminal() && !txn.after.contains(&Effect::Stop) {
-        txn.release_and_stop();
-    }
-}
-
-fn settle_waiting(txn: &mut Txn) {
-    let awaiting = txn
-        .status
-        .steps
-        .iter()
-        .rposition(|s| s.status == StepStatus::AwaitingApproval);
-    let latest = awaiting.and_then(|i| txn.status.steps[i].approvals.last().cloned());
-    let (Some(index), Some(latest)) = (awaiting, latest) else {
-        let detail = "status.phase is WaitingForApproval but no step awaits an approval".into();
-        txn.end_run(TerminalReason::InternalError, Some(detail), None);
-        return;
-    };
-    let now = txn.now();
-    let approval = match find(txn, &latest.name) {
-        Found::Undecodable(detail) => {
-            txn.end_run(TerminalReason::InternalError, Some(detail), None);
-            return;
-        }
-        Found::Missing => {
-            if latest.expires_at.is_some_and(|e| e <= now) {
-                expire(txn, index, &latest, None, None);
-                return;
-            }
-            if let Err(detail) = recreate(txn, index, &latest) {
-                txn.end_run(TerminalReason::InternalError, Some(detail), None);
-                return;
-            }
-            park(txn, latest.expires_at);
-            return;
-        }
-        Found::Present(approval) => approval,
-    };
-    if let Some(why) = foreign(txn, &approval, &latest) {
-        rehome(txn, index, &latest, &why);
-        return;
-    }
-    let hash = &approval.spec.hash;
-    let decision = approval.spec.decision.clone();
-    if *hash != latest.hash || decision.as_ref().is_some_and(|d| d.hash != *hash) {
-        let detail = format!(
-            "Approval {}: its hash does not match the record's {}; it is never executed",
-            latest.name, latest.hash
-        );
-        txn.end_run(TerminalReason::InternalError, Some(detail), None);
-        return;
-    }
-    let status = approval.status.clone().unwrap_or_default();
-    match decision {
-        None => {
-            if latest.expires_at.is_some_and(|e| e <= now) {
-                expire(txn, index, &latest, Some(&status), None);
-                return;
-            }
-            if approval.status.is_none() || status.phase != ApprovalPhase::Pending {
-                pending_status(txn, &latest.name, &latest.hash, latest.expires_at);
-            }
-            park(txn, latest.expires_at);
-        }
-        Some(decision) if decision.verdict == Verdict::Rejected => {
-            reject(txn, index, &latest, &status, &decision);
-        }
-        Some(decision) => {
-            // A decision first seen after the approval's expiry cannot be shown to have come
-            // before it (the API server keeps no decision time): it fails closed and expires
-            // (BEHAVIOURS.md 25).
-            let decided_at = status
-                .decided_at
-                .or_else(|| decision_time(stored_object(txn, &latest.name)));
-            if decided_at.is_none() && latest.expires_at.is_some_and(|e| e <= now) {
-                expire(txn, index, &latest, Some(&status), Some(&decision));
-                return;
-            }
-            let decided_at = decided_at.unwrap_or(now);
-            let ttl = txn.run.spec.limits.grant_ttl_seconds;
-            if ttl.is_some_and(|ttl| decided_at.plus_seconds(ttl) <= now) {
-                expire(txn, index, &latest, Some(&status), Some(&decision));
-                return;
-            }
-            let mut status = status;
-            status.decided_at = Some(decided_at);
-            status.short_hash = Some(short_hash(&latest.hash));
-            if txn.executor {
-                let flow = grants::execute_grant(txn, index, &latest, &approval, &decision, status);
-                if flow == Flow::Continue {
-                    super::loop_::drive(txn);
-                }
-            } else {
-                if approval
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.decided_at)
-                    .is_none()
-                    || approval.status.as_ref().map(|s| s.phase) != Some(ApprovalPhase::Approved)
-                {
-                    status.phase = ApprovalPhase::Approved;
-                    write_status(txn, &latest.name, status);
-                }
-                // Executing a grant needs a lease.
-                txn.after.push(Effect::AcquireLease { takeover: None });
-            }
-        }
-    }
-}
-
 /// The stored Approval object named `name`, as read.
-fn stored_object<'a>(txn: &'a Txn, name: &str) -> Option<&'a serde_json::Value> {
+pub(crate) fn stored_object<'a>(txn: &'a Txn, name: &str) -> Option<&'a serde_json::Value> {
     txn.approvals
         .iter()
         .find(|a| a.name == name)
@@ -550,89 +417,6 @@ pub(crate) fn decision_time(object: Option<&serde_json::Value>) -> Option<crate:
         .map(crate::api::Time)
 }
 
-/// Nothing to do while the latest approval is pending: an observer requeues for its expiry,
-/// the holder lets go.
-fn park(txn: &mut Txn, expires_at: Option<crate::api::Time>) {
-    if txn.executor {
-        txn.release_and_stop();
-    } else if let Some(expiry) = expires_at {
-        let millis = millis_until(txn.now(), expiry);
-        txn.after.push(Effect::RequeueAfter { millis });
-    }
-}
-
-/// Why the stored Approval named like the record's `latest` is not the one this run asked for
-/// (issue 16: an object left by a deleted run of the same name, or created by someone else):
-/// another run's uid, another step, or another request's hash. `None` when it is this run's.
-fn foreign(txn: &Txn, approval: &Approval, latest: &StepApproval) -> Option<String> {
-    let spec = &approval.spec;
-    if spec.run_uid != txn.run.uid {
-        Some(format!(
-            "belongs to another run named {} (uid {})",
-            spec.run_name, spec.run_uid
-        ))
-    } else if spec.hash != latest.hash {
-        Some(format!(
-            "carries another request (hash {}, this run asked for {})",
-            spec.hash, latest.hash
-        ))
-    } else {
-        None
-    }
-}
-
-/// The name a run pauses on when its Approval's name is taken by an object that is not its
-/// own: the recorded name with the first 8 characters of the run's uid appended (so another
-/// run's leftover cannot hold it); `None` when the recorded name is that already.
-fn fresh_name(txn: &Txn, taken: &str) -> Option<String> {
-    let uid: String = txn.run.uid.chars().take(8).collect();
-    let suffix = format!("-{uid}");
-    (!taken.ends_with(&suffix)).then(|| format!("{taken}{suffix}"))
-}
-
-/// Never adopts nor writes an Approval that is not the run's own (issue 16): the run records a
-/// new `approval.requested` for a fresh name (with `replaces` and `conflict` saying why),
-/// which the `ApprovalConflict` condition and a Warning Event show, and creates that Approval.
-/// The leftover object is left exactly as it is.
-fn rehome(txn: &mut Txn, index: usize, latest: &StepApproval, why: &str) {
-    let Some(fresh) = fresh_name(txn, &latest.name) else {
-        let detail = format!(
-            "Approval {} {why}, and the run has no other name to pause on; delete that \
-             object to let the run go on",
-            latest.name
-        );
-        txn.end_run(TerminalReason::InternalError, Some(detail), None);
-        return;
-    };
-    let Some(mut data) = requested_event(txn, &latest.name) else {
-        let detail = format!(
-            "Approval {} {why}, and the record has no approval.requested for it",
-            latest.name
-        );
-        txn.end_run(TerminalReason::InternalError, Some(detail), None);
-        return;
-    };
-    data["approval"] = json!(fresh);
-    data["replaces"] = json!(latest.name);
-    data["conflict"] = json!(why);
-    if let Some(entry) = txn
-        .status
-        .steps
-        .get_mut(index)
-        .and_then(|s| s.approvals.iter_mut().find(|a| a.name == latest.name))
-    {
-        entry.name = fresh.clone();
-    }
-    txn.event(EventType::ApprovalRequested, Some(index as i64), data);
-    let mut renamed = latest.clone();
-    renamed.name = fresh;
-    if let Err(detail) = recreate(txn, index, &renamed) {
-        txn.end_run(TerminalReason::InternalError, Some(detail), None);
-        return;
-    }
-    park(txn, renamed.expires_at);
-}
-
 /// Whether the stored Approval `name` is this run's own (or not read): only such an object's
 /// status is ever written.
 fn own(txn: &Txn, name: &str) -> bool {
@@ -648,64 +432,6 @@ fn own(txn: &Txn, name: &str) -> bool {
         .map(|a| a.hash.as_str());
     object.pointer("/spec/runUID").and_then(Value::as_str) == Some(txn.run.uid.as_str())
         && recorded.is_none_or(|h| object.pointer("/spec/hash").and_then(Value::as_str) == Some(h))
-}
-
-/// Creates a recorded Approval that is missing, from the record (its `approval.requested`
-/// event and the step's decision); the hash must come out as recorded.
-fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), String> {
-    let requested = requested_event(txn, &latest.name)
-        .ok_or_else(|| format!("Approval {}: no approval.requested event", latest.name))?;
-    let text = |field: &str| {
-        requested
-            .get(field)
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    let present = |field: &str| requested.get(field).filter(|v| !v.is_null()).cloned();
-    let requirement = Requirement {
-        kind: latest.kind.clone(),
-        reason: text("reason"),
-        capability: present("capability"),
-        presentation: present("presentation"),
-        origin: Origin::Policy,
-    };
-    let decision = txn.status.steps[index]
-        .decision
-        .clone()
-        .ok_or_else(|| format!("step {index} awaits {} with no decision", latest.name))?;
-    let (tool, args) = check_call(txn, &decision)
-        .map_err(|_| format!("Approval {}: the step's call no longer checks", latest.name))?;
-    let request = request_for(txn, index, tool, &args)?;
-    let hash = approval_hash(
-        &requirement.kind,
-        requirement.capability.as_ref(),
-        requirement.presentation.as_ref(),
-        &request,
-    )
-    .map_err(|e| format!("approval hash: {e}"))?;
-    if hash != latest.hash {
-        return Err(format!(
-            "Approval {} is missing and the record does not rebuild it (hash {hash}, recorded {})",
-            latest.name, latest.hash
-        ));
-    }
-    let run = txn.run;
-    let spec = ApprovalSpec {
-        run_name: run.name.clone(),
-        run_uid: run.uid.clone(),
-        step_index: index as i64,
-        kind: requirement.kind,
-        request,
-        capability: requirement.capability,
-        presentation: requirement.presentation,
-        reason: requirement.reason,
-        hash,
-        decision: None,
-    };
-    let object = approval_object(txn, &latest.name, &spec);
-    txn.after.push(Effect::CreateApproval { approval: object });
-    pending_status(txn, &latest.name, &latest.hash, latest.expires_at);
-    Ok(())
 }
 
 /// The data of the `approval.requested` event for `name`.
@@ -735,7 +461,7 @@ pub(crate) fn record_decision(
     }
     txn.event(
         EventType::ApprovalDecided,
-        Some(index as i64),
+        Some(StepIndex::at(index)),
         json!({
             "approval": latest.name,
             "verdict": decision.verdict,
@@ -743,72 +469,6 @@ pub(crate) fn record_decision(
             "note": decision.note,
         }),
     );
-}
-
-/// BEHAVIOURS.md 24 (and 35): the step fails `policy_denied`, the run ends `Cancelled`
-/// `approval_rejected` with the note as detail.
-fn reject(
-    txn: &mut Txn,
-    index: usize,
-    latest: &StepApproval,
-    status: &ApprovalStatus,
-    decision: &ApprovalDecision,
-) {
-    record_decision(txn, index, latest, decision);
-    let content =
-        json!({"approval": latest.name, "verdict": Verdict::Rejected, "note": decision.note});
-    let summary = format!("Approval {} was rejected", latest.name);
-    txn.fail_step(
-        index,
-        observation(ObservationKind::PolicyDenied, content, summary),
-    );
-    txn.end_run(
-        TerminalReason::ApprovalRejected,
-        decision.note.clone(),
-        None,
-    );
-    let mut status = status.clone();
-    status.phase = ApprovalPhase::Rejected;
-    status.short_hash = Some(short_hash(&latest.hash));
-    status.decided_at = Some(status.decided_at.unwrap_or(txn.now()));
-    write_status(txn, &latest.name, status);
-}
-
-/// BEHAVIOURS.md 25: a pending approval past expiresAt, or a grant older than
-/// grantTTLSeconds, expires; nothing executes.
-fn expire(
-    txn: &mut Txn,
-    index: usize,
-    latest: &StepApproval,
-    status: Option<&ApprovalStatus>,
-    granted: Option<&ApprovalDecision>,
-) {
-    if let Some(decision) = granted {
-        record_decision(txn, index, latest, decision);
-    }
-    let content = json!({"approval": latest.name, "phase": ApprovalPhase::Expired});
-    let summary = format!("Approval {} expired", latest.name);
-    txn.fail_step(
-        index,
-        observation(ObservationKind::PolicyDenied, content, summary),
-    );
-    let detail = match granted {
-        Some(_) => format!(
-            "the grant of Approval {} expired unexecuted (grantTTLSeconds)",
-            latest.name
-        ),
-        None => format!(
-            "Approval {} expired undecided (approvalTTLSeconds)",
-            latest.name
-        ),
-    };
-    txn.end_run(TerminalReason::ApprovalExpired, Some(detail), None);
-    if let Some(status) = status {
-        let mut status = status.clone();
-        status.phase = ApprovalPhase::Expired;
-        status.short_hash = Some(short_hash(&latest.hash));
-        write_status(txn, &latest.name, status);
-    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ use serde_json::Value;
 
 use super::canonical::{canonical_json, content_hash, CanonicalError};
 use crate::api::{
-    AgentRunSegmentSpec, AgentRunStatus, Archive, ArchivedSegment, RunEvent, Step, StepStatus,
+    AgentRunSegmentSpec, AgentRunStatus, Archive, ArchivedSegment, RunEvent, Step, StepIndex,
+    StepStatus,
 };
 
 /// When and how much a window seals (docs/design.md section 4a). The controller's
@@ -192,15 +193,15 @@ pub fn seal(
         let first_kept = status
             .steps
             .get(count)
-            .map_or_else(|| next_step + status.steps.len() as i64, |s| s.index);
+            .map_or_else(|| next_step + status.steps.len() as i64, |s| s.index.get());
         let cut = status
             .events
             .iter()
-            .position(|e| e.step.is_some_and(|s| s >= first_kept))
+            .position(|e| e.step.is_some_and(|s| s.get() >= first_kept))
             .unwrap_or(status.events.len());
         let late = status.events[cut..]
             .iter()
-            .filter_map(|e| e.step)
+            .filter_map(|e| e.step.map(StepIndex::get))
             .filter(|s| *s < first_kept)
             .min();
         match late {
@@ -279,7 +280,7 @@ fn check_window(
 ) -> Result<(), ArchiveError> {
     for (offset, step) in status.steps.iter().enumerate() {
         let expected = next_step + offset as i64;
-        if step.index != expected {
+        if step.index.get() != expected {
             return Err(ArchiveError::Window(format!(
                 "status.steps[{offset}] has index {}, expected {expected}",
                 step.index

@@ -1,7 +1,7 @@
 //! A tool call's way from the policy to the tool (DESIGN.md sections 3-4; BEHAVIOURS.md 11-14,
 //! 21-22): the policy sees the canonical args; `allow` writes the step `executing`,
 //! `step.policy` and `step.tool_started` in one write and only then asks for
-//! [`Effect::CallTool`]; `deny` fails the step `policy_denied` with `step.policy` in the same
+//! [`ExternalCall::Tool`]; `deny` fails the step `policy_denied` with `step.policy` in the same
 //! write and the loop goes on; `abort` ends the run `policy_abort`; `require_approval` pauses
 //! ([`approvals::pause`]). A policy error, or a capability or presentation the record cannot
 //! store, fails the run `internal_error` before anything executes or any Approval exists.
@@ -18,9 +18,10 @@ use super::loop_::Flow;
 use super::policy::{self, PolicyDecision};
 use super::record::{observation, Txn};
 use super::validate::check_storable;
-use super::{Effect, ToolCall};
+use super::{ExternalCall, ToolCall};
 use crate::api::{
-    EventType, ObservationKind, PolicyDecisionKind, PolicyRecord, StepStatus, TerminalReason,
+    EventType, ObservationKind, PolicyDecisionKind, PolicyRecord, StepIndex, StepStatus,
+    TerminalReason,
 };
 
 /// The approval a re-evaluation is for.
@@ -66,7 +67,7 @@ pub(crate) fn evaluate(
         "reason": record.reason,
     });
     txn.step_mut(index).policy = Some(record);
-    txn.event(EventType::StepPolicy, Some(index as i64), data);
+    txn.event(EventType::StepPolicy, Some(StepIndex::at(index)), data);
     match decision.decision {
         PolicyDecisionKind::Allow => start_tool(txn, index, tool, args, grant),
         PolicyDecisionKind::Deny => {
@@ -98,7 +99,7 @@ pub(crate) fn evaluate(
             step.finished_at = Some(now);
             txn.event(
                 EventType::StepFailed,
-                Some(index as i64),
+                Some(StepIndex::at(index)),
                 json!({"reason": TerminalReason::PolicyAbort}),
             );
             txn.end_run(TerminalReason::PolicyAbort, detail, None);
@@ -163,7 +164,7 @@ fn check_policy_json(decision: &PolicyDecision) -> Result<(), String> {
 }
 
 /// Starts the tool: step `executing`, `attempts` + 1, `step.tool_started` (with the approval
-/// when a grant executes, marked executed in the same write), then [`Effect::CallTool`].
+/// when a grant executes, marked executed in the same write), then [`ExternalCall::Tool`].
 pub(crate) fn start_tool(
     txn: &mut Txn,
     index: usize,
@@ -192,15 +193,15 @@ pub(crate) fn start_tool(
         }
         data["approval"] = json!(grant.name);
     }
-    txn.event(EventType::StepToolStarted, Some(index as i64), data);
+    txn.event(EventType::StepToolStarted, Some(StepIndex::at(index)), data);
     if let Some(grant) = grant {
         let mut status = grant.status;
         status.phase = crate::api::ApprovalPhase::Executed;
         status.executed_at = Some(now);
         super::approvals::write_status(txn, &grant.name, status);
     }
-    txn.after.push(Effect::CallTool(ToolCall {
-        step: index as i64,
+    txn.call(ExternalCall::Tool(ToolCall {
+        step: StepIndex::at(index),
         attempt,
         tool: spec_tool,
         args,

@@ -18,8 +18,8 @@ use super::hash::approval_hash;
 use super::loop_::{check_args, CallProblem, Flow};
 use super::record::Txn;
 use crate::api::{
-    Approval, ApprovalDecision, ApprovalStatus, EventType, RunPhase, StepApproval, TerminalReason,
-    INTERRUPTED_SIDE_EFFECT,
+    Approval, ApprovalDecision, ApprovalStatus, EventType, RunPhase, StepApproval, StepIndex,
+    TerminalReason, INTERRUPTED_SIDE_EFFECT,
 };
 
 fn origin_of(txn: &Txn, latest: &StepApproval) -> Origin {
@@ -67,8 +67,8 @@ pub(crate) fn execute_grant(
         .position(|t| t.name == spec.request.tool.name);
     let belongs = spec.run_uid == run.uid
         && spec.request.run.uid == run.uid
-        && spec.request.step == index as i64
-        && spec.step_index == index as i64;
+        && spec.request.step == StepIndex::at(index)
+        && spec.step_index == StepIndex::at(index);
     let Some(tool) = tool.filter(|_| belongs) else {
         let detail = format!(
             "Approval {}: its request is not for step {index} of this run or names a tool the \
@@ -83,7 +83,7 @@ pub(crate) fn execute_grant(
     txn.take_lease();
     txn.event(
         EventType::RunResumed,
-        Some(index as i64),
+        Some(StepIndex::at(index)),
         json!({"approval": latest.name}),
     );
     let now = txn.now();

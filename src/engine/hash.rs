@@ -51,7 +51,7 @@ mod tests {
                 name: "refund-1042".into(),
                 uid: "6f1c2a1e-0000-4000-8000-000000001042".into(),
             },
-            step: 1,
+            step: crate::api::StepIndex(1),
             tool: ToolRef {
                 name: "issue_refund".into(),
                 description: "Refund an order.".into(),
@@ -108,7 +108,7 @@ mod tests {
         let mut spec = ApprovalSpec {
             run_name: "refund-1042".into(),
             run_uid: req.run.uid.clone(),
-            step_index: 1,
+            step_index: crate::api::StepIndex(1),
             kind: "policy".into(),
             request: req,
             capability: Some(json!({"maxAmount": 250})),
@@ -201,7 +201,7 @@ mod tests {
             },
             {
                 let mut r = request(json!({"order": 1042, "amount": 250}));
-                r.step = 2;
+                r.step = crate::api::StepIndex(2);
                 approval_hash("policy", cap.as_ref(), None, &r)
             },
         ];

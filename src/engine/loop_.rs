@@ -4,8 +4,8 @@
 //! [`drive`] runs a run "until the next external action": while nothing external happens
 //! (a denial, an invalid decision, a scripted agent's next decision) the steps share one status
 //! write. A step starts after the limits ([`super::limits`]); a scripted agent's decision i is
-//! `spec.agent.scripted.decisions[i]`, a webhook agent is asked with [`Effect::CallAgent`], a
-//! model with [`Effect::CallModel`] ([`super::model_calls`]). The decision is recorded verbatim
+//! `spec.agent.scripted.decisions[i]`, a webhook agent is asked with [`ExternalCall::Agent`], a
+//! model with [`ExternalCall::Model`] ([`super::model_calls`]). The decision is recorded verbatim
 //! (`step.decided`, `steps[i].decision`, args that are not usable JSON in `invalidArgs`) before
 //! it is validated; an unusable one fails the step `invalid_decision` and the loop goes on. A started step is never started again of
 //! its own accord (guarantee 1): an `executing` step found on the loop's way stops it.
@@ -18,9 +18,10 @@ use super::limits;
 use super::record::{observation, to_value, Txn};
 use super::takeover;
 use super::validate::{check_storable, ToolSchema};
-use super::{approvals, Effect, EngineError};
+use super::{EngineError, ExternalCall};
 use crate::api::{
-    DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepStatus, TerminalReason,
+    DeciderFailure, DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepIndex,
+    StepStatus, TerminalReason,
 };
 
 /// Whether a transition goes on deciding or has reached its external action (or its end).
@@ -54,7 +55,7 @@ pub(crate) fn drive(txn: &mut Txn) {
             }
             Some(StepStatus::Interrupted) => takeover::resume_interrupted(txn),
             Some(StepStatus::AwaitingApproval) => {
-                approvals::waiting(txn);
+                super::waiting::waiting(txn);
                 Flow::Halt
             }
         };
@@ -72,7 +73,7 @@ pub(crate) fn start_step(txn: &mut Txn) -> Flow {
     }
     let index = txn.status.steps.len();
     txn.status.steps.push(Step {
-        index: index as i64,
+        index: StepIndex::at(index),
         status: StepStatus::Deciding,
         decision: None,
         policy: None,
@@ -82,7 +83,11 @@ pub(crate) fn start_step(txn: &mut Txn) -> Flow {
         started_at: Some(txn.now()),
         finished_at: None,
     });
-    txn.event(EventType::StepStarted, Some(index as i64), Value::Null);
+    txn.event(
+        EventType::StepStarted,
+        Some(StepIndex::at(index)),
+        Value::Null,
+    );
     decide(txn)
 }
 
@@ -111,8 +116,8 @@ fn decide(txn: &mut Txn) -> Flow {
     }
     if agent.webhook.is_some() {
         let request = agent_request(txn, index);
-        txn.after.push(Effect::CallAgent {
-            step: index as i64,
+        txn.call(ExternalCall::Agent {
+            step: StepIndex::at(index),
             request,
         });
         return Flow::Halt;
@@ -125,11 +130,11 @@ fn decide(txn: &mut Txn) -> Flow {
 /// [`super::Input::AgentAnswered`]: the decision of a `deciding` step, or the agent's error.
 pub(crate) fn agent_answered(
     txn: &mut Txn,
-    step: i64,
+    step: StepIndex,
     decision: Result<Value, String>,
 ) -> Result<(), EngineError> {
-    let index = usize::try_from(step)
-        .ok()
+    let index = step
+        .position()
         .filter(|i| *i < txn.status.steps.len())
         .ok_or_else(|| unexpected(txn, format!("no step {step} to decide")))?;
     let current =
@@ -195,7 +200,7 @@ pub(crate) fn apply_decision(txn: &mut Txn, index: usize, raw: Value) -> Flow {
     let record = decision_record(&raw);
     let data = json!({"kind": record.kind, "tool": record.tool});
     txn.step_mut(index).decision = Some(record.clone());
-    txn.event(EventType::StepDecided, Some(index as i64), data);
+    txn.event(EventType::StepDecided, Some(StepIndex::at(index)), data);
     match validate(txn, &raw, &record) {
         Ok(Valid::Complete(result)) => {
             let now = txn.now();
@@ -369,26 +374,27 @@ const INVALID_REPLY: &str = "invalid";
 /// completion at all is an invalid decision; the observation names the failure so the model
 /// can do better next time.
 fn invalid_reply(record: &DecisionRecord) -> Invalid {
+    // The word is kept as recorded (a webhook agent may send any); the known ones say more.
     let failure = record
         .extra
         .get("failure")
         .and_then(Value::as_str)
-        .unwrap_or("unparseable");
-    let error = match failure {
-        "no_tool_call" => {
+        .unwrap_or(DeciderFailure::Unparseable.as_str());
+    let error = match DeciderFailure::parse(failure) {
+        Some(DeciderFailure::NoToolCall) => {
             "the reply has no tool call; answer by calling one of the tools, agentrt_complete \
              (the goal is reached) or agentrt_fail (it cannot be reached)"
         }
-        "truncated" => {
+        Some(DeciderFailure::Truncated) => {
             "the reply was cut off at its output token cap before it finished; answer with \
              one shorter tool call"
         }
-        "unstorable" => {
+        Some(DeciderFailure::Unstorable) => {
             "the answer holds JSON the Kubernetes API cannot store exactly (nesting deeper than \
              100 levels, an integer outside int64 or a number outside float64); send plainer \
              JSON, big numbers as strings"
         }
-        _ => "the reply could not be read as a decision",
+        Some(DeciderFailure::Unparseable) | None => "the reply could not be read as a decision",
     };
     Invalid {
         failure: Some(failure.to_string()),

@@ -1,42 +1,31 @@
 //! The run state machine (DESIGN.md sections 3-6, BEHAVIOURS.md 1-50): pure, synchronous, no
 //! I/O, no clock of its own, no `kube`, no `async`.
 //!
-//! Given the run as stored, its Approvals, the current time and one [`Input`], [`step`] returns
-//! a [`Transition`]: the effects to perform, in order. The controller performs them and feeds
-//! outcomes back as the next input. Every rule about what a run does next lives here once; the
-//! controller decides nothing about a run.
+//! Two entry points, one per caller, each returning only what that caller may do:
 //!
-//! The effect protocol:
-//! - Effects are performed strictly in order. [`Effect::WriteStatus`] is a compare-and-set
-//!   replace of the run's status on the `resourceVersion` the snapshot was read at; if it fails
-//!   (409), the effects after it are dropped, the controller re-reads the run and its Approvals
-//!   and calls [`step`] again with the same input. The engine then re-decides from the fresh
-//!   record (and stops if this replica is no longer the recorded holder or the run ended).
-//! - A transition runs "until the next external action": one status write, then at most one
-//!   external action ([`Effect::CallTool`], [`Effect::CallAgent`], [`Effect::CallModel`],
-//!   [`Effect::CallReconcileHook`]) whose outcome comes back as the next input (DESIGN.md
-//!   section 4: one durable write between two external actions, never fewer).
-//! - [`Input::Observe`] is what a replica that is not executing the run asks; it never starts a
-//!   side effect, and asks for the lease with [`Effect::AcquireLease`] when the run needs a
-//!   holder. After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
+//! - [`observe`] (a replica that is not executing the run; a reconcile) returns an
+//!   [`Observed`]: `write: Option<status>`, then `approvals: Vec<ApprovalWrite>`, then `next:
+//!   ObserveNext` = `Nothing | AcquireLease { takeover } | RequeueAfter { millis }`. It has no
+//!   call and no lease release: an observer never starts a side effect (DESIGN.md section 5).
+//!   After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
+//! - [`step`] (the executor, holding the lease) takes one [`Input`] and returns a
+//!   [`Transition`]: `write: Option<status>`, then `bookkeeping: Vec<Bookkeeping>`
+//!   (`Approval(ApprovalWrite::Create | ApprovalWrite::Status)` in order, then `ReleaseLease`
+//!   last and only before a stop), then exactly one `next: Next` = `Call(ExternalCall)` (`Tool
+//!   | Agent | Model | ReconcileHook`, whose outcome comes back as [`Input::ToolFinished`],
+//!   [`Input::AgentAnswered`], [`Input::ModelAnswered`] or [`Input::Reconciled`]) or `Stop`.
+//!   One durable write between two external actions, never fewer (DESIGN.md section 4).
 //!
-//! What a transition's effects look like, in order:
-//! - `[WriteStatus?, CallTool | CallAgent | CallModel | CallReconcileHook]`: the loop goes on;
-//!   the outcome comes back as [`Input::ToolFinished`], [`Input::AgentAnswered`],
-//!   [`Input::ModelAnswered`] or [`Input::Reconciled`].
-//!   A grant's execution puts `WriteApprovalStatus(Executed)` between the write and the call.
-//! - `[WriteStatus, CreateApproval, WriteApprovalStatus(Pending), ReleaseLease, Stop]`: the run
-//!   paused on an Approval.
-//! - `[WriteStatus?, WriteApprovalStatus?, ReleaseLease?, Stop]`: the run ended, or the executor
-//!   has nothing to do (`ReleaseLease` only from an executor).
-//! - For [`Input::Observe`]: nothing; `[RequeueAfter]`; `[AcquireLease]`;
-//!   `[WriteApprovalStatus?, AcquireLease]` (an approved grant); `[CreateApproval,
-//!   WriteApprovalStatus]` (a recorded Approval that is missing); `[WriteStatus,
-//!   WriteApprovalStatus?, Stop]` (cancel, rejection, expiry, a record that will not decode).
+//! The write of either is a compare-and-set replace of the run's status on the
+//! `resourceVersion` the snapshot was read at. On a conflict (409) the rest of the value is
+//! dropped, the controller re-reads the run and its Approvals and asks again (the same input
+//! for [`step`]); the engine re-decides from the fresh record (and stops if this replica is no
+//! longer the recorded holder or the run ended).
 //!
-//! [`step`] is a pure function of (run, approvals, caller, input): applying an input again to a
+//! Both are pure functions of (run, approvals, caller, input): applying an input again to a
 //! record that already holds its effect writes nothing twice and never starts a started step
 //! again (guarantee 1); a step found `executing` by its own holder is left to a takeover.
+//! [`Engine`] carries both as function pointers for a caller that wants a scripted engine.
 //!
 //! The rooms (each names the rules it holds in its `//!` header):
 //! - `record`: the working copy of the status, events numbered without gaps, conditions, the
@@ -55,7 +44,10 @@
 //!   comes in through [`Budgets::model_wire`]);
 //! - `calls`: the policy and starting a tool (BEHAVIOURS.md 11-14);
 //! - `outcome`: tool outcomes and late outcomes (BEHAVIOURS.md 15-18, 44);
-//! - `approvals`: pauses and decided approvals (BEHAVIOURS.md 19, 23-25);
+//! - `approvals`: pauses and the Approval objects as the record's projection (BEHAVIOURS.md
+//!   19, 26);
+//! - `waiting`: a waiting run's latest Approval: missing, foreign, pending, rejected, expired
+//!   or granted (BEHAVIOURS.md 23-25, 34-35);
 //! - `grants`: executing a grant (BEHAVIOURS.md 21-22, 26);
 //! - `takeover`: takeovers, interrupted steps, the reconcile hook (BEHAVIOURS.md 31-40);
 //! - `projection`: Kubernetes Events derived from the journal.
@@ -86,13 +78,14 @@ mod record;
 mod start;
 mod takeover;
 pub mod validate;
+mod waiting;
 
 #[cfg(test)]
 mod tests;
 
 use serde_json::Value;
 
-use crate::api::{AgentRunSpec, RunPhase, Time, ToolSpec};
+use crate::api::{AgentRunSpec, RunPhase, StepIndex, Time, ToolFailure, ToolSpec};
 
 pub use approvals::{approval_name, recorded_approvals, short_hash, status_write_version};
 pub use lease::{lease_liveness, LeaseLiveness};
@@ -220,9 +213,8 @@ pub enum ToolOutcome {
     /// The tool failed: non-2xx (body kept), content not JSON (`invalid_content`, bytes kept,
     /// base64 if not UTF-8), connection refused before sending, a panic around the call.
     Error {
-        /// A short machine word: `http_status`, `invalid_content`, `connection_refused`,
-        /// `executor_panic`, `no_executor`, ...
-        failure: String,
+        /// Why, as the record spells it (`http_status`, `invalid_content`, ...).
+        failure: ToolFailure,
         /// HTTP status when there was one.
         status: Option<u16>,
         /// What to show the agent (the body as JSON, or a string).
@@ -294,18 +286,12 @@ pub enum ModelOutcome {
     },
 }
 
-/// One input to the state machine.
+/// One input to the executor's state machine ([`step`]); a replica that is not executing the
+/// run calls [`observe`] instead.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
-    /// A replica that is not executing the run looks at it (a reconcile). Never starts a side
-    /// effect; may write (cancel, expiry, rejection), create a missing Approval, ask for the
-    /// lease, or requeue.
-    Observe {
-        /// The run's Lease as read.
-        lease: LeaseView,
-    },
     /// This replica just won the run's Lease by compare-and-set (after
-    /// [`Effect::AcquireLease`]); `takeover` is set when it replaced a holder or an expired or
+    /// [`ObserveNext::AcquireLease`]); `takeover` is set when it replaced a holder or an expired or
     /// absent Lease of a run that had already started.
     LeaseAcquired {
         /// Set for a takeover (DESIGN.md section 4).
@@ -314,23 +300,23 @@ pub enum Input {
     /// The agent answered (webhook/openai): the raw decision JSON, or why there is none.
     AgentAnswered {
         /// The step the decision is for.
-        step: i64,
+        step: StepIndex,
         /// The decision as received, or the agent's error (`agent_error`).
         decision: Result<Value, String>,
     },
     /// A tool call of `step` ended.
     ToolFinished {
         /// The step.
-        step: i64,
+        step: StepIndex,
         /// The attempt (`Agentrt-Attempt`) that ended.
         attempt: i64,
         /// How it ended.
         outcome: ToolOutcome,
     },
-    /// A model attempt ([`Effect::CallModel`]) ended.
+    /// A model attempt ([`ExternalCall::Model`]) ended.
     ModelAnswered {
         /// The step being decided.
-        step: i64,
+        step: StepIndex,
         /// The attempt that ended.
         attempt: i64,
         /// How it ended.
@@ -351,7 +337,7 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
     /// The step.
-    pub step: i64,
+    pub step: StepIndex,
     /// 1 for the first start of this step, 2 after a granted re-run, ...
     pub attempt: i64,
     /// The tool as specified.
@@ -362,17 +348,12 @@ pub struct ToolCall {
     pub idempotency_key: String,
 }
 
-/// One thing the controller must do. Performed in order; see the module doc.
+/// A write to one of the run's Approvals, asked by an executor or an observer.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
-    /// Replace the run's status with this JSON by compare-and-set.
-    WriteStatus {
-        /// The whole new `status`.
-        status: Value,
-    },
+pub enum ApprovalWrite {
     /// Create this Approval (whole object: metadata with name, namespace, ownerReferences,
     /// labels; spec). AlreadyExists is success (the name and hash are in the record).
-    CreateApproval {
+    Create {
         /// The object.
         approval: Value,
     },
@@ -381,7 +362,7 @@ pub enum Effect {
     /// the write is conditional on `resource_version`, so a replica that read a stale Approval
     /// changes nothing (409), and without one (an Approval created in this transition) the
     /// controller reads it first and writes only a phase that may follow.
-    WriteApprovalStatus {
+    Status {
         /// The Approval's name.
         name: String,
         /// The whole new `status`.
@@ -392,60 +373,169 @@ pub enum Effect {
         /// another hash (another run's, issue 16) is never written.
         hash: String,
     },
-    /// Win the run's Lease by compare-and-set, then call [`step`] with
-    /// [`Input::LeaseAcquired`] carrying `takeover`.
+}
+
+/// What an executor does after its status write landed and before its [`Next`], in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Bookkeeping {
+    /// Create an Approval or write its status.
+    Approval(ApprovalWrite),
+    /// Release the run's Lease (the run is waiting for approval or ended). Always the last
+    /// bookkeeping of a transition, and only when its [`Next`] is [`Next::Stop`].
+    ReleaseLease,
+}
+
+/// A model attempt to send (see [`ExternalCall::Model`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCall {
+    /// The step.
+    pub step: StepIndex,
+    /// 1, 2, ... per step; each retry is a new attempt.
+    pub attempt: i64,
+    /// The JSON body (goal, tool specs, steps), as for [`ExternalCall::Agent`].
+    pub request: Value,
+    /// The output cap to send (`maxOutputTokens`, or `maxOutputTokensPerCall`, the smaller).
+    pub max_output_tokens: Option<i64>,
+    /// How long to wait before sending, in milliseconds (a retry's backoff; 0 for a first
+    /// attempt).
+    pub delay_millis: u64,
+}
+
+/// The one external action a transition may end with; its outcome comes back as the next
+/// [`Input`]. Started only if this replica's lease is unexpired by its own clock.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExternalCall {
+    /// Call the tool; the outcome comes back as [`Input::ToolFinished`].
+    Tool(ToolCall),
+    /// Ask the run's webhook agent for step `step`'s decision, POSTing `request`; the answer
+    /// comes back as [`Input::AgentAnswered`].
+    Agent {
+        /// The step.
+        step: StepIndex,
+        /// The JSON body (goal, tool specs, steps, approvals).
+        request: Value,
+    },
+    /// Ask the run's model (`spec.agent.openai`) for a step's decision: wait
+    /// `delay_millis`, check the lease, then send `request`. The write before it recorded
+    /// `model.dispatched` with this attempt's projection; the outcome comes back as
+    /// [`Input::ModelAnswered`].
+    Model(ModelCall),
+    /// POST this RunView (run, steps, approvals) to the reconcile hook; the answer comes back
+    /// as [`Input::Reconciled`].
+    ReconcileHook {
+        /// The JSON body.
+        view: Value,
+    },
+}
+
+impl ExternalCall {
+    /// The step the call works on (`None` for the reconcile hook, which looks at the run).
+    pub fn step(&self) -> Option<StepIndex> {
+        match self {
+            ExternalCall::Tool(call) => Some(call.step),
+            ExternalCall::Agent { step, .. } => Some(*step),
+            ExternalCall::Model(call) => Some(call.step),
+            ExternalCall::ReconcileHook { .. } => None,
+        }
+    }
+}
+
+/// How an executor transition ends.
+// One per transition, moved once: boxing the call buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Make this one external call and feed its outcome back.
+    Call(ExternalCall),
+    /// The executor ends: the run is terminal, waiting, or no longer this replica's.
+    Stop,
+}
+
+/// What [`step`] returns to the executor: the protocol of the module doc as a type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    /// The whole new `status`, to replace the stored one by compare-and-set on the
+    /// `resourceVersion` the snapshot was read at; `None` when the record did not change. On a
+    /// conflict (409) the bookkeeping and `next` are dropped, the run and its Approvals re-read
+    /// and [`step`] asked again with the same input.
+    pub write: Option<Value>,
+    /// Performed in order after the write landed.
+    pub bookkeeping: Vec<Bookkeeping>,
+    /// Then exactly one of: an external call, or stop.
+    pub next: Next,
+}
+
+impl Transition {
+    /// Nothing to write, nothing to do: the executor ends.
+    pub fn stop() -> Transition {
+        Transition {
+            write: None,
+            bookkeeping: Vec::new(),
+            next: Next::Stop,
+        }
+    }
+}
+
+/// What an observer does last, after its write and Approval writes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ObserveNext {
+    /// Nothing: the run's own changes (or the resync) wake the observer again.
+    #[default]
+    Nothing,
+    /// The run needs a holder: win its Lease by compare-and-set, then start an executor that
+    /// calls [`step`] with [`Input::LeaseAcquired`] carrying `takeover`.
     AcquireLease {
         /// Set when this acquisition is a takeover.
         takeover: Option<PreviousHolder>,
     },
-    /// Call the tool (only if this replica's lease is unexpired by its own clock).
-    CallTool(ToolCall),
-    /// Ask the run's webhook agent for step `step`'s decision, POSTing `request`; the answer
-    /// comes back as [`Input::AgentAnswered`].
-    CallAgent {
-        /// The step.
-        step: i64,
-        /// The JSON body (goal, tool specs, steps, approvals).
-        request: Value,
-    },
-    /// Ask the run's model (`spec.agent.openai`) for step `step`'s decision: wait
-    /// `delay_millis` (a retry's backoff; 0 for a first attempt), check the lease, then send
-    /// `request` with at most `max_output_tokens` output tokens. The write before it recorded
-    /// `model.dispatched` with this attempt's projection; the outcome comes back as
-    /// [`Input::ModelAnswered`].
-    CallModel {
-        /// The step.
-        step: i64,
-        /// 1, 2, ... per step; each retry is a new attempt.
-        attempt: i64,
-        /// The JSON body (goal, tool specs, steps), as for [`Effect::CallAgent`].
-        request: Value,
-        /// The output cap to send (`maxOutputTokens`, or `maxOutputTokensPerCall`, the smaller).
-        max_output_tokens: Option<i64>,
-        /// How long to wait before sending.
-        delay_millis: u64,
-    },
-    /// POST this RunView to the reconcile hook.
-    CallReconcileHook {
-        /// The JSON body (run, steps, approvals).
-        view: Value,
-    },
-    /// Release the run's Lease (the run is waiting for approval or ended).
-    ReleaseLease,
     /// Look at the run again after this many milliseconds (an expiry, a lease to wait out).
     RequeueAfter {
         /// Milliseconds.
         millis: u64,
     },
-    /// The executor ends: the run is terminal, waiting, or no longer this replica's.
-    Stop,
 }
 
-/// What [`step`] returns.
+/// What [`observe`] returns to a replica that is not executing the run: never a side effect,
+/// never a lease release.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Transition {
-    /// The effects to perform, in order.
-    pub effects: Vec<Effect>,
+pub struct Observed {
+    /// The whole new `status` (cancel, expiry, rejection, a record that will not decode), by
+    /// compare-and-set as for [`Transition::write`]; on a conflict the rest is dropped and the
+    /// run observed again.
+    pub write: Option<Value>,
+    /// Approval writes (a missing recorded Approval recreated, a decided one projected), in
+    /// order after the write landed.
+    pub approvals: Vec<ApprovalWrite>,
+    /// Then this.
+    pub next: ObserveNext,
+}
+
+/// The engine's two entry points as one value, so the controller can be given a scripted
+/// engine in its tests.
+#[derive(Debug, Clone, Copy)]
+pub struct Engine {
+    /// [`step`], for the executor.
+    pub step: StepFn,
+    /// [`observe`], for a replica that is not executing the run.
+    pub observe: ObserveFn,
+}
+
+/// The signature of [`step`].
+pub type StepFn = fn(
+    &RunSnapshot,
+    &[ApprovalSnapshot],
+    &Caller,
+    &Budgets,
+    Input,
+) -> Result<Transition, EngineError>;
+
+/// The signature of [`observe`].
+pub type ObserveFn =
+    fn(&RunSnapshot, &[ApprovalSnapshot], &Caller, &Budgets, &LeaseView) -> Observed;
+
+impl Engine {
+    /// This module's [`step`] and [`observe`].
+    pub const PURE: Engine = Engine { step, observe };
 }
 
 /// Why the engine could not produce a transition. Every other failure becomes part of the
@@ -464,7 +554,8 @@ pub enum EngineError {
     },
 }
 
-/// Decides what `run` does next on `input`.
+/// Decides what `run` does next on `input`, for the replica executing it (holding, or just
+/// winning, its Lease).
 ///
 /// `approvals` are the run's Approval objects (label `agentrt.dev/run-uid=<uid>`), `caller` the
 /// replica asking and its clock, `budgets` the size limits.
@@ -481,30 +572,55 @@ pub fn step(
 ) -> Result<Transition, EngineError> {
     let stored = match record::decode(&run.status) {
         Ok(stored) => stored,
-        Err(detail) => return Ok(raw::undecodable(run, caller, &input, detail)),
+        Err(detail) => return Ok(raw::undecodable_step(run, caller, &input, detail)),
     };
     // DESIGN.md section 5, terminal runs: nothing. A journal holding `run.finished` ended the
     // run whatever `phase` says now (a status write by hand cannot bring a run back to life).
-    if !stored.phase.is_terminal()
+    if ended_by_journal(&stored) {
+        return Ok(Transition::stop());
+    }
+    let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, true);
+    match input {
+        Input::LeaseLost => txn.stop(),
+        input => executor_input(&mut txn, input)?,
+    }
+    Ok(txn.finish().into_transition())
+}
+
+/// Decides what a replica that is not executing `run` does with it (a reconcile; DESIGN.md
+/// section 5, the resume table): it may write (cancel, expiry, rejection, a record that will
+/// not decode), create a missing Approval or project a decided one, ask for the lease, or
+/// requeue; it never starts a side effect (docs/design.md section 5).
+///
+/// `lease` is the run's Lease as this replica read it and how long it has seen it unchanged;
+/// the other arguments are as for [`step`].
+pub fn observe(
+    run: &RunSnapshot,
+    approvals: &[ApprovalSnapshot],
+    caller: &Caller,
+    budgets: &Budgets,
+    lease: &LeaseView,
+) -> Observed {
+    let stored = match record::decode(&run.status) {
+        Ok(stored) => stored,
+        Err(detail) => return raw::undecodable_observe(run, caller, lease, detail),
+    };
+    if ended_by_journal(&stored) {
+        return Observed::default();
+    }
+    let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, false);
+    observe::observe(&mut txn, lease);
+    txn.finish().into_observation()
+}
+
+/// A journal holding `run.finished` under a phase that is not terminal (a status edited by
+/// hand): the run ended all the same.
+fn ended_by_journal(stored: &crate::api::AgentRunStatus) -> bool {
+    !stored.phase.is_terminal()
         && stored
             .events
             .iter()
             .any(|e| e.type_ == crate::api::EventType::RunFinished)
-    {
-        let effects = match input {
-            Input::Observe { .. } => Vec::new(),
-            _ => vec![Effect::Stop],
-        };
-        return Ok(Transition { effects });
-    }
-    let executor = !matches!(input, Input::Observe { .. });
-    let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, executor);
-    match input {
-        Input::Observe { lease } => observe::observe(&mut txn, &lease),
-        Input::LeaseLost => txn.stop(),
-        input => executor_input(&mut txn, input)?,
-    }
-    Ok(txn.finish())
 }
 
 /// An input from the executor (the replica holding, or just winning, the lease).
@@ -546,7 +662,7 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
     match input {
         Input::LeaseAcquired { takeover } => match phase {
             RunPhase::Pending => start::begin(txn),
-            RunPhase::WaitingForApproval => approvals::waiting(txn),
+            RunPhase::WaitingForApproval => waiting::waiting(txn),
             _ => takeover::take_over(txn, takeover),
         },
         _ if phase != RunPhase::Running => txn.release_and_stop(),
@@ -562,7 +678,7 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
             outcome,
         } => model_calls::answered(txn, step, attempt, outcome)?,
         Input::Reconciled { answer } => takeover::reconciled(txn, answer),
-        Input::Observe { .. } | Input::LeaseLost => txn.stop(),
+        Input::LeaseLost => txn.stop(),
     }
     Ok(())
 }

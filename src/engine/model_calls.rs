@@ -7,7 +7,7 @@
 //!
 //! - Before each attempt the model limits are checked ([`model::check_before_attempt`]); one
 //!   that fires writes `limit.exceeded` and ends the run, nothing is sent.
-//! - The write before [`Effect::CallModel`] counts the attempt ([`model::record_dispatch`]) and
+//! - The write before [`ExternalCall::Model`] counts the attempt ([`model::record_dispatch`]) and
 //!   records `model.dispatched` {attempt, projection, maxOutputTokens, delayMs}.
 //! - The answer is charged ([`model::charge`]) with `model.completed` (then the decision is
 //!   recorded and the loop goes on) or `model.failed`; usage that cannot be trusted ends the
@@ -22,8 +22,8 @@ use super::conversation::Conversation;
 use super::loop_::{apply_decision, drive, unexpected, Flow};
 use super::model::{self, AttemptOutcome, Projection, RetryDecision, RunClock};
 use super::record::Txn;
-use super::{Effect, EngineError, ModelOutcome};
-use crate::api::{EventType, ModelPrices, StepStatus, TerminalReason};
+use super::{EngineError, ExternalCall, ModelCall, ModelOutcome};
+use crate::api::{EventType, ModelPrices, StepIndex, StepStatus, TerminalReason};
 
 fn prices<'a>(txn: &Txn<'a>) -> Option<&'a ModelPrices> {
     txn.run
@@ -68,7 +68,7 @@ pub(crate) fn dispatch(txn: &mut Txn, index: usize, delay_millis: u64) -> Flow {
     });
     txn.event(
         EventType::ModelDispatched,
-        Some(index as i64),
+        Some(StepIndex::at(index)),
         json!({
             "attempt": attempt,
             "model": agent.model,
@@ -81,13 +81,13 @@ pub(crate) fn dispatch(txn: &mut Txn, index: usize, delay_millis: u64) -> Flow {
             },
         }),
     );
-    txn.after.push(Effect::CallModel {
-        step: index as i64,
+    txn.call(ExternalCall::Model(ModelCall {
+        step: StepIndex::at(index),
         attempt,
         request,
         max_output_tokens: cap,
         delay_millis,
-    });
+    }));
     Flow::Halt
 }
 
@@ -96,7 +96,7 @@ fn dispatched(txn: &Txn, index: usize) -> i64 {
     txn.status
         .events
         .iter()
-        .filter(|e| e.type_ == EventType::ModelDispatched && e.step == Some(index as i64))
+        .filter(|e| e.type_ == EventType::ModelDispatched && e.step == Some(StepIndex::at(index)))
         .count() as i64
 }
 
@@ -112,7 +112,7 @@ fn open_attempt(txn: &Txn, index: usize, attempt: i64) -> Option<Open> {
         let Some(data) = event
             .data
             .as_ref()
-            .filter(|_| event.step == Some(index as i64))
+            .filter(|_| event.step == Some(StepIndex::at(index)))
         else {
             continue;
         };
@@ -162,18 +162,18 @@ pub(crate) fn close_open_attempt(txn: &mut Txn, index: usize, why: &str) {
     data["attempt"] = json!(attempt);
     data["outcome"] = json!("unknown");
     data["detail"] = json!(why);
-    txn.event(EventType::ModelFailed, Some(index as i64), data);
+    txn.event(EventType::ModelFailed, Some(StepIndex::at(index)), data);
 }
 
 /// [`super::Input::ModelAnswered`].
 pub(crate) fn answered(
     txn: &mut Txn,
-    step: i64,
+    step: StepIndex,
     attempt: i64,
     outcome: ModelOutcome,
 ) -> Result<(), EngineError> {
-    let index = usize::try_from(step)
-        .ok()
+    let index = step
+        .position()
         .filter(|i| *i < txn.status.steps.len())
         .ok_or_else(|| {
             unexpected(
@@ -195,7 +195,7 @@ pub(crate) fn answered(
 }
 
 fn settle(txn: &mut Txn, index: usize, attempt: i64, open: &Open, outcome: ModelOutcome) -> Flow {
-    let step = Some(index as i64);
+    let step = Some(StepIndex::at(index));
     match outcome {
         ModelOutcome::Answered {
             decision,

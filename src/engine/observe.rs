@@ -3,13 +3,12 @@
 //!
 //! An observer never starts a side effect. It may write what needs no lease (cancel, an expired
 //! or rejected approval), recreate a recorded Approval that is missing, ask for the lease
-//! ([`Effect::AcquireLease`]) when the run needs a holder, or requeue for an expiry. Terminal
+//! ([`super::ObserveNext::AcquireLease`]) when the run needs a holder, or requeue for an expiry. Terminal
 //! runs are left alone.
 
-use super::approvals;
 use super::lease::{lease_liveness, LeaseLiveness};
 use super::record::{interrupted_observation, Txn};
-use super::{Effect, LeaseView, PreviousHolder};
+use super::{LeaseView, PreviousHolder};
 use crate::api::{RunPhase, StepStatus, TerminalReason, Time};
 
 /// When the lease `lease` says it expires (renewTime + duration, by its holder's clock), for the
@@ -27,7 +26,7 @@ pub(crate) fn millis_until(now: Time, then: Time) -> u64 {
 }
 
 /// Whether observing a run whose phase a watch last saw as `phase` can do anything: not when
-/// it is terminal, as a terminal phase never changes again and [`observe`] leaves such a run
+/// it is terminal, as a terminal phase never changes again and [`super::observe`] leaves such a run
 /// alone. A replica can then skip reading it. Any other phase, or none, may need work.
 pub fn observe_needed(phase: Option<&str>) -> bool {
     let Some(phase) = phase else {
@@ -39,7 +38,7 @@ pub fn observe_needed(phase: Option<&str>) -> bool {
     }
 }
 
-/// [`super::Input::Observe`].
+/// [`super::observe`].
 pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
     let phase = txn.status.phase;
     if phase.is_terminal() {
@@ -47,22 +46,21 @@ pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
     }
     if txn.run.spec.cancel {
         cancel(txn);
-        txn.stop();
         return;
     }
     match phase {
-        RunPhase::Pending => txn.after.push(Effect::AcquireLease { takeover: None }),
-        RunPhase::WaitingForApproval => approvals::waiting(txn),
+        RunPhase::Pending => txn.acquire_lease(None),
+        RunPhase::WaitingForApproval => super::waiting::waiting(txn),
         _ => match lease_liveness(lease, txn.run.spec.lease_duration_seconds) {
             // BEHAVIOURS.md 30: someone (this replica included) holds it and it has not been
             // seen unchanged for its duration and the margin: wait that out.
-            LeaseLiveness::Live { millis } => txn.after.push(Effect::RequeueAfter { millis }),
-            LeaseLiveness::Free | LeaseLiveness::Expired => txn.after.push(Effect::AcquireLease {
-                takeover: Some(PreviousHolder {
+            LeaseLiveness::Live { millis } => txn.requeue_after(millis),
+            LeaseLiveness::Free | LeaseLiveness::Expired => {
+                txn.acquire_lease(Some(PreviousHolder {
                     holder: lease.holder.clone(),
                     expired_at: lease_expiry(lease),
-                }),
-            }),
+                }))
+            }
         },
     }
 }

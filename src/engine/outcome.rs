@@ -16,7 +16,7 @@ use super::loop_::{drive, unexpected};
 use super::record::Txn;
 use super::takeover;
 use super::{EngineError, ToolOutcome};
-use crate::api::{EventType, Observation, ObservationKind, StepStatus, TerminalReason};
+use crate::api::{EventType, Observation, ObservationKind, StepIndex, StepStatus, TerminalReason};
 
 /// Longest summary line, in characters.
 const SUMMARY_CHARS: usize = 120;
@@ -24,7 +24,7 @@ const SUMMARY_CHARS: usize = 120;
 /// [`super::Input::ToolFinished`] for a running run.
 pub(crate) fn tool_finished(
     txn: &mut Txn,
-    step: i64,
+    step: StepIndex,
     attempt: i64,
     outcome: ToolOutcome,
 ) -> Result<(), EngineError> {
@@ -135,7 +135,7 @@ pub(crate) fn tool_finished(
 /// `step.tool_finished` {late: true, observation}; the run and the step keep what they are.
 pub(crate) fn late(
     txn: &mut Txn,
-    step: i64,
+    step: StepIndex,
     attempt: i64,
     outcome: ToolOutcome,
 ) -> Result<(), EngineError> {
@@ -202,9 +202,8 @@ pub(crate) fn late(
     Ok(())
 }
 
-fn step_index(txn: &Txn, step: i64) -> Result<usize, EngineError> {
-    usize::try_from(step)
-        .ok()
+fn step_index(txn: &Txn, step: StepIndex) -> Result<usize, EngineError> {
+    step.position()
         .filter(|i| *i < txn.status.steps.len())
         .ok_or_else(|| {
             unexpected(

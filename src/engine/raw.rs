@@ -7,85 +7,108 @@
 use serde_json::{json, Value};
 
 use super::lease::{lease_liveness, LeaseLiveness};
-use super::{Caller, Effect, Input, RunSnapshot, Transition};
+use super::{
+    Bookkeeping, Caller, Input, LeaseView, Next, ObserveNext, Observed, RunSnapshot, Transition,
+};
 use crate::api::{EventType, RunEvent, RunPhase, TerminalReason, Time};
 
-/// What `step` does with a run whose status does not decode.
-pub(crate) fn undecodable(
+/// What the stored status says of itself, as far as it can be read.
+struct Readable<'a> {
+    phase: Option<RunPhase>,
+    holder: Option<&'a str>,
+}
+
+fn readable(run: &RunSnapshot) -> Readable<'_> {
+    Readable {
+        phase: run
+            .status
+            .get("phase")
+            .and_then(|p| serde_json::from_value(p.clone()).ok()),
+        holder: run
+            .status
+            .get("lease")
+            .and_then(|l| l.get("holder"))
+            .and_then(Value::as_str),
+    }
+}
+
+/// The write that ends a run whose record will not decode: cancelled when asked, else
+/// `internal_error` naming what did not decode. `None` for a run already terminal.
+fn ending(
     run: &RunSnapshot,
     caller: &Caller,
-    input: &Input,
-    detail: String,
-) -> Transition {
-    let phase: Option<RunPhase> = run
-        .status
-        .get("phase")
-        .and_then(|p| serde_json::from_value(p.clone()).ok());
-    let holder = run
-        .status
-        .get("lease")
-        .and_then(|l| l.get("holder"))
-        .and_then(Value::as_str);
-    let executor = !matches!(input, Input::Observe { .. });
-    let stop = |mut effects: Vec<Effect>| {
-        if executor {
-            effects.push(Effect::ReleaseLease);
-        }
-        effects.push(Effect::Stop);
-        Transition { effects }
-    };
-    match input {
-        Input::LeaseLost => {
-            return Transition {
-                effects: vec![Effect::Stop],
-            }
-        }
-        Input::Observe { .. } | Input::LeaseAcquired { .. } => {}
-        _ if holder != Some(caller.holder.as_str()) => {
-            return Transition {
-                effects: vec![Effect::Stop],
-            }
-        }
-        _ => {}
-    }
+    phase: Option<RunPhase>,
+    detail: &str,
+) -> Option<Value> {
     if phase.is_some_and(RunPhase::is_terminal) {
-        return if executor {
-            stop(Vec::new())
-        } else {
-            Transition::default()
-        };
+        return None;
     }
     if run.spec.cancel {
-        let status = patch(
+        return Some(patch(
             &run.status,
             TerminalReason::OperatorCancelled,
             None,
             caller.now,
-        );
-        return stop(vec![Effect::WriteStatus { status }]);
-    }
-    if let Input::Observe { lease } = input {
-        if phase == Some(RunPhase::Running) {
-            if let LeaseLiveness::Live { millis } =
-                lease_liveness(lease, run.spec.lease_duration_seconds)
-            {
-                return Transition {
-                    effects: vec![Effect::RequeueAfter { millis }],
-                };
-            }
-        }
+        ));
     }
     let detail = format!(
         "AgentRun {}/{}: {detail}; the record is left as stored (fix or delete the run)",
         run.namespace, run.name
     );
-    let status = patch(
+    Some(patch(
         &run.status,
         TerminalReason::InternalError,
         Some(detail),
         caller.now,
-    );
-    stop(vec![Effect::WriteStatus { status }])
+    ))
+}
+
+/// What [`super::step`] does with a run whose status does not decode: a holder (or a replica
+/// that just won the lease) ends it, releases the lease and stops; anyone else stops.
+pub(crate) fn undecodable_step(
+    run: &RunSnapshot,
+    caller: &Caller,
+    input: &Input,
+    detail: String,
+) -> Transition {
+    let Readable { phase, holder } = readable(run);
+    match input {
+        Input::LeaseLost => return Transition::stop(),
+        Input::LeaseAcquired { .. } => {}
+        _ if holder != Some(caller.holder.as_str()) => return Transition::stop(),
+        _ => {}
+    }
+    Transition {
+        write: ending(run, caller, phase, &detail),
+        bookkeeping: vec![Bookkeeping::ReleaseLease],
+        next: Next::Stop,
+    }
+}
+
+/// What [`super::observe`] does with a run whose status does not decode: a run that is
+/// `Running` under a live lease is left to its holder (looked at again when the lease could
+/// have expired); otherwise it ends as [`undecodable_step`] ends it (cancel needs no lease).
+pub(crate) fn undecodable_observe(
+    run: &RunSnapshot,
+    caller: &Caller,
+    lease: &LeaseView,
+    detail: String,
+) -> Observed {
+    let Readable { phase, .. } = readable(run);
+    if !run.spec.cancel && phase == Some(RunPhase::Running) {
+        if let LeaseLiveness::Live { millis } =
+            lease_liveness(lease, run.spec.lease_duration_seconds)
+        {
+            return Observed {
+                next: ObserveNext::RequeueAfter { millis },
+                ..Observed::default()
+            };
+        }
+    }
+    Observed {
+        write: ending(run, caller, phase, &detail),
+        ..Observed::default()
+    }
 }
 
 /// The stored status with only the terminal fields set, plus `run.finished` when the journal

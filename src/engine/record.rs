@@ -8,10 +8,13 @@
 
 use serde_json::{json, Value};
 
-use super::{ApprovalSnapshot, Budgets, Caller, Effect, RunSnapshot, Transition};
+use super::{
+    ApprovalSnapshot, ApprovalWrite, Bookkeeping, Budgets, Caller, ExternalCall, Next, ObserveNext,
+    Observed, PreviousHolder, RunSnapshot, Transition,
+};
 use crate::api::{
     AgentRunStatus, Condition, EventType, LeaseRecord, Observation, ObservationKind, RunEvent,
-    RunPhase, Step, StepStatus, TerminalReason, Time,
+    RunPhase, Step, StepIndex, StepStatus, TerminalReason, Time,
 };
 
 /// Room left for the object's metadata and spec framing when the status is measured against
@@ -71,8 +74,8 @@ fn locate(status: &Value, err: serde_json::Error) -> String {
     format!("status does not decode: {err}")
 }
 
-/// One transition's view of the run: what was stored, the working copy, and the effects that
-/// follow the status write.
+/// One transition's view of the run: what was stored, the working copy, and what follows the
+/// status write.
 pub(crate) struct Txn<'a> {
     pub run: &'a RunSnapshot,
     pub approvals: &'a [ApprovalSnapshot],
@@ -82,8 +85,15 @@ pub(crate) struct Txn<'a> {
     pub stored: AgentRunStatus,
     /// The working copy; written when it differs from `stored`.
     pub status: AgentRunStatus,
-    /// Effects performed after the status write, in order.
-    pub after: Vec<Effect>,
+    /// Approval writes after the status write, in order.
+    pub approval_writes: Vec<ApprovalWrite>,
+    /// The executor releases the Lease after the Approval writes (only with `next` = stop).
+    release: bool,
+    /// How an executor's transition ends; the first one asked wins (what followed it was
+    /// never performed).
+    next: Option<Next>,
+    /// How an observer's pass ends; the first one asked wins.
+    observe_next: ObserveNext,
     /// Whether the caller executes the run (holds its lease) rather than observing it.
     pub executor: bool,
 }
@@ -104,7 +114,10 @@ impl<'a> Txn<'a> {
             budgets,
             status: stored.clone(),
             stored,
-            after: Vec::new(),
+            approval_writes: Vec::new(),
+            release: false,
+            next: None,
+            observe_next: ObserveNext::Nothing,
             executor,
         }
     }
@@ -115,7 +128,7 @@ impl<'a> Txn<'a> {
 
     /// Appends an event with the next `seq`.
     /// Absent fields of `data` (JSON `null` at its top level) are left out.
-    pub fn event(&mut self, type_: EventType, step: Option<i64>, mut data: Value) {
+    pub fn event(&mut self, type_: EventType, step: Option<StepIndex>, mut data: Value) {
         if let Value::Object(map) = &mut data {
             map.retain(|_, v| !v.is_null());
         }
@@ -178,7 +191,7 @@ impl<'a> Txn<'a> {
         step.status = StepStatus::Failed;
         step.finished_at = Some(now);
         step.observation = Some(observation);
-        self.event(EventType::StepFailed, Some(index as i64), data);
+        self.event(EventType::StepFailed, Some(StepIndex::at(index)), data);
     }
 
     /// Ends the run with `reason`: a step still deciding or executing fails (an executing one
@@ -199,7 +212,7 @@ impl<'a> Txn<'a> {
                     step.status = StepStatus::Failed;
                     step.finished_at = Some(now);
                     let data = json!({"reason": reason});
-                    self.event(EventType::StepFailed, Some(index as i64), data);
+                    self.event(EventType::StepFailed, Some(StepIndex::at(index)), data);
                 }
                 StepStatus::Executing => {
                     self.fail_step(index, interrupted_observation(previous, None));
@@ -220,31 +233,62 @@ impl<'a> Txn<'a> {
     }
 
     /// The executor is done with the run: release the lease (when it holds one) and stop.
+    /// Nothing when the transition's end is already decided.
     pub fn release_and_stop(&mut self) {
-        if self.executor {
-            self.after.push(Effect::ReleaseLease);
+        if self.next.is_none() {
+            self.release = self.executor;
+            self.next = Some(Next::Stop);
         }
-        self.after.push(Effect::Stop);
     }
 
+    /// The executor stops (keeping the lease to the way out).
     pub fn stop(&mut self) {
-        self.after.push(Effect::Stop);
+        if self.next.is_none() {
+            self.next = Some(Next::Stop);
+        }
     }
 
-    /// The transition: one status write when the record changed, then the effects after it.
-    pub fn finish(mut self) -> Transition {
+    /// The executor's transition ends with this external call.
+    pub fn call(&mut self, call: ExternalCall) {
+        debug_assert!(self.executor, "an observer never starts a side effect");
+        if self.next.is_none() {
+            self.next = Some(Next::Call(call));
+        }
+    }
+
+    /// An observer asks for the lease.
+    pub fn acquire_lease(&mut self, takeover: Option<PreviousHolder>) {
+        if self.observe_next == ObserveNext::Nothing {
+            self.observe_next = ObserveNext::AcquireLease { takeover };
+        }
+    }
+
+    /// An observer looks again after `millis`.
+    pub fn requeue_after(&mut self, millis: u64) {
+        if self.observe_next == ObserveNext::Nothing {
+            self.observe_next = ObserveNext::RequeueAfter { millis };
+        }
+    }
+
+    /// The transition: one status write when the record changed, then what follows it.
+    pub fn finish(mut self) -> Finished {
         super::approvals::cancel_spent(&mut self);
-        let mut effects = Vec::new();
+        let mut write = None;
         if self.status != self.stored {
             self.sync_derived();
             let status = to_value(&self.status);
             if !self.fits(&status) {
                 return self.too_large(&status);
             }
-            effects.push(Effect::WriteStatus { status });
+            write = Some(status);
         }
-        effects.append(&mut self.after);
-        Transition { effects }
+        Finished {
+            write,
+            approvals: self.approval_writes,
+            release: self.release,
+            next: self.next.unwrap_or(Next::Stop),
+            observe_next: self.observe_next,
+        }
     }
 
     fn fits(&self, status: &Value) -> bool {
@@ -258,7 +302,7 @@ impl<'a> Txn<'a> {
 
     /// The write that replaces a status over the object budget: the previous stored status,
     /// ended `record_too_large` (BEHAVIOURS.md 50). Nothing external follows.
-    fn too_large(self, status: &Value) -> Transition {
+    fn too_large(self, status: &Value) -> Finished {
         // The object budget is for the whole object: status, spec and a margin for metadata.
         let status_bytes = encoded_len(status);
         let spec_bytes = encoded_len(&self.run.spec);
@@ -281,13 +325,13 @@ impl<'a> Txn<'a> {
         );
         txn.end_run(TerminalReason::RecordTooLarge, Some(detail), None);
         txn.sync_derived();
-        let status = to_value(&txn.status);
-        let mut effects = vec![Effect::WriteStatus { status }];
-        if self.executor {
-            effects.push(Effect::ReleaseLease);
+        Finished {
+            write: Some(to_value(&txn.status)),
+            approvals: Vec::new(),
+            release: self.executor,
+            next: Next::Stop,
+            observe_next: ObserveNext::Nothing,
         }
-        effects.push(Effect::Stop);
-        Transition { effects }
     }
 
     /// Keeps the derived fields in step with the record: `stepCount`, `currentTool`,
@@ -329,6 +373,44 @@ impl<'a> Txn<'a> {
     }
 }
 
+/// What a [`Txn`] ends with, before it is shaped for its caller.
+pub(crate) struct Finished {
+    write: Option<Value>,
+    approvals: Vec<ApprovalWrite>,
+    release: bool,
+    next: Next,
+    observe_next: ObserveNext,
+}
+
+impl Finished {
+    /// For the executor: the write, the Approval writes and the release, then the next.
+    pub fn into_transition(self) -> Transition {
+        let mut bookkeeping: Vec<Bookkeeping> = self
+            .approvals
+            .into_iter()
+            .map(Bookkeeping::Approval)
+            .collect();
+        if self.release && self.next == Next::Stop {
+            bookkeeping.push(Bookkeeping::ReleaseLease);
+        }
+        Transition {
+            write: self.write,
+            bookkeeping,
+            next: self.next,
+        }
+    }
+
+    /// For an observer: the write, the Approval writes, then the lease or a requeue (an
+    /// observer's transition never holds a call: only executor paths ask for one).
+    pub fn into_observation(self) -> Observed {
+        Observed {
+            write: self.write,
+            approvals: self.approvals,
+            next: self.observe_next,
+        }
+    }
+}
+
 type ConditionParts = (&'static str, &'static str, String, String);
 
 fn ready_condition(status: &AgentRunStatus) -> ConditionParts {
@@ -336,13 +418,13 @@ fn ready_condition(status: &AgentRunStatus) -> ConditionParts {
         (RunPhase::Completed, _) => (
             "Ready",
             "True",
-            "goal_completed".into(),
+            TerminalReason::GoalCompleted.condition_reason().into(),
             "the run completed its goal".into(),
         ),
         (_, Some(reason)) => (
             "Ready",
             "False",
-            to_value(&reason).as_str().unwrap_or_default().to_string(),
+            reason.condition_reason().to_string(),
             status
                 .reason_detail
                 .clone()

@@ -5,7 +5,7 @@
 //! `executing` step `interrupted` (observation {previousStatus}, `step.interrupted`) in one
 //! write. Then the interrupted step (the last one, still `interrupted`: a takeover that died
 //! before resolving it leaves it recognisable) is resolved ([`resume_interrupted`]):
-//! - with `spec.reconcile.webhook`: the hook is asked ([`Effect::CallReconcileHook`]) and its
+//! - with `spec.reconcile.webhook`: the hook is asked ([`ExternalCall::ReconcileHook`]) and its
 //!   Reconciliation applied ([`reconciled`]);
 //! - without: a non-`ReadOnly` tool that was executing pauses on an `interrupted_side_effect`
 //!   Approval (args that fail the schema or were never JSON: `reconcile_conflict`); a
@@ -20,8 +20,10 @@ use super::approvals::{self, Origin, Requirement};
 use super::loop_::{check_call, drive, start_step, CallProblem, Flow};
 use super::record::{interrupted_observation, previous_status, to_value, Txn};
 use super::validate::{check_storable, json_kind};
-use super::{Effect, PreviousHolder};
-use crate::api::{EventType, SideEffect, StepStatus, TerminalReason, INTERRUPTED_SIDE_EFFECT};
+use super::{ExternalCall, PreviousHolder};
+use crate::api::{
+    EventType, SideEffect, StepIndex, StepStatus, TerminalReason, INTERRUPTED_SIDE_EFFECT,
+};
 
 /// The notice an `interrupted_side_effect` Approval shows (DESIGN.md section 5).
 pub const INTERRUPTED_NOTICE: &str = "The tool call started, but the process running it stopped \
@@ -119,7 +121,7 @@ pub(crate) fn interrupt(txn: &mut Txn, index: usize, detail: Option<&str>) {
     }
     txn.step_mut(index).status = StepStatus::Interrupted;
     txn.step_mut(index).observation = Some(interrupted_observation(previous, detail));
-    txn.event(EventType::StepInterrupted, Some(index as i64), data);
+    txn.event(EventType::StepInterrupted, Some(StepIndex::at(index)), data);
 }
 
 /// Resolves the last step, which is `interrupted` (see the module doc).
@@ -135,7 +137,7 @@ pub(crate) fn resume_interrupted(txn: &mut Txn) -> Flow {
         .is_some_and(|r| r.webhook.is_some())
     {
         let view = run_view(txn, index);
-        txn.after.push(Effect::CallReconcileHook { view });
+        txn.call(ExternalCall::ReconcileHook { view });
         return Flow::Halt;
     }
     let step = &txn.status.steps[index];

@@ -30,7 +30,7 @@ use base64::Engine as _;
 use futures::FutureExt;
 use serde_json::{json, Value};
 
-use crate::api::{HttpTool, SecretKeyRef};
+use crate::api::{HttpTool, SecretKeyRef, ToolFailure};
 use crate::engine::ToolOutcome;
 
 /// The header naming the step a call belongs to: `<run uid>/<step>`.
@@ -152,7 +152,7 @@ where
                 .unwrap_or_else(|| "a panic with no message".to_string());
             tracing::error!(%message, "the tool executor panicked; recorded as a tool error");
             ToolOutcome::Error {
-                failure: "executor_panic".into(),
+                failure: ToolFailure::ExecutorPanic,
                 status: None,
                 content: json!({"error": "the tool executor panicked", "detail": message}),
                 duration_ms: millis(started),
@@ -171,7 +171,12 @@ async fn call_unguarded(client: &reqwest::Client, call: HttpCall) -> ToolOutcome
     let body = match serde_json::to_vec(&call.args) {
         Ok(body) => body,
         Err(err) => {
-            return tool_error("invalid_args", None, json!(err.to_string()), started);
+            return tool_error(
+                ToolFailure::InvalidArgs,
+                None,
+                json!(err.to_string()),
+                started,
+            );
         }
     };
     let mut request = client
@@ -190,7 +195,7 @@ async fn call_unguarded(client: &reqwest::Client, call: HttpCall) -> ToolOutcome
         Ok(request) => request,
         Err(err) => {
             return tool_error(
-                "invalid_request",
+                ToolFailure::InvalidRequest,
                 None,
                 json!(format!("cannot build the request to {}: {err}", call.url)),
                 started,
@@ -210,7 +215,7 @@ async fn call_unguarded(client: &reqwest::Client, call: HttpCall) -> ToolOutcome
         Ok(bytes) => bytes,
         Err(BodyError::TooLarge(read)) => {
             return tool_error(
-                "response_too_large",
+                ToolFailure::ResponseTooLarge,
                 Some(status.as_u16()),
                 json!({"error": format!("the answer exceeds {MAX_BODY_BYTES} bytes"), "bytesRead": read}),
                 started,
@@ -238,7 +243,12 @@ async fn call_unguarded(client: &reqwest::Client, call: HttpCall) -> ToolOutcome
     }
     if !status.is_success() {
         let content = parsed.unwrap_or_else(|_| raw_content(&bytes));
-        return tool_error("http_status", Some(status.as_u16()), content, started);
+        return tool_error(
+            ToolFailure::HttpStatus,
+            Some(status.as_u16()),
+            content,
+            started,
+        );
     }
     match parsed {
         Ok(content) => ToolOutcome::Result {
@@ -247,7 +257,7 @@ async fn call_unguarded(client: &reqwest::Client, call: HttpCall) -> ToolOutcome
             duration_ms: millis(started),
         },
         Err(_) => tool_error(
-            "invalid_content",
+            ToolFailure::InvalidContent,
             Some(status.as_u16()),
             raw_content(&bytes),
             started,
@@ -260,7 +270,7 @@ fn send_failure(url: &str, err: &reqwest::Error, started: Instant) -> ToolOutcom
     if err.is_connect() {
         // No connection, so no request reached the tool.
         return tool_error(
-            "connection_refused",
+            ToolFailure::ConnectionRefused,
             None,
             json!(format!("cannot connect to {url}: {}", error_chain(err))),
             started,
@@ -268,7 +278,7 @@ fn send_failure(url: &str, err: &reqwest::Error, started: Instant) -> ToolOutcom
     }
     if err.is_builder() {
         return tool_error(
-            "invalid_request",
+            ToolFailure::InvalidRequest,
             None,
             json!(format!("cannot send to {url}: {}", error_chain(err))),
             started,
@@ -309,9 +319,14 @@ pub fn raw_content(bytes: &[u8]) -> Value {
     }
 }
 
-fn tool_error(failure: &str, status: Option<u16>, content: Value, started: Instant) -> ToolOutcome {
+fn tool_error(
+    failure: ToolFailure,
+    status: Option<u16>,
+    content: Value,
+    started: Instant,
+) -> ToolOutcome {
     ToolOutcome::Error {
-        failure: failure.to_string(),
+        failure,
         status,
         content,
         duration_ms: millis(started),

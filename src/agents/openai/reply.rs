@@ -4,18 +4,9 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::api::DeciderFailure;
 use crate::engine::conversation::{COMPLETE_FUNCTION, FAIL_FUNCTION};
 use crate::engine::model::ReportedUsage;
-
-/// Why a reply holds no usable decision (`failure` of an `invalid` decision).
-pub mod failure {
-    /// The reply has no function call.
-    pub const NO_TOOL_CALL: &str = "no_tool_call";
-    /// The reply stopped at its output cap (`finish_reason: length`).
-    pub const TRUNCATED: &str = "truncated";
-    /// The body is not a chat completion, or a built-in call's arguments are not usable.
-    pub const UNPARSEABLE: &str = "unparseable";
-}
 
 /// A reply read: the decision as it is to be recorded, and the usage it reported.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +39,7 @@ pub fn parse_reply(body: &[u8], output_cap: Option<i64>) -> ParsedReply {
     let Ok(reply) = serde_json::from_slice::<Value>(body) else {
         let text = String::from_utf8_lossy(body).into_owned();
         return ParsedReply {
-            decision: invalid(failure::UNPARSEABLE, Value::String(text)),
+            decision: invalid(DeciderFailure::Unparseable, Value::String(text)),
             usage: None,
         };
     };
@@ -62,7 +53,7 @@ pub fn parse_reply(body: &[u8], output_cap: Option<i64>) -> ParsedReply {
         .filter(|m| m.is_object())
     else {
         return ParsedReply {
-            decision: invalid(failure::UNPARSEABLE, reply),
+            decision: invalid(DeciderFailure::Unparseable, reply),
             usage,
         };
     };
@@ -74,14 +65,14 @@ pub fn parse_reply(body: &[u8], output_cap: Option<i64>) -> ParsedReply {
         _ => false,
     };
     let decision = if finish_reason == Some("length") || (finish_reason.is_none() && at_cap) {
-        invalid(failure::TRUNCATED, message.clone())
+        invalid(DeciderFailure::Truncated, message.clone())
     } else {
         decide(message)
     };
     ParsedReply { decision, usage }
 }
 
-fn invalid(failure: &str, content: Value) -> Value {
+fn invalid(failure: DeciderFailure, content: Value) -> Value {
     json!({"kind": "invalid", "failure": failure, "content": content})
 }
 
@@ -95,10 +86,10 @@ fn decide(message: &Value) -> Value {
         _ => message.get("function_call").into_iter().collect(),
     };
     let Some((first, others)) = calls.split_first() else {
-        return invalid(failure::NO_TOOL_CALL, message.clone());
+        return invalid(DeciderFailure::NoToolCall, message.clone());
     };
     let Some(name) = first.get("name").and_then(Value::as_str) else {
-        return invalid(failure::UNPARSEABLE, message.clone());
+        return invalid(DeciderFailure::Unparseable, message.clone());
     };
     let args = match first.get("arguments") {
         // Arguments the Kubernetes API would not store exactly stay text (`invalidArgs`).
@@ -111,7 +102,7 @@ fn decide(message: &Value) -> Value {
     let mut decision = match name {
         COMPLETE_FUNCTION => match args.ok().as_ref().and_then(|a| a.get("result")) {
             Some(result) => json!({"kind": "complete", "result": result}),
-            None => return invalid(failure::UNPARSEABLE, message.clone()),
+            None => return invalid(DeciderFailure::Unparseable, message.clone()),
         },
         FAIL_FUNCTION => {
             match args
@@ -121,7 +112,7 @@ fn decide(message: &Value) -> Value {
                 .and_then(Value::as_str)
             {
                 Some(text) => json!({"kind": "fail", "message": text}),
-                None => return invalid(failure::UNPARSEABLE, message.clone()),
+                None => return invalid(DeciderFailure::Unparseable, message.clone()),
             }
         }
         tool => match args {

@@ -194,7 +194,7 @@ pub fn verify_chain(
                 spec.steps.len() as i64 == spec.step_count
                     && spec.last_step == spec.first_step + spec.step_count - 1
                     && spec.last_seq == spec.first_seq + spec.events.len() as i64 - 1
-                    && spec.steps.iter().enumerate().all(|(i, s)| s.index == spec.first_step + i as i64)
+                    && spec.steps.iter().enumerate().all(|(i, s)| s.index.get() == spec.first_step + i as i64)
                     && spec.events.iter().enumerate().all(|(i, e)| e.seq == spec.first_seq + i as i64),
                 "its steps or events do not run firstStep..lastStep and firstSeq..lastSeq without gaps".to_string(),
             ),
@@ -245,7 +245,11 @@ pub fn stitch(status: &AgentRunStatus, verified: &Verified) -> Result<AgentRunSt
     }
     steps.extend(status.steps.iter().cloned());
     events.extend(status.events.iter().cloned());
-    if let Some((i, step)) = steps.iter().enumerate().find(|(i, s)| s.index != *i as i64) {
+    if let Some((i, step)) = steps
+        .iter()
+        .enumerate()
+        .find(|(i, s)| s.index.get() != *i as i64)
+    {
         return Err(ChainFault::Record(format!(
             "step {i} of the whole history has index {} ({} sealed, the window starts at {})",
             step.index,

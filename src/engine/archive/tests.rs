@@ -52,7 +52,7 @@ impl Record {
             seq: self.next_seq,
             time: Time::from_millis(1_767_225_600_000 + self.next_seq),
             type_,
-            step,
+            step: step.map(StepIndex),
             data: Some(json!({"n": self.next_seq})),
         });
         self.next_seq += 1;
@@ -60,9 +60,9 @@ impl Record {
 
     /// Starts step `index` (status `executing`) with `payload` bytes in its observation.
     fn start(&mut self, payload: usize) -> i64 {
-        let index = self.status.steps.last().map_or(0, |s| s.index + 1);
+        let index = self.status.steps.last().map_or(0, |s| s.index.get() + 1);
         self.status.steps.push(Step {
-            index,
+            index: StepIndex(index),
             status: StepStatus::Executing,
             decision: Some(DecisionRecord {
                 kind: Some("tool_call".into()),
@@ -94,7 +94,7 @@ impl Record {
             .status
             .steps
             .iter_mut()
-            .find(|s| s.index == index)
+            .find(|s| s.index == StepIndex(index))
             .expect("step in window");
         step.status = StepStatus::Done;
         self.event(EventType::StepToolFinished, Some(index));
@@ -146,7 +146,7 @@ fn past_seal_steps_the_oldest_settled_steps_but_the_last_keep_steps_are_sealed()
     assert_eq!((seg.first_seq, seg.last_seq), (1, 14));
     assert_eq!(seg.events.len(), 14);
     assert_eq!(sealed.status.steps.len(), 1);
-    assert_eq!(sealed.status.steps[0].index, 4);
+    assert_eq!(sealed.status.steps[0].index, StepIndex(4));
     assert_eq!(sealed.status.events[0].seq, 15);
     let archive = sealed.status.archive.as_ref().expect("archive");
     assert_eq!(archive.head, sealed.sha256);
@@ -244,7 +244,7 @@ fn an_event_of_a_sealed_step_after_a_kept_one_keeps_that_step_in_the_window() {
         .segment
         .events
         .iter()
-        .all(|e| e.step.is_none_or(|s| s == 0)));
+        .all(|e| e.step.is_none_or(|s| s == StepIndex(0))));
 }
 
 #[test]
@@ -533,7 +533,7 @@ proptest! {
             if g.seal_while_executing {
                 if let Some(s) = seal(OWNER, &window, &limits).expect("seal") {
                     prop_assert!(s.segment.steps.iter().all(|st| is_settled(st.status)));
-                    prop_assert!(s.status.steps.iter().any(|st| st.index == i));
+                    prop_assert!(s.status.steps.iter().any(|st| st.index == StepIndex(i)));
                     window = s.status.clone();
                     seals.push(s);
                 }

@@ -1,26 +1,24 @@
-//! BEHAVIOURS.md 19, 21-26: approvals, grants and their expiry.
+//! BEHAVIOURS.md 19, 26 and issue 16: pausing on an Approval, which Approval can grant, and the
+//! Approval objects as the record's projection (recreated, never adopted, only moved forward).
+//! Grants, rejections and expiry are in [`super::grants`].
 
 use serde_json::{json, Value};
 
 use super::harness::*;
-use crate::api::{
-    Approval, ObservationKind, PolicyOutcome, PolicyRule, RunPhase, StepStatus, TerminalReason,
-    Verdict,
-};
+use crate::api::{Approval, PolicyOutcome, PolicyRule, RunPhase, StepStatus, TerminalReason};
 use crate::engine::hash::approval_hash;
-use crate::engine::{Effect, Input};
 
-const NAME: &str = "refund-1042-1-1";
+pub(super) const NAME: &str = "refund-1042-1-1";
 
 /// The refund example up to its pause on the refund's Approval.
-fn paused() -> Harness {
+pub(super) fn paused() -> Harness {
     let mut h = Harness::new(REFUND);
     h.reconcile("a");
     h.result("a", json!({"order": 1042, "damaged": true}));
     h
 }
 
-fn rule(name: &str, outcome: PolicyOutcome, kind: Option<&str>) -> PolicyRule {
+pub(super) fn rule(name: &str, outcome: PolicyOutcome, kind: Option<&str>) -> PolicyRule {
     PolicyRule {
         name: name.into(),
         tools: vec!["issue_refund".into()],
@@ -39,15 +37,15 @@ fn require_approval_pauses_on_a_pending_approval_and_releases_the_lease() {
     h.spec_mut().limits.approval_ttl_seconds = Some(60);
     h.reconcile("a");
     let effects = h.result("a", json!({"order": 1042, "damaged": true}));
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "CreateApproval(refund-1042-1-1)",
             "WriteApprovalStatus(refund-1042-1-1:Pending)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert!(h.lease.is_none(), "the lease was released");
     let status = h.status();
@@ -61,15 +59,15 @@ fn require_approval_pauses_on_a_pending_approval_and_releases_the_lease() {
     assert_eq!(recorded.requested_at, h.now);
     assert_eq!(recorded.expires_at, Some(h.now.plus_seconds(60)));
     assert!(!recorded.executed);
-    assert_eq!(
+    assert_words!(
         h.journal_tail(5),
-        words(&[
+        [
             "step.tool_finished@0",
             "step.started@1",
             "step.decided@1",
             "step.policy@1",
             "approval.requested@1"
-        ])
+        ]
     );
     let object = h.approval(NAME).clone();
     let presentation = json!({
@@ -156,195 +154,6 @@ fn require_approval_pauses_on_a_pending_approval_and_releases_the_lease() {
 }
 
 #[test]
-fn executing_a_grant_writes_resumed_policy_and_tool_started_together() {
-    let mut h = paused();
-    h.advance(600);
-    h.approve(NAME);
-    let observed = h.decide(
-        "b",
-        Input::Observe {
-            lease: h.lease_view(),
-        },
-    );
-    assert_eq!(
-        kinds(&observed),
-        words(&[
-            "WriteApprovalStatus(refund-1042-1-1:Approved)",
-            "AcquireLease"
-        ])
-    );
-    let before = h.events().len();
-    let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Executed)",
-            "CallTool(issue_refund#1)"
-        ])
-    );
-    assert_eq!(
-        h.journal_from(before),
-        words(&[
-            "approval.decided@1",
-            "run.resumed@1",
-            "step.policy@1",
-            "step.tool_started@1"
-        ])
-    );
-    assert_eq!(
-        h.last_event("approval.decided"),
-        json!({"approval": NAME, "verdict": "Approved", "approver": "alice"})
-    );
-    assert_eq!(h.last_event("run.resumed"), json!({"approval": NAME}));
-    assert_eq!(
-        h.last_event("step.tool_started"),
-        json!({"tool": "issue_refund", "args": {"amount": 250, "order": 1042}, "attempt": 1, "approval": NAME})
-    );
-    let status = h.status();
-    assert_eq!(status.phase, RunPhase::Running);
-    assert_eq!(
-        status.lease.as_ref().map(|l| (l.holder.as_str(), l.epoch)),
-        Some(("b", 2))
-    );
-    let step = &status.steps[1];
-    assert_eq!(step.status, StepStatus::Executing);
-    assert_eq!(step.started_at, Some(h.now), "the wait is not active time");
-    assert_eq!(step.attempts, 1);
-    assert!(step.approvals[0].executed);
-    assert_eq!(step.approvals[0].verdict, Some(Verdict::Approved));
-    let approval = h.approval(NAME);
-    assert_eq!(approval["status"]["phase"], json!("Executed"));
-    assert_eq!(approval["status"]["executedAt"], json!(h.now));
-    h.result("b", json!({"refunded": 250}));
-    let status = h.status();
-    assert_eq!(status.phase, RunPhase::Completed);
-    assert_eq!(
-        status.active_seconds, 0.0,
-        "600 s of waiting are not active time"
-    );
-}
-
-#[test]
-fn a_grant_executes_at_most_once_whatever_crashes() {
-    let mut h = paused();
-    h.approve(NAME);
-    // b writes the grant's execution and dies before the Approval's status and the call.
-    h.step(
-        "b",
-        Input::Observe {
-            lease: h.lease_view(),
-        },
-    );
-    assert!(h.win_lease("b"));
-    h.crash_after = Some(1);
-    h.step("b", Input::LeaseAcquired { takeover: None });
-    h.crash_after = None;
-    assert!(h.tool_calls.len() == 1, "only the lookup ran");
-    assert!(h.status().steps[1].approvals[0].executed);
-    assert_eq!(h.approval(NAME)["status"]["phase"], json!("Approved"));
-    // The same input applied again on the record that contains it starts nothing.
-    let effects = h.step("b", Input::LeaseAcquired { takeover: None });
-    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
-    // A takeover finds the step executing with an unknown outcome: a new approval, never the
-    // spent grant.
-    h.expire_lease();
-    let effects = h.reconcile("c");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteStatus",
-            "CreateApproval(refund-1042-1-2)",
-            "WriteApprovalStatus(refund-1042-1-2:Pending)",
-            "ReleaseLease",
-            "Stop"
-        ])
-    );
-    assert_eq!(h.tool_calls.len(), 1);
-    for _ in 0..3 {
-        assert!(h.reconcile("d").is_empty());
-    }
-    assert_eq!(h.tool_calls.len(), 1);
-    assert_eq!(h.status().steps[1].approvals.len(), 2);
-}
-
-#[test]
-fn a_grant_whose_args_no_longer_pass_the_schema_fails_the_step_invalid_decision_and_continues() {
-    let mut h = paused();
-    h.approve(NAME);
-    h.spec_mut().tools[1].input_schema =
-        json!({"type": "object", "properties": {"amount": {"type": "number", "maximum": 100}}});
-    let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
-            "ReleaseLease",
-            "Stop"
-        ])
-    );
-    // An approved Approval that can no longer execute never stays Approved (issue 16).
-    assert_eq!(h.approval(NAME)["status"]["reason"], "invalid_decision");
-    let status = h.status();
-    let step = &status.steps[1];
-    assert_eq!(step.status, StepStatus::Failed);
-    assert_eq!(
-        step.observation.as_ref().unwrap().kind,
-        ObservationKind::InvalidDecision
-    );
-    assert_eq!(
-        status.phase,
-        RunPhase::Completed,
-        "the loop went on to the next decision"
-    );
-    assert_eq!(h.tool_calls.len(), 1);
-}
-
-#[test]
-fn a_grant_under_a_policy_that_now_denies_fails_the_step_and_continues() {
-    let mut h = paused();
-    h.approve(NAME);
-    h.spec_mut().policy.rules = vec![rule("no-refunds", PolicyOutcome::Deny, None)];
-    h.reconcile("b");
-    let status = h.status();
-    assert_eq!(
-        status.steps[1].observation.as_ref().unwrap().kind,
-        ObservationKind::PolicyDenied
-    );
-    assert_eq!(status.phase, RunPhase::Completed);
-    assert_eq!(h.tool_calls.len(), 1);
-}
-
-#[test]
-fn a_grant_under_a_policy_that_now_aborts_fails_the_run() {
-    let mut h = paused();
-    h.approve(NAME);
-    h.spec_mut().policy.rules = vec![rule("stop", PolicyOutcome::Abort, None)];
-    h.reconcile("b");
-    let status = h.status();
-    assert_eq!(status.reason, Some(TerminalReason::PolicyAbort));
-    assert_eq!(status.steps[1].status, StepStatus::Failed);
-    assert_eq!(h.tool_calls.len(), 1);
-}
-
-#[test]
-fn a_grant_under_a_policy_that_now_allows_executes() {
-    let mut h = paused();
-    h.approve(NAME);
-    h.spec_mut().policy.rules = vec![rule("fine", PolicyOutcome::Allow, None)];
-    let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Executed)",
-            "CallTool(issue_refund#1)"
-        ])
-    );
-}
-
-#[test]
 fn a_different_requirement_pauses_again_on_a_new_approval() {
     let mut h = paused();
     h.approve(NAME);
@@ -355,26 +164,26 @@ fn a_different_requirement_pauses_again_on_a_new_approval() {
     )];
     let before = h.events().len();
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "CreateApproval(refund-1042-1-2)",
             "WriteApprovalStatus(refund-1042-1-2:Pending)",
             "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert_eq!(h.approval(NAME)["status"]["reason"], "superseded");
-    assert_eq!(
+    assert_words!(
         h.journal_from(before),
-        words(&[
+        [
             "approval.decided@1",
             "run.resumed@1",
             "step.policy@1",
             "approval.requested@1"
-        ])
+        ]
     );
     let status = h.status();
     assert_eq!(status.phase, RunPhase::WaitingForApproval);
@@ -409,195 +218,13 @@ fn only_the_latest_approval_can_grant_and_a_pending_one_changes_nothing() {
     assert_eq!(h.tool_calls.len(), 1);
     h.approve("refund-1042-1-2");
     let effects = h.reconcile("c");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-2:Executed)",
             "CallTool(issue_refund#1)"
-        ])
-    );
-}
-
-#[test]
-fn a_rejection_cancels_the_run_approval_rejected_with_the_note() {
-    let mut h = paused();
-    h.reject(NAME, "refund is too large");
-    let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Rejected)",
-            "Stop"
-        ])
-    );
-    assert!(h.lease.is_none(), "no lease was needed");
-    let status = h.status();
-    assert_eq!(status.phase, RunPhase::Cancelled);
-    assert_eq!(status.reason, Some(TerminalReason::ApprovalRejected));
-    assert_eq!(status.reason_detail.as_deref(), Some("refund is too large"));
-    let step = &status.steps[1];
-    assert_eq!(step.status, StepStatus::Failed);
-    let observation = step.observation.clone().unwrap();
-    assert_eq!(observation.kind, ObservationKind::PolicyDenied);
-    assert_eq!(
-        observation.content,
-        Some(json!({"approval": NAME, "verdict": "Rejected", "note": "refund is too large"}))
-    );
-    assert_eq!(step.approvals[0].verdict, Some(Verdict::Rejected));
-    assert_eq!(
-        h.journal_tail(3),
-        words(&["approval.decided@1", "step.failed@1", "run.finished"])
-    );
-    assert_eq!(
-        h.last_event("approval.decided"),
-        json!({"approval": NAME, "verdict": "Rejected", "approver": "alice", "note": "refund is too large"})
-    );
-    assert_eq!(h.approval(NAME)["status"]["phase"], json!("Rejected"));
-    assert_eq!(h.tool_calls.len(), 1);
-    assert!(h.reconcile("b").is_empty(), "a terminal run is left alone");
-}
-
-#[test]
-fn a_pending_approval_past_expires_at_expires_the_run() {
-    let mut h = Harness::new(REFUND);
-    h.spec_mut().limits.approval_ttl_seconds = Some(60);
-    h.reconcile("a");
-    h.result("a", json!({}));
-    h.advance(20);
-    let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["RequeueAfter(40000)"]));
-    h.advance(40);
-    let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Expired)",
-            "Stop"
-        ])
-    );
-    let status = h.status();
-    assert_eq!(status.phase, RunPhase::Cancelled);
-    assert_eq!(status.reason, Some(TerminalReason::ApprovalExpired));
-    assert_eq!(status.steps[1].status, StepStatus::Failed);
-    assert_eq!(h.approval(NAME)["status"]["phase"], json!("Expired"));
-    // Approving after the expiry changes nothing: the run ended.
-    h.approve(NAME);
-    assert!(h.reconcile("b").is_empty());
-    assert_eq!(h.tool_calls.len(), 1);
-}
-
-#[test]
-fn a_grant_older_than_grant_ttl_expires_and_nothing_executes() {
-    let mut h = paused();
-    h.spec_mut().limits.grant_ttl_seconds = Some(30);
-    h.approve(NAME);
-    // The decision is first seen now; the lease cannot be had (someone else holds it).
-    h.lease = Some(FakeLease {
-        holder: "z".into(),
-        renewed_at: h.now,
-        duration_seconds: 3600,
-    });
-    let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteApprovalStatus(refund-1042-1-1:Approved)",
-            "AcquireLease"
-        ])
-    );
-    assert_eq!(h.approval(NAME)["status"]["decidedAt"], json!(h.now));
-    h.advance(31);
-    let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Expired)",
-            "Stop"
-        ])
-    );
-    let status = h.status();
-    assert_eq!(status.reason, Some(TerminalReason::ApprovalExpired));
-    assert_eq!(
-        h.journal_tail(3),
-        words(&["approval.decided@1", "step.failed@1", "run.finished"])
-    );
-    assert_eq!(h.tool_calls.len(), 1);
-}
-
-#[test]
-fn approval_ttl_alone_never_expires_a_grant() {
-    let mut h = Harness::new(REFUND);
-    h.spec_mut().limits.approval_ttl_seconds = Some(60);
-    h.reconcile("a");
-    h.result("a", json!({}));
-    h.advance(10);
-    h.approve(NAME);
-    // A replica sees the decision before the expiry (the lease is busy elsewhere), which
-    // records when it was decided...
-    h.lease = Some(FakeLease {
-        holder: "z".into(),
-        renewed_at: h.now,
-        duration_seconds: 500,
-    });
-    h.reconcile("b");
-    // ...so the grant outlives the approval's TTL.
-    h.advance(1000);
-    let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Executed)",
-            "CallTool(issue_refund#1)"
-        ])
-    );
-}
-
-#[test]
-fn a_decision_first_seen_after_the_expiry_fails_closed_and_expires() {
-    let mut h = Harness::new(REFUND);
-    h.spec_mut().limits.approval_ttl_seconds = Some(60);
-    h.reconcile("a");
-    h.result("a", json!({}));
-    // No replica looks until after expiresAt; then the approval turns out decided, with no
-    // record of when: it cannot be shown to predate the expiry, so it does not grant.
-    h.advance(61);
-    h.approve(NAME);
-    let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
-            "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Expired)",
-            "Stop"
-        ])
-    );
-    assert_eq!(h.status().reason, Some(TerminalReason::ApprovalExpired));
-    assert_eq!(h.tool_calls.len(), 1, "the refund never ran");
-}
-
-#[test]
-fn the_api_servers_managed_fields_time_dates_a_decision() {
-    let mut h = Harness::new(REFUND);
-    h.spec_mut().limits.approval_ttl_seconds = Some(60);
-    h.reconcile("a");
-    h.result("a", json!({}));
-    let decided = h.now.plus_seconds(30);
-    h.advance(61);
-    h.approve(NAME);
-    h.approvals.get_mut(NAME).expect("approval")["metadata"]["managedFields"] = json!([
-        {"manager": "kubectl-patch", "operation": "Update", "time": decided,
-         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:decision": {".": {}}}}}
-    ]);
-    let effects = h.reconcile("b");
-    assert!(
-        kinds(&effects).contains(&"CallTool(issue_refund#1)".to_string()),
-        "decided before the expiry, it grants: {:?}",
-        kinds(&effects)
+        ]
     );
 }
 
@@ -608,14 +235,14 @@ fn an_approval_whose_stored_fields_do_not_hash_to_its_hash_is_never_executed() {
     object["spec"]["request"]["args"]["amount"] = json!(25_000);
     h.approve(NAME);
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert_eq!(h.approval(NAME)["status"]["reason"], "internal_error");
     let status = h.status();
@@ -634,12 +261,12 @@ fn a_recorded_approval_that_is_missing_is_created_again_from_the_record() {
     let mut h = paused();
     let original = h.approvals.remove(NAME).unwrap();
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "CreateApproval(refund-1042-1-1)",
             "WriteApprovalStatus(refund-1042-1-1:Pending)"
-        ])
+        ]
     );
     assert_eq!(h.approval(NAME), &original);
 }
@@ -680,7 +307,7 @@ fn an_executed_approval_never_goes_back_to_approved() {
     h.run.status = stale_record;
     let effects = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );
@@ -700,7 +327,7 @@ fn an_approval_status_write_names_the_version_it_read() {
     let version = h.approval(NAME)["metadata"]["resourceVersion"].clone();
     let effects = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );
@@ -749,13 +376,13 @@ fn an_approval_left_by_another_run_is_never_adopted_and_the_run_pauses_on_a_fres
     let before = h.run.status.clone();
     let effects = h.reconcile("b");
     let fresh = format!("{NAME}-uid-1");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             &format!("CreateApproval({fresh})"),
-            &format!("WriteApprovalStatus({fresh}:Pending)"),
-        ])
+            &format!("WriteApprovalStatus({fresh}:Pending)")
+        ]
     );
     assert_eq!(h.approval(NAME), &left, "the leftover is never written to");
     let status = h.status();

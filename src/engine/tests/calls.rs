@@ -7,7 +7,7 @@ use crate::api::{
     ObservationKind, PolicyDecisionKind, PolicyOutcome, PolicyRule, RunPhase, StepStatus,
     TerminalReason,
 };
-use crate::engine::{Effect, Input, ToolOutcome};
+use crate::engine::{Input, ToolOutcome};
 
 fn rule(name: &str, tools: &[&str], when: Option<&str>, outcome: PolicyOutcome) -> PolicyRule {
     PolicyRule {
@@ -38,13 +38,13 @@ fn the_policy_sees_the_same_canonical_args_in_the_loop_and_on_re_evaluation() {
     assert_eq!(h.last_event("step.policy")["rule"], json!("sevens"));
     h.approve("tools-0-1");
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(tools-0-1:Executed)",
             "CallTool(send#1)"
-        ])
+        ]
     );
     assert_eq!(h.last_event("step.policy")["rule"], json!("sevens"));
     let started = h.last_event("step.tool_started");
@@ -62,10 +62,7 @@ fn a_policy_error_fails_the_run_internal_error_and_nothing_executes() {
         PolicyOutcome::Allow,
     )];
     let effects = h.reconcile("a");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::InternalError));
     assert!(status
@@ -99,10 +96,7 @@ fn deny_writes_step_policy_and_fails_the_step_policy_denied_together_and_the_loo
         complete(json!("ok")),
     ]);
     let effects = h.reconcile("a");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     assert_eq!(h.writes.len(), 1);
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Completed);
@@ -118,15 +112,15 @@ fn deny_writes_step_policy_and_fails_the_step_policy_denied_together_and_the_loo
         observation.content,
         Some(json!({"tool": "destroy", "reason": "Destructive tools are denied by default"}))
     );
-    assert_eq!(
+    assert_words!(
         h.journal()[2..7].to_vec(),
-        words(&[
+        [
             "step.started@0",
             "step.decided@0",
             "step.policy@0",
             "step.failed@0",
             "step.started@1"
-        ])
+        ]
     );
     assert!(h.tool_calls.is_empty());
 }
@@ -141,9 +135,9 @@ fn abort_ends_the_run_policy_abort() {
     assert_eq!(status.reason, Some(TerminalReason::PolicyAbort));
     assert_eq!(status.reason_detail.as_deref(), Some("rule stop"));
     assert_eq!(status.steps[0].status, StepStatus::Failed);
-    assert_eq!(
+    assert_words!(
         h.journal_tail(3),
-        words(&["step.policy@0", "step.failed@0", "run.finished"])
+        ["step.policy@0", "step.failed@0", "run.finished"]
     );
     assert!(h.tool_calls.is_empty());
 }
@@ -165,15 +159,12 @@ fn allow_writes_executing_step_policy_and_tool_started_together_before_the_call(
         status["steps"][0]["policy"],
         json!({"decision": "allow", "reason": "LocalMutation tools are allowed by default"})
     );
-    assert_eq!(
-        h.journal_tail(2),
-        words(&["step.policy@0", "step.tool_started@0"])
-    );
+    assert_words!(h.journal_tail(2), ["step.policy@0", "step.tool_started@0"]);
     assert_eq!(
         h.last_event("step.tool_started"),
         json!({"tool": "write_local", "args": {"n": 3}, "attempt": 1})
     );
-    assert_eq!(call.step, 0);
+    assert_eq!(call.step, StepIndex(0));
     assert_eq!(call.attempt, 1);
     assert_eq!(call.idempotency_key, "uid-1/0");
     assert_eq!(call.args, json!({"n": 3}));
@@ -187,7 +178,7 @@ fn a_replica_that_is_not_the_recorded_holder_writes_nothing_and_stops() {
     let effects = h.step(
         "z",
         Input::ToolFinished {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: ToolOutcome::Result {
                 status: 200,
@@ -196,6 +187,6 @@ fn a_replica_that_is_not_the_recorded_holder_writes_nothing_and_stops() {
             },
         },
     );
-    assert_eq!(kinds(&effects), words(&["Stop"]));
+    assert_effects!(effects, ["Stop"]);
     assert_eq!(h.run.status, before);
 }

@@ -8,11 +8,148 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+pub use crate::api::StepIndex;
 use crate::api::{AgentRun, AgentRunSpec, AgentRunStatus, RunEvent, Step, Time};
 use crate::engine::{
-    step, ApprovalSnapshot, Budgets, Caller, Effect, Input, LeaseView, PreviousHolder, RunSnapshot,
-    ToolCall, ToolOutcome,
+    observe, step, ApprovalSnapshot, ApprovalWrite, Bookkeeping, Budgets, Caller, ExternalCall,
+    Input, LeaseView, ModelCall, Next, ObserveNext, Observed, PreviousHolder, RunSnapshot,
+    ToolCall, ToolOutcome, Transition,
 };
+
+/// What a test asks the engine: an executor's [`Input`] or an observer's look.
+#[derive(Debug, Clone)]
+pub enum Ask {
+    /// [`step`] with this input.
+    Step(Input),
+    /// [`observe`] with this Lease view.
+    Observe(LeaseView),
+}
+
+impl From<Input> for Ask {
+    fn from(input: Input) -> Ask {
+        Ask::Step(input)
+    }
+}
+
+/// An observer's look at the run with the Lease as `lease` (reads like the old input).
+pub struct Observe {
+    pub lease: LeaseView,
+}
+
+impl From<Observe> for Ask {
+    fn from(observe: Observe) -> Ask {
+        Ask::Observe(observe.lease)
+    }
+}
+
+/// A transition or an observation as one flat list, in the order the controller performs it,
+/// so tests can assert it as words ([`kinds`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    WriteStatus {
+        status: Value,
+    },
+    CreateApproval {
+        approval: Value,
+    },
+    WriteApprovalStatus {
+        name: String,
+        status: Value,
+        resource_version: Option<String>,
+        hash: String,
+    },
+    AcquireLease {
+        takeover: Option<PreviousHolder>,
+    },
+    CallTool(ToolCall),
+    CallAgent {
+        step: StepIndex,
+        request: Value,
+    },
+    CallModel {
+        step: StepIndex,
+        attempt: i64,
+        request: Value,
+        max_output_tokens: Option<i64>,
+        delay_millis: u64,
+    },
+    CallReconcileHook {
+        view: Value,
+    },
+    ReleaseLease,
+    RequeueAfter {
+        millis: u64,
+    },
+    Stop,
+}
+
+fn approval_effect(write: ApprovalWrite) -> Effect {
+    match write {
+        ApprovalWrite::Create { approval } => Effect::CreateApproval { approval },
+        ApprovalWrite::Status {
+            name,
+            status,
+            resource_version,
+            hash,
+        } => Effect::WriteApprovalStatus {
+            name,
+            status,
+            resource_version,
+            hash,
+        },
+    }
+}
+
+/// An executor transition, flattened.
+pub fn transition_effects(transition: Transition) -> Vec<Effect> {
+    let mut effects: Vec<Effect> = transition
+        .write
+        .map(|status| Effect::WriteStatus { status })
+        .into_iter()
+        .collect();
+    for item in transition.bookkeeping {
+        effects.push(match item {
+            Bookkeeping::Approval(write) => approval_effect(write),
+            Bookkeeping::ReleaseLease => Effect::ReleaseLease,
+        });
+    }
+    effects.push(match transition.next {
+        Next::Stop => Effect::Stop,
+        Next::Call(ExternalCall::Tool(call)) => Effect::CallTool(call),
+        Next::Call(ExternalCall::Agent { step, request }) => Effect::CallAgent { step, request },
+        Next::Call(ExternalCall::Model(ModelCall {
+            step,
+            attempt,
+            request,
+            max_output_tokens,
+            delay_millis,
+        })) => Effect::CallModel {
+            step,
+            attempt,
+            request,
+            max_output_tokens,
+            delay_millis,
+        },
+        Next::Call(ExternalCall::ReconcileHook { view }) => Effect::CallReconcileHook { view },
+    });
+    effects
+}
+
+/// An observation, flattened.
+pub fn observed_effects(observed: Observed) -> Vec<Effect> {
+    let mut effects: Vec<Effect> = observed
+        .write
+        .map(|status| Effect::WriteStatus { status })
+        .into_iter()
+        .collect();
+    effects.extend(observed.approvals.into_iter().map(approval_effect));
+    match observed.next {
+        ObserveNext::Nothing => {}
+        ObserveNext::AcquireLease { takeover } => effects.push(Effect::AcquireLease { takeover }),
+        ObserveNext::RequeueAfter { millis } => effects.push(Effect::RequeueAfter { millis }),
+    }
+    effects
+}
 
 /// The fixtures under `tests/fixtures/engine/`.
 pub const REFUND: &str = include_str!("../../../tests/fixtures/engine/refund.yaml");
@@ -46,11 +183,11 @@ pub struct Harness {
     /// The tool call whose outcome is awaited.
     pub pending_tool: Option<ToolCall>,
     /// The agent request awaited (step, body).
-    pub pending_agent: Option<(i64, Value)>,
+    pub pending_agent: Option<(StepIndex, Value)>,
     /// The reconcile hook view awaited.
     pub pending_hook: Option<Value>,
     /// The model attempt awaited (step, attempt).
-    pub pending_model: Option<(i64, i64)>,
+    pub pending_model: Option<(StepIndex, i64)>,
     /// Stop after performing this many more effects (a crash point); `None` performs all.
     pub crash_after: Option<usize>,
 }
@@ -151,22 +288,27 @@ impl Harness {
     }
 
     /// Calls the engine without performing anything.
-    pub fn decide(&self, holder: &str, input: Input) -> Vec<Effect> {
-        step(
-            &self.run,
-            &self.snapshots(),
-            &self.caller(holder),
-            &self.budgets,
-            input,
-        )
-        .expect("the engine accepts the input")
-        .effects
+    pub fn decide(&self, holder: &str, ask: impl Into<Ask>) -> Vec<Effect> {
+        let (approvals, caller) = (self.snapshots(), self.caller(holder));
+        match ask.into() {
+            Ask::Step(input) => transition_effects(
+                step(&self.run, &approvals, &caller, &self.budgets, input)
+                    .expect("the engine accepts the input"),
+            ),
+            Ask::Observe(lease) => observed_effects(observe(
+                &self.run,
+                &approvals,
+                &caller,
+                &self.budgets,
+                &lease,
+            )),
+        }
     }
 
     /// Calls the engine and performs the effects in order (up to a crash point, if set).
     /// Returns the effects the engine asked for.
-    pub fn step(&mut self, holder: &str, input: Input) -> Vec<Effect> {
-        let effects = self.decide(holder, input);
+    pub fn step(&mut self, holder: &str, ask: impl Into<Ask>) -> Vec<Effect> {
+        let effects = self.decide(holder, ask);
         for effect in &effects {
             if let Some(left) = self.crash_after.as_mut() {
                 if *left == 0 {
@@ -276,7 +418,7 @@ impl Harness {
     /// call `LeaseAcquired`. Returns the effects of the last engine call.
     pub fn reconcile(&mut self, holder: &str) -> Vec<Effect> {
         let lease = self.lease_view();
-        let effects = self.step(holder, Input::Observe { lease });
+        let effects = self.step(holder, Observe { lease });
         if self.crashed() {
             return effects;
         }
@@ -335,7 +477,7 @@ impl Harness {
         self.finish_tool(
             holder,
             ToolOutcome::Error {
-                failure: "http_status".into(),
+                failure: crate::api::ToolFailure::HttpStatus,
                 status: Some(500),
                 content: body,
                 duration_ms: 5,

@@ -6,7 +6,7 @@ use super::harness::*;
 use crate::agents::openai::encode;
 use crate::api::{RunPhase, StepStatus, TerminalReason};
 use crate::engine::model::ReportedUsage;
-use crate::engine::{Effect, Input, ModelOutcome};
+use crate::engine::{Input, ModelOutcome};
 
 /// The projection `dispatch` makes of the request in `effects`.
 fn projected_input(effects: &[Effect]) -> i64 {
@@ -52,10 +52,7 @@ fn usage(input: i64, output: i64, cached: i64) -> Option<ReportedUsage> {
 fn every_model_attempt_writes_dispatched_before_it_is_sent_and_completed_after() {
     let mut h = Harness::new(OPENAI);
     let effects = h.reconcile("a");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "CallModel(0#1+0ms)"])
-    );
+    assert_effects!(effects, ["WriteStatus", "CallModel(0#1+0ms)"]);
     let input = projected_input(&effects);
     assert_eq!(h.steps()[0].status, StepStatus::Deciding);
     assert_eq!(h.status().usage.model_calls, 1);
@@ -77,7 +74,7 @@ fn every_model_attempt_writes_dispatched_before_it_is_sent_and_completed_after()
         &mut h,
         reply(call("read", json!({"n": 1})), usage(1000, 50, 200)),
     );
-    assert_eq!(effects, words(&["WriteStatus", "CallTool(read#1)"]));
+    assert_words!(effects, ["WriteStatus", "CallTool(read#1)"]);
     assert_eq!(
         h.last_event("model.completed"),
         json!({
@@ -99,16 +96,16 @@ fn every_model_attempt_writes_dispatched_before_it_is_sent_and_completed_after()
             estimated_cost_micros: 2100,
         }
     );
-    assert_eq!(
+    assert_words!(
         h.journal()[2..8].to_vec(),
-        words(&[
+        [
             "step.started@0",
             "model.dispatched@0",
             "model.completed@0",
             "step.decided@0",
             "step.policy@0",
             "step.tool_started@0"
-        ])
+        ]
     );
 }
 
@@ -119,10 +116,7 @@ fn the_call_limit_is_checked_before_each_attempt() {
     h.reconcile("a");
     answer(&mut h, reply(call("read", json!({})), usage(10, 10, 0)));
     let effects = h.result("a", json!({}));
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::LimitModelCalls));
     assert_eq!(
@@ -141,10 +135,7 @@ fn the_token_limit_counts_recorded_totals_plus_the_projection() {
     let mut h = Harness::new(OPENAI);
     h.spec_mut().limits.max_total_tokens = Some(5);
     let effects = h.reconcile("a");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::LimitTokens));
     assert_eq!(status.usage.model_calls, 0, "nothing was sent");
@@ -212,7 +203,7 @@ fn an_attempt_with_no_answer_is_charged_its_projection_and_tried_again() {
             latency_ms: 30_000,
         },
     );
-    assert_eq!(effects, words(&["WriteStatus", "CallModel(0#2+1000ms)"]));
+    assert_words!(effects, ["WriteStatus", "CallModel(0#2+1000ms)"]);
     let status = h.status();
     assert_eq!(status.usage.model_calls, 2);
     assert_eq!(status.usage.input_tokens, input);
@@ -220,10 +211,7 @@ fn an_attempt_with_no_answer_is_charged_its_projection_and_tried_again() {
     let failed = h.last_event("model.failed");
     assert_eq!(failed["charged"], json!("projection"));
     assert_eq!(failed["outcome"], json!("no_answer"));
-    assert_eq!(
-        h.journal_tail(2),
-        words(&["model.failed@0", "model.dispatched@0"])
-    );
+    assert_words!(h.journal_tail(2), ["model.failed@0", "model.dispatched@0"]);
 }
 
 #[test]
@@ -237,14 +225,14 @@ fn reported_usage_that_is_inconsistent_is_replaced_by_the_projection_and_ends_th
     assert_eq!(status.reason, Some(TerminalReason::ModelUnavailable));
     assert_eq!(status.usage.input_tokens, input);
     assert_eq!(status.usage.output_tokens, 100);
-    assert_eq!(
+    assert_words!(
         h.journal_tail(4),
-        words(&[
+        [
             "model.failed@0",
             "limit.exceeded",
             "step.failed@0",
             "run.finished"
-        ])
+        ]
     );
     assert_eq!(status.result, None, "the reply was not used");
 }
@@ -287,7 +275,7 @@ fn transient_failures_are_retried_honouring_retry_after() {
             latency_ms: 20,
         },
     );
-    assert_eq!(effects, words(&["WriteStatus", "CallModel(0#2+5000ms)"]));
+    assert_words!(effects, ["WriteStatus", "CallModel(0#2+5000ms)"]);
     assert_eq!(
         h.last_event("model.failed"),
         json!({
@@ -311,7 +299,7 @@ fn transient_failures_are_retried_honouring_retry_after() {
             latency_ms: 20,
         },
     );
-    assert_eq!(effects, words(&["WriteStatus", "CallModel(0#3+2000ms)"]));
+    assert_words!(effects, ["WriteStatus", "CallModel(0#3+2000ms)"]);
 }
 
 #[test]
@@ -327,7 +315,7 @@ fn a_failure_that_is_not_transient_ends_the_run_model_unavailable() {
             latency_ms: 20,
         },
     );
-    assert_eq!(effects, words(&["WriteStatus", "ReleaseLease", "Stop"]));
+    assert_words!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::ModelUnavailable));
     assert!(status.reason_detail.unwrap().contains("HTTP 401"));
@@ -348,7 +336,7 @@ fn a_refused_connection_is_retried_and_an_unusable_endpoint_ends_the_run() {
             retryable: true,
         },
     );
-    assert_eq!(effects, words(&["WriteStatus", "CallModel(0#2+1000ms)"]));
+    assert_words!(effects, ["WriteStatus", "CallModel(0#2+1000ms)"]);
     assert_eq!(h.last_event("model.failed")["charged"], json!("nothing"));
     answer(
         &mut h,
@@ -399,7 +387,7 @@ fn a_wait_that_cannot_fit_the_limits_ends_the_run_without_sleeping() {
             latency_ms: 1,
         },
     );
-    assert_eq!(effects, words(&["WriteStatus", "ReleaseLease", "Stop"]));
+    assert_words!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::ModelUnavailable));
     assert!(status.reason_detail.unwrap().contains("maxElapsedSeconds"));
@@ -412,15 +400,13 @@ fn an_attempt_a_takeover_finds_open_is_charged_its_projection() {
     let input = projected_input(&effects);
     h.expire_lease();
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "CallModel(1#1+0ms)"])
-    );
+    assert_effects!(effects, ["WriteStatus", "CallModel(1#1+0ms)"]);
     let failed = h
         .events()
         .into_iter()
         .find(|e| {
-            e.step == Some(0) && serde_json::to_value(e.type_).unwrap() == json!("model.failed")
+            e.step == Some(StepIndex(0))
+                && serde_json::to_value(e.type_).unwrap() == json!("model.failed")
         })
         .and_then(|e| e.data)
         .unwrap();
@@ -434,7 +420,7 @@ fn an_attempt_a_takeover_finds_open_is_charged_its_projection() {
     h.step(
         "a",
         Input::ModelAnswered {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: reply(complete(json!(1)), usage(1, 1, 0)),
         },
@@ -451,12 +437,12 @@ fn a_model_answer_applied_again_changes_nothing() {
     let effects = h.step(
         "a",
         Input::ModelAnswered {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: reply(call("read", json!({})), usage(10, 10, 0)),
         },
     );
-    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    assert_effects!(effects, ["ReleaseLease", "Stop"]);
     assert_eq!(h.run.status, before);
 }
 

@@ -12,10 +12,7 @@ fn a_2xx_json_answer_is_a_tool_result_and_the_step_is_done() {
     let mut h = Harness::scripted(vec![call("read", json!({"n": 1})), complete(json!("ok"))]);
     h.reconcile("a");
     let effects = h.result("a", json!({"order": 1042}));
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let step = &h.steps()[0];
     assert_eq!(step.status, StepStatus::Done);
     assert_eq!(step.finished_at, Some(h.now));
@@ -58,9 +55,9 @@ fn a_non_2xx_answer_is_a_tool_error_keeping_the_body() {
     assert_eq!(observation.kind, ObservationKind::ToolError);
     assert_eq!(observation.content, Some(json!({"error": "no such order"})));
     assert_eq!(observation.summary, "read failed: http_status (HTTP 500)");
-    assert_eq!(
+    assert_words!(
         h.journal()[6..9].to_vec(),
-        words(&["step.tool_finished@0", "step.failed@0", "step.started@1"])
+        ["step.tool_finished@0", "step.failed@0", "step.started@1"]
     );
     assert_eq!(
         h.events()[6].data.clone().unwrap()["error"],
@@ -76,7 +73,7 @@ fn content_that_is_not_json_is_a_tool_error_invalid_content_keeping_the_bytes() 
     h.finish_tool(
         "a",
         ToolOutcome::Error {
-            failure: "invalid_content".into(),
+            failure: crate::api::ToolFailure::InvalidContent,
             status: Some(200),
             content: json!("<html>oops</html>"),
             duration_ms: 3,
@@ -103,14 +100,14 @@ fn an_unknown_outcome_of_a_read_only_tool_is_an_interruption_and_the_loop_goes_o
         step.observation.clone().unwrap().content,
         Some(json!({"previousStatus": "executing", "detail": "timed out after 10s"}))
     );
-    assert_eq!(
+    assert_words!(
         h.journal()[6..10].to_vec(),
-        words(&[
+        [
             "step.interrupted@0",
             "run.resumed",
             "step.started@1",
             "step.decided@1"
-        ])
+        ]
     );
     assert_eq!(
         h.last_event("run.resumed"),
@@ -125,15 +122,15 @@ fn an_unknown_outcome_of_a_side_effect_pauses_on_an_interrupted_side_effect_appr
     let mut h = Harness::scripted(vec![call("write_local", json!({"n": 1}))]);
     h.reconcile("a");
     let effects = h.unknown("a");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "CreateApproval(tools-0-1)",
             "WriteApprovalStatus(tools-0-1:Pending)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert_eq!(h.status().phase, RunPhase::WaitingForApproval);
     assert_eq!(
@@ -148,19 +145,13 @@ fn a_successful_terminal_tool_completes_the_run_with_its_content_together_with_i
     let mut h = Harness::scripted(vec![call("finish", json!({}))]);
     h.reconcile("a");
     let effects = h.result("a", json!({"answer": 42}));
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Completed);
     assert_eq!(status.reason, Some(TerminalReason::GoalCompleted));
     assert_eq!(status.result, Some(json!({"answer": 42})));
     assert_eq!(status.steps[0].status, StepStatus::Done);
-    assert_eq!(
-        h.journal_tail(2),
-        words(&["step.tool_finished@0", "run.finished"])
-    );
+    assert_words!(h.journal_tail(2), ["step.tool_finished@0", "run.finished"]);
 }
 
 #[test]
@@ -180,9 +171,9 @@ fn a_tool_answer_that_asks_to_abort_ends_the_run_tool_abort() {
     assert_eq!(status.reason, Some(TerminalReason::ToolAbort));
     assert_eq!(status.reason_detail.as_deref(), Some("account frozen"));
     assert_eq!(status.steps[0].status, StepStatus::Failed);
-    assert_eq!(
+    assert_words!(
         h.journal_tail(3),
-        words(&["step.tool_finished@0", "step.failed@0", "run.finished"])
+        ["step.tool_finished@0", "step.failed@0", "run.finished"]
     );
 }
 
@@ -233,7 +224,7 @@ fn a_tool_outcome_applied_again_changes_nothing() {
     let effects = h.step(
         "a",
         Input::ToolFinished {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: ToolOutcome::Result {
                 status: 200,
@@ -242,7 +233,7 @@ fn a_tool_outcome_applied_again_changes_nothing() {
             },
         },
     );
-    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    assert_effects!(effects, ["ReleaseLease", "Stop"]);
     assert_eq!(h.run.status, before);
     assert_eq!(h.tool_calls.len(), 2, "step 1 is not started again");
 }
@@ -261,7 +252,7 @@ fn a_tool_outcome_for_a_step_that_does_not_exist_is_refused() {
         },
         &h.budgets,
         Input::ToolFinished {
-            step: 7,
+            step: StepIndex(7),
             attempt: 1,
             outcome: ToolOutcome::Unknown {
                 detail: String::new(),
@@ -284,14 +275,11 @@ fn a_draining_replica_records_the_outcome_and_starts_nothing_further() {
     h.reconcile("a");
     h.draining = true;
     let effects = h.result("a", json!({"written": 1}));
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let steps = h.steps();
     assert_eq!(steps.len(), 1, "no second step was started");
     assert_eq!(steps[0].status, StepStatus::Done);
-    assert_eq!(h.journal_tail(1), words(&["step.tool_finished@0"]));
+    assert_words!(h.journal_tail(1), ["step.tool_finished@0"]);
     assert!(h.lease.is_none(), "the lease was released");
     // The next holder finds nothing in flight: it takes over and calls the second tool
     // without pausing on an approval.

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use super::harness::*;
 use crate::api::{OpenAiAgent, PolicyOutcome, PolicyRule, RunPhase, SideEffect, StepStatus};
 use crate::engine::model::ReportedUsage;
-use crate::engine::{Effect, Input, ModelOutcome};
+use crate::engine::{Input, ModelOutcome};
 
 const MAX_ROUNDS: usize = 400;
 const MAX_CRASHES: usize = 5;
@@ -337,7 +337,7 @@ fn check(h: &Harness) {
     }
     // Model attempts: each counted once, each closed by an outcome.
     let word = |e: &crate::api::RunEvent| serde_json::to_value(e.type_).unwrap_or(Value::Null);
-    let mut open: BTreeSet<(Option<i64>, i64)> = BTreeSet::new();
+    let mut open: BTreeSet<(Option<StepIndex>, i64)> = BTreeSet::new();
     let mut dispatched = 0;
     for event in &status.events {
         let attempt = event.data.as_ref().and_then(|d| d["attempt"].as_i64());
@@ -359,7 +359,7 @@ fn check(h: &Harness) {
     assert!(open.is_empty(), "attempts left open: {open:?}");
     assert_eq!(status.usage.model_calls, dispatched);
     // Which approval each started attempt carried.
-    let mut started: BTreeMap<(i64, i64), Option<String>> = BTreeMap::new();
+    let mut started: BTreeMap<(StepIndex, i64), Option<String>> = BTreeMap::new();
     let mut granted = BTreeSet::new();
     for event in &status.events {
         let Some(data) = event.data.as_ref() else {
@@ -384,7 +384,7 @@ fn check(h: &Harness) {
     }
     // Every performed call: once per attempt; a non-ReadOnly step runs again only on a grant.
     let mut performed = BTreeSet::new();
-    let mut unapproved: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut unapproved: BTreeMap<StepIndex, usize> = BTreeMap::new();
     for call in &h.tool_calls {
         assert!(
             performed.insert((call.step, call.attempt)),
@@ -408,7 +408,7 @@ fn check(h: &Harness) {
             Some(name) => {
                 let object = &h.approvals[name];
                 assert_eq!(object["spec"]["decision"]["verdict"], json!("Approved"));
-                let step = &status.steps[usize::try_from(call.step).unwrap()];
+                let step = &status.steps[call.step.position().unwrap()];
                 assert!(step.approvals.iter().any(|a| &a.name == name && a.executed));
             }
         }

@@ -15,7 +15,7 @@ fn executing(tool: &str) -> Harness {
 
 fn result_input(content: Value) -> Input {
     Input::ToolFinished {
-        step: 0,
+        step: StepIndex(0),
         attempt: 1,
         outcome: ToolOutcome::Result {
             status: 200,
@@ -40,10 +40,7 @@ fn a_step_that_will_not_decode_fails_the_run_internal_error_without_rewriting_it
     h.run.status["steps"][0]["status"] = json!("teleporting");
     let stored = h.run.status.clone();
     let effects = h.step("a", result_input(json!(1)));
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let written = &h.run.status;
     assert_eq!(
         without_terminal_fields(written),
@@ -86,7 +83,7 @@ fn an_undecodable_run_held_by_a_live_lease_is_left_to_its_holder() {
     h.run.status["steps"][0]["status"] = json!(7);
     let stored = h.run.status.clone();
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["RequeueAfter(30000)"]));
+    assert_effects!(effects, ["RequeueAfter(30000)"]);
     assert_eq!(h.run.status, stored);
 }
 
@@ -97,7 +94,7 @@ fn an_undecodable_run_can_still_be_cancelled() {
     let stored = h.run.status.clone();
     h.spec_mut().cancel = true;
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    assert_effects!(effects, ["WriteStatus"]);
     assert_eq!(h.run.status["phase"], json!("Cancelled"));
     assert_eq!(h.run.status["reason"], json!("operator_cancelled"));
     assert_eq!(h.run.status["steps"], stored["steps"]);
@@ -112,7 +109,7 @@ fn an_approval_that_will_not_decode_fails_the_run_internal_error_and_is_not_rewr
     h.approvals.get_mut(name).unwrap()["spec"]["request"] = json!(5);
     let object = h.approval(name).clone();
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    assert_effects!(effects, ["WriteStatus"]);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::InternalError));
     assert!(status.reason_detail.unwrap().contains("does not decode"));
@@ -126,7 +123,7 @@ fn cancel_needs_no_lease_and_fails_every_step_in_flight() {
     h.spec_mut().cancel = true;
     let lease_before = h.lease.clone().map(|l| l.holder);
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "Stop"]));
+    assert_effects!(effects, ["WriteStatus"]);
     assert_eq!(
         h.lease.clone().map(|l| l.holder),
         lease_before,
@@ -135,13 +132,21 @@ fn cancel_needs_no_lease_and_fails_every_step_in_flight() {
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Cancelled);
     assert_eq!(status.reason, Some(TerminalReason::OperatorCancelled));
+    assert_eq!(
+        (
+            status.conditions[0].type_.as_str(),
+            status.conditions[0].reason.as_str()
+        ),
+        ("Ready", "OperatorCancelled"),
+        "the record says operator_cancelled, its condition OperatorCancelled"
+    );
     let step = &status.steps[0];
     assert_eq!(step.status, StepStatus::Failed);
     assert_eq!(
         step.observation.clone().unwrap().content,
         Some(json!({"previousStatus": "executing"}))
     );
-    assert_eq!(h.journal_tail(2), words(&["step.failed@0", "run.finished"]));
+    assert_words!(h.journal_tail(2), ["step.failed@0", "run.finished"]);
     assert_eq!(
         h.last_event("run.finished"),
         json!({"phase": "Cancelled", "reason": "operator_cancelled"})
@@ -157,13 +162,12 @@ fn cancel_ends_a_pending_approval_cancelled_with_the_runs_reason() {
     let before = h.approval("refund-1042-1-1").clone();
     h.spec_mut().cancel = true;
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
-            "WriteApprovalStatus(refund-1042-1-1:Cancelled)",
-            "Stop"
-        ])
+            "WriteApprovalStatus(refund-1042-1-1:Cancelled)"
+        ]
     );
     let after = h.approval("refund-1042-1-1");
     assert_eq!(after["spec"], before["spec"], "the spec is never touched");
@@ -190,7 +194,7 @@ fn cancel_of_a_new_run_ends_it_before_any_step() {
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Cancelled);
     assert!(status.steps.is_empty());
-    assert_eq!(h.journal(), words(&["run.finished"]));
+    assert_words!(h.journal(), ["run.finished"]);
 }
 
 #[test]
@@ -208,16 +212,13 @@ fn a_live_loop_finds_the_cancellation_at_its_next_write_and_stops() {
     let mut h = executing("write_local");
     h.spec_mut().cancel = true;
     let effects = h.step("a", result_input(json!({"done": true})));
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Cancelled);
     assert_eq!(status.steps[0].status, StepStatus::Failed);
-    assert_eq!(
+    assert_words!(
         h.journal_tail(3),
-        words(&["step.failed@0", "run.finished", "step.tool_finished@0"])
+        ["step.failed@0", "run.finished", "step.tool_finished@0"]
     );
     assert_eq!(h.last_event("step.tool_finished")["late"], json!(true));
 }
@@ -229,10 +230,7 @@ fn a_tool_that_returns_after_cancel_has_its_outcome_appended_late() {
     h.reconcile("b");
     let cancelled = h.status();
     let effects = h.step("a", result_input(json!({"done": true})));
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(
         status.steps, cancelled.steps,
@@ -240,10 +238,7 @@ fn a_tool_that_returns_after_cancel_has_its_outcome_appended_late() {
     );
     assert_eq!(status.phase, RunPhase::Cancelled);
     assert_eq!(status.reason, cancelled.reason);
-    assert_eq!(
-        h.journal_tail(2),
-        words(&["run.finished", "step.tool_finished@0"])
-    );
+    assert_words!(h.journal_tail(2), ["run.finished", "step.tool_finished@0"]);
     let late = h.last_event("step.tool_finished");
     assert_eq!(late["late"], json!(true));
     assert_eq!(late["tool"], json!("write_local"));
@@ -252,7 +247,7 @@ fn a_tool_that_returns_after_cancel_has_its_outcome_appended_late() {
     assert_eq!(late["observation"]["content"], json!({"done": true}));
     let before = h.run.status.clone();
     let effects = h.step("a", result_input(json!({"done": true})));
-    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    assert_effects!(effects, ["ReleaseLease", "Stop"]);
     assert_eq!(h.run.status, before, "appended once");
 }
 
@@ -294,10 +289,7 @@ fn a_record_over_the_object_budget_fails_record_too_large_in_a_write_that_fits()
         let effects = h.result("a", json!({"text": "y".repeat(2000)}));
         steps += 1;
         if !kinds(&effects).iter().any(|k| k.starts_with("CallTool")) {
-            assert_eq!(
-                kinds(&effects),
-                words(&["WriteStatus", "ReleaseLease", "Stop"])
-            );
+            assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
             break;
         }
         assert!(steps < 40, "the budget never fired");
@@ -399,6 +391,6 @@ fn a_finished_run_set_back_to_running_by_hand_stays_finished() {
         "a replica finding it does nothing"
     );
     let effects = h.step("c", Input::LeaseAcquired { takeover: None });
-    assert_eq!(kinds(&effects), words(&["Stop"]));
+    assert_effects!(effects, ["Stop"]);
     assert_eq!(h.run.status, before, "nothing is written");
 }

@@ -11,10 +11,7 @@ fn a_new_run_starts_with_created_and_started_in_one_write() {
     let mut h = Harness::new(REFUND);
     let effects = h.reconcile("a");
 
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "CallTool(lookup_order#1)"])
-    );
+    assert_effects!(effects, ["WriteStatus", "CallTool(lookup_order#1)"]);
     assert_eq!(
         h.writes.len(),
         1,
@@ -33,16 +30,16 @@ fn a_new_run_starts_with_created_and_started_in_one_write() {
     assert_eq!(status.observed_generation, Some(1));
     assert_eq!(status.step_count, 1);
     assert_eq!(status.current_tool.as_deref(), Some("lookup_order"));
-    assert_eq!(
+    assert_words!(
         h.journal(),
-        words(&[
+        [
             "run.created",
             "run.started",
             "step.started@0",
             "step.decided@0",
             "step.policy@0",
-            "step.tool_started@0",
-        ])
+            "step.tool_started@0"
+        ]
     );
     let created = &h.events()[0].data;
     let created = created.as_ref().expect("run.created has data");
@@ -86,10 +83,7 @@ fn with_schema(schema: Value) -> Harness {
 
 fn assert_fails_before_any_step(h: &mut Harness, field: &str) {
     let effects = h.reconcile("a");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Failed);
     assert_eq!(status.reason, Some(TerminalReason::InternalError));
@@ -97,7 +91,7 @@ fn assert_fails_before_any_step(h: &mut Harness, field: &str) {
     assert!(detail.contains(field), "{detail:?} names {field}");
     assert!(status.steps.is_empty());
     assert!(h.tool_calls.is_empty());
-    assert_eq!(h.journal(), words(&["run.finished"]));
+    assert_words!(h.journal(), ["run.finished"]);
 }
 
 #[test]
@@ -155,11 +149,11 @@ fn observing_a_new_run_asks_for_the_lease_and_writes_nothing() {
     let h = Harness::new(REFUND);
     let effects = h.decide(
         "a",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );
-    assert_eq!(kinds(&effects), words(&["AcquireLease"]));
+    assert_effects!(effects, ["AcquireLease"]);
 }
 
 #[test]
@@ -170,7 +164,7 @@ fn a_start_applied_again_does_not_start_anything_twice() {
     // The write landed but its answer was lost: the same input again on the new record.
     let effects = h.step("a", Input::LeaseAcquired { takeover: None });
     assert_eq!(h.run.status, before, "nothing is written twice");
-    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    assert_effects!(effects, ["ReleaseLease", "Stop"]);
     assert!(
         !kinds(&effects).iter().any(|k| k.starts_with("CallTool")),
         "the started step is not started again: {effects:?}"

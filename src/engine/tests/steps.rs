@@ -17,17 +17,14 @@ fn the_step_limit_ends_the_run_limit_steps_and_no_step_starts() {
     h.reconcile("a");
     h.result("a", json!({"v": 1}));
     let effects = h.result("a", json!({"v": 2}));
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Failed);
     assert_eq!(status.reason, Some(TerminalReason::LimitSteps));
     assert_eq!(status.steps.len(), 2);
-    assert_eq!(
+    assert_words!(
         h.journal_tail(3),
-        words(&["step.tool_finished@1", "limit.exceeded", "run.finished"])
+        ["step.tool_finished@1", "limit.exceeded", "run.finished"]
     );
     assert_eq!(
         h.last_event("limit.exceeded"),
@@ -47,10 +44,7 @@ fn repeated_failures_end_the_run_repeated_tool_failures() {
         call("read", json!({})),
     ]);
     let effects = h.reconcile("a");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     assert_eq!(h.writes.len(), 1);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::RepeatedToolFailures));
@@ -175,10 +169,7 @@ fn three_identical_calls_with_the_same_answer_are_a_loop() {
     h.result("a", json!({"same": true}));
     h.result("a", json!({"same": true}));
     let effects = h.result("a", json!({"same": true}));
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::LoopDetected));
     assert_eq!(status.steps.len(), 3);
@@ -189,9 +180,9 @@ fn three_identical_calls_with_the_same_answer_are_a_loop() {
         detected["contentHash"],
         json!(status.steps[2].observation.as_ref().unwrap().content_hash)
     );
-    assert_eq!(
+    assert_words!(
         h.journal_tail(3),
-        words(&["step.tool_finished@2", "loop.detected", "run.finished"])
+        ["step.tool_finished@2", "loop.detected", "run.finished"]
     );
 }
 
@@ -254,12 +245,12 @@ fn args_that_are_not_usable_json_are_kept_in_invalid_args() {
     h.spec_mut().agent.scripted = None;
     h.spec_mut().agent.webhook = Some(Default::default());
     let effects = h.reconcile("a");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "CallAgent(0)"]));
+    assert_effects!(effects, ["WriteStatus", "CallAgent(0)"]);
     let answer = json!({"kind": "tool_call", "tool": "read", "args": {"n": u64::MAX}});
     h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(answer),
         },
     );
@@ -281,10 +272,7 @@ fn args_that_are_not_usable_json_are_kept_in_invalid_args() {
 fn invalid_then_complete(decision: Value) -> Harness {
     let mut h = Harness::scripted(vec![decision, complete(json!("ok"))]);
     let effects = h.reconcile("a");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Completed, "the run continues");
     let step = &status.steps[0];
@@ -293,15 +281,15 @@ fn invalid_then_complete(decision: Value) -> Harness {
         step.observation.as_ref().unwrap().kind,
         ObservationKind::InvalidDecision
     );
-    assert_eq!(
+    assert_words!(
         h.journal()[2..7].to_vec(),
-        words(&[
+        [
             "step.started@0",
             "step.decided@0",
             "step.failed@0",
             "step.started@1",
             "step.decided@1"
-        ])
+        ]
     );
     h
 }
@@ -340,10 +328,7 @@ fn args_that_fail_the_schema_fail_the_step_invalid_decision() {
 fn complete_ends_step_and_run_together_with_its_result() {
     let mut h = Harness::scripted(vec![complete(json!({"refunded": 250}))]);
     let effects = h.reconcile("a");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     assert_eq!(h.writes.len(), 1);
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Completed);
@@ -351,15 +336,15 @@ fn complete_ends_step_and_run_together_with_its_result() {
     assert_eq!(status.result, Some(json!({"refunded": 250})));
     assert_eq!(status.steps[0].status, StepStatus::Done);
     assert_eq!(status.finished_at, Some(h.now));
-    assert_eq!(
+    assert_words!(
         h.journal(),
-        words(&[
+        [
             "run.created",
             "run.started",
             "step.started@0",
             "step.decided@0",
             "run.finished"
-        ])
+        ]
     );
     assert_eq!(
         h.last_event("run.finished"),
@@ -369,6 +354,10 @@ fn complete_ends_step_and_run_together_with_its_result() {
     assert_eq!(
         (ready.type_.as_str(), ready.status.as_str()),
         ("Ready", "True")
+    );
+    assert_eq!(
+        ready.reason, "GoalCompleted",
+        "a condition's reason is CamelCase"
     );
 }
 
@@ -390,14 +379,11 @@ fn an_agent_error_ends_the_run_agent_error() {
     let effects = h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Err("HTTP 503 after 3 attempts".into()),
         },
     );
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::AgentError));
     assert!(status.reason_detail.unwrap().contains("HTTP 503"));
@@ -421,7 +407,7 @@ fn a_script_past_its_end_fails_agent_error() {
 fn a_webhook_agent_is_asked_after_the_step_starts_and_its_answer_runs_the_loop() {
     let mut h = Harness::new(WEBHOOK);
     let effects = h.reconcile("a");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "CallAgent(0)"]));
+    assert_effects!(effects, ["WriteStatus", "CallAgent(0)"]);
     assert_eq!(h.steps()[0].status, StepStatus::Deciding);
     let (_, request) = h.pending_agent.clone().unwrap();
     assert_eq!(request["goal"], json!("Send a message once."));
@@ -429,20 +415,20 @@ fn a_webhook_agent_is_asked_after_the_step_starts_and_its_answer_runs_the_loop()
     let effects = h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(call("send", json!({"n": 1}))),
         },
     );
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "CallTool(send#1)"]));
+    assert_effects!(effects, ["WriteStatus", "CallTool(send#1)"]);
     // The same answer again (a lost write answer) changes nothing and calls nothing.
     let before = h.run.status.clone();
     let effects = h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(call("send", json!({"n": 1}))),
         },
     );
-    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    assert_effects!(effects, ["ReleaseLease", "Stop"]);
     assert_eq!(h.run.status, before);
 }

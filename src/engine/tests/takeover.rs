@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::harness::*;
 use crate::api::{ObservationKind, RunPhase, StepStatus, TerminalReason};
-use crate::engine::{Effect, Input, LeaseView, PreviousHolder, INTERRUPTED_NOTICE};
+use crate::engine::{Input, LeaseView, PreviousHolder, INTERRUPTED_NOTICE};
 
 /// A run of the `tools` fixture whose holder `a` is executing `tool` on step 0.
 fn executing(tool: &str) -> Harness {
@@ -21,7 +21,7 @@ fn resume_of_a_live_run_changes_nothing() {
     let before = h.run.status.clone();
     for holder in ["b", "a"] {
         let effects = h.reconcile(holder);
-        assert_eq!(kinds(&effects), words(&["RequeueAfter(20000)"]));
+        assert_effects!(effects, ["RequeueAfter(20000)"]);
     }
     assert_eq!(h.run.status, before);
     assert_eq!(h.tool_calls.len(), 1);
@@ -42,8 +42,8 @@ fn a_lease_first_seen_waits_a_full_duration() {
     let mut h = executing("write_local");
     // By the observer's clock the holder's renewTime is an hour old: it does not matter.
     h.advance(3600);
-    let effects = h.decide("b", Input::Observe { lease: seen(&h, 0) });
-    assert_eq!(kinds(&effects), words(&["RequeueAfter(30500)"]));
+    let effects = h.decide("b", Observe { lease: seen(&h, 0) });
+    assert_effects!(effects, ["RequeueAfter(30500)"]);
     assert_eq!(h.tool_calls.len(), 1);
 }
 
@@ -57,13 +57,13 @@ fn a_lease_seen_changing_is_never_expired() {
         for unchanged_for_ms in [0, 5_000, 10_000] {
             let effects = h.decide(
                 "b",
-                Input::Observe {
+                Observe {
                     lease: seen(&h, unchanged_for_ms),
                 },
             );
-            assert_eq!(
-                kinds(&effects),
-                words(&[format!("RequeueAfter({})", 30_500 - unchanged_for_ms).as_str()]),
+            assert_effects!(
+                effects,
+                [format!("RequeueAfter({})", 30_500 - unchanged_for_ms).as_str()],
                 "skew {skew} s, unchanged for {unchanged_for_ms} ms"
             );
         }
@@ -79,18 +79,18 @@ fn a_lease_seen_unchanged_for_its_duration_and_margin_is_taken_over() {
     h.advance(-3600);
     let effects = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: seen(&h, 30_499),
         },
     );
-    assert_eq!(kinds(&effects), words(&["RequeueAfter(1)"]));
+    assert_effects!(effects, ["RequeueAfter(1)"]);
     let effects = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: seen(&h, 30_500),
         },
     );
-    assert_eq!(kinds(&effects), words(&["AcquireLease(takeover)"]));
+    assert_effects!(effects, ["AcquireLease(takeover)"]);
     // previousExpiry records what the Lease claimed, by its holder's clock.
     assert!(effects.contains(&Effect::AcquireLease {
         takeover: Some(PreviousHolder {
@@ -107,29 +107,26 @@ fn a_takeover_marks_in_flight_steps_interrupted_with_lease_taken_over_in_one_wri
     h.expire_lease();
     let observed = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: h.lease_view(),
         },
     );
-    assert_eq!(kinds(&observed), words(&["AcquireLease(takeover)"]));
+    assert_effects!(observed, ["AcquireLease(takeover)"]);
     let before = h.events().len();
     let writes = h.writes.len();
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     assert_eq!(h.writes.len(), writes + 1);
-    assert_eq!(
+    assert_words!(
         h.journal_from(before),
-        words(&[
+        [
             "lease.taken_over",
             "step.interrupted@0",
             "run.resumed",
             "step.started@1",
             "step.decided@1",
             "run.finished"
-        ])
+        ]
     );
     assert_eq!(
         h.last_event("lease.taken_over"),
@@ -175,7 +172,7 @@ fn of_two_replicas_taking_over_one_wins_and_the_other_changes_nothing() {
     let effects = h.step(
         "a",
         Input::ToolFinished {
-            step: 0,
+            step: StepIndex(0),
             attempt: 1,
             outcome: crate::engine::ToolOutcome::Result {
                 status: 200,
@@ -184,7 +181,7 @@ fn of_two_replicas_taking_over_one_wins_and_the_other_changes_nothing() {
             },
         },
     );
-    assert_eq!(kinds(&effects), words(&["Stop"]));
+    assert_effects!(effects, ["Stop"]);
     assert_eq!(h.run.status, after_b);
 }
 
@@ -196,11 +193,11 @@ fn the_loser_of_the_lease_race_gets_no_lease_acquired_and_writes_nothing() {
     // Both observe the expired lease; b wins the Lease first.
     let b = h.decide(
         "b",
-        Input::Observe {
+        Observe {
             lease: lease.clone(),
         },
     );
-    let c = h.decide("c", Input::Observe { lease });
+    let c = h.decide("c", Observe { lease });
     assert_eq!(kinds(&b), kinds(&c));
     assert!(h.win_lease("b"));
     assert!(
@@ -229,7 +226,7 @@ fn taking_over_ones_own_expired_lease_is_recorded_as_a_takeover() {
             )),
         },
     );
-    assert_eq!(kinds(&effects), words(&["ReleaseLease", "Stop"]));
+    assert_effects!(effects, ["ReleaseLease", "Stop"]);
     assert_eq!(h.run.status, before);
 }
 
@@ -251,7 +248,7 @@ fn a_loop_that_lost_its_lease_stops_and_records_nothing() {
     let mut h = executing("write_local");
     let before = h.run.status.clone();
     let effects = h.step("a", Input::LeaseLost);
-    assert_eq!(kinds(&effects), words(&["Stop"]));
+    assert_effects!(effects, ["Stop"]);
     assert_eq!(h.run.status, before);
 }
 
@@ -260,15 +257,15 @@ fn interrupted_side_effect_waits_for_an_operator() {
     let mut h = executing("write_local");
     h.expire_lease();
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "CreateApproval(tools-0-1)",
             "WriteApprovalStatus(tools-0-1:Pending)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert_eq!(h.tool_calls.len(), 1, "nothing is re-run");
     let status = h.status();
@@ -295,13 +292,13 @@ fn interrupted_side_effect_waits_for_an_operator() {
         h.last_event("approval.requested")["origin"],
         json!("interruption")
     );
-    assert_eq!(
+    assert_words!(
         h.journal_tail(3),
-        words(&[
+        [
             "lease.taken_over",
             "step.interrupted@0",
             "approval.requested@0"
-        ])
+        ]
     );
 }
 
@@ -312,13 +309,13 @@ fn approving_an_interrupted_side_effect_runs_the_same_request_once_more_on_the_s
     h.reconcile("b");
     h.approve("tools-0-1");
     let effects = h.reconcile("c");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(tools-0-1:Executed)",
             "CallTool(write_local#2)"
-        ])
+        ]
     );
     let first = &h.tool_calls[0];
     let again = &h.tool_calls[1];
@@ -351,10 +348,7 @@ fn an_interrupted_call_whose_args_now_fail_the_schema_fails_reconcile_conflict()
     h.spec_mut().tools[1].input_schema = json!({"type": "object", "required": ["zzz"]});
     h.expire_lease();
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "ReleaseLease", "Stop"])
-    );
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::ReconcileConflict));
     assert!(h.approvals.is_empty());
@@ -388,15 +382,15 @@ fn an_interrupted_deciding_step_does_not_pause_and_the_agent_decides_again() {
     assert_eq!(h.steps()[0].status, StepStatus::Deciding);
     h.expire_lease();
     let effects = h.reconcile("b");
-    assert_eq!(kinds(&effects), words(&["WriteStatus", "CallAgent(1)"]));
-    assert_eq!(
+    assert_effects!(effects, ["WriteStatus", "CallAgent(1)"]);
+    assert_words!(
         h.journal_tail(4),
-        words(&[
+        [
             "lease.taken_over",
             "step.interrupted@0",
             "run.resumed",
             "step.started@1"
-        ])
+        ]
     );
     let (_, request) = h.pending_agent.clone().unwrap();
     assert_eq!(
@@ -416,7 +410,7 @@ fn a_takeover_with_nothing_in_flight_resumes_the_loop() {
     h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(call("send", json!({"n": "bad"}))),
         },
     );
@@ -435,7 +429,7 @@ fn hooked_executing() -> Harness {
     h.step(
         "a",
         Input::AgentAnswered {
-            step: 0,
+            step: StepIndex(0),
             decision: Ok(call("send", json!({"n": 1}))),
         },
     );
@@ -449,32 +443,26 @@ fn a_takeover_that_died_before_pausing_leaves_the_step_for_the_next_takeover() {
     h.expire_lease();
     // b marks the step interrupted and asks the hook, then dies.
     let effects = h.reconcile("b");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "CallReconcileHook"])
-    );
+    assert_effects!(effects, ["WriteStatus", "CallReconcileHook"]);
     assert_eq!(h.steps()[0].status, StepStatus::Interrupted);
     // c, still with the hook: asks it again about the same step.
     h.expire_lease();
     let effects = h.reconcile("c");
-    assert_eq!(
-        kinds(&effects),
-        words(&["WriteStatus", "CallReconcileHook"])
-    );
+    assert_effects!(effects, ["WriteStatus", "CallReconcileHook"]);
     assert_eq!(h.pending_hook.clone().unwrap()["interruptedStep"], json!(0));
     // d, after the hook was removed from the spec: pauses the step whose outcome is unknown.
     h.spec_mut().reconcile = None;
     h.expire_lease();
     let effects = h.reconcile("d");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "CreateApproval(hooked-0-1)",
             "WriteApprovalStatus(hooked-0-1:Pending)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     assert_eq!(
         h.approval("hooked-0-1")["spec"]["kind"],
@@ -520,7 +508,7 @@ fn the_reconcile_hook_receives_the_run_its_steps_and_its_approvals() {
 fn reconcile_continue_proceeds_and_the_agent_sees_the_interruption() {
     let mut h = hook_asked();
     let effects = answer(&mut h, Ok(json!({"outcome": "continue"})));
-    assert_eq!(effects, words(&["WriteStatus", "CallAgent(1)"]));
+    assert_words!(effects, ["WriteStatus", "CallAgent(1)"]);
     assert_eq!(
         h.last_event("run.resumed"),
         json!({"after": "interruption", "reconciliation": "continue"})
@@ -539,7 +527,7 @@ fn reconcile_completed_ends_the_run_completed_with_its_json_result() {
         &mut h,
         Ok(json!({"outcome": "completed", "result": {"sent": 1}})),
     );
-    assert_eq!(effects, words(&["WriteStatus", "ReleaseLease", "Stop"]));
+    assert_words!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Completed);
     assert_eq!(status.result, Some(json!({"sent": 1})));
@@ -567,15 +555,15 @@ fn reconcile_waiting_pauses_the_interrupted_call_on_the_supplied_decision() {
         "presentation": {"outbox": "https://example.com/outbox"},
     });
     let effects = answer(&mut h, Ok(json!({"outcome": "waiting", "pause": pause})));
-    assert_eq!(
+    assert_words!(
         effects,
-        words(&[
+        [
             "WriteStatus",
             "CreateApproval(hooked-0-1)",
             "WriteApprovalStatus(hooked-0-1:Pending)",
             "ReleaseLease",
             "Stop"
-        ])
+        ]
     );
     let spec = h.approval("hooked-0-1")["spec"].clone();
     assert_eq!(spec["kind"], json!("verify-send"));
@@ -583,13 +571,13 @@ fn reconcile_waiting_pauses_the_interrupted_call_on_the_supplied_decision() {
     assert_eq!(spec["request"]["args"], json!({"n": 1}));
     h.approve("hooked-0-1");
     let effects = h.reconcile("c");
-    assert_eq!(
-        kinds(&effects),
-        words(&[
+    assert_effects!(
+        effects,
+        [
             "WriteStatus",
             "WriteApprovalStatus(hooked-0-1:Executed)",
             "CallTool(send#2)"
-        ])
+        ]
     );
 }
 

@@ -129,13 +129,13 @@ async fn a_non_2xx_answer_is_a_tool_error_keeping_the_body() {
     let outcome = call(&client().unwrap(), call_to(addr, "/fail")).await;
     assert!(
         matches!(&outcome, ToolOutcome::Error { failure, status: Some(409), content, .. }
-            if failure == "http_status" && *content == json!({"error": "busy"})),
+            if *failure == ToolFailure::HttpStatus && *content == json!({"error": "busy"})),
         "{outcome:?}"
     );
     let outcome = call(&client().unwrap(), call_to(addr, "/fail-text")).await;
     assert!(
         matches!(&outcome, ToolOutcome::Error { failure, status: Some(500), content, .. }
-            if failure == "http_status" && *content == json!("it broke")),
+            if *failure == ToolFailure::HttpStatus && *content == json!("it broke")),
         "{outcome:?}"
     );
 }
@@ -145,7 +145,7 @@ async fn a_redirect_is_not_followed_and_is_a_tool_error() {
     let (addr, seen) = tool_server().await;
     let outcome = call(&client().unwrap(), call_to(addr, "/redirect")).await;
     assert!(
-        matches!(&outcome, ToolOutcome::Error { failure, status: Some(302), .. } if failure == "http_status"),
+        matches!(&outcome, ToolOutcome::Error { failure, status: Some(302), .. } if *failure == ToolFailure::HttpStatus),
         "{outcome:?}"
     );
     assert!(
@@ -160,13 +160,13 @@ async fn content_that_is_not_json_is_invalid_content_keeping_the_bytes() {
     let outcome = call(&client().unwrap(), call_to(addr, "/text")).await;
     assert!(
         matches!(&outcome, ToolOutcome::Error { failure, content, .. }
-            if failure == "invalid_content" && *content == json!("plain words")),
+            if *failure == ToolFailure::InvalidContent && *content == json!("plain words")),
         "{outcome:?}"
     );
     let outcome = call(&client().unwrap(), call_to(addr, "/binary")).await;
     assert!(
         matches!(&outcome, ToolOutcome::Error { failure, content, .. }
-            if failure == "invalid_content" && *content == json!({"base64": "//4AAQ=="})),
+            if *failure == ToolFailure::InvalidContent && *content == json!({"base64": "//4AAQ=="})),
         "{outcome:?}"
     );
 }
@@ -178,7 +178,7 @@ async fn a_refused_connection_is_a_tool_error() {
     drop(listener);
     let outcome = call(&client().unwrap(), call_to(addr, "/ok")).await;
     assert!(
-        matches!(&outcome, ToolOutcome::Error { failure, status: None, .. } if failure == "connection_refused"),
+        matches!(&outcome, ToolOutcome::Error { failure, status: None, .. } if *failure == ToolFailure::ConnectionRefused),
         "{outcome:?}"
     );
 }
@@ -262,7 +262,7 @@ async fn a_panic_in_the_executor_is_a_tool_error() {
     .await;
     assert!(
         matches!(&outcome, ToolOutcome::Error { failure, content, .. }
-            if failure == "executor_panic" && content["detail"] == "boom"),
+            if *failure == ToolFailure::ExecutorPanic && content["detail"] == "boom"),
         "{outcome:?}"
     );
 }

@@ -1,0 +1,66 @@
+//! [`StepIndex`]: which step of a run a record entry, an input or an Approval is about.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The 0-based position of a step in the run's `status.steps` (DESIGN.md section 1;
+/// `status.steps[].index`, `status.events[].step`, an Approval's `spec.stepIndex`, the step of
+/// an input or a call). Serialized as the bare integer, so the record and the CRD schemas are
+/// those of an `int64`; a newtype so that a step is never mixed up with an attempt, a count or
+/// an epoch (STYLE.md, "Types carry the contract").
+#[derive(
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+#[serde(transparent)]
+pub struct StepIndex(pub i64);
+
+impl StepIndex {
+    /// The step at `position` in `status.steps` (a position beyond `i64::MAX` saturates).
+    pub fn at(position: usize) -> StepIndex {
+        StepIndex(i64::try_from(position).unwrap_or(i64::MAX))
+    }
+
+    /// Its position in `status.steps`; `None` for a negative index (a record edited by hand).
+    pub fn position(self) -> Option<usize> {
+        usize::try_from(self.0).ok()
+    }
+
+    /// The bare integer, as serialized.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for StepIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_index_is_written_as_its_bare_integer() {
+        assert_eq!(
+            serde_json::to_value(StepIndex(3)).unwrap(),
+            serde_json::json!(3)
+        );
+        let read: StepIndex = serde_json::from_value(serde_json::json!(7)).unwrap();
+        assert_eq!(read, StepIndex::at(7));
+        assert_eq!(StepIndex(-1).position(), None);
+        assert_eq!(StepIndex(2).position(), Some(2));
+    }
+}
