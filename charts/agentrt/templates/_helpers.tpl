@@ -43,11 +43,6 @@ app.kubernetes.io/component: controller
 - apiGroups: ["agentrt.dev"]
   resources: ["approvals/status"]
   verbs: ["patch"]
-# Sealed history (docs/design.md section 4a): created once, never updated or deleted by the
-# controller (the garbage collector deletes them with their run).
-- apiGroups: ["agentrt.dev"]
-  resources: ["agentrunsegments"]
-  verbs: ["create", "get", "list"]
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update"]
