@@ -3,7 +3,7 @@
 //! it listed and has not failed since; 503 while any is not, e.g. while the API server is
 //! down, so a Deployment's readiness shows a replica that cannot see new runs).
 //!
-//! Metrics are projections, never inputs (DESIGN.md section 4). Three sources feed them:
+//! Metrics are projections, never inputs (docs/design.md section 4). Three sources feed them:
 //! - what each status write added to the record ([`Metrics::observe_write`]): steps by outcome,
 //!   takeovers, interruptions by the status they interrupted, runs finished, model usage;
 //! - what the controller itself saw: status-write outcomes (conflicts among them), tool call
@@ -12,14 +12,9 @@
 //! - at scrape time, the runs the watches hold: runs by phase, approvals pending. Every replica
 //!   watches every run, so these gauges are the same on each (aggregate them with `max`).
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
-use axum::Router;
 use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -28,9 +23,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use super::watches::WatchedRun;
+
+mod health;
+
+pub use health::{serve, WatchHealth, WatchLabel};
 
 /// One label: how something ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -77,101 +75,6 @@ pub struct PreviousLabel {
     pub previous: String,
 }
 
-/// The labels of one watch: what it watches and where.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WatchLabel {
-    /// The watched resource: `agentruns`, `approvals` or `leases`.
-    pub watch: String,
-    /// The watched namespace, or `*` for all namespaces.
-    pub scope: String,
-}
-
-/// The health of one watch, written by the watch's stream as events pass and read by
-/// `/readyz` and the `agentrt_watches_synced` gauge (1 synced, 0 not).
-///
-/// A watch is synced from the end of a (re)list, or any change it delivers, until its next
-/// error; an error makes it relist (see `watches.rs`), so it is synced again only once the API
-/// server has answered a list.
-pub struct WatchHealth {
-    label: WatchLabel,
-    synced: AtomicBool,
-    /// Times the watch worked (a list completed or a change arrived); the backoff resets when
-    /// it moves.
-    successes: AtomicU64,
-    /// Whether the last error was 410 Gone (the resourceVersion is too old: relist at once).
-    gone: AtomicBool,
-    gauge: Gauge,
-}
-
-impl WatchHealth {
-    /// A watch's health, not yet synced, reported on `gauge`.
-    fn new(label: WatchLabel, gauge: Gauge) -> WatchHealth {
-        gauge.set(0);
-        WatchHealth {
-            label,
-            synced: AtomicBool::new(false),
-            successes: AtomicU64::new(0),
-            gone: AtomicBool::new(false),
-            gauge,
-        }
-    }
-
-    /// A health no metric reports (tests, the Controller's own trigger backoff).
-    pub fn unreported(watch: &str) -> WatchHealth {
-        WatchHealth::new(
-            WatchLabel {
-                watch: watch.to_string(),
-                scope: "*".to_string(),
-            },
-            Gauge::default(),
-        )
-    }
-
-    /// Whether the watch is synced now.
-    pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::SeqCst)
-    }
-
-    /// How many times the watch has worked so far.
-    pub fn successes(&self) -> u64 {
-        self.successes.load(Ordering::SeqCst)
-    }
-
-    /// Whether the last error was 410 Gone.
-    pub fn last_error_was_gone(&self) -> bool {
-        self.gone.load(Ordering::SeqCst)
-    }
-
-    /// The watch worked: a list completed or a change arrived.
-    pub fn worked(&self) {
-        self.successes.fetch_add(1, Ordering::SeqCst);
-        self.gone.store(false, Ordering::SeqCst);
-        if !self.synced.swap(true, Ordering::SeqCst) {
-            tracing::info!(watch = %self.label.watch, scope = %self.label.scope, "watch synced");
-        }
-        self.gauge.set(1);
-    }
-
-    /// The watch is relisting (its earlier list no longer holds).
-    pub fn relisting(&self) {
-        self.synced.store(false, Ordering::SeqCst);
-        self.gauge.set(0);
-    }
-
-    /// The watch failed; `gone` when the API server answered 410 Gone.
-    pub fn failed(&self, gone: bool, err: &dyn std::fmt::Display) {
-        self.gone.store(gone, Ordering::SeqCst);
-        if self.synced.swap(false, Ordering::SeqCst) {
-            tracing::warn!(watch = %self.label.watch, scope = %self.label.scope, %err,
-                "watch failed; relisting (readyz fails until it is synced again)");
-        } else {
-            tracing::debug!(watch = %self.label.watch, scope = %self.label.scope, %err,
-                "watch failed again");
-        }
-        self.gauge.set(0);
-    }
-}
-
 /// One label: the kind of a failed reconcile (`ReconcileError::metric_label`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
@@ -196,7 +99,7 @@ fn reconcile_seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 14))
 }
 
-/// The phases a run can be in (DESIGN.md section 2), each reported even at zero.
+/// The phases a run can be in (docs/design.md section 2), each reported even at zero.
 const PHASES: [&str; 6] = [
     "Pending",
     "Running",
@@ -578,159 +481,5 @@ impl Metrics {
     }
 }
 
-async fn metrics_text(
-    State(metrics): State<Arc<Metrics>>,
-) -> (StatusCode, [(&'static str, &'static str); 1], String) {
-    (
-        StatusCode::OK,
-        [(
-            "content-type",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        metrics.encode(),
-    )
-}
-
-async fn ready(State(metrics): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
-    if !metrics.ready.load(Ordering::SeqCst) {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting")
-    } else if metrics.is_ready() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "watches not synced")
-    }
-}
-
-/// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until `shutdown`.
-///
-/// # Errors
-/// When `addr` cannot be bound.
-pub async fn serve(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-) -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|err| {
-        anyhow::anyhow!("cannot serve metrics on {addr}: {err}; pass another --metrics-addr")
-    })?;
-    let bound = listener.local_addr()?;
-    let app = Router::new()
-        .route("/metrics", get(metrics_text))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready))
-        .with_state(metrics);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-    });
-    Ok(bound)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn metrics_and_health_are_served() {
-        let metrics = Arc::new(Metrics::default());
-        metrics.status_write("ok");
-        metrics.tool_call("lookup", "result", 0.02);
-        let addr = serve(
-            "127.0.0.1:0".parse().unwrap(),
-            metrics.clone(),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
-        let get = |path: &'static str| async move {
-            let response = reqwest::Client::builder()
-                .no_proxy()
-                .build()
-                .unwrap()
-                .get(format!("http://{addr}{path}"))
-                .send()
-                .await
-                .unwrap();
-            (response.status().as_u16(), response.text().await.unwrap())
-        };
-        assert_eq!(get("/healthz").await.0, 200);
-        assert_eq!(get("/readyz").await.0, 503);
-        let runs = metrics.watch("agentruns", Some("ns"));
-        metrics.set_ready();
-        assert_eq!(
-            get("/readyz").await.0,
-            503,
-            "started, but the watch has not listed"
-        );
-        runs.worked();
-        assert_eq!(get("/readyz").await.0, 200);
-        runs.failed(false, &"connection refused");
-        assert_eq!(get("/readyz").await.0, 503, "a failed watch is not synced");
-        assert!(metrics
-            .encode()
-            .contains("agentrt_watches_synced{watch=\"agentruns\",scope=\"ns\"} 0"));
-        runs.worked();
-        assert_eq!(get("/readyz").await.0, 200);
-        let (status, text) = get("/metrics").await;
-        assert_eq!(status, 200);
-        assert!(
-            text.contains("agentrt_status_writes_total{outcome=\"ok\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("agentrt_tool_calls_total{outcome=\"result\"} 1"),
-            "{text}"
-        );
-        for series in [
-            "agentrt_status_writes_total{outcome=\"conflict\"} 0",
-            "agentrt_tool_call_duration_seconds_count{tool=\"lookup\"} 1",
-            "agentrt_runs{phase=\"Running\"} 0",
-            "agentrt_approvals_pending 0",
-            "agentrt_takeovers_total 0",
-            "agentrt_lease_renew_failures_total 0",
-            "agentrt_reconcile_duration_seconds_count 0",
-            "agentrt_watches_synced{watch=\"agentruns\",scope=\"ns\"} 1",
-        ] {
-            assert!(text.contains(series), "{series} missing:\n{text}");
-        }
-    }
-
-    #[test]
-    fn a_write_is_counted_by_what_it_added_to_the_record() {
-        let metrics = Metrics::default();
-        let old = serde_json::json!({
-            "steps": [{"index": 0, "status": "executing"}],
-            "events": [{"seq": 1, "type": "run.started"}, {"seq": 2, "type": "step.tool_started"}],
-            "usage": {"inputTokens": 10, "outputTokens": 5, "estimatedCostMicros": 7, "modelCalls": 1},
-        });
-        let new = serde_json::json!({
-            "steps": [{"index": 0, "status": "interrupted"}, {"index": 1, "status": "done"}],
-            "events": [
-                {"seq": 1, "type": "run.started"}, {"seq": 2, "type": "step.tool_started"},
-                {"seq": 3, "type": "lease.taken_over", "data": {"previousHolder": "a"}},
-                {"seq": 4, "type": "step.interrupted", "data": {"previousStatus": "executing"}},
-                {"seq": 5, "type": "run.finished", "data": {"phase": "Completed", "reason": "goal_completed"}},
-            ],
-            "usage": {"inputTokens": 110, "outputTokens": 25, "estimatedCostMicros": 9, "modelCalls": 2},
-        });
-        metrics.observe_write(&old, &new);
-        // The same write seen again (a replay) adds nothing.
-        metrics.observe_write(&new, &new);
-        let text = metrics.encode();
-        for series in [
-            "agentrt_steps_total{outcome=\"interrupted\"} 1",
-            "agentrt_steps_total{outcome=\"done\"} 1",
-            "agentrt_steps_total{outcome=\"failed\"} 0",
-            "agentrt_takeovers_total 1",
-            "agentrt_interruptions_total{previous=\"executing\"} 1",
-            "agentrt_runs_finished_total{phase=\"Completed\",reason=\"goal_completed\"} 1",
-            "agentrt_model_tokens_total{direction=\"input\"} 100",
-            "agentrt_model_tokens_total{direction=\"output\"} 20",
-            "agentrt_model_cost_micros_total 2",
-            "agentrt_model_calls_total 1",
-        ] {
-            assert!(text.contains(series), "{series} missing:\n{text}");
-        }
-    }
-}
+mod tests;

@@ -1,4 +1,4 @@
-//! Tool executors (DESIGN.md section 6): http first; and what `agentrt dev` serves for the
+//! Tool executors (docs/design.md section 6): http first; and what `agentrt dev` serves for the
 //! samples (tools, a scripted model, a reconcile hook).
 //!
 //! An executor turns one [`crate::engine::ToolCall`] into one [`crate::engine::ToolOutcome`]
