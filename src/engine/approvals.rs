@@ -123,12 +123,20 @@ pub(crate) fn requirement_hash(
     args: &Value,
     requirement: &Requirement,
 ) -> Result<String, String> {
-    let request = request_for(txn, index, tool, args)?;
+    hash_of(requirement, &request_for(txn, index, tool, args)?)
+}
+
+/// The hash an approval for `requirement` over `request` carries (docs/design.md section 2,
+/// the hash).
+pub(crate) fn hash_of(
+    requirement: &Requirement,
+    request: &ApprovalRequest,
+) -> Result<String, String> {
     approval_hash(
         &requirement.kind,
         requirement.capability.as_ref(),
         requirement.presentation.as_ref(),
-        &request,
+        request,
     )
     .map_err(|e| format!("approval hash: {e}"))
 }
@@ -141,16 +149,8 @@ pub(crate) fn pause(
     args: Value,
     requirement: Requirement,
 ) -> Flow {
-    let built = request_for(txn, index, tool, &args).and_then(|request| {
-        let hash = approval_hash(
-            &requirement.kind,
-            requirement.capability.as_ref(),
-            requirement.presentation.as_ref(),
-            &request,
-        )
-        .map_err(|e| format!("approval hash: {e}"))?;
-        Ok((request, hash))
-    });
+    let built = request_for(txn, index, tool, &args)
+        .and_then(|request| hash_of(&requirement, &request).map(|hash| (request, hash)));
     let (request, hash) = match built {
         Ok(built) => built,
         Err(detail) => {

@@ -13,11 +13,10 @@
 use serde_json::{json, Value};
 
 use super::approvals::{
-    approval_object, decision_time, pending_status, record_decision, request_for, requested_event,
-    short_hash, stored_object, write_status, Origin, Requirement,
+    approval_object, decision_time, hash_of, pending_status, record_decision, request_for,
+    requested_event, short_hash, stored_object, write_status, Origin, Requirement,
 };
 use super::grants;
-use super::hash::approval_hash;
 use super::loop_::{check_call, Flow};
 use super::observe::millis_until;
 use super::record::{observation, Txn};
@@ -269,13 +268,7 @@ fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), St
     let (tool, args) = check_call(txn, &decision)
         .map_err(|_| format!("Approval {}: the step's call no longer checks", latest.name))?;
     let request = request_for(txn, index, tool, &args)?;
-    let hash = approval_hash(
-        &requirement.kind,
-        requirement.capability.as_ref(),
-        requirement.presentation.as_ref(),
-        &request,
-    )
-    .map_err(|e| format!("approval hash: {e}"))?;
+    let hash = hash_of(&requirement, &request)?;
     if hash != latest.hash {
         return Err(format!(
             "Approval {} is missing and the record does not rebuild it (hash {hash}, recorded {})",
