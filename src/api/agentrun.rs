@@ -296,8 +296,9 @@ pub struct ToolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpTool>,
     /// The executor: call a tool of an MCP server (docs/design.md section 6).
+    // Boxed so that a tool spec stays small inside the engine's calls; the shape is the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mcp: Option<super::mcp::McpTool>,
+    pub mcp: Option<Box<super::mcp::McpTool>>,
 }
 
 fn default_tool_timeout_seconds() -> i64 {
