@@ -281,3 +281,123 @@ async fn the_call_carries_the_idempotency_headers_and_meta() {
             && seen[0].0.get("mcp-protocol-version").is_none()
     );
 }
+
+/// A server answering every request with `body` as `content_type` (and a session id).
+async fn canned_server(content_type: &'static str, body: fn(&Value) -> String) -> String {
+    let router = Router::new().route(
+        "/mcp",
+        post(move |axum::Json(message): axum::Json<Value>| async move {
+            let method = message["method"].as_str().unwrap_or("");
+            if message.get("id").is_none() {
+                return (StatusCode::ACCEPTED, [("content-type", "application/json")], String::new());
+            }
+            let text = if method == "initialize" {
+                json!({"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": "2025-03-26", "capabilities": {}, "serverInfo": {}}}).to_string()
+            } else {
+                body(&message)
+            };
+            let ct = if method == "initialize" { "application/json" } else { content_type };
+            (StatusCode::OK, [("content-type", ct)], text)
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{addr}/mcp")
+}
+
+#[tokio::test]
+async fn an_sse_answer_is_read_to_the_response_past_notifications_server_requests_and_other_ids() {
+    let url = canned_server("text/event-stream", |m| {
+        let id = &m["id"];
+        format!(
+            ": keep-alive\n\nevent: message\ndata: {}\n\ndata: {}\n\ndata: {}\n\nevent: message\nid: 4\ndata: {}\n\n",
+            json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}),
+            json!({"jsonrpc": "2.0", "id": "srv-1", "method": "ping"}),
+            json!({"jsonrpc": "2.0", "id": 999, "result": {"content": []}}),
+            json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "mine"}]}}),
+        )
+    })
+    .await;
+    let mut c = client(&url);
+    match c.call_tool(&call("t", json!({}), "u/1")).await {
+        CallOutcome::Result {
+            content, answer, ..
+        } => {
+            assert_eq!(content[0]["text"], "mine");
+            assert!(!answer.complete, "reading stops at the response");
+        }
+        other => panic!("{other:?}"),
+    }
+    let url = canned_server("text/event-stream", |_| {
+        "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n".to_string()
+    })
+    .await;
+    let outcome = client(&url).call_tool(&call("t", json!({}), "u/1")).await;
+    assert!(
+        matches!(outcome, CallOutcome::Unknown { .. }),
+        "a stream that ends without the response: {outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_json_batch_answer_is_searched_for_the_response() {
+    let url = canned_server("application/json", |m| {
+        json!([
+            {"jsonrpc": "2.0", "method": "notifications/message"},
+            {"jsonrpc": "2.0", "id": m["id"], "result": {"content": [], "isError": true}}
+        ])
+        .to_string()
+    })
+    .await;
+    let outcome = client(&url).call_tool(&call("t", json!({}), "u/1")).await;
+    assert!(
+        matches!(outcome, CallOutcome::ToolReportedError { .. }),
+        "{outcome:?}"
+    );
+    let url = canned_server("application/json", |_| "{not json".to_string()).await;
+    let outcome = client(&url).call_tool(&call("t", json!({}), "u/1")).await;
+    assert!(
+        matches!(outcome, CallOutcome::InvalidAnswer { .. }),
+        "{outcome:?}"
+    );
+}
+
+/// Collects what the tracing subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_token_never_appears_in_the_logs_even_at_trace_level() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let url = sample_server().await;
+    let mut c = client(&url);
+    c.list_tools().await.unwrap();
+    c.call_tool(&call("lookup_order", json!({"order": 1}), "u/1"))
+        .await;
+    let refused = echo_server(StatusCode::UNAUTHORIZED).await;
+    let err = client(&refused).initialize().await.unwrap_err();
+    tracing::warn!(%err, "initialize failed");
+    let logs = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    assert!(
+        logs.contains("MCP request") && logs.contains("initialize failed"),
+        "the capture works: {logs}"
+    );
+    assert!(!logs.contains(TOKEN), "{logs}");
+}
