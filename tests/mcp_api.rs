@@ -84,3 +84,45 @@ async fn a_toolset_name_is_a_function_name_with_room_and_differs_from_the_tools(
         "{msg}"
     );
 }
+
+#[tokio::test]
+async fn a_pin_in_the_status_is_kept_as_written_unknown_annotations_included() {
+    let c = TestCluster::start().await;
+    c.apply_agentrt_crds();
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fixture("run.yaml"));
+    assert!(out.status.success(), "{}", text(&out));
+    let pin = serde_json::json!({
+        "tool": "lookup_order",
+        "server": "http://127.0.0.1:8089/mcp",
+        "serverTool": "lookup_order",
+        "sha256": format!("sha256:{}", "ab".repeat(32)),
+        "definition": {
+            "name": "lookup_order",
+            "title": "Look up an order",
+            "description": "Read an order.",
+            "inputSchema": {"type": "object", "properties": {"order": {"type": "integer", "minimum": 1}}},
+            "annotations": {"readOnlyHint": true, "openWorldHint": false, "vendorHint": {"x": 1}}
+        }
+    });
+    let patch = serde_json::json!({"status": {"toolPins": [pin]}}).to_string();
+    let out = c.kubectl(&[
+        "patch",
+        "agentrun",
+        "mcp-shop",
+        "--subresource=status",
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let pins: serde_json::Value = serde_json::from_str(&c.kubectl_ok(&[
+        "get",
+        "agentrun",
+        "mcp-shop",
+        "-o",
+        "jsonpath={.status.toolPins}",
+    ]))
+    .expect("toolPins is JSON");
+    assert_eq!(pins, serde_json::json!([pin]));
+}

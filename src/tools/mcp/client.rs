@@ -220,7 +220,22 @@ impl McpClient {
                 .exchange("tools/call", params.clone(), &extra, call.timeout)
                 .await
             {
-                Ok((response, _, stats)) => return outcome_of(response, stats, started),
+                Ok((response, _, stats)) => {
+                    return match outcome_of(response, stats, started) {
+                        CallOutcome::RpcError {
+                            code,
+                            message,
+                            data,
+                            duration_ms,
+                        } => CallOutcome::RpcError {
+                            code,
+                            message: self.redact(&message),
+                            data,
+                            duration_ms,
+                        },
+                        outcome => outcome,
+                    }
+                }
                 Err(Failure::SessionNotFound) if !renewed => {
                     // The server forgot the session before it handled the call: the call did
                     // not run, so one send in a fresh session is the first that counts.
