@@ -257,9 +257,11 @@ impl McpClient {
             Failure::SessionNotFound => {
                 not_sent(format!("{url} answered 404 for a fresh session too"))
             }
-            Failure::Status(status, body) if (400..500).contains(&status) => {
-                not_sent(format!("{url} refused the call with HTTP {status}: {body}"))
-            }
+            // A redirect (never followed) or a 4xx: the transport refused the message before
+            // any tool saw it.
+            Failure::Status(status, body) if (300..500).contains(&status) => not_sent(format!(
+                "{url} refused the call with HTTP {status} (redirects are not followed): {body}"
+            )),
             Failure::Status(status, body) => CallOutcome::Unknown {
                 detail: format!("{url} answered HTTP {status} after the call was sent: {body}"),
                 duration_ms,

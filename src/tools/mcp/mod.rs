@@ -20,7 +20,8 @@
 //! - a result → `tool_result` (`structuredContent` when given, else the content blocks);
 //! - `isError: true` → `tool_error` `tool_reported_error`;
 //! - a JSON-RPC error → `tool_error` `mcp_error` {code, message};
-//! - nothing sent (connection refused, initialize failed, a 4xx refusing the message) →
+//! - nothing sent (connection refused, initialize failed, a redirect or a 4xx refusing the
+//!   message) →
 //!   `tool_error`, the tool did not run;
 //! - a timeout or a lost connection after the call was sent → unknown, an interruption.
 //!

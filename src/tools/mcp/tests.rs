@@ -383,6 +383,7 @@ async fn a_token_never_appears_in_the_logs_even_at_trace_level() {
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
@@ -396,8 +397,47 @@ async fn a_token_never_appears_in_the_logs_even_at_trace_level() {
     tracing::warn!(%err, "initialize failed");
     let logs = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
     assert!(
-        logs.contains("MCP request") && logs.contains("initialize failed"),
+        logs.contains("initialize failed") && logs.contains("<redacted>"),
         "the capture works: {logs}"
     );
     assert!(!logs.contains(TOKEN), "{logs}");
+}
+
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_the_call_counts_as_not_sent() {
+    let hits: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
+    let seen = hits.clone();
+    let router = Router::new()
+        .route(
+            "/mcp",
+            post(|| async {
+                (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    [("location", "/elsewhere")],
+                    "",
+                )
+            }),
+        )
+        .route(
+            "/elsewhere",
+            post(move || {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { "{}" }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let mut c = client(&format!("http://{addr}/mcp"));
+    let err = c.initialize().await.unwrap_err();
+    assert!(
+        matches!(err, McpError::HttpStatus { status: 307, .. }),
+        "{err:?}"
+    );
+    let outcome = c.call_tool(&call("t", json!({}), "u/1")).await;
+    assert!(
+        matches!(outcome, CallOutcome::NotSent { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
