@@ -1,6 +1,6 @@
-//! The `agentrt` command line (DESIGN.md section 7): `controller`, `dev`, `crds`, `bench`.
+//! The `agentrt` command line (docs/design.md section 7): `controller`, `dev`, `crds`, `bench`.
 //!
-//! Exit codes (BEHAVIOURS.md 53): 0 success, 1 error, 2 usage (clap's own exit code for bad
+//! Exit codes (docs/behaviours.md 53): 0 success, 1 error, 2 usage (clap's own exit code for bad
 //! arguments). Arguments are validated by clap before any API server is contacted.
 
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! The CRD contract as an API server enforces it (issue 3 acceptance, BEHAVIOURS.md 1 and 20):
+//! The CRD contract as an API server enforces it (issue 3 acceptance, docs/behaviours.md 1 and 20):
 //! `kubectl apply -f crds/` works, defaults are filled, a bad field is refused with a message
 //! naming it, immutable fields stay immutable, and an Approval's decision must carry its hash
 //! and is written once. Runs against the embedded API server, or a real cluster when

@@ -1,4 +1,4 @@
-//! Golden spellings of every closed set in `src/api/vocab.rs` (DESIGN.md sections 1-2): what a
+//! Golden spellings of every closed set in `src/api/vocab.rs` (docs/design.md sections 1-2): what a
 //! user writes in a spec and phases, conditions and verdicts are CamelCase; the record's step
 //! statuses, decision and observation kinds, policy decisions, terminal reasons, event types and
 //! tool and decider failures are the vocabulary's snake_case. Changing one of these is changing the contract.

@@ -1,4 +1,4 @@
-//! The operator CLI against an API server (issue 6, BEHAVIOURS.md 51-53): approve and reject
+//! The operator CLI against an API server (issue 6, docs/behaviours.md 51-53): approve and reject
 //! print first and decide only when told to, patch the hash they printed (a change in between
 //! is refused), escape what a model or a tool chose, and exit 0/1/2.
 

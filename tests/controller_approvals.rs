@@ -1,4 +1,4 @@
-//! Approvals of big requests, end to end (issue 10, BEHAVIOURS.md 19-22): a call whose args
+//! Approvals of big requests, end to end (issue 10, docs/behaviours.md 19-22): a call whose args
 //! are large still gets its Approval created (the API server's CEL immutability rules over the
 //! request stay within their cost budget on a real kube-apiserver), decided with kubectl's
 //! merge patch, and executed once with exactly the args shown.

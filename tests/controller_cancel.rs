@@ -1,4 +1,4 @@
-//! Cancel while a tool runs (BEHAVIOURS.md 42-44) and a huge tool answer (guarantee 8), with a
+//! Cancel while a tool runs (docs/behaviours.md 42-44) and a huge tool answer (guarantee 8), with a
 //! controller child process against the embedded API server.
 
 mod support;

@@ -1,4 +1,4 @@
-//! Clock skew (DESIGN.md section 4; BEHAVIOURS.md 30-31; issue 16): a replica judges another
+//! Clock skew (docs/design.md section 4; docs/behaviours.md 30-31; issue 16): a replica judges another
 //! holder's Lease expired only once it has seen it unchanged (same holder, renewTime and
 //! resourceVersion) for `leaseDurationSeconds` plus its margin, on its own monotonic clock. Wall
 //! clocks of different replicas are never compared, so a replica whose clock runs three lease

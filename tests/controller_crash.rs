@@ -1,4 +1,4 @@
-//! The crash matrix (DESIGN.md section 9): for each fault point and each side-effect class, a
+//! The crash matrix (docs/design.md section 9): for each fault point and each side-effect class, a
 //! controller child process (built with `--features fault-injection`) kills itself at the point,
 //! another one with another holder id takes the run over after its 2-second lease expires, and
 //! the record and the tool's call counts are checked: never more calls than recorded starts,

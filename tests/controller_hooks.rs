@@ -1,5 +1,5 @@
 //! The HTTP deciders end to end: a run decided by a webhook agent, and an interrupted
-//! RemoteMutation settled by the consumer's reconcile hook (DESIGN.md sections 5-6).
+//! RemoteMutation settled by the consumer's reconcile hook (docs/design.md sections 5-6).
 
 mod support;
 

@@ -1,4 +1,4 @@
-//! The `openai` agent end to end (DESIGN.md section 6; BEHAVIOURS.md 8, 10, 45-48): a controller
+//! The `openai` agent end to end (docs/design.md section 6; docs/behaviours.md 8, 10, 45-48): a controller
 //! child process, a real tool server, and a real local HTTP server speaking the
 //! chat-completions API with scripted replies (tests/support/modelserver.rs). Each test
 //! asserts the record: decisions, usage totals, cost in micros, the `model.*` events in order
@@ -114,7 +114,7 @@ fn data_of(status: &Value, kind: &str) -> Vec<Value> {
         .collect()
 }
 
-/// BEHAVIOURS.md 46: input ≈ request bytes / 3 + 1.
+/// docs/behaviours.md 46: input ≈ request bytes / 3 + 1.
 fn projected_input(body: &[u8]) -> i64 {
     i64::try_from(body.len() / 3 + 1).expect("small")
 }

@@ -1,4 +1,4 @@
-//! The reconcile hook end to end (DESIGN.md section 5; BEHAVIOURS.md 39-40): a controller child
+//! The reconcile hook end to end (docs/design.md section 5; docs/behaviours.md 39-40): a controller child
 //! process dies while a RemoteMutation is in flight (`AGENTRT_FAULT=during-tool`, the tool never
 //! answers), a second one takes the run over once the 2-second lease expires, marks the step
 //! interrupted and POSTs the RunView to a real local hook, then acts on its Reconciliation.

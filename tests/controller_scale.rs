@@ -1,4 +1,4 @@
-//! Several controllers share many runs (DESIGN.md section 4): two and three replicas on 200 runs
+//! Several controllers share many runs (docs/design.md section 4): two and three replicas on 200 runs
 //! whose tools sleep briefly. Every tool call is executed exactly once, every run finishes, and
 //! no run is executed by two holders at once (checked from the tool server's log of the holder
 //! of each call and from the record's journal).

@@ -1,4 +1,4 @@
-//! Split brain (DESIGN.md section 4; BEHAVIOURS.md 28-33): a replica that is paused (SIGSTOP)
+//! Split brain (docs/design.md section 4; docs/behaviours.md 28-33): a replica that is paused (SIGSTOP)
 //! past its lease and resumed (SIGCONT) starts no side effect after another replica took the
 //! run over. The run record is the fence. (A skewed clock no longer causes a takeover at all:
 //! `tests/controller_clock_skew.rs`.)

@@ -1,4 +1,4 @@
-//! How a tool's answer ends its step, end to end through the http executor (BEHAVIOURS.md
+//! How a tool's answer ends its step, end to end through the http executor (docs/behaviours.md
 //! 15-17): an error status is a tool error the agent sees, a tool that never answers within
 //! its timeout leaves the outcome unknown (an interruption: a non-ReadOnly call pauses for a
 //! person), and an abort header fails the run `tool_abort`.

@@ -1,4 +1,4 @@
-//! The engine's rule modules working together on the DESIGN.md section 2 example run: schemas
+//! The engine's rule modules working together on the docs/design.md section 2 example run: schemas
 //! compile, args are checked, the policy decides, the approval hash binds the request as
 //! kube-apiserver stores it, and content is bounded.
 
@@ -45,7 +45,7 @@ spec:
 "#;
 
 fn run() -> AgentRun {
-    serde_yaml::from_str(MANIFEST).expect("the DESIGN.md example decodes")
+    serde_yaml::from_str(MANIFEST).expect("the docs/design.md example decodes")
 }
 
 fn decision_args(run: &AgentRun, i: usize) -> Value {

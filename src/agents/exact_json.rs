@@ -1,10 +1,10 @@
-//! Reading an agent's answer as JSON the Kubernetes API stores exactly (DESIGN.md section 6):
+//! Reading an agent's answer as JSON the Kubernetes API stores exactly (docs/design.md section 6):
 //! integers within int64, numbers within float64, and bounded nesting. serde_json alone would
 //! turn an integer beyond int64 into a float silently, so a decision could reach a tool with
 //! digits the agent never sent. The answer's bytes are scanned first; only JSON that passes is
 //! parsed.
 //!
-//! The nesting bound is [`MAX_ANSWER_DEPTH`] (100), not DESIGN.md's 256: the record stores a
+//! The nesting bound is [`MAX_ANSWER_DEPTH`] (100), not docs/design.md's 256: the record stores a
 //! decision's args about six levels down (`status.steps[i].decision.args`, and again in the
 //! `step.tool_started` event), and serde_json-based readers of the AgentRun (kube-rs, which the
 //! controller itself uses) refuse documents nested deeper than 128. Deeper args would make the

@@ -1,4 +1,4 @@
-//! The deciders (DESIGN.md section 6): scripted, openai, webhook.
+//! The deciders (docs/design.md section 6): scripted, openai, webhook.
 //!
 //! The scripted agent needs no I/O and lives in the engine. This room holds the HTTP deciders
 //! the controller calls when the engine asks: the OpenAI-compatible client ([`openai`]), the

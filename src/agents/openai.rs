@@ -1,4 +1,4 @@
-//! The `openai` agent (DESIGN.md section 6): any OpenAI-compatible chat-completions endpoint
+//! The `openai` agent (docs/design.md section 6): any OpenAI-compatible chat-completions endpoint
 //! with tool calling (OpenAI, vLLM, Ollama, the llama.cpp server).
 //!
 //! Owns: the wire format — the engine's conversation as a chat-completions request

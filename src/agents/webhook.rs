@@ -1,6 +1,6 @@
 //! HTTP deciders: the `webhook` agent (POST the engine's request JSON, the answer is the
 //! decision JSON) and the reconcile hook (POST a RunView, the answer is a Reconciliation;
-//! DESIGN.md section 5). Redirects are never followed.
+//! docs/design.md section 5). Redirects are never followed.
 //!
 //! The agent is asked once per decision (a failure is the engine's `agent_error`). The hook is
 //! asked until it answers, for at most `spec.reconcile.webhook.timeoutSeconds` in all: a
@@ -29,7 +29,7 @@ pub enum PostFailureKind {
     Status(u16),
     /// The answer is not JSON.
     NotJson,
-    /// The answer is JSON the Kubernetes API cannot store exactly (DESIGN.md section 6).
+    /// The answer is JSON the Kubernetes API cannot store exactly (docs/design.md section 6).
     Unstorable,
 }
 
@@ -131,7 +131,7 @@ pub async fn call_agent(
         Ok(decision) => Ok(decision),
         // JSON the Kubernetes API would not store exactly is the agent's invalid decision (the
         // step fails, the run goes on), kept verbatim as far as the record allows, never
-        // silently rounded (DESIGN.md section 6).
+        // silently rounded (docs/design.md section 6).
         Err(failure) if failure.kind == PostFailureKind::Unstorable => Ok(serde_json::json!({
             "kind": "invalid",
             "failure": DeciderFailure::Unstorable,

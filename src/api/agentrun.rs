@@ -1,5 +1,5 @@
-//! The `AgentRun` custom resource (DESIGN.md section 2): its spec as a user writes it and its
-//! status, which is the run's record and the source of truth (DESIGN.md section 4).
+//! The `AgentRun` custom resource (docs/design.md section 2): its spec as a user writes it and its
+//! status, which is the run's record and the source of truth (docs/design.md section 4).
 
 // Each `printcolumn(...)` repeats `type_ = ...`; clippy reads the repeats as duplicates.
 #![allow(clippy::duplicated_attributes)]
@@ -103,10 +103,10 @@ pub struct AgentRunSpec {
     /// What may run without a person: outcome per side-effect class, then rules.
     #[serde(default)]
     pub policy: PolicySpec,
-    /// Budgets checked before each step (DESIGN.md section 6).
+    /// Budgets checked before each step (docs/design.md section 6).
     #[serde(default)]
     pub limits: Limits,
-    /// The consumer's hook asked after a takeover interrupted a step (DESIGN.md section 5).
+    /// The consumer's hook asked after a takeover interrupted a step (docs/design.md section 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconcile: Option<ReconcileSpec>,
     /// How long a holder's lease lasts without renewal, in seconds (default 30).
@@ -305,7 +305,7 @@ fn default_tool_timeout_seconds() -> i64 {
     30
 }
 
-/// The `http` executor of a tool (DESIGN.md section 6).
+/// The `http` executor of a tool (docs/design.md section 6).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpTool {
@@ -421,7 +421,7 @@ pub struct PolicyRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// For `RequireApproval`: what the approval grants, as a JSON object (it becomes the
-    /// Approval's `spec.capability`, which must be an object: DESIGN.md section 2).
+    /// Approval's `spec.capability`, which must be an object: docs/design.md section 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "json_object")]
     pub capability: Option<Value>,
@@ -431,7 +431,7 @@ pub struct PolicyRule {
     pub presentation: Option<Value>,
 }
 
-/// Budgets of a run (DESIGN.md section 6). Optional limits are off when absent.
+/// Budgets of a run (docs/design.md section 6). Optional limits are off when absent.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Limits {
@@ -526,7 +526,7 @@ pub struct ReconcileSpec {
     pub webhook: Option<WebhookAgent>,
 }
 
-/// The run's record (DESIGN.md sections 2 and 4). Written only by compare-and-set.
+/// The run's record (docs/design.md sections 2 and 4). Written only by compare-and-set.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentRunStatus {
@@ -558,7 +558,7 @@ pub struct AgentRunStatus {
     /// Seconds spent deciding and executing, summed over steps.
     #[serde(default)]
     pub active_seconds: f64,
-    /// Which replica holds the run and the takeover epoch (the fence; DESIGN.md section 4).
+    /// Which replica holds the run and the takeover epoch (the fence; docs/design.md section 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseRecord>,
     /// The audit journal: seq 1, 2, 3… without gaps.
@@ -714,7 +714,7 @@ pub struct Observation {
     pub truncated: Option<Truncation>,
 }
 
-/// How content over the per-step budget was cut (DESIGN.md section 3, guarantee 8).
+/// How content over the per-step budget was cut (docs/design.md section 3, guarantee 8).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Truncation {

@@ -1,4 +1,4 @@
-//! The `Approval` custom resource (DESIGN.md section 2): a pause for a person, bound by hash to
+//! The `Approval` custom resource (docs/design.md section 2): a pause for a person, bound by hash to
 //! the exact request it shows. Created only by the controller, owned by its AgentRun.
 
 // Each `printcolumn(...)` repeats `type_ = ...`; clippy reads the repeats as duplicates.
@@ -88,7 +88,7 @@ pub struct ApprovalSpec {
     pub decision: Option<ApprovalDecision>,
 }
 
-/// The request an approval is bound to (DESIGN.md section 2, "The hash").
+/// The request an approval is bound to (docs/design.md section 2, "The hash").
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRequest {

@@ -1,4 +1,4 @@
-//! The `AgentRun`, `Approval` and `AgentRunSegment` custom resources (DESIGN.md section 2): the
+//! The `AgentRun`, `Approval` and `AgentRunSegment` custom resources (docs/design.md section 2): the
 //! contract, nothing else. `agentrt crds` prints what [`crds_yaml`] returns; `crds/` holds that output and a test
 //! fails when they differ.
 

@@ -3,11 +3,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The 0-based position of a step in the run's `status.steps` (DESIGN.md section 1;
+/// The 0-based position of a step in the run's `status.steps` (docs/design.md section 1;
 /// `status.steps[].index`, `status.events[].step`, an Approval's `spec.stepIndex`, the step of
 /// an input or a call). Serialized as the bare integer, so the record and the CRD schemas are
 /// those of an `int64`; a newtype so that a step is never mixed up with an attempt, a count or
-/// an epoch (STYLE.md, "Types carry the contract").
+/// an epoch (ARCHITECTURE.md, "Types carry the contract").
 #[derive(
     Serialize,
     Deserialize,

@@ -1,4 +1,4 @@
-//! The closed sets of DESIGN.md sections 1-2, with exactly the spellings listed there.
+//! The closed sets of docs/design.md sections 1-2, with exactly the spellings listed there.
 //!
 //! Values a user writes in a spec, and phases, conditions and verdicts follow the Kubernetes
 //! conventions (CamelCase). The run's record keeps the vocabulary's snake_case spellings for
@@ -9,7 +9,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The side-effect class of a tool, set by whoever writes the manifest (DESIGN.md section 1).
+/// The side-effect class of a tool, set by whoever writes the manifest (docs/design.md section 1).
 #[derive(
     Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
 )]
@@ -25,7 +25,7 @@ pub enum SideEffect {
 }
 
 impl SideEffect {
-    /// Every class, in the order DESIGN.md lists them.
+    /// Every class, in the order docs/design.md lists them.
     pub const ALL: [SideEffect; 4] = [
         SideEffect::ReadOnly,
         SideEffect::LocalMutation,
@@ -58,7 +58,7 @@ pub enum PolicyOutcome {
 }
 
 /// The phase of an AgentRun (`status.phase`). A run never shows an interrupted phase: an
-/// interrupted run stays `Running` until a replica takes it over (DESIGN.md section 2).
+/// interrupted run stays `Running` until a replica takes it over (docs/design.md section 2).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum RunPhase {
     /// Created, not yet started by a controller.
@@ -86,7 +86,7 @@ impl RunPhase {
     }
 }
 
-/// A step's status in the record (DESIGN.md section 1).
+/// A step's status in the record (docs/design.md section 1).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
@@ -104,7 +104,7 @@ pub enum StepStatus {
     Interrupted,
 }
 
-/// The kind of a decision the agent returned (DESIGN.md section 1). The record keeps the kind
+/// The kind of a decision the agent returned (docs/design.md section 1). The record keeps the kind
 /// verbatim as a string, because an agent may return an unknown or missing one.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
@@ -129,7 +129,7 @@ impl DecisionKind {
     }
 }
 
-/// What the agent sees next (DESIGN.md section 1).
+/// What the agent sees next (docs/design.md section 1).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum ObservationKind {
@@ -170,7 +170,7 @@ impl From<PolicyOutcome> for PolicyDecisionKind {
     }
 }
 
-/// Why a run ended (`status.reason`, DESIGN.md section 1).
+/// Why a run ended (`status.reason`, docs/design.md section 1).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum TerminalReason {
@@ -414,7 +414,7 @@ pub enum ApprovalPhase {
 }
 
 impl ApprovalPhase {
-    /// Whether an Approval's status may move from `self` to `next` (DESIGN.md section 2: a
+    /// Whether an Approval's status may move from `self` to `next` (docs/design.md section 2: a
     /// phase only moves forward). Pending → any other phase; Approved → Executed, Expired or
     /// Cancelled; Rejected, Expired, Executed and Cancelled are final. Writing the same phase
     /// again (to fill in a time or the short hash) is allowed.

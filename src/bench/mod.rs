@@ -1,4 +1,4 @@
-//! `agentrt bench`: the performance figures of DESIGN.md section 10, measured end to end. It
+//! `agentrt bench`: the performance figures of docs/design.md section 10, measured end to end. It
 //! starts the embedded API server in this process (or uses `--kubeconfig`), a loopback tool
 //! server, and controllers as real child processes of this binary; runs the chosen workloads;
 //! and prints one table (Markdown) with notes. `docs/performance.md` records one run of it.

@@ -1,5 +1,5 @@
 //! Making server- and model-chosen strings safe to show a person deciding an Approval
-//! (BEHAVIOURS.md 51): every character that could hide, reorder or forge text on a terminal is
+//! (docs/behaviours.md 51): every character that could hide, reorder or forge text on a terminal is
 //! shown as a visible escape, and long strings are bounded to a head and a tail.
 
 /// Default most characters of one string shown before it is cut to head and tail.

@@ -1,5 +1,5 @@
-//! The operator CLI, also installed as the kubectl plugin `kubectl-agentrt` (DESIGN.md section 2
-//! "Approval", BEHAVIOURS.md 51-53): list and show runs and approvals, approve, reject, cancel.
+//! The operator CLI, also installed as the kubectl plugin `kubectl-agentrt` (docs/design.md section 2
+//! "Approval", docs/behaviours.md 51-53): list and show runs and approvals, approve, reject, cancel.
 //! `show run`, `events` and `verify` read a run's whole history: its sealed segments checked
 //! against the record's chain and stitched with the window (`history`; docs/design.md section
 //! 4a, docs/behaviours.md 58); a missing or altered segment is an error (exit 1) naming it.

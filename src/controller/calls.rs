@@ -1,5 +1,5 @@
 //! The external calls an executor makes once the write recording their start landed and the
-//! lease check passed (DESIGN.md sections 4 and 6): the tool (http), the webhook agent, the
+//! lease check passed (docs/design.md sections 4 and 6): the tool (http), the webhook agent, the
 //! reconcile hook, the model. Each returns how the call ended, as the engine's next input wants it; none
 //! writes the record or decides what happens next.
 

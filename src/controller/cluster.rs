@@ -1,7 +1,7 @@
 //! What the controller reads and writes on the API server, behind one trait ([`ClusterApi`]) so
 //! the effect performer and the lease logic can be tested against a fake.
 //!
-//! Every write here is a compare-and-set where DESIGN.md section 4 asks for one: the run's
+//! Every write here is a compare-and-set where docs/design.md section 4 asks for one: the run's
 //! status is replaced on the `resourceVersion` last read ([`ClusterApi::replace_run_status`]),
 //! Leases are created when absent and replaced on their `resourceVersion`. A 409 comes back as
 //! [`ApiError::Conflict`]; nothing in here retries a write.

@@ -74,7 +74,7 @@ pub struct Settings {
     pub reconcile_concurrency: u16,
     /// `--lease-skew-margin-ms`: subtracted from the lease's life in the holder's own check
     /// before each side effect, and added to `leaseDurationSeconds` of unchanged observation
-    /// before another holder's Lease is judged expired (DESIGN.md section 4).
+    /// before another holder's Lease is judged expired (docs/design.md section 4).
     pub skew_margin: Duration,
     /// Size limits handed to the engine.
     pub budgets: Budgets,
@@ -182,7 +182,7 @@ impl Context {
 
     /// The run `key`'s Lease as just read (`None`: absent), as the engine judges it: recorded
     /// in this replica's observations, with how long it has been seen unchanged on the
-    /// monotonic clock and the margin (DESIGN.md section 4).
+    /// monotonic clock and the margin (docs/design.md section 4).
     pub fn observe_lease(&self, key: &RunKey, read: Option<&Lease>) -> LeaseView {
         let unchanged_for_ms = self.leases.observe(key, read, std::time::Instant::now());
         let margin_ms = u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX);
@@ -332,7 +332,7 @@ impl Context {
     /// Writes an Approval's status (a projection of the record), conditional on
     /// `resource_version` (the Approval as the engine read it). Without one (an Approval created
     /// in this transition) the Approval is read first and the status written only when its
-    /// phase may follow the one stored (`ApprovalPhase::may_become`, DESIGN.md section 2). A 409
+    /// phase may follow the one stored (`ApprovalPhase::may_become`, docs/design.md section 2). A 409
     /// means another replica wrote it since: nothing is written, and the next reconcile reads
     /// it again.
     pub async fn write_approval_status(

@@ -6,7 +6,7 @@
 //! - only after the status write before it landed (a 409 re-reads the run and its Approvals and
 //!   asks the engine again with the same input; never a blind retry);
 //! - only while the Lease is held and unexpired by this replica's own monotonic clock (the last
-//!   acknowledged renewal's send instant + duration − the skew margin; DESIGN.md section 4,
+//!   acknowledged renewal's send instant + duration − the skew margin; docs/design.md section 4,
 //!   the holder's own check, never compared with another replica's clock); a lost Lease feeds [`Input::LeaseLost`] instead, and the outcome of
 //!   a tool already running is then not recorded as the step's outcome;
 //! - never once shutdown began.

@@ -1,4 +1,4 @@
-//! Named crash points for the crash tests (DESIGN.md section 9): with the cargo feature
+//! Named crash points for the crash tests (docs/design.md section 9): with the cargo feature
 //! `fault-injection`, `AGENTRT_FAULT=<point>[:<step>]` makes the process kill itself with
 //! SIGKILL at the named point (for that step only, when a step is given). Without the feature
 //! every check compiles to nothing.

@@ -1,12 +1,12 @@
-//! Who this replica is and what time it thinks it is (DESIGN.md section 2 "Lease",
-//! BEHAVIOURS.md 27).
+//! Who this replica is and what time it thinks it is (docs/design.md section 2 "Lease",
+//! docs/behaviours.md 27).
 //!
 //! A [`HolderId`] is the controller's name (`--holder-id`, default the hostname) plus a random
 //! suffix drawn once per process: two replicas never share one, and a restarted process never
 //! reuses its old one. A [`Clock`] is this replica's wall clock, shifted by the hidden test-only
 //! `--clock-offset-ms` (compiled with the `fault-injection` feature) so the clock-skew scenarios
 //! can skew one replica. It stamps what people read (renewTime, event times); no lease decision
-//! reads it: expiry is judged on the monotonic clock (DESIGN.md section 4, `controller::lease`).
+//! reads it: expiry is judged on the monotonic clock (docs/design.md section 4, `controller::lease`).
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! The run's Lease (DESIGN.md sections 2 and 4; BEHAVIOURS.md 27-33): one
+//! The run's Lease (docs/design.md sections 2 and 4; docs/behaviours.md 27-33): one
 //! `coordination.k8s.io/v1` Lease per run, named after it and owned by it. Acquire, take over,
 //! renew and release are compare-and-set writes (create when absent, replace on the
 //! `resourceVersion` read); none of them writes a run event.
@@ -12,7 +12,7 @@
 //!   ([`observation::LeaseObservations`]), as client-go's leader election does. A replica whose
 //!   clock is skewed, ahead or behind, so never takes a Lease that is being renewed.
 //! - The holder's own check before each side effect ([`HeldLease::may_start_side_effect`],
-//!   BEHAVIOURS.md 29): the instant its last acknowledged renewal was sent + duration − skew
+//!   docs/behaviours.md 29): the instant its last acknowledged renewal was sent + duration − skew
 //!   margin must lie ahead of now, on its own monotonic clock. The renewal was sent before any
 //!   other replica could see it, so the holder stops at least two margins before a replica
 //!   watching the Lease may take it.
@@ -103,7 +103,7 @@ impl HeldLease {
             .saturating_sub(at.saturating_duration_since(self.sent_at))
     }
 
-    /// The holder's own check before a side effect (BEHAVIOURS.md 29): true while the last
+    /// The holder's own check before a side effect (docs/behaviours.md 29): true while the last
     /// acknowledged renewal's send instant + duration − `skew_margin` lies ahead of `at`, on
     /// this replica's monotonic clock.
     pub fn may_start_side_effect(&self, at: Instant, skew_margin: Duration) -> bool {
@@ -168,7 +168,7 @@ pub fn held_by_another(
 /// decided to acquire it; `None` when it was absent), which this replica has observed as `seen`
 /// ([`observed`]). `Ok(None)` when another replica won, or when `read` is still held by another
 /// holder ([`held_by_another`]): a live Lease is never taken, whatever asked for it; only an
-/// expired, released or absent one is (DESIGN.md section 4). `now` (this replica's wall clock)
+/// expired, released or absent one is (docs/design.md section 4). `now` (this replica's wall clock)
 /// is written as renewTime, for people; the holder's own check runs from the instant the write
 /// was sent.
 ///
@@ -374,7 +374,7 @@ impl LeaseCell {
         self.released.load(Ordering::SeqCst)
     }
 
-    /// The holder's own check before a side effect (BEHAVIOURS.md 29): not lost, and the last
+    /// The holder's own check before a side effect (docs/behaviours.md 29): not lost, and the last
     /// acknowledged renewal's send instant + duration − skew margin ahead of now, on this
     /// replica's monotonic clock.
     pub fn may_start_side_effect(&self, skew_margin: Duration) -> bool {

@@ -3,7 +3,7 @@
 //! it listed and has not failed since; 503 while any is not, e.g. while the API server is
 //! down, so a Deployment's readiness shows a replica that cannot see new runs).
 //!
-//! Metrics are projections, never inputs (DESIGN.md section 4). Three sources feed them:
+//! Metrics are projections, never inputs (docs/design.md section 4). Three sources feed them:
 //! - what each status write added to the record ([`Metrics::observe_write`]): steps by outcome,
 //!   takeovers, interruptions by the status they interrupted, runs finished, model usage;
 //! - what the controller itself saw: status-write outcomes (conflicts among them), tool call
@@ -196,7 +196,7 @@ fn reconcile_seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 14))
 }
 
-/// The phases a run can be in (DESIGN.md section 2), each reported even at zero.
+/// The phases a run can be in (docs/design.md section 2), each reported even at zero.
 const PHASES: [&str; 6] = [
     "Pending",
     "Running",

@@ -1,5 +1,5 @@
 //! kube-runtime wiring, per-run executor tasks, leases, compare-and-set writes, Kubernetes
-//! Events and metrics (DESIGN.md sections 4 and 7). The controller performs the effects the
+//! Events and metrics (docs/design.md sections 4 and 7). The controller performs the effects the
 //! engine asks for and feeds their outcomes back; it decides nothing about a run itself.
 //!
 //! The rooms:

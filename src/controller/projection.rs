@@ -1,5 +1,5 @@
 //! Kubernetes Events on the AgentRun (events.k8s.io/v1): a projection of what one status write
-//! added to the record (DESIGN.md section 4: Events are projections of the record). Which
+//! added to the record (docs/design.md section 4: Events are projections of the record). Which
 //! journal entries become which Event is the engine's projection (`engine::kube_events`): the
 //! run started and finished, approvals requested and decided, takeovers, interruptions,
 //! resumptions, limits. Publishing is best effort: a failure never touches the run.

@@ -2,7 +2,7 @@
 //! read the run, its Approvals and its Lease, ask [`crate::engine::observe`], and perform what
 //! it returns, which by its type ([`crate::engine::Observed`]) holds no side effect: a status
 //! write (cancel, expiry, rejection), Approval creation and status, then a requeue or winning
-//! the Lease, after which an executor task takes the run over (DESIGN.md section 5). It stays quick: no tool, agent or hook call ever happens here.
+//! the Lease, after which an executor task takes the run over (docs/design.md section 5). It stays quick: no tool, agent or hook call ever happens here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +95,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
         settled = true;
         let executing = ctx.executors.is_executing(key);
         // How long this replica has seen the Lease unchanged decides whether it is expired;
-        // never its renewTime against this replica's clock (DESIGN.md section 4).
+        // never its renewTime against this replica's clock (docs/design.md section 4).
         let seen = ctx.observe_lease(key, lease_read.as_ref());
         let observed = ctx.observe(&state, &seen);
         if let Some(status) = observed.write {

@@ -1,4 +1,4 @@
-//! Tracing spans for one run's story (STYLE.md: spans carry `run` and `step`): a `run` span per
+//! Tracing spans for one run's story (ARCHITECTURE.md: spans carry `run` and `step`): a `run` span per
 //! executor and per reconcile, a `step` span per step the executor works on, and, with the
 //! `otel` feature, the run's OpenTelemetry trace: its trace id is the run's uid (a UUID's 16
 //! bytes; any other uid is hashed), so every replica that works on the run, a takeover

@@ -1,6 +1,6 @@
 //! The kube-runtime Controller over AgentRuns in one scope (a namespace, or all): what wakes a
 //! run's reconcile. Watches are filtered so a replica does not wake on every status write
-//! (STYLE.md): a run wakes on a new generation (a spec change such as cancel), a phase change
+//! (ARCHITECTURE.md): a run wakes on a new generation (a spec change such as cancel), a phase change
 //! or a new recorded holder; on any change to its Approvals (a person's decision); on a change
 //! of its Lease's holder (a release, a takeover); and on its executors' requests. Every Lease
 //! change (each renewal) also updates this replica's observation of that Lease

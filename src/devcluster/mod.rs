@@ -1,5 +1,5 @@
 //! The embedded Kubernetes-API-compatible server behind `agentrt dev` and the tests
-//! (DESIGN.md section 8). Loopback only, no TLS. It is for trying agentrt and for tests, not a
+//! (docs/design.md section 8). Loopback only, no TLS. It is for trying agentrt and for tests, not a
 //! Kubernetes distribution. It must answer like kube-apiserver 1.32 would, because the operator
 //! will meet a real one.
 //!

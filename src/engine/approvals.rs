@@ -1,4 +1,4 @@
-//! Approvals (DESIGN.md sections 2, 4, 5; BEHAVIOURS.md 19, 21-26, 34-35): the record is the
+//! Approvals (docs/design.md sections 2, 4, 5; docs/behaviours.md 19, 21-26, 34-35): the record is the
 //! source of truth, the Approval object its projection. This room asks for Approvals and
 //! projects the record onto them.
 //!
@@ -62,7 +62,7 @@ pub fn approval_name(run: &str, step: StepIndex, n: usize) -> String {
 /// The names of the Approvals a stored record names (`steps[].approvals[].name`), in record
 /// order, read leniently. These are the only Approvals the machine looks at: an Approval is
 /// created after the write that records it, so every one of a run's Approvals is named here
-/// (DESIGN.md section 4), and one named but missing is created again.
+/// (docs/design.md section 4), and one named but missing is created again.
 pub fn recorded_approvals(status: &Value) -> Vec<String> {
     status["steps"]
         .as_array()
@@ -133,7 +133,7 @@ pub(crate) fn requirement_hash(
     .map_err(|e| format!("approval hash: {e}"))
 }
 
-/// Pauses step `index` on a new Approval (BEHAVIOURS.md 19, 34).
+/// Pauses step `index` on a new Approval (docs/behaviours.md 19, 34).
 pub(crate) fn pause(
     txn: &mut Txn,
     index: usize,
@@ -293,7 +293,7 @@ pub fn status_write_version(stored: &Value, status: &Value, hash: &str) -> Optio
         .map(str::to_string)
 }
 
-/// Asks for Approval `name`'s status to become `status` (DESIGN.md section 2: an Approval's
+/// Asks for Approval `name`'s status to become `status` (docs/design.md section 2: an Approval's
 /// phase only moves forward). Nothing is asked when the phase read cannot become
 /// `status.phase` (an Executed Approval never goes back to Approved); the write carries the
 /// resourceVersion read, so a stale read changes nothing.
@@ -326,7 +326,7 @@ pub(crate) fn write_status(txn: &mut Txn, name: &str, status: ApprovalStatus) {
 }
 
 /// Approvals the record names that can no longer grant but stand `Pending` or `Approved` end
-/// `Cancelled` with the reason (DESIGN.md section 2; issue 16): the run ended, the step's call
+/// `Cancelled` with the reason (docs/design.md section 2; issue 16): the run ended, the step's call
 /// was refused on re-check (its observation kind), or a later Approval of the step superseded
 /// it. An Approval the step may still act on (the latest of a step awaiting approval), one
 /// that was executed, one this transition already writes, and one not read are left alone.

@@ -1,4 +1,4 @@
-//! A tool call's way from the policy to the tool (DESIGN.md sections 3-4; BEHAVIOURS.md 11-14,
+//! A tool call's way from the policy to the tool (docs/design.md sections 3-4; docs/behaviours.md 11-14,
 //! 21-22): the policy sees the canonical args; `allow` writes the step `executing`,
 //! `step.policy` and `step.tool_started` in one write and only then asks for
 //! [`ExternalCall::Tool`]; `deny` fails the step `policy_denied` with `step.policy` in the same
@@ -139,7 +139,7 @@ pub(crate) fn evaluate(
     }
 }
 
-/// BEHAVIOURS.md 12: a capability or presentation must be JSON the record can store.
+/// docs/behaviours.md 12: a capability or presentation must be JSON the record can store.
 fn check_policy_json(decision: &PolicyDecision) -> Result<(), String> {
     for (field, value) in [
         ("capability", &decision.capability),
@@ -186,7 +186,7 @@ pub(crate) fn start_tool(
     let attempt = step.attempts;
     let mut data = json!({"tool": spec_tool.name, "args": args, "attempt": attempt});
     if let Some(grant) = &grant {
-        // BEHAVIOURS.md 22: the wait was not active time; the grant is spent in this write.
+        // docs/behaviours.md 22: the wait was not active time; the grant is spent in this write.
         step.started_at = Some(now);
         if let Some(approval) = step.approvals.iter_mut().find(|a| a.name == grant.name) {
             approval.executed = true;

@@ -1,5 +1,5 @@
 //! Canonical JSON (RFC 8785, JCS) and SHA-256 digests: the bytes the policy, the loop detector
-//! and the approval hash see (DESIGN.md section 2 "The hash", BEHAVIOURS.md 11).
+//! and the approval hash see (docs/design.md section 2 "The hash", docs/behaviours.md 11).
 //!
 //! Owns: the one serialization every hash in the engine is computed over, and the `sha256:`
 //! tagging. Must not: depend on the order a map happens to be in, or on how a number was

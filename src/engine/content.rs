@@ -1,4 +1,4 @@
-//! Content budgets (DESIGN.md section 3, guarantee 8; BEHAVIOURS.md 50): content over the
+//! Content budgets (docs/design.md section 3, guarantee 8; docs/behaviours.md 50): content over the
 //! per-step budget is cut, keeping its full size and SHA-256.
 //!
 //! Owns: how content is measured (bytes of canonical JSON) and the shape of a cut. Must not:

@@ -1,4 +1,4 @@
-//! Executing a grant (DESIGN.md sections 3 guarantee 5, 5; BEHAVIOURS.md 21-22, 26, 35): the
+//! Executing a grant (docs/design.md sections 3 guarantee 5, 5; docs/behaviours.md 21-22, 26, 35): the
 //! hash is verified over the stored Approval as read (a mismatch is never executed:
 //! `internal_error`), the person's decision is copied into the record (`approval.decided`), the
 //! run resumes (`run.resumed` {approval}, the step's active time restarting), the args are
@@ -34,7 +34,7 @@ fn origin_of(txn: &Txn, latest: &StepApproval) -> Origin {
     }
 }
 
-/// Executes the latest approval's grant (BEHAVIOURS.md 21-22, 26, 35), holding the lease.
+/// Executes the latest approval's grant (docs/behaviours.md 21-22, 26, 35), holding the lease.
 pub(crate) fn execute_grant(
     txn: &mut Txn,
     index: usize,

@@ -1,4 +1,4 @@
-//! The approval hash (DESIGN.md section 2 "The hash"): `sha256:` + hex(SHA-256(JCS of
+//! The approval hash (docs/design.md section 2 "The hash"): `sha256:` + hex(SHA-256(JCS of
 //! {kind, capability, presentation, request})). Who decided, notes and times are not in it.
 //!
 //! Owns: exactly which fields an approval is bound to. Must not: hash a stand-in for what is

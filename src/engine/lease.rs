@@ -1,4 +1,4 @@
-//! When a replica may take another holder's Lease (DESIGN.md section 4; BEHAVIOURS.md 30-31).
+//! When a replica may take another holder's Lease (docs/design.md section 4; docs/behaviours.md 30-31).
 //!
 //! A Lease is judged by observation, never by comparing clocks: the replica asking has seen it
 //! unchanged (same holder, same renewTime, same resourceVersion) for `leaseDurationSeconds`
@@ -36,7 +36,7 @@ pub enum LeaseLiveness {
 /// Judges `lease` by how long the asking replica has seen it unchanged (see the module doc).
 /// `fallback_duration_seconds` (the run's `spec.leaseDurationSeconds`) stands in for a Lease
 /// that names no duration. Which holder it names does not matter: a replica's own Lease that
-/// nobody renews expires the same way (BEHAVIOURS.md 32).
+/// nobody renews expires the same way (docs/behaviours.md 32).
 pub fn lease_liveness(lease: &LeaseView, fallback_duration_seconds: i64) -> LeaseLiveness {
     if lease.holder.is_none() {
         return LeaseLiveness::Free;

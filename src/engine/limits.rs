@@ -1,5 +1,5 @@
 //! The limits checked before each step, in this order: steps, consecutive failures, active
-//! time, elapsed time, loop detection (DESIGN.md section 6; BEHAVIOURS.md 4-6). The first that
+//! time, elapsed time, loop detection (docs/design.md section 6; docs/behaviours.md 4-6). The first that
 //! fires ends the run with its reason, writing `limit.exceeded` {limit, value, max} (or
 //! `loop.detected`) then `run.finished`; no step starts.
 
@@ -82,7 +82,7 @@ fn first_exceeded(txn: &Txn) -> Option<(TerminalReason, EventType, Value)> {
         .map(|data| (TerminalReason::LoopDetected, EventType::LoopDetected, data))
 }
 
-/// Failures in a row at the end of the run (BEHAVIOURS.md 5): tool errors, policy denials,
+/// Failures in a row at the end of the run (docs/behaviours.md 5): tool errors, policy denials,
 /// invalid decisions and interruptions count; a `tool_result` resets the count.
 pub(crate) fn consecutive_failures(steps: &[Step]) -> i64 {
     let mut count = 0;
@@ -100,7 +100,7 @@ pub(crate) fn consecutive_failures(steps: &[Step]) -> i64 {
     count
 }
 
-/// Loop detection (BEHAVIOURS.md 6): the last `threshold` steps are tool calls of one tool
+/// Loop detection (docs/behaviours.md 6): the last `threshold` steps are tool calls of one tool
 /// with one canonical args hash and one observation content hash. Anything else among them (an
 /// invalid decision, a changed observation) breaks the sequence.
 fn looping(steps: &[Step], threshold: i64) -> Option<Value> {

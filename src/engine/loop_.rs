@@ -1,5 +1,5 @@
-//! The loop: starting steps and taking the agent's decisions (DESIGN.md sections 4 and 6;
-//! BEHAVIOURS.md 4, 7-10).
+//! The loop: starting steps and taking the agent's decisions (docs/design.md sections 4 and 6;
+//! docs/behaviours.md 4, 7-10).
 //!
 //! [`drive`] runs a run "until the next external action": while nothing external happens
 //! (a denial, an invalid decision, a scripted agent's next decision) the steps share one status
@@ -65,7 +65,7 @@ pub(crate) fn drive(txn: &mut Txn) {
     }
 }
 
-/// Starts the next step: limits in order (BEHAVIOURS.md 4), then `step.started` and the
+/// Starts the next step: limits in order (docs/behaviours.md 4), then `step.started` and the
 /// agent's decision.
 pub(crate) fn start_step(txn: &mut Txn) -> Flow {
     if limits::check(txn) {
@@ -195,7 +195,7 @@ fn agent_request(txn: &Txn, index: usize) -> Value {
 }
 
 /// Records `raw` as step `index`'s decision (verbatim, `step.decided`), then validates and
-/// acts on it (BEHAVIOURS.md 7-9).
+/// acts on it (docs/behaviours.md 7-9).
 pub(crate) fn apply_decision(txn: &mut Txn, index: usize, raw: Value) -> Flow {
     let record = decision_record(&raw);
     let data = json!({"kind": record.kind, "tool": record.tool});
@@ -370,7 +370,7 @@ fn validate(txn: &Txn, raw: &Value, record: &DecisionRecord) -> Result<Valid, Re
 /// failure, content}`; `agents::openai::parse_reply`).
 const INVALID_REPLY: &str = "invalid";
 
-/// BEHAVIOURS.md 8: a model reply with no tool call, cut off at its output cap, or not a chat
+/// docs/behaviours.md 8: a model reply with no tool call, cut off at its output cap, or not a chat
 /// completion at all is an invalid decision; the observation names the failure so the model
 /// can do better next time.
 fn invalid_reply(record: &DecisionRecord) -> Invalid {
@@ -409,8 +409,8 @@ pub(crate) enum CallProblem {
 }
 
 /// Checks a recorded tool call against the run's tools and the tool's current schema: the
-/// tool's index and the canonical args (BEHAVIOURS.md 8, 11). Used by the loop, by grants
-/// (BEHAVIOURS.md 21) and by the resume table (BEHAVIOURS.md 36).
+/// tool's index and the canonical args (docs/behaviours.md 8, 11). Used by the loop, by grants
+/// (docs/behaviours.md 21) and by the resume table (docs/behaviours.md 36).
 pub(crate) fn check_call(
     txn: &Txn,
     record: &DecisionRecord,
@@ -470,7 +470,7 @@ pub(crate) fn check_args(
 }
 
 /// The args as the policy, the hash and the tool see them: parsed back from their canonical
-/// JSON, so every evaluation sees the same bytes (BEHAVIOURS.md 11).
+/// JSON, so every evaluation sees the same bytes (docs/behaviours.md 11).
 pub(crate) fn canonical_args(args: &Value) -> Result<Value, String> {
     let text = canonical_json(args).map_err(|e| e.to_string())?;
     serde_json::from_str(&text).map_err(|e| e.to_string())

@@ -1,4 +1,4 @@
-//! The run state machine (DESIGN.md sections 3-6, BEHAVIOURS.md 1-50): pure, synchronous, no
+//! The run state machine (docs/design.md sections 3-6, docs/behaviours.md 1-50): pure, synchronous, no
 //! I/O, no clock of its own, no `kube`, no `async`.
 //!
 //! Two entry points, one per caller, each returning only what that caller may do:
@@ -6,7 +6,7 @@
 //! - [`observe`] (a replica that is not executing the run; a reconcile) returns an
 //!   [`Observed`]: `write: Option<status>`, then `approvals: Vec<ApprovalWrite>`, then `next:
 //!   ObserveNext` = `Nothing | AcquireLease { takeover } | RequeueAfter { millis }`. It has no
-//!   call and no lease release: an observer never starts a side effect (DESIGN.md section 5).
+//!   call and no lease release: an observer never starts a side effect (docs/design.md section 5).
 //!   After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
 //! - [`step`] (the executor, holding the lease) takes one [`Input`] and returns a
 //!   [`Transition`]: `write: Option<status>`, then `bookkeeping: Vec<Bookkeeping>`
@@ -14,7 +14,7 @@
 //!   last and only before a stop), then exactly one `next: Next` = `Call(ExternalCall)` (`Tool
 //!   | Agent | Model | ReconcileHook`, whose outcome comes back as [`Input::ToolFinished`],
 //!   [`Input::AgentAnswered`], [`Input::ModelAnswered`] or [`Input::Reconciled`]) or `Stop`.
-//!   One durable write between two external actions, never fewer (DESIGN.md section 4).
+//!   One durable write between two external actions, never fewer (docs/design.md section 4).
 //!
 //! The write of either is a compare-and-set replace of the run's status on the
 //! `resourceVersion` the snapshot was read at. On a conflict (409) the rest of the value is
@@ -29,27 +29,27 @@
 //!
 //! The rooms (each names the rules it holds in its `//!` header):
 //! - `record`: the working copy of the status, events numbered without gaps, conditions, the
-//!   one write a transition ends with and the object budget (BEHAVIOURS.md 49-50);
-//! - `raw`: a record that will not decode (BEHAVIOURS.md 41);
+//!   one write a transition ends with and the object budget (docs/behaviours.md 49-50);
+//! - `raw`: a record that will not decode (docs/behaviours.md 41);
 //! - `observe`: the resume table for a replica that is not executing the run, and cancel
-//!   (BEHAVIOURS.md 30, 42);
+//!   (docs/behaviours.md 30, 42);
 //! - `lease`: when another holder's Lease may be taken: seen unchanged for its duration plus a
-//!   margin on the asking replica's monotonic clock, never by comparing clocks (DESIGN.md
-//!   section 4, BEHAVIOURS.md 30-31);
-//! - `start`: a new run's first write (BEHAVIOURS.md 1-3);
-//! - `limits`: the limits before each step (BEHAVIOURS.md 4-6);
-//! - `loop_`: starting steps and taking decisions (BEHAVIOURS.md 7-10);
-//! - `model_calls`: model attempts, accounted by the `model` rules (BEHAVIOURS.md 45-48);
+//!   margin on the asking replica's monotonic clock, never by comparing clocks (docs/design.md
+//!   section 4, docs/behaviours.md 30-31);
+//! - `start`: a new run's first write (docs/behaviours.md 1-3);
+//! - `limits`: the limits before each step (docs/behaviours.md 4-6);
+//! - `loop_`: starting steps and taking decisions (docs/behaviours.md 7-10);
+//! - `model_calls`: model attempts, accounted by the `model` rules (docs/behaviours.md 45-48);
 //!   what the model is asked is the `conversation` (no provider's shape; the provider's wire
 //!   comes in through [`Budgets::model_wire`]);
-//! - `calls`: the policy and starting a tool (BEHAVIOURS.md 11-14);
-//! - `outcome`: tool outcomes and late outcomes (BEHAVIOURS.md 15-18, 44);
-//! - `approvals`: pauses and the Approval objects as the record's projection (BEHAVIOURS.md
+//! - `calls`: the policy and starting a tool (docs/behaviours.md 11-14);
+//! - `outcome`: tool outcomes and late outcomes (docs/behaviours.md 15-18, 44);
+//! - `approvals`: pauses and the Approval objects as the record's projection (docs/behaviours.md
 //!   19, 26);
 //! - `waiting`: a waiting run's latest Approval: missing, foreign, pending, rejected, expired
-//!   or granted (BEHAVIOURS.md 23-25, 34-35);
-//! - `grants`: executing a grant (BEHAVIOURS.md 21-22, 26);
-//! - `takeover`: takeovers, interrupted steps, the reconcile hook (BEHAVIOURS.md 31-40);
+//!   or granted (docs/behaviours.md 23-25, 34-35);
+//! - `grants`: executing a grant (docs/behaviours.md 21-22, 26);
+//! - `takeover`: takeovers, interrupted steps, the reconcile hook (docs/behaviours.md 31-40);
 //! - `projection`: Kubernetes Events derived from the journal.
 //!
 //! The rule modules `canonical`, `hash`, `validate`, `policy`, `content` and `model` hold the
@@ -94,7 +94,7 @@ pub use observe::observe_needed;
 pub use projection::{decode_status, kube_events, KubeEventProjection, KubeEventType};
 pub use takeover::INTERRUPTED_NOTICE;
 
-/// How big things may get (DESIGN.md section 3, guarantee 8), and the model provider's wire
+/// How big things may get (docs/design.md section 3, guarantee 8), and the model provider's wire
 /// the requests are measured in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budgets {
@@ -119,7 +119,7 @@ impl Default for Budgets {
 }
 
 /// The run as stored: identity, spec, and the status exactly as read (it may not decode;
-/// DESIGN.md section 3, guarantee 7).
+/// docs/design.md section 3, guarantee 7).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSnapshot {
     /// `metadata.namespace`.
@@ -157,7 +157,7 @@ pub struct ApprovalSnapshot {
 }
 
 /// What the run's Lease object says, as read by the replica asking, and how long that replica
-/// has seen it unchanged (DESIGN.md section 4; judged by [`lease_liveness`]).
+/// has seen it unchanged (docs/design.md section 4; judged by [`lease_liveness`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LeaseView {
     /// `spec.holderIdentity`, when the Lease exists and names one.
@@ -184,7 +184,7 @@ pub struct Caller {
     /// The current time by this replica's clock.
     pub now: Time,
     /// This replica is shutting down gracefully: record what came back, start nothing new
-    /// (no step, no tool), release the lease and stop (DESIGN.md section 4: a stopping loop
+    /// (no step, no tool), release the lease and stop (docs/design.md section 4: a stopping loop
     /// starts no further side effect, and must not record one as started).
     pub draining: bool,
 }
@@ -199,7 +199,7 @@ pub struct PreviousHolder {
     pub expired_at: Option<Time>,
 }
 
-/// How a tool call ended, as the executor saw it (DESIGN.md section 6).
+/// How a tool call ended, as the executor saw it (docs/design.md section 6).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolOutcome {
     /// 2xx with JSON content.
@@ -224,7 +224,7 @@ pub enum ToolOutcome {
         duration_ms: u64,
     },
     /// The request was sent and no answer came (timeout, lost connection): the outcome is
-    /// unknown and is handled as an interruption (DESIGN.md section 5).
+    /// unknown and is handled as an interruption (docs/design.md section 5).
     Unknown {
         /// What happened, for the record.
         detail: String,
@@ -242,7 +242,7 @@ pub enum ToolOutcome {
     },
 }
 
-/// How one model attempt ended, as the executor saw it (DESIGN.md section 6; BEHAVIOURS.md
+/// How one model attempt ended, as the executor saw it (docs/design.md section 6; docs/behaviours.md
 /// 45-48). Charged by [`model::charge`], retried by [`model::retry_plan`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelOutcome {
@@ -295,7 +295,7 @@ pub enum Input {
     /// [`ObserveNext::AcquireLease`]); `takeover` is set when it replaced a holder or an expired or
     /// absent Lease of a run that had already started.
     LeaseAcquired {
-        /// Set for a takeover (DESIGN.md section 4).
+        /// Set for a takeover (docs/design.md section 4).
         takeover: Option<PreviousHolder>,
     },
     /// The agent answered (webhook/openai): the raw decision JSON, or why there is none.
@@ -575,7 +575,7 @@ pub fn step(
         Ok(stored) => stored,
         Err(detail) => return Ok(raw::undecodable_step(run, caller, &input, detail)),
     };
-    // DESIGN.md section 5, terminal runs: nothing. A journal holding `run.finished` ended the
+    // docs/design.md section 5, terminal runs: nothing. A journal holding `run.finished` ended the
     // run whatever `phase` says now (a status write by hand cannot bring a run back to life).
     if ended_by_journal(&stored) {
         return Ok(Transition::stop());
@@ -588,7 +588,7 @@ pub fn step(
     Ok(txn.finish().into_transition())
 }
 
-/// Decides what a replica that is not executing `run` does with it (a reconcile; DESIGN.md
+/// Decides what a replica that is not executing `run` does with it (a reconcile; docs/design.md
 /// section 5, the resume table): it may write (cancel, expiry, rejection, a record that will
 /// not decode), create a missing Approval or project a decided one, ask for the lease, or
 /// requeue; it never starts a side effect (docs/design.md section 5).
@@ -627,7 +627,7 @@ fn ended_by_journal(stored: &crate::api::AgentRunStatus) -> bool {
 /// An input from the executor (the replica holding, or just winning, the lease).
 fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError> {
     let acquired = matches!(input, Input::LeaseAcquired { .. });
-    // Someone took the run over: this executor stops without writing (BEHAVIOURS.md 33).
+    // Someone took the run over: this executor stops without writing (docs/behaviours.md 33).
     if !acquired && txn.holder() != Some(txn.caller.holder.as_str()) {
         txn.stop();
         return Ok(());
@@ -644,7 +644,7 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
         txn.release_and_stop();
         return Ok(());
     }
-    // BEHAVIOURS.md 43: a live loop finds the cancellation at its next write.
+    // docs/behaviours.md 43: a live loop finds the cancellation at its next write.
     if txn.run.spec.cancel {
         observe::cancel(txn);
         // A tool that returned just now: its outcome comes after `run.finished` (44).

@@ -1,4 +1,4 @@
-//! Model accounting (DESIGN.md section 6; BEHAVIOURS.md 10, 45-48): what a model attempt may
+//! Model accounting (docs/design.md section 6; docs/behaviours.md 10, 45-48): what a model attempt may
 //! use before it is sent, what it is charged after, and whether a failed attempt is retried.
 //!
 //! Owns: the projection of a request, the call/token/cost limit checks, the cost estimate, the
@@ -44,7 +44,7 @@ pub const MAX_RETRY_AFTER_MILLIS: u64 = 300_000;
 
 const MICROS_PER_MILLION_TOKENS: i128 = 1_000_000;
 
-/// What one request is expected to use, in tokens, before it is sent (BEHAVIOURS.md 46).
+/// What one request is expected to use, in tokens, before it is sent (docs/behaviours.md 46).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Projection {
     /// Request body bytes / 3 + 1 (a deliberately generous tokens-per-byte estimate).
@@ -88,7 +88,7 @@ pub fn output_cap(agent_max_output_tokens: Option<i64>, limits: &Limits) -> Opti
     }
 }
 
-/// A model limit that stops an attempt before it is sent (BEHAVIOURS.md 10, 46).
+/// A model limit that stops an attempt before it is sent (docs/behaviours.md 10, 46).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelLimitHit {
     /// `limit_model_calls`, `limit_tokens` or `limit_cost`: the run ends with it.
@@ -134,7 +134,7 @@ impl ModelLimitHit {
 }
 
 /// Checks the call, token and cost limits, in that order, before an attempt is sent
-/// (BEHAVIOURS.md 46), against the recorded `totals` plus this attempt's `projection`:
+/// (docs/behaviours.md 46), against the recorded `totals` plus this attempt's `projection`:
 /// - `maxModelCalls`: `totals.modelCalls + 1` may not exceed it;
 /// - `maxTotalTokens`: recorded input + output tokens + `projection.total_tokens()` may not
 ///   exceed it;
@@ -236,7 +236,7 @@ pub fn cost_micros(
 }
 
 /// The totals with one more attempt counted (`modelCalls + 1`, saturating): written with
-/// `model.dispatched`, before the attempt is sent (BEHAVIOURS.md 45).
+/// `model.dispatched`, before the attempt is sent (docs/behaviours.md 45).
 pub fn record_dispatch(totals: &Usage) -> Usage {
     Usage {
         model_calls: totals.model_calls.saturating_add(1),
@@ -290,7 +290,7 @@ impl ChargeBasis {
     }
 }
 
-/// The charge of one attempt and the run's new totals (BEHAVIOURS.md 47).
+/// The charge of one attempt and the run's new totals (docs/behaviours.md 47).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Charged {
     /// The run's totals after this charge (tokens and cost added, saturating; `modelCalls` as
@@ -337,7 +337,7 @@ impl Charged {
     }
 }
 
-/// Charges one attempt to `totals` (BEHAVIOURS.md 47).
+/// Charges one attempt to `totals` (docs/behaviours.md 47).
 ///
 /// A reply's reported usage is charged when it is trustworthy: present, no count negative,
 /// cached input within input, and output within `output_cap` when there is one. Otherwise the
@@ -489,7 +489,7 @@ pub fn backoff_millis(attempt_number: u32) -> u64 {
 }
 
 /// Plans what follows the failed attempt number `attempt_number` (1-based) of a model call
-/// (BEHAVIOURS.md 48).
+/// (docs/behaviours.md 48).
 ///
 /// `status` is the HTTP status, `None` when no answer came; `retry_after_millis` the server's
 /// `Retry-After` (or `retry-after-ms`). In order:

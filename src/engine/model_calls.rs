@@ -1,4 +1,4 @@
-//! Model attempts in the loop (DESIGN.md sections 4 and 6; BEHAVIOURS.md 10, 45-48): when, in
+//! Model attempts in the loop (docs/design.md sections 4 and 6; docs/behaviours.md 10, 45-48): when, in
 //! which write, and with what record a step's decision is asked of a model. The accounting
 //! rules themselves (projection, limits, charges, retry plan) are [`super::model`]'s; what the
 //! model is asked is the [`Conversation`] of the record, rendered and encoded by the provider's

@@ -1,5 +1,5 @@
-//! What a replica that is not executing a run does with it (DESIGN.md section 5, the resume
-//! table), and cancel (BEHAVIOURS.md 30, 42, 43).
+//! What a replica that is not executing a run does with it (docs/design.md section 5, the resume
+//! table), and cancel (docs/behaviours.md 30, 42, 43).
 //!
 //! An observer never starts a side effect. It may write what needs no lease (cancel, an expired
 //! or rejected approval), recreate a recorded Approval that is missing, ask for the lease
@@ -52,7 +52,7 @@ pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
         RunPhase::Pending => txn.acquire_lease(None),
         RunPhase::WaitingForApproval => super::waiting::waiting(txn),
         _ => match lease_liveness(lease, txn.run.spec.lease_duration_seconds) {
-            // BEHAVIOURS.md 30: someone (this replica included) holds it and it has not been
+            // docs/behaviours.md 30: someone (this replica included) holds it and it has not been
             // seen unchanged for its duration and the margin: wait that out.
             LeaseLiveness::Live { millis } => txn.requeue_after(millis),
             LeaseLiveness::Free | LeaseLiveness::Expired => {
@@ -65,10 +65,10 @@ pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
     }
 }
 
-/// Cancels a non-terminal run (BEHAVIOURS.md 42): every step deciding, awaiting approval or
+/// Cancels a non-terminal run (docs/behaviours.md 42): every step deciding, awaiting approval or
 /// executing fails with an `interrupted` observation naming its status, the run ends
 /// `Cancelled` `operator_cancelled`. No lease is needed; pending Approvals stay as they are; a
-/// running tool is not interrupted (its outcome is appended late, BEHAVIOURS.md 44).
+/// running tool is not interrupted (its outcome is appended late, docs/behaviours.md 44).
 pub(crate) fn cancel(txn: &mut Txn) {
     for index in 0..txn.status.steps.len() {
         let previous = txn.status.steps[index].status;

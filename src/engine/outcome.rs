@@ -1,4 +1,4 @@
-//! Tool outcomes (DESIGN.md sections 3, 6; BEHAVIOURS.md 15-18, 33, 44).
+//! Tool outcomes (docs/design.md sections 3, 6; docs/behaviours.md 15-18, 33, 44).
 //!
 //! A result becomes a `tool_result` observation (content cut to the per-step budget, its size
 //! and hash kept), the step `done` and `step.tool_finished` {tool, durationMs, summary,
@@ -131,7 +131,7 @@ pub(crate) fn tool_finished(
     Ok(())
 }
 
-/// BEHAVIOURS.md 44: the outcome of a tool that returned after its run ended is appended as
+/// docs/behaviours.md 44: the outcome of a tool that returned after its run ended is appended as
 /// `step.tool_finished` {late: true, observation}; the run and the step keep what they are.
 pub(crate) fn late(
     txn: &mut Txn,
@@ -221,7 +221,7 @@ fn tool_name(txn: &Txn, index: usize) -> String {
         .unwrap_or_default()
 }
 
-/// An observation of tool content, cut to the per-step budget (BEHAVIOURS.md 50).
+/// An observation of tool content, cut to the per-step budget (docs/behaviours.md 50).
 fn observe(
     txn: &Txn,
     kind: ObservationKind,

@@ -1,4 +1,4 @@
-//! The policy (DESIGN.md section 2 `spec.policy`, BEHAVIOURS.md 11-14): rules in order (tool
+//! The policy (docs/design.md section 2 `spec.policy`, docs/behaviours.md 11-14): rules in order (tool
 //! globs, then a CEL `when` over `tool`, `args`, `sideEffect`), first match wins, else the
 //! side-effect class default.
 //!
@@ -220,7 +220,7 @@ mod tests {
         tool("issue_refund", SideEffect::RemoteMutation)
     }
 
-    /// The DESIGN.md section 2 example policy.
+    /// The docs/design.md section 2 example policy.
     fn small_refunds() -> PolicySpec {
         policy(vec![rule(
             "small-refunds",

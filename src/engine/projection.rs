@@ -1,4 +1,4 @@
-//! Projections of the record the controller publishes (DESIGN.md section 4: "Approvals,
+//! Projections of the record the controller publishes (docs/design.md section 4: "Approvals,
 //! Kubernetes Events and metrics are projections of it"): the Kubernetes Events a status write
 //! implies, derived from the journal entries it added. Nothing here decides what a run does.
 

@@ -1,4 +1,4 @@
-//! A record that will not decode (DESIGN.md section 3 guarantee 7, BEHAVIOURS.md 41): it is
+//! A record that will not decode (docs/design.md section 3 guarantee 7, docs/behaviours.md 41): it is
 //! never rewritten. Any continuation fails the run `internal_error` by patching only `phase`,
 //! `reason`, `reasonDetail` and `finishedAt` into the stored status JSON as it is (and a
 //! `run.finished` event only when the journal itself decodes); cancel still works the same way.

@@ -1,9 +1,9 @@
 //! The run's record as one transition edits it: the decoded status, a working copy, events
 //! numbered without gaps, conditions, and the one status write a transition ends with.
 //!
-//! Holds DESIGN.md section 4 ("the AgentRun's status is the record"; one write between two
+//! Holds docs/design.md section 4 ("the AgentRun's status is the record"; one write between two
 //! external actions), section 3 guarantee 8 (a status over the object budget becomes a
-//! `record_too_large` write that fits, never a retry loop) and BEHAVIOURS.md 49-50. It must not
+//! `record_too_large` write that fits, never a retry loop) and docs/behaviours.md 49-50. It must not
 //! decide what a run does next; the other rooms do, through [`Txn`].
 
 use serde_json::{json, Value};
@@ -160,7 +160,7 @@ impl<'a> Txn<'a> {
         self.status.lease.as_ref().map(|l| l.holder.as_str())
     }
 
-    /// Records the caller as holder under a new epoch (the fence; DESIGN.md section 4).
+    /// Records the caller as holder under a new epoch (the fence; docs/design.md section 4).
     pub fn take_lease(&mut self) {
         let epoch = self
             .status
@@ -301,7 +301,7 @@ impl<'a> Txn<'a> {
     }
 
     /// The write that replaces a status over the object budget: the previous stored status,
-    /// ended `record_too_large` (BEHAVIOURS.md 50). Nothing external follows.
+    /// ended `record_too_large` (docs/behaviours.md 50). Nothing external follows.
     fn too_large(self, status: &Value) -> Finished {
         // The object budget is for the whole object: status, spec and a margin for metadata.
         let status_bytes = encoded_len(status);

@@ -1,8 +1,8 @@
-//! A new run's first write (BEHAVIOURS.md 1-3): what only the controller can judge about the
+//! A new run's first write (docs/behaviours.md 1-3): what only the controller can judge about the
 //! spec is checked before any step (each tool's inputSchema compiles, refers to nothing outside
 //! itself, nests at most 256 levels; otherwise `internal_error` naming the field), then phase
 //! `Running`, the lease record, `startedAt`, `run.created` {goal, limits, toolSpecHashes} and
-//! `run.started`, merged with the first step's start (DESIGN.md section 4).
+//! `run.started`, merged with the first step's start (docs/design.md section 4).
 
 use std::collections::BTreeMap;
 
@@ -42,7 +42,7 @@ pub(crate) fn begin(txn: &mut Txn) {
     drive(txn);
 }
 
-/// What the API server's schema cannot refuse (BEHAVIOURS.md 1), checked again here so a run
+/// What the API server's schema cannot refuse (docs/behaviours.md 1), checked again here so a run
 /// applied to a server without the CRD's validation still fails cleanly.
 fn check_spec(spec: &AgentRunSpec) -> Result<(), String> {
     let limits = &spec.limits;

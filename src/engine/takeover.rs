@@ -1,4 +1,4 @@
-//! Takeover and interrupted steps (DESIGN.md sections 3-5; BEHAVIOURS.md 31-32, 34-40).
+//! Takeover and interrupted steps (docs/design.md sections 3-5; docs/behaviours.md 31-32, 34-40).
 //!
 //! A takeover (after the Lease was won) records the new holder under a new epoch, writes
 //! `lease.taken_over` {previousHolder, previousExpiry, holder} and marks every `deciding` or
@@ -25,7 +25,7 @@ use crate::api::{
     EventType, SideEffect, StepIndex, StepStatus, TerminalReason, INTERRUPTED_SIDE_EFFECT,
 };
 
-/// The notice an `interrupted_side_effect` Approval shows (DESIGN.md section 5).
+/// The notice an `interrupted_side_effect` Approval shows (docs/design.md section 5).
 pub const INTERRUPTED_NOTICE: &str = "The tool call started, but the process running it stopped \
 before its outcome was recorded, so whether it took effect is unknown. Approving runs it again \
 with these arguments; rejecting ends the run.";
@@ -159,7 +159,7 @@ pub(crate) fn resume_interrupted(txn: &mut Txn) -> Flow {
     start_step(txn)
 }
 
-/// BEHAVIOURS.md 34, 36: an interrupted non-ReadOnly call pauses on an
+/// docs/behaviours.md 34, 36: an interrupted non-ReadOnly call pauses on an
 /// `interrupted_side_effect` Approval, unless its call no longer checks.
 fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
     let Some(decision) = txn.status.steps[index].decision.clone() else {
@@ -245,7 +245,7 @@ fn run_view(txn: &Txn, index: usize) -> Value {
     })
 }
 
-/// [`super::Input::Reconciled`] (BEHAVIOURS.md 39-40).
+/// [`super::Input::Reconciled`] (docs/behaviours.md 39-40).
 pub(crate) fn reconciled(txn: &mut Txn, answer: Result<Value, String>) {
     let pending = txn
         .last_index()
@@ -367,7 +367,7 @@ fn waiting(txn: &mut Txn, index: usize, pause: Option<&Value>) -> Flow {
     let field = |name: &str| pause.get(name).filter(|v| !v.is_null()).cloned();
     for name in ["capability", "presentation"] {
         if let Some(value) = field(name) {
-            // The Approval's schema types both as objects (DESIGN.md section 2), so anything
+            // The Approval's schema types both as objects (docs/design.md section 2), so anything
             // else could never be created.
             let checked = if value.is_object() {
                 check_storable(&value)

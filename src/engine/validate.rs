@@ -1,4 +1,4 @@
-//! Decision validation (DESIGN.md section 6, BEHAVIOURS.md 1, 7, 8): usable JSON (nesting at
+//! Decision validation (docs/design.md section 6, docs/behaviours.md 1, 7, 8): usable JSON (nesting at
 //! most 256 levels, numbers the Kubernetes API stores exactly), and tool input schemas compiled
 //! with no external reference resolved.
 //!
@@ -29,7 +29,7 @@ pub fn check_storable(value: &Value) -> Result<(), String> {
 
 /// [`check_storable`] with the error's paths rooted at `root` (e.g. `spec.tools[1].inputSchema`).
 ///
-/// The rules (DESIGN.md section 6):
+/// The rules (docs/design.md section 6):
 /// - depth (counted as in [`MAX_JSON_DEPTH`]) at most 256;
 /// - an integer must fit int64. kube-apiserver decodes an integer that does not as a float64;
 ///   such an integer is refused unless that float holds it exactly *and* prints back as the

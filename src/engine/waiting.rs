@@ -1,4 +1,4 @@
-//! A waiting run's latest Approval (DESIGN.md sections 2, 5; BEHAVIOURS.md 23-25, 34-35; issue
+//! A waiting run's latest Approval (docs/design.md sections 2, 5; docs/behaviours.md 23-25, 34-35; issue
 //! 16), for an observer or the holder. Only the latest can grant.
 //!
 //! - Missing → created again from the record (the hash must come out as recorded).
@@ -116,7 +116,7 @@ fn settle_waiting(txn: &mut Txn) {
         Some(decision) => {
             // A decision first seen after the approval's expiry cannot be shown to have come
             // before it (the API server keeps no decision time): it fails closed and expires
-            // (BEHAVIOURS.md 25).
+            // (docs/behaviours.md 25).
             let decided_at = status
                 .decided_at
                 .or_else(|| decision_time(stored_object(txn, &latest.name)));
@@ -302,7 +302,7 @@ fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), St
     Ok(())
 }
 
-/// BEHAVIOURS.md 24 (and 35): the step fails `policy_denied`, the run ends `Cancelled`
+/// docs/behaviours.md 24 (and 35): the step fails `policy_denied`, the run ends `Cancelled`
 /// `approval_rejected` with the note as detail.
 fn reject(
     txn: &mut Txn,
@@ -331,7 +331,7 @@ fn reject(
     write_status(txn, &latest.name, status);
 }
 
-/// BEHAVIOURS.md 25: a pending approval past expiresAt, or a grant older than
+/// docs/behaviours.md 25: a pending approval past expiresAt, or a grant older than
 /// grantTTLSeconds, expires; nothing executes.
 fn expire(
     txn: &mut Txn,

@@ -1,4 +1,4 @@
-//! The `http` tool executor (DESIGN.md section 6; BEHAVIOURS.md 15-17): POST the args as JSON to
+//! The `http` tool executor (docs/design.md section 6; docs/behaviours.md 15-17): POST the args as JSON to
 //! the tool's URL and say how the call ended, as a [`ToolOutcome`].
 //!
 //! What each ending means is the contract with the engine:
@@ -136,7 +136,7 @@ pub async fn resolve_headers(
 }
 
 /// Runs `fut`, turning a panic inside it into a `tool_error` with failure `executor_panic`
-/// (BEHAVIOURS.md 15: a panic around a tool is a tool error, never a crash).
+/// (docs/behaviours.md 15: a panic around a tool is a tool error, never a crash).
 pub async fn guarded<F>(fut: F) -> ToolOutcome
 where
     F: Future<Output = ToolOutcome>,

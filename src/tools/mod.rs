@@ -1,4 +1,4 @@
-//! Tool executors (DESIGN.md section 6): http, the MCP client (`mcp`: Streamable HTTP,
+//! Tool executors (docs/design.md section 6): http, the MCP client (`mcp`: Streamable HTTP,
 //! sessions, bounded answers; docs/design.md section 6); and what `agentrt dev` serves for the
 //! samples (tools, a scripted model, a reconcile hook).
 //!

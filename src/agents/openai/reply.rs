@@ -1,6 +1,6 @@
 //! Reading a chat-completions reply into the decision to record and the usage it reported.
 //! Pure: the decision is what the engine records verbatim (`step.decided`) before it
-//! validates it (BEHAVIOURS.md 7-8).
+//! validates it (docs/behaviours.md 7-8).
 
 use serde_json::{json, Map, Value};
 

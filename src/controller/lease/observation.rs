@@ -1,4 +1,4 @@
-//! What this replica has seen of each run's Lease, and since when (DESIGN.md section 4): the
+//! What this replica has seen of each run's Lease, and since when (docs/design.md section 4): the
 //! holder, renewTime and resourceVersion last seen, and the instant on this replica's
 //! monotonic clock when it first saw them so. The engine judges a Lease expired only once it
 //! has been seen unchanged for `leaseDurationSeconds` plus the margin

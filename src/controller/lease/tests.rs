@@ -1,4 +1,4 @@
-//! Lease compare-and-set against the fake API (BEHAVIOURS.md 27-32).
+//! Lease compare-and-set against the fake API (docs/behaviours.md 27-32).
 
 use super::*;
 use crate::controller::fake::{run_object, FakeApi};

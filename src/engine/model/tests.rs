@@ -1,4 +1,4 @@
-//! Tests of model accounting, named for BEHAVIOURS.md 45-48, with exact figures.
+//! Tests of model accounting, named for docs/behaviours.md 45-48, with exact figures.
 
 use proptest::prelude::*;
 use serde_json::json;
@@ -31,7 +31,7 @@ fn reported(input: i64, cached: i64, output: i64) -> ReportedUsage {
     }
 }
 
-// --- BEHAVIOURS.md 46: projection and the checks before each attempt ---
+// --- docs/behaviours.md 46: projection and the checks before each attempt ---
 
 #[test]
 fn projection_is_body_bytes_over_three_plus_one_and_the_output_cap() {
@@ -263,7 +263,7 @@ fn cost_saturates_and_ignores_negative_counts() {
     assert_eq!(cost_micros(&prices(), 10, 50, 0), 5);
 }
 
-// --- BEHAVIOURS.md 45 and 47: charging an attempt ---
+// --- docs/behaviours.md 45 and 47: charging an attempt ---
 
 #[test]
 fn every_attempt_is_counted_when_it_is_dispatched() {
@@ -523,7 +523,7 @@ proptest! {
     }
 }
 
-// --- BEHAVIOURS.md 48: retries ---
+// --- docs/behaviours.md 48: retries ---
 
 fn retry(status: Option<u16>, retry_after: Option<u64>, attempt: u32) -> RetryDecision {
     retry_plan(

@@ -1,4 +1,4 @@
-//! Tool-name globs of policy rules (DESIGN.md section 2 `spec.policy.rules[].tools`).
+//! Tool-name globs of policy rules (docs/design.md section 2 `spec.policy.rules[].tools`).
 //!
 //! Owns: what `*` and `?` mean. Must not: allocate a regex or backtrack without bound.
 

@@ -1,4 +1,4 @@
-//! The CEL `when` of a policy rule (DESIGN.md section 2 `spec.policy`, BEHAVIOURS.md 11-12):
+//! The CEL `when` of a policy rule (docs/design.md section 2 `spec.policy`, docs/behaviours.md 11-12):
 //! compiling and running it over `tool`, `args` and `sideEffect`.
 //!
 //! Owns: how args become CEL values, and how the interpreter is kept from taking the process

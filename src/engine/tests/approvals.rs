@@ -1,4 +1,4 @@
-//! BEHAVIOURS.md 19, 26 and issue 16: pausing on an Approval, which Approval can grant, and the
+//! docs/behaviours.md 19, 26 and issue 16: pausing on an Approval, which Approval can grant, and the
 //! Approval objects as the record's projection (recreated, never adopted, only moved forward).
 //! Grants, rejections and expiry are in [`super::grants`].
 

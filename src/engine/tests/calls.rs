@@ -1,4 +1,4 @@
-//! BEHAVIOURS.md 11-14: the policy and starting a tool.
+//! docs/behaviours.md 11-14: the policy and starting a tool.
 
 use serde_json::{json, Value};
 

@@ -1,4 +1,4 @@
-//! BEHAVIOURS.md 21-25: executing a grant (at most once, re-checked against the schema and the
+//! docs/behaviours.md 21-25: executing a grant (at most once, re-checked against the schema and the
 //! policy), a rejection, and the expiry of a pending Approval or of a grant.
 
 use serde_json::json;

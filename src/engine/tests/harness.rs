@@ -1,5 +1,5 @@
 //! A fake controller for the engine's tests: it holds one run as stored, its Approvals and its
-//! Lease, keeps a clock, and performs effects the way DESIGN.md section 4 says the controller
+//! Lease, keeps a clock, and performs effects the way docs/design.md section 4 says the controller
 //! does (a status write replaces the stored status; an Approval is created once; a Lease is
 //! won by compare-and-set). Tests read like the rules: `h.reconcile("a")`, `h.result(...)`,
 //! `h.approve(...)`.

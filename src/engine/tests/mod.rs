@@ -1,4 +1,4 @@
-//! The engine's unit tests: one per behaviour of BEHAVIOURS.md 1-50 the engine decides, named
+//! The engine's unit tests: one per behaviour of docs/behaviours.md 1-50 the engine decides, named
 //! for it, built on a fake controller ([`harness`]).
 
 /// Asserts that `effects` (a `Vec<harness::Effect>`), as [`harness::kinds`] words, are exactly

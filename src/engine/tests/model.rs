@@ -1,4 +1,4 @@
-//! BEHAVIOURS.md 10 and 45-48: model attempts and their accounting.
+//! docs/behaviours.md 10 and 45-48: model attempts and their accounting.
 
 use serde_json::{json, Value};
 

@@ -1,4 +1,4 @@
-//! BEHAVIOURS.md 15-18 and the per-step content budget of 50: tool outcomes.
+//! docs/behaviours.md 15-18 and the per-step content budget of 50: tool outcomes.
 
 use serde_json::json;
 

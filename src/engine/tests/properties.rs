@@ -1,4 +1,4 @@
-//! The property test of DESIGN.md section 9: random scripts (tool calls over tools of random
+//! The property test of docs/design.md section 9: random scripts (tool calls over tools of random
 //! side-effect classes, complete, fail, invalid decisions), given by a scripted agent or by a
 //! model whose attempts also fail or go unanswered, random policies, random tool outcomes
 //! (result, error, unknown), crash points that drop the effects not yet performed (a new

@@ -1,4 +1,4 @@
-//! BEHAVIOURS.md 41-44 and 49-50: records that will not decode, cancel, the journal, the
+//! docs/behaviours.md 41-44 and 49-50: records that will not decode, cancel, the journal, the
 //! object budget; and the Kubernetes Events projected from the journal.
 
 use serde_json::{json, Value};

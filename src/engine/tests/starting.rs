@@ -1,4 +1,4 @@
-//! BEHAVIOURS.md 1-3: creating a run.
+//! docs/behaviours.md 1-3: creating a run.
 
 use serde_json::{json, Value};
 

@@ -1,4 +1,4 @@
-//! BEHAVIOURS.md 4-10: each step's limits, decisions and validation.
+//! docs/behaviours.md 4-10: each step's limits, decisions and validation.
 
 use serde_json::{json, Value};
 

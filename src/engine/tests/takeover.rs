@@ -1,4 +1,4 @@
-//! BEHAVIOURS.md 30-40: leases, takeovers, interrupted side effects and the reconcile hook.
+//! docs/behaviours.md 30-40: leases, takeovers, interrupted side effects and the reconcile hook.
 
 use serde_json::{json, Value};
 

@@ -1,5 +1,5 @@
-//! A tool's `inputSchema`, compiled once and checked against args (DESIGN.md section 6,
-//! BEHAVIOURS.md 1 and 8).
+//! A tool's `inputSchema`, compiled once and checked against args (docs/design.md section 6,
+//! docs/behaviours.md 1 and 8).
 //!
 //! Owns: the refusal of every reference that would leave the schema document (`$ref`,
 //! `$dynamicRef`, `$recursiveRef` not starting with `#`; `$id` (and draft-04 `id`) other than a

@@ -1,4 +1,4 @@
-//! The http executor against a real local server, one test per ending (BEHAVIOURS.md 15-17).
+//! The http executor against a real local server, one test per ending (docs/behaviours.md 15-17).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -1,4 +1,4 @@
-//! The sample reconcile hook (`POST /reconcile` on the sample tools' address; DESIGN.md
+//! The sample reconcile hook (`POST /reconcile` on the sample tools' address; docs/design.md
 //! section 5): what a consumer who knows its own side effects answers after a takeover
 //! interrupted a step. It looks the interrupted call up by the Idempotency-Key the runtime sent
 //! with it (`<run uid>/<step>`):
