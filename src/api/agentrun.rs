@@ -71,6 +71,9 @@ use super::{StepIndex, Time};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.toolSets) || !has(self.tools) || self.toolSets.all(s, self.tools.all(t, t.name != s.name))", "message": "spec.toolSets[].name must differ from every spec.tools[].name"}
+]))]
 pub struct AgentRunSpec {
     /// What the agent should achieve, in words. Immutable.
     #[schemars(length(min = 1, max = 65536))]
@@ -87,6 +90,16 @@ pub struct AgentRunSpec {
         "x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "spec.tools is immutable; create a new AgentRun to change them"}]
     ))]
     pub tools: Vec<ToolSpec>,
+    /// Many tools of one MCP server each, named `<set>__<server tool>` (docs/design.md
+    /// section 6); names are unique and differ from the tools' names. Immutable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["name"],
+        "x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "spec.toolSets is immutable; create a new AgentRun to change them"}]
+    ))]
+    pub tool_sets: Vec<super::mcp::ToolSet>,
     /// What may run without a person: outcome per side-effect class, then rules.
     #[serde(default)]
     pub policy: PolicySpec,
@@ -249,9 +262,13 @@ fn default_webhook_timeout_seconds() -> i64 {
     30
 }
 
-/// A tool the agent may call.
+/// A tool the agent may call, with exactly one executor: `http` or `mcp`.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "(has(self.http) ? 1 : 0) + (has(self.mcp) ? 1 : 0) == 1", "message": "spec.tools[] must set exactly one executor: http or mcp"},
+    {"rule": "has(self.mcp) || has(self.inputSchema)", "message": "spec.tools[].inputSchema is required for an http tool (only an mcp tool may leave it out: its schema is the server's, pinned at start)"}
+]))]
 pub struct ToolSpec {
     /// Unique among the run's tools.
     #[schemars(length(min = 1, max = 128))]
@@ -261,6 +278,9 @@ pub struct ToolSpec {
     #[schemars(length(max = 8192))]
     pub description: String,
     /// The JSON Schema the args must pass. `$ref`, `$schema` and `$id` may only point inside it.
+    /// Required for an `http` tool; an `mcp` tool may leave it out (JSON `null` here), its
+    /// schema then being the server's, pinned at start (docs/design.md section 6).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
     #[schemars(schema_with = "json_schema_object")]
     pub input_schema: Value,
     /// The tool's side-effect class.
@@ -275,6 +295,10 @@ pub struct ToolSpec {
     /// The executor: POST the args as JSON to a URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpTool>,
+    /// The executor: call a tool of an MCP server (docs/design.md section 6).
+    // Boxed so that a tool spec stays small inside the engine's calls; the shape is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Box<super::mcp::McpTool>>,
 }
 
 fn default_tool_timeout_seconds() -> i64 {
@@ -543,6 +567,9 @@ pub struct AgentRunStatus {
     /// The sealed history: segments and the chain's head; absent until the run first seals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archive: Option<super::segment::Archive>,
+    /// Each MCP tool's definition as pinned before `run.started` (docs/design.md section 6).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_pins: Vec<super::mcp::ToolPin>,
     /// `Ready`, `WaitingForApproval`, ... with observedGeneration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -4,6 +4,7 @@
 
 mod agentrun;
 mod approval;
+mod mcp;
 mod schema;
 mod segment;
 mod step_index;
@@ -12,6 +13,7 @@ pub mod vocab;
 
 pub use agentrun::*;
 pub use approval::*;
+pub use mcp::*;
 pub use segment::*;
 pub use step_index::StepIndex;
 pub use time::Time;

@@ -1,7 +1,7 @@
 //! `agentrt dev` (issue 4): the entry point that wires the embedded API server
 //! (`crate::devcluster`, which knows nothing of agentrt) to what runs around it: agentrt's CRDs
 //! installed at start, the controller in-process against the server's client, the sample
-//! tools, model and reconcile hook on loopback (`--sample-tools`; `crate::tools::samples`), and
+//! tools, model, reconcile hook and MCP server on loopback (`--sample-tools`; `crate::tools::samples`), and
 //! `--apply PATH`, which applies manifests (a file or a directory of YAML files,
 //! multi-document) through the kube client after the CRDs are installed.
 
@@ -87,8 +87,8 @@ pub struct DevControllerArgs {
     #[arg(long)]
     pub apply: Option<PathBuf>,
     /// Serve the sample tools (lookup_order, issue_refund, slow_export), the sample model
-    /// (/v1/chat/completions) and the sample reconcile hook (/reconcile) on loopback
-    /// [default: true with --apply, else false].
+    /// (/v1/chat/completions), the sample reconcile hook (/reconcile) and the sample MCP
+    /// server (/mcp) on loopback [default: true with --apply, else false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub sample_tools: Option<bool>,
     /// Where the sample tools listen (the samples in config/samples name 127.0.0.1:8089).

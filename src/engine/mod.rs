@@ -71,6 +71,7 @@ pub mod model;
 mod model_calls;
 mod observe;
 mod outcome;
+pub mod pins;
 pub mod policy;
 mod projection;
 mod raw;

@@ -192,6 +192,7 @@ mod tests {
             timeout_seconds: 30,
             terminal: false,
             http: None,
+            mcp: None,
         }
     }
 

@@ -1,4 +1,5 @@
-//! Tool executors (docs/design.md section 6): http first; and what `agentrt dev` serves for the
+//! Tool executors (docs/design.md section 6): http, the MCP client (`mcp`: Streamable HTTP,
+//! sessions, bounded answers; docs/design.md section 6); and what `agentrt dev` serves for the
 //! samples (tools, a scripted model, a reconcile hook).
 //!
 //! An executor turns one [`crate::engine::ToolCall`] into one [`crate::engine::ToolOutcome`]
@@ -7,4 +8,5 @@
 //! controller's check, made before it calls in here.
 
 pub mod http;
+pub mod mcp;
 pub mod samples;

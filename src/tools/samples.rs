@@ -10,15 +10,18 @@
 //!   endpoint, so the `openai` sample needs no external model.
 //! - `POST /reconcile`: the sample reconcile hook ([`hook`]), which settles an interrupted
 //!   refund or export from what the tools above recorded.
+//! - `POST /mcp`: the sample MCP server ([`mcp`]): `lookup_order` and `issue_refund` over the
+//!   Streamable HTTP transport, refunds in the same ledger as `POST /issue_refund`.
 //!
 //! They are demonstrations, not part of the runtime: nothing here writes a run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub mod hook;
+pub mod mcp;
 pub mod model;
 
 use axum::extract::State;
@@ -48,6 +51,8 @@ enum Export {
 struct Samples {
     ledger: Arc<Mutex<Ledger>>,
     slow: Duration,
+    /// The sample MCP server's open sessions.
+    sessions: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Samples {
@@ -57,6 +62,25 @@ impl Samples {
 
     fn export(&self, key: &str) -> Option<Export> {
         self.ledger.lock().ok()?.exports.get(key).cloned()
+    }
+
+    /// Records a refund for `key` once; a repeat answers the first one with `replayed: true`.
+    /// `None` when the ledger is poisoned.
+    fn record_refund(&self, key: &str, order: i64, amount: f64) -> Option<Value> {
+        let mut ledger = self.ledger.lock().ok()?;
+        if let Some(previous) = ledger.refunds.get(key) {
+            let mut replay = previous.clone();
+            replay["replayed"] = json!(true);
+            return Some(replay);
+        }
+        let refund = json!({
+            "refundId": format!("rf-{}", ledger.refunds.len() + 1),
+            "order": order,
+            "amount": amount,
+            "status": "issued"
+        });
+        ledger.refunds.insert(key.to_string(), refund.clone());
+        Some(refund)
     }
 
     fn set_export(&self, key: &str, export: Export) {
@@ -79,6 +103,7 @@ pub fn router(slow: Duration) -> Router {
     let state = Samples {
         ledger: Arc::default(),
         slow,
+        sessions: Arc::default(),
     };
     Router::new()
         .route("/lookup_order", post(lookup_order))
@@ -87,6 +112,7 @@ pub fn router(slow: Duration) -> Router {
         .route("/refunds", get(refunds))
         .route("/v1/chat/completions", post(model::chat_completions))
         .route("/reconcile", post(hook::reconcile))
+        .route("/mcp", post(mcp::post).delete(mcp::delete))
         .with_state(state)
 }
 
@@ -128,8 +154,12 @@ fn order_number(args: &Value) -> Result<i64, (StatusCode, Json<Value>)> {
 }
 
 async fn lookup_order(Json(args): Json<Value>) -> Result<Json<Value>, (StatusCode, Json<Value>)> {
-    let order = order_number(&args)?;
-    Ok(Json(json!({
+    Ok(Json(order(order_number(&args)?)))
+}
+
+/// The sample order numbered `order` (even numbers arrived damaged).
+fn order(order: i64) -> Value {
+    json!({
         "order": order,
         "customer": "Ada Lovelace",
         "status": "delivered",
@@ -137,7 +167,7 @@ async fn lookup_order(Json(args): Json<Value>) -> Result<Json<Value>, (StatusCod
         "total": 250,
         "currency": "EUR",
         "items": [{"sku": "LAMP-7", "name": "Desk lamp", "price": 250}]
-    })))
+    })
 }
 
 async fn issue_refund(
@@ -153,25 +183,15 @@ async fn issue_refund(
         )
     })?;
     let key = idempotency_key(&headers);
-    let mut ledger = samples.ledger.lock().map_err(|_| {
-        (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Json(json!({"error": "ledger poisoned"})),
-        )
-    })?;
-    if let Some(previous) = ledger.refunds.get(&key) {
-        let mut replay = previous.clone();
-        replay["replayed"] = json!(true);
-        return Ok(Json(replay));
-    }
-    let refund = json!({
-        "refundId": format!("rf-{}", ledger.refunds.len() + 1),
-        "order": order,
-        "amount": amount,
-        "status": "issued"
-    });
-    ledger.refunds.insert(key, refund.clone());
-    Ok(Json(refund))
+    samples
+        .record_refund(&key, order, amount)
+        .map(Json)
+        .ok_or_else(|| {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({"error": "ledger poisoned"})),
+            )
+        })
 }
 
 async fn slow_export(

@@ -314,6 +314,7 @@ mod tests {
             timeout_seconds: 30,
             terminal: false,
             http: None,
+            mcp: None,
         }
     }
 

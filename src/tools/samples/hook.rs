@@ -101,6 +101,7 @@ mod tests {
         Samples {
             ledger: Default::default(),
             slow: Duration::from_millis(10),
+            sessions: Default::default(),
         }
     }
 

@@ -1,0 +1,128 @@
+//! The CRD's MCP fields as an API server enforces them (docs/design.md section 6): an
+//! `mcp` tool without `inputSchema` and a toolset are accepted; two executors or none, an
+//! `http` tool without `inputSchema`, and a toolset name that is not a valid function name,
+//! leaves no room for `<name>__<tool>` or repeats a tool's name are refused with a message
+//! naming the field. Runs against the embedded API server, or a real cluster when
+//! `AGENTRT_TEST_KUBECONFIG` is set.
+
+mod support;
+
+use std::process::Output;
+
+use support::cluster::TestCluster;
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(support::fixtures::path(&format!("mcp/{name}"))).expect("fixture")
+}
+
+fn refused(c: &TestCluster, name: &str) -> String {
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fixture(name));
+    assert!(!out.status.success(), "the API server accepted {name}");
+    text(&out)
+}
+
+#[tokio::test]
+async fn an_mcp_tool_and_a_toolset_are_accepted_with_their_defaults() {
+    let c = TestCluster::start().await;
+    c.apply_agentrt_crds();
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fixture("run.yaml"));
+    assert!(out.status.success(), "{}", text(&out));
+    let spec: serde_json::Value = serde_json::from_str(&c.kubectl_ok(&[
+        "get",
+        "agentrun",
+        "mcp-shop",
+        "-o",
+        "jsonpath={.spec}",
+    ]))
+    .expect("spec is JSON");
+    assert_eq!(spec["toolSets"][0]["sideEffect"], "RemoteMutation");
+    assert_eq!(spec["tools"][0]["timeoutSeconds"], 30);
+    assert!(spec["tools"][0].get("inputSchema").is_none(), "{spec}");
+    assert_eq!(spec["tools"][1]["mcp"]["tool"], "lookup_order");
+}
+
+#[tokio::test]
+async fn a_tool_needs_exactly_one_executor_and_an_http_tool_its_input_schema() {
+    let c = TestCluster::start().await;
+    c.apply_agentrt_crds();
+    for name in ["refused-both-executors.yaml", "refused-no-executor.yaml"] {
+        let msg = refused(&c, name);
+        assert!(
+            msg.contains("spec.tools[0]") && msg.contains("exactly one executor: http or mcp"),
+            "{name}: {msg}"
+        );
+    }
+    let msg = refused(&c, "refused-http-without-schema.yaml");
+    assert!(
+        msg.contains("spec.tools[1]") && msg.contains("inputSchema is required for an http tool"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_toolset_name_is_a_function_name_with_room_and_differs_from_the_tools() {
+    let c = TestCluster::start().await;
+    c.apply_agentrt_crds();
+    let msg = refused(&c, "refused-set-name-invalid.yaml");
+    assert!(
+        msg.contains("spec.toolSets[0]") && msg.contains("valid function name"),
+        "{msg}"
+    );
+    let msg = refused(&c, "refused-set-name-long.yaml");
+    assert!(msg.contains("spec.toolSets[0].name"), "{msg}");
+    let msg = refused(&c, "refused-set-name-clash.yaml");
+    assert!(
+        msg.contains("spec.toolSets[].name must differ from every spec.tools[].name"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_pin_in_the_status_is_kept_as_written_unknown_annotations_included() {
+    let c = TestCluster::start().await;
+    c.apply_agentrt_crds();
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fixture("run.yaml"));
+    assert!(out.status.success(), "{}", text(&out));
+    let pin = serde_json::json!({
+        "tool": "lookup_order",
+        "server": "http://127.0.0.1:8089/mcp",
+        "serverTool": "lookup_order",
+        "sha256": format!("sha256:{}", "ab".repeat(32)),
+        "definition": {
+            "name": "lookup_order",
+            "title": "Look up an order",
+            "description": "Read an order.",
+            "inputSchema": {"type": "object", "properties": {"order": {"type": "integer", "minimum": 1}}},
+            "annotations": {"readOnlyHint": true, "openWorldHint": false, "vendorHint": {"x": 1}}
+        }
+    });
+    let patch = serde_json::json!({"status": {"toolPins": [pin]}}).to_string();
+    let out = c.kubectl(&[
+        "patch",
+        "agentrun",
+        "mcp-shop",
+        "--subresource=status",
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let pins: serde_json::Value = serde_json::from_str(&c.kubectl_ok(&[
+        "get",
+        "agentrun",
+        "mcp-shop",
+        "-o",
+        "jsonpath={.status.toolPins}",
+    ]))
+    .expect("toolPins is JSON");
+    assert_eq!(pins, serde_json::json!([pin]));
+}
