@@ -3,10 +3,13 @@
 //! `AgentRunSegment`, the segment's canonical sha256 and its name, and (in `chain`) checking a
 //! run's chain of segments and stitching them back into the whole history.
 //!
-//! Owns: the sealing rule as a pure function of the status ([`seal`]), the segment hash
-//! ([`segment_sha256`]) and name ([`segment_name`]). Must not: do I/O, read a clock, or decide
-//! when a transition seals (the engine's transitions call [`seal`]; the executor creates the
-//! segment, then writes the status [`seal`] returned).
+//! Owns: the sealing rule as a pure function of the status ([`seal`]), what the window keeps
+//! for the engine's own rules ([`window_limits`]: at least `loopThreshold` and
+//! `maxConsecutiveToolFailures` settled steps), the segment hash ([`segment_sha256`]), name
+//! ([`segment_name`]) and object ([`segment_object`]). Must not: do I/O, read a clock, or
+//! decide when a transition seals (the record's `finish` does, for an executor's write that
+//! settles a step; the executor creates the segment, then writes the status [`seal`]
+//! returned).
 
 mod chain;
 #[cfg(test)]
@@ -47,6 +50,51 @@ impl Default for SealLimits {
             segment_bytes: 512 * 1024,
         }
     }
+}
+
+/// The limits a run's window is sealed with (docs/design.md section 4a): `limits` with
+/// `keep_steps` raised to at least `spec.limits.loopThreshold`,
+/// `spec.limits.maxConsecutiveToolFailures` and 1.
+///
+/// The engine decides from the window alone, so the window keeps what its rules look back on:
+/// loop detection compares the last `loopThreshold` steps, the failure count the trailing
+/// failed steps (once it reaches `maxConsecutiveToolFailures` the run ends, so more are never
+/// needed), and the step just settled stays (its events are the newest, which the Kubernetes
+/// Events and the metrics project from the write). A limit raised on a live run is met at the
+/// next seal: between seals the window only grows.
+pub fn window_limits(limits: &SealLimits, run: &crate::api::Limits) -> SealLimits {
+    let wanted = |n: i64| usize::try_from(n).unwrap_or(0);
+    SealLimits {
+        keep_steps: limits
+            .keep_steps
+            .max(wanted(run.loop_threshold))
+            .max(wanted(run.max_consecutive_tool_failures))
+            .max(1),
+        ..limits.clone()
+    }
+}
+
+/// The whole AgentRunSegment object for `seal` of the run `owner` in `namespace`: owned by the
+/// run (deleted with it), labelled with its uid ([`crate::api::SEGMENT_RUN_UID_LABEL`]).
+pub fn segment_object(namespace: &str, owner: SegmentOwner<'_>, seal: &Seal) -> Value {
+    serde_json::json!({
+        "apiVersion": "agentrt.dev/v1alpha1",
+        "kind": "AgentRunSegment",
+        "metadata": {
+            "name": seal.name,
+            "namespace": namespace,
+            "labels": {crate::api::SEGMENT_RUN_UID_LABEL: owner.uid},
+            "ownerReferences": [{
+                "apiVersion": "agentrt.dev/v1alpha1",
+                "kind": "AgentRun",
+                "name": owner.name,
+                "uid": owner.uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": serde_json::to_value(&seal.segment).unwrap_or(Value::Null),
+    })
 }
 
 /// Which run a segment belongs to.

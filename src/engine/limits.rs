@@ -35,7 +35,8 @@ fn first_exceeded(txn: &Txn) -> Option<(TerminalReason, EventType, Value)> {
     let status = &txn.status;
     let exceeded =
         |limit: &str, value: Value, max: i64| json!({"limit": limit, "value": value, "max": max});
-    let steps = status.steps.len() as i64;
+    // Sealed steps count (docs/design.md section 4a): the last step's index + 1.
+    let steps = super::record::step_count(status);
     if steps >= limits.max_steps {
         return Some((
             TerminalReason::LimitSteps,

@@ -408,7 +408,7 @@ fn check(h: &Harness) {
             Some(name) => {
                 let object = &h.approvals[name];
                 assert_eq!(object["spec"]["decision"]["verdict"], json!("Approved"));
-                let step = &status.steps[call.step.position().unwrap()];
+                let step = status.steps.iter().find(|s| s.index == call.step).unwrap();
                 assert!(step.approvals.iter().any(|a| &a.name == name && a.executed));
             }
         }
