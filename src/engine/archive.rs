@@ -190,11 +190,24 @@ fn canonical_len<T: serde::Serialize + ?Sized>(value: &T) -> Result<usize, Canon
     Ok(canonical_json(&value)?.len())
 }
 
+/// Whether the step at `position` of `steps` may be sealed: it is settled, or it is an
+/// `interrupted` step the run went on past (a later step exists). A takeover resolves only the
+/// last step; an interrupted one behind it is history nothing changes again, and keeping it
+/// would keep every step after it in the window, so a run interrupted once would grow until
+/// its record passes the object budget.
+fn sealable(steps: &[Step], position: usize) -> bool {
+    steps.get(position).is_some_and(|step| {
+        is_settled(step.status)
+            || (step.status == StepStatus::Interrupted && position + 1 < steps.len())
+    })
+}
+
 /// What the window seals now, if anything (docs/design.md section 4a).
 ///
 /// Seals when the window holds more than `seal_steps` settled steps or the status's canonical
 /// JSON passes `seal_bytes`. Then the oldest settled steps (a run of settled steps from the
-/// window's start: an unsettled step is never sealed, nor anything after it), all but the last
+/// window's start: an unsettled step is never sealed, nor anything after it; an `interrupted`
+/// step the run went on past counts as settled), all but the last
 /// `keep_steps` settled ones and at most `segment_bytes` of them, go into the next segment with
 /// their events: the events before the first event of the first step kept, a contiguous seq
 /// range (run-level events in it, such as `run.created`, go with the sealed steps). When an
@@ -211,7 +224,9 @@ pub fn seal(
     status: &AgentRunStatus,
     limits: &SealLimits,
 ) -> Result<Option<Seal>, ArchiveError> {
-    let settled = status.steps.iter().filter(|s| is_settled(s.status)).count();
+    let settled = (0..status.steps.len())
+        .filter(|p| sealable(&status.steps, *p))
+        .count();
     if settled <= limits.seal_steps && canonical_len(status)? <= limits.seal_bytes {
         return Ok(None);
     }
@@ -219,10 +234,8 @@ pub fn seal(
     let (next_step, next_seq) = window_start(&archive)?;
     check_window(status, next_step, next_seq)?;
 
-    let prefix = status
-        .steps
-        .iter()
-        .take_while(|s| is_settled(s.status))
+    let prefix = (0..status.steps.len())
+        .take_while(|p| sealable(&status.steps, *p))
         .count();
     let mut count = prefix.min(settled.saturating_sub(limits.keep_steps));
     // At most `segment_bytes` of steps, and at least one.
