@@ -2,7 +2,8 @@
 //! that seal constantly (`--seal-steps 4 --keep-steps 1`) move a run's settled history into
 //! AgentRunSegments; a crash between a segment's create and the status write loses nothing and
 //! runs nothing twice; `agentrt show run -o json` prints what an unsealed record would hold and
-//! `agentrt verify` finds the chain intact. Runs against the embedded API server, or a real
+//! `agentrt verify` finds the chain intact; a long run's status stays small while
+//! `show run -o json` returns every step. Runs against the embedded API server, or a real
 //! cluster when `AGENTRT_TEST_KUBECONFIG` is set.
 
 mod support;
@@ -206,4 +207,71 @@ async fn a_run_sealed_constantly_shows_what_an_unsealed_run_holds() {
     assert_gapless(&whole);
     assert_eq!(timeless(&whole["steps"]), timeless(&unsealed["steps"]));
     assert_eq!(timeless(&whole["events"]), timeless(&unsealed["events"]));
+}
+
+/// How many steps the long run takes: 300 by default, `AGENTRT_TEST_LONG_STEPS` for more
+/// (docs/behaviours.md 54 names 10,000; in a debug build against the embedded server a step
+/// costs 45-90 ms here, so 10,000 steps take far longer than a test should: that figure is the
+/// benchmark's, `agentrt bench --workload long --steps 10000`).
+fn long_steps() -> i64 {
+    std::env::var("AGENTRT_TEST_LONG_STEPS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(300)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_run_keeps_a_small_status_and_shows_every_step() {
+    let steps = long_steps();
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let agent = support::stub::Stub::json(move |request| {
+        let step = request["step"].as_i64().unwrap_or(0);
+        if step + 1 < steps {
+            serde_json::json!({"kind": "tool_call", "tool": "quick", "args": {"item": step}})
+        } else {
+            serde_json::json!({"kind": "complete", "result": {"steps": step + 1}})
+        }
+    })
+    .await;
+    // The controller's default sealing (64 settled steps, 8 kept).
+    let controller = start_controller(&cluster, "long");
+    RunFixture::new("long-webhook", &tools.base(), "long")
+        .agent(&agent.url)
+        .set("STEPS", steps)
+        .create(&client, &ns)
+        .await;
+    let started = std::time::Instant::now();
+    let done = wait_status(
+        &client,
+        &ns,
+        "long",
+        Duration::from_secs(600),
+        "the run's end",
+        |s| matches!(s["phase"].as_str(), Some("Completed" | "Failed")),
+    )
+    .await;
+    eprintln!("{steps} steps in {:?}", started.elapsed());
+    assert_eq!(
+        done["phase"],
+        "Completed",
+        "{}\n{}",
+        done["reasonDetail"],
+        controller.log()
+    );
+    assert_eq!(done["stepCount"], steps);
+    let window = serde_json::to_vec(&done).expect("JSON").len();
+    assert!(
+        window < 256 * 1024,
+        "the status stays small: {window} bytes"
+    );
+    assert_eq!(tools.calls().len() as i64, steps - 1);
+    let whole = whole_history(&cluster, &ns, "long");
+    assert_gapless(&whole);
+    assert_eq!(
+        whole["steps"].as_array().map(Vec::len),
+        Some(steps as usize)
+    );
 }
