@@ -165,7 +165,8 @@ pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
 }
 
 /// The body a webhook agent receives: the run, its goal, the step to decide, its tools (as
-/// specified), its steps so far and its approvals.
+/// specified), the window's steps, `archive` (the sealed segments, `null` when none; an agent
+/// that needs older steps reads them: docs/design.md section 4a) and its approvals.
 fn agent_request(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let tools: Vec<Value> = run
@@ -189,6 +190,7 @@ fn agent_request(txn: &Txn, index: usize) -> Value {
         "step": txn.index_at(index),
         "tools": tools,
         "steps": to_value(&txn.status.steps),
+        "archive": to_value(&txn.status.archive),
         "approvals": takeover::approvals_view(txn),
     })
 }

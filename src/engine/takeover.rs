@@ -227,7 +227,9 @@ pub(crate) fn approvals_view(txn: &Txn) -> Vec<Value> {
         .collect()
 }
 
-/// What the reconcile hook receives: the run, a summary of its spec, its steps and approvals.
+/// What the reconcile hook receives: the run, a summary of its spec, the window's steps,
+/// `archive` (the sealed segments, `null` when none: a hook that needs older steps reads
+/// them; docs/design.md section 4a) and the approvals.
 fn run_view(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let approvals = approvals_view(txn);
@@ -244,6 +246,7 @@ fn run_view(txn: &Txn, index: usize) -> Value {
         "phase": txn.status.phase,
         "interruptedStep": txn.index_at(index),
         "steps": to_value(&txn.status.steps),
+        "archive": to_value(&txn.status.archive),
         "approvals": approvals,
     })
 }

@@ -298,3 +298,56 @@ fn a_run_from_before_sealing_is_sealed_a_bounded_segment_per_transition() {
     let whole = h.whole();
     assert_eq!(whole.steps.len(), 61);
 }
+
+#[test]
+fn the_webhook_agent_and_the_reconcile_hook_get_the_window_and_the_archive() {
+    let mut h = Harness::new(WEBHOOK);
+    h.seal_often(2, 1);
+    h.reconcile("a");
+    for n in 0..8 {
+        let (step, request) = h.pending_agent.take().expect("the agent is asked");
+        if n == 0 {
+            assert_eq!(request["archive"], Value::Null, "nothing sealed yet");
+        }
+        h.step(
+            "a",
+            crate::engine::Input::AgentAnswered {
+                step,
+                decision: Ok(call("send", json!({"n": n}))),
+            },
+        );
+        h.result("a", json!({"sent": n}));
+    }
+    let (step, request) = h.pending_agent.clone().expect("the agent is asked");
+    assert_eq!(step.get(), 8);
+    assert_eq!(request["step"], json!(8));
+    // The request is the record as this transition decided on it, before the write sealed:
+    // its archive and its window continue each other.
+    let segments = request["archive"]["segments"].as_array().expect("sealed");
+    let last_sealed = segments.last().unwrap()["lastStep"].as_i64().unwrap();
+    assert_eq!(request["steps"][0]["index"], json!(last_sealed + 1));
+    assert_eq!(
+        request["steps"].as_array().unwrap().last().unwrap()["index"],
+        json!(8)
+    );
+    h.step(
+        "a",
+        crate::engine::Input::AgentAnswered {
+            step,
+            decision: Ok(call("send", json!({"n": 8}))),
+        },
+    );
+    // The holder dies with step 8 executing; the next one asks the hook.
+    h.pending_tool = None;
+    h.expire_lease();
+    h.reconcile("b");
+    let view = h.pending_hook.clone().expect("the hook is asked");
+    assert_eq!(view["interruptedStep"], json!(8));
+    let archive = h.status().archive.expect("sealed");
+    assert_eq!(view["archive"], serde_json::to_value(&archive).unwrap());
+    let last = view["steps"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["index"].clone(), last["status"].clone()),
+        (json!(8), json!("interrupted"))
+    );
+}
