@@ -559,6 +559,20 @@ pub async fn drive_rbac_runs(cluster: &super::cluster::TestCluster, manifests: &
     let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     cluster.kubectl_stdin(&["apply", "-f", "-"], manifests);
     wait_phase(&client, &ns, "lookup", "Completed", Duration::from_secs(60)).await;
+    let lookups = wait_phase(
+        &client,
+        &ns,
+        "lookups",
+        "Completed",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        lookups["archive"]["segments"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty()),
+        "the long run sealed (the controller runs with --seal-steps 4 --keep-steps 1): {lookups}"
+    );
     let refund = wait_approval(&client, &ns, "refund", "policy", Duration::from_secs(60)).await;
     let hash = refund.data["spec"]["hash"]
         .as_str()
