@@ -195,8 +195,8 @@ async fn a_run_sealed_constantly_shows_what_an_unsealed_run_holds() {
     let (sealed, plain) = (&finished[0], &finished[1]);
     assert!(plain.get("archive").is_none_or(Value::is_null), "{plain}");
     let kept = sealed["steps"].as_array().map_or(0, Vec::len);
-    // At most the 3 steps a seal keeps (loopThreshold), 2 more before the next seal, and the
-    // completion (a terminal write does not seal).
+    // At most the step a seal keeps, 4 more before the next seal, and the completion (a
+    // terminal write does not seal).
     assert!(kept <= 6, "the window stays small: {kept} steps");
     assert_eq!(sealed["stepCount"], plain["stepCount"]);
     assert!(!segments(&client, &sealed_ns).await.is_empty());

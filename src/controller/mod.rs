@@ -98,8 +98,8 @@ pub struct ControllerOptions {
     /// Seal when a run's status passes this many bytes of canonical JSON.
     #[arg(long, default_value_t = 131072, value_parser = clap::value_parser!(u32).range(1024..))]
     pub seal_bytes: u32,
-    /// The most recent settled steps a seal leaves in the window (at least the run's
-    /// loopThreshold and maxConsecutiveToolFailures, and 1, are always kept).
+    /// The most recent settled steps a seal leaves in the window (at least 1, and the trailing
+    /// identical calls and failures the run's loop detection and failure count look back on).
     #[arg(long, default_value_t = 8)]
     pub keep_steps: u32,
     /// Test only, compiled with the `fault-injection` feature: shift this replica's wall clock

@@ -4,8 +4,8 @@
 //! run's chain of segments and stitching them back into the whole history.
 //!
 //! Owns: the sealing rule as a pure function of the status ([`seal`]), what the window keeps
-//! for the engine's own rules ([`window_limits`]: at least `loopThreshold` and
-//! `maxConsecutiveToolFailures` settled steps), the segment hash ([`segment_sha256`]), name
+//! for the engine's own rules ([`window_limits`]: the trailing identical calls and the
+//! trailing failures its loop detection and failure count look back on), the segment hash ([`segment_sha256`]), name
 //! ([`segment_name`]) and object ([`segment_object`]). Must not: do I/O, read a clock, or
 //! decide when a transition seals (the record's `finish` does, for an executor's write that
 //! settles a step; the executor creates the segment, then writes the status [`seal`]
@@ -53,23 +53,32 @@ impl Default for SealLimits {
 }
 
 /// The limits a run's window is sealed with (docs/design.md section 4a): `limits` with
-/// `keep_steps` raised to at least `spec.limits.loopThreshold`,
-/// `spec.limits.maxConsecutiveToolFailures` and 1.
+/// `keep_steps` raised to at least 1 and to what the engine's own rules look back on.
 ///
-/// The engine decides from the window alone, so the window keeps what its rules look back on:
-/// loop detection compares the last `loopThreshold` steps, the failure count the trailing
-/// failed steps (once it reaches `maxConsecutiveToolFailures` the run ends, so more are never
-/// needed), and the step just settled stays (its events are the newest, which the Kubernetes
-/// Events and the metrics project from the write). A limit raised on a live run is met at the
-/// next seal: between seals the window only grows.
-pub fn window_limits(limits: &SealLimits, run: &crate::api::Limits) -> SealLimits {
-    let wanted = |n: i64| usize::try_from(n).unwrap_or(0);
+/// The engine decides from the window alone. Loop detection compares the last
+/// `spec.limits.loopThreshold` steps, which matter only while they are the same call with the
+/// same observation; the failure count counts the trailing failed steps. So the window keeps
+/// the trailing run of identical calls (at most `loopThreshold`) and the trailing run of
+/// failures (at most `maxConsecutiveToolFailures`) of its settled steps: both decide exactly
+/// as over the whole history, for any limit (one raised on a live run included), and a run
+/// whose limits are lifted still seals. At least one settled step stays: the step just settled,
+/// whose events are the newest and are what the Kubernetes Events and the metrics project
+/// from the write.
+pub fn window_limits(limits: &SealLimits, run: &crate::api::Limits, steps: &[Step]) -> SealLimits {
+    let settled_end = steps
+        .iter()
+        .rposition(|s| is_settled(s.status))
+        .map_or(0, |p| p + 1);
+    let settled = &steps[..settled_end];
+    let cap = |n: i64| usize::try_from(n).unwrap_or(0);
+    let failures = usize::try_from(super::limits::consecutive_failures(settled)).unwrap_or(0);
+    let repeats = super::limits::trailing_repeats(settled);
     SealLimits {
         keep_steps: limits
             .keep_steps
-            .max(wanted(run.loop_threshold))
-            .max(wanted(run.max_consecutive_tool_failures))
-            .max(1),
+            .max(1)
+            .max(failures.min(cap(run.max_consecutive_tool_failures)))
+            .max(repeats.min(cap(run.loop_threshold))),
         ..limits.clone()
     }
 }

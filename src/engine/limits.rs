@@ -101,6 +101,16 @@ pub(crate) fn consecutive_failures(steps: &[Step]) -> i64 {
     count
 }
 
+/// How many settled steps at the end of `steps` are the same tool call with the same
+/// observation (what [`looping`] compares), 0 when the last is not a valid tool call.
+pub(crate) fn trailing_repeats(steps: &[Step]) -> usize {
+    let mut keys = steps.iter().rev().map(call_key);
+    let Some(Some(last)) = keys.next() else {
+        return 0;
+    };
+    1 + keys.take_while(|key| key.as_ref() == Some(&last)).count()
+}
+
 /// Loop detection (BEHAVIOURS.md 6): the last `threshold` steps are tool calls of one tool
 /// with one canonical args hash and one observation content hash. Anything else among them (an
 /// invalid decision, a changed observation) breaks the sequence.

@@ -108,9 +108,9 @@ pub struct Budgets {
     /// the controller hands in `agents::openai::WIRE`.
     pub model_wire: conversation::ModelWire,
     /// When and how much an executor's transition seals (docs/design.md section 4a; the
-    /// controller's `--seal-steps`, `--seal-bytes`, `--keep-steps`). The window always keeps
-    /// at least `spec.limits.loopThreshold` and `spec.limits.maxConsecutiveToolFailures`
-    /// settled steps besides ([`archive::window_limits`]).
+    /// controller's `--seal-steps`, `--seal-bytes`, `--keep-steps`). The window also keeps
+    /// what the engine's loop detection and failure count look back on
+    /// ([`archive::window_limits`]).
     pub seal: archive::SealLimits,
 }
 

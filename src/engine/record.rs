@@ -384,7 +384,11 @@ impl<'a> Txn<'a> {
             name: &self.run.name,
             uid: &self.run.uid,
         };
-        let limits = super::archive::window_limits(&self.budgets.seal, &self.run.spec.limits);
+        let limits = super::archive::window_limits(
+            &self.budgets.seal,
+            &self.run.spec.limits,
+            &self.status.steps,
+        );
         let sealed = super::archive::seal(owner, &self.status, &limits).ok()??;
         let object = super::archive::segment_object(&self.run.namespace, owner, &sealed);
         let create = super::SegmentCreate {

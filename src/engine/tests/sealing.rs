@@ -56,8 +56,7 @@ fn a_sealing_run_holds_the_same_whole_history_as_an_unsealed_one() {
         plain.writes.len(),
         "sealing adds no status write (docs/behaviours.md 55)"
     );
-    // The window stays small: the steps sealing keeps (loopThreshold 3 by default) and those
-    // settled since the last seal.
+    // The window stays small: the step sealing keeps and those settled since the last seal.
     assert!(
         sealed.status().steps.len() <= 8,
         "{:?}",
@@ -350,4 +349,30 @@ fn the_webhook_agent_and_the_reconcile_hook_get_the_window_and_the_archive() {
         (last["index"].clone(), last["status"].clone()),
         (json!(8), json!("interrupted"))
     );
+}
+
+#[test]
+fn a_run_with_lifted_limits_still_seals_and_its_limits_still_fire() {
+    // maxConsecutiveToolFailures and loopThreshold far above the run's length (as the
+    // benchmark's runs set them): the window keeps only the trailing runs those rules need.
+    let decisions: Vec<Value> = (0..30).map(|_| call("read", json!({"n": 1}))).collect();
+    let mut h = Harness::scripted(decisions);
+    h.spec_mut().limits.max_steps = 100;
+    h.spec_mut().limits.max_consecutive_tool_failures = 1000;
+    h.spec_mut().limits.loop_threshold = 12;
+    h.seal_often(4, 1);
+    h.reconcile("a");
+    for i in 0..14 {
+        h.result("a", json!({"v": i}));
+    }
+    assert!(!h.segments.is_empty(), "it sealed");
+    assert!(h.status().steps.len() <= 6, "{}", h.status().steps.len());
+    // Now the same answer again and again: loop_detected after 12 in a row, as unsealed.
+    while h.pending_tool.is_some() {
+        h.result("a", json!({"v": "same"}));
+    }
+    let status = h.status();
+    assert_eq!(status.reason, Some(TerminalReason::LoopDetected));
+    assert_eq!(h.last_event("loop.detected")["count"], json!(12));
+    assert_eq!(status.step_count, 14 + 12);
 }
