@@ -3,7 +3,8 @@
 //!
 //! Every write here is a compare-and-set where DESIGN.md section 4 asks for one: the run's
 //! status is replaced on the `resourceVersion` last read ([`ClusterApi::replace_run_status`]),
-//! Leases are created when absent and replaced on their `resourceVersion`. A 409 comes back as
+//! Leases are created when absent and replaced on their `resourceVersion`; AgentRunSegments
+//! are only created (and read back by name), never replaced. A 409 comes back as
 //! [`ApiError::Conflict`]; nothing in here retries a write.
 
 use async_trait::async_trait;
