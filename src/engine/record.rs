@@ -5,8 +5,17 @@
 //! external actions), section 3 guarantee 8 (a status over the object budget becomes a
 //! `record_too_large` write that fits, never a retry loop) and BEHAVIOURS.md 49-50. It must not
 //! decide what a run does next; the other rooms do, through [`Txn`].
+//!
+//! It also owns the window's one lookup (docs/design.md section 4a): a step's index is not its
+//! position in `status.steps` once the run has sealed, so every room goes through
+//! [`position`], [`index_at`] and [`next_index`]; and when a write seals: an executor's write
+//! that settles a step of a live run ([`Txn::finish`]). The conditions are `conditions`'.
+
+mod conditions;
 
 use serde_json::{json, Value};
+
+use conditions::{approval_conflict_condition, ready_condition, waiting_condition};
 
 use super::{
     ApprovalSnapshot, ApprovalWrite, Bookkeeping, Budgets, Caller, ExternalCall, Next, ObserveNext,
@@ -14,7 +23,7 @@ use super::{
 };
 use crate::api::{
     AgentRunStatus, Condition, EventType, LeaseRecord, Observation, ObservationKind, RunEvent,
-    RunPhase, Step, StepIndex, StepStatus, TerminalReason, Time,
+    Step, StepIndex, StepStatus, TerminalReason, Time,
 };
 
 /// Room left for the object's metadata and spec framing when the status is measured against
@@ -530,122 +539,6 @@ impl Finished {
             approvals: self.approvals,
             next: self.observe_next,
         }
-    }
-}
-
-type ConditionParts = (&'static str, &'static str, String, String);
-
-fn ready_condition(status: &AgentRunStatus) -> ConditionParts {
-    match (status.phase, status.reason) {
-        (RunPhase::Completed, _) => (
-            "Ready",
-            "True",
-            TerminalReason::GoalCompleted.condition_reason().into(),
-            "the run completed its goal".into(),
-        ),
-        (_, Some(reason)) => (
-            "Ready",
-            "False",
-            reason.condition_reason().to_string(),
-            status
-                .reason_detail
-                .clone()
-                .unwrap_or_else(|| format!("the run ended {}", phase_word(status.phase))),
-        ),
-        (phase, None) => (
-            "Ready",
-            "False",
-            phase_word(phase).to_string(),
-            format!("the run is {}", phase_word(phase)),
-        ),
-    }
-}
-
-/// `ApprovalConflict` (issue 16): True while the awaited Approval is one the run had to
-/// re-home because its name was taken by an object that is not its own; False once a run that
-/// had the condition moves on; absent for a run that never had a conflict.
-fn approval_conflict_condition(status: &AgentRunStatus, had: bool) -> Option<ConditionParts> {
-    let awaited = (status.phase == RunPhase::WaitingForApproval)
-        .then(|| {
-            status
-                .steps
-                .iter()
-                .rev()
-                .find(|s| s.status == crate::api::StepStatus::AwaitingApproval)
-                .and_then(|s| s.approvals.last())
-        })
-        .flatten();
-    let rehomed = awaited.and_then(|a| {
-        status.events.iter().rev().find_map(|e| {
-            let data = e.data.as_ref()?;
-            (e.type_ == EventType::ApprovalRequested
-                && data.get("approval").and_then(Value::as_str) == Some(a.name.as_str()))
-            .then(|| data.clone())
-        })
-    });
-    match rehomed.filter(|d| d.get("replaces").is_some()) {
-        Some(data) => {
-            let text = |k: &str| {
-                data.get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or("-")
-                    .to_string()
-            };
-            Some((
-                "ApprovalConflict",
-                "True",
-                "NameTaken".into(),
-                format!(
-                    "Approval {} {}; it was left as it is and the run waits on Approval {}",
-                    text("replaces"),
-                    text("conflict"),
-                    text("approval")
-                ),
-            ))
-        }
-        None if had => Some((
-            "ApprovalConflict",
-            "False",
-            "NoConflict".into(),
-            "the run waits on no Approval whose name was taken".into(),
-        )),
-        None => None,
-    }
-}
-
-fn waiting_condition(status: &AgentRunStatus) -> ConditionParts {
-    if status.phase == RunPhase::WaitingForApproval {
-        let name = status
-            .steps
-            .iter()
-            .rev()
-            .find_map(|s| s.approvals.last())
-            .map(|a| a.name.clone())
-            .unwrap_or_default();
-        (
-            "WaitingForApproval",
-            "True",
-            "ApprovalPending".into(),
-            format!("waiting for a decision on Approval {name}"),
-        )
-    } else {
-        (
-            "WaitingForApproval",
-            "False",
-            phase_word(status.phase).to_string(),
-            "no approval is pending".into(),
-        )
-    }
-}
-
-fn phase_word(phase: RunPhase) -> &'static str {
-    match phase {
-        RunPhase::Pending => "Pending",
-        RunPhase::Running => "Running",
-        RunPhase::WaitingForApproval => "WaitingForApproval",
-        RunPhase::Completed => "Completed",
-        RunPhase::Failed => "Failed",
-        RunPhase::Cancelled => "Cancelled",
     }
 }
 
