@@ -376,3 +376,39 @@ fn a_run_with_lifted_limits_still_seals_and_its_limits_still_fire() {
     assert_eq!(h.last_event("loop.detected")["count"], json!(12));
     assert_eq!(status.step_count, 14 + 12);
 }
+
+#[test]
+fn a_step_is_found_by_its_index_whatever_the_window_holds() {
+    use crate::engine::record::{index_at, next_index, position, step_count};
+    let mut h = Harness::scripted(reads(12));
+    h.seal_often(2, 1);
+    run_to_end(&mut h, |i| json!({"v": i}));
+    let status = h.status();
+    let first = status.steps[0].index;
+    assert!(first.get() > 0, "the window starts after the sealed steps");
+    assert_eq!(position(&status, first), Some(0));
+    assert_eq!(
+        position(&status, StepIndex(first.get() - 1)),
+        None,
+        "a sealed step"
+    );
+    assert_eq!(position(&status, StepIndex(99)), None, "not started");
+    assert_eq!(position(&status, StepIndex(-1)), None);
+    assert_eq!(index_at(&status, 0), first);
+    assert_eq!(next_index(&status), StepIndex(13));
+    assert_eq!(index_at(&status, status.steps.len()), StepIndex(13));
+    assert_eq!(step_count(&status), 13);
+    // An empty window continues after its archive.
+    let mut empty = status.clone();
+    empty.steps.clear();
+    let last_sealed = empty
+        .archive
+        .as_ref()
+        .unwrap()
+        .segments
+        .last()
+        .unwrap()
+        .last_step;
+    assert_eq!(next_index(&empty), StepIndex(last_sealed + 1));
+    assert_eq!(step_count(&crate::api::AgentRunStatus::default()), 0);
+}
