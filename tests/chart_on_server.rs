@@ -280,6 +280,8 @@ async fn runs_complete_as_the_charts_service_account(cluster: &TestCluster, sets
         ("update", "agentruns.agentrt.dev", "status"),
         ("create", "approvals.agentrt.dev", ""),
         ("patch", "approvals.agentrt.dev", "status"),
+        ("create", "agentrunsegments.agentrt.dev", ""),
+        ("get", "agentrunsegments.agentrt.dev", ""),
         ("update", "leases.coordination.k8s.io", ""),
         ("create", "events.events.k8s.io", ""),
         ("get", "secrets", ""),
@@ -323,8 +325,11 @@ async fn runs_complete_as_the_charts_service_account(cluster: &TestCluster, sets
     // The controller watches only the test's namespace even with the ClusterRole, so that it
     // never picks up the runs of other tests sharing this cluster; the ClusterRole's cluster-wide
     // reach is checked above with `auth can-i --all-namespaces`.
-    let mut controller =
-        ControllerProcess::spawn(&kubeconfig, &ns, ControllerSpec::named("chart-sa"));
+    let mut controller = ControllerProcess::spawn(
+        &kubeconfig,
+        &ns,
+        ControllerSpec::named("chart-sa").sealing(),
+    );
     drive_rbac_runs(cluster, &manifests).await;
     assert_eq!(calls_of(&tools, "issue_refund"), 1);
     controller.signal(libc::SIGTERM);

@@ -64,7 +64,7 @@ async fn run_cell(
     let mut started = 0usize;
     let start_next = |faults: &mut Vec<&str>, started: &mut usize| {
         *started += 1;
-        let mut spec = ControllerSpec::named(&format!("c{started}"));
+        let mut spec = ControllerSpec::named(&format!("c{started}")).sealing();
         if let Some(fault) = faults.pop() {
             spec = spec.fault(fault);
         }

@@ -28,7 +28,7 @@ async fn many_runs_with(replicas: usize) {
             ControllerProcess::spawn(
                 cluster.kubeconfig(),
                 &ns,
-                ControllerSpec::named(&format!("r{i}")),
+                ControllerSpec::named(&format!("r{i}")).sealing(),
             )
         })
         .collect();

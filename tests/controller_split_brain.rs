@@ -25,13 +25,13 @@ async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
     .await;
     let uid = run.metadata.uid.clone().unwrap();
 
-    let first = start_controller(&cluster, "first");
+    let first = start_sealing_controller(&cluster, "first");
     tools
         .wait_for_call(&format!("{uid}/0"), Duration::from_secs(30), || first.log())
         .await;
     first.signal(libc::SIGSTOP);
     // Past its 2-second lease; meanwhile the slow call answers into the stopped process.
-    let second = start_controller(&cluster, "second");
+    let second = start_sealing_controller(&cluster, "second");
     let taken = wait_status(
         &client,
         &ns,

@@ -112,7 +112,7 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
         .lines()
         .count();
 
-    let mut controller = start_controller(&cluster, "rbac");
+    let mut controller = start_sealing_controller(&cluster, "rbac");
     drive_rbac_runs(&cluster, &manifests).await;
     controller.signal(libc::SIGTERM);
     assert!(
@@ -127,7 +127,18 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
         missing.is_empty(),
         "the controller makes calls the ClusterRole does not grant: {missing:?}\nused: {used:#?}"
     );
-    let unused: Vec<&Call> = granted.iter().filter(|c| !used.contains(*c)).collect();
+    // Granted for a path no scenario here takes: a segment create that finds its name taken
+    // GETs the object to compare its content (a holder that died between a segment's create
+    // and its status write, whose successor seals the very same steps again).
+    let unprovoked: Call = (
+        "agentrt.dev".into(),
+        "agentrunsegments".into(),
+        "get".into(),
+    );
+    let unused: Vec<&Call> = granted
+        .iter()
+        .filter(|c| !used.contains(*c) && **c != unprovoked)
+        .collect();
     assert!(
         unused.is_empty(),
         "the ClusterRole grants calls the controller never makes: {unused:?}\nused: {used:#?}"

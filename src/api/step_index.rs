@@ -3,11 +3,13 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The 0-based position of a step in the run's `status.steps` (docs/design.md section 1;
+/// A step's 0-based number in its run, counting sealed steps (docs/design.md section 1;
 /// `status.steps[].index`, `status.events[].step`, an Approval's `spec.stepIndex`, the step of
 /// an input or a call). Serialized as the bare integer, so the record and the CRD schemas are
 /// those of an `int64`; a newtype so that a step is never mixed up with an attempt, a count or
-/// an epoch (ARCHITECTURE.md, "Types carry the contract").
+/// an epoch (ARCHITECTURE.md, "Types carry the contract"). Once a run has sealed, it is not a position
+/// in `status.steps` (the window, docs/design.md section 4a): the engine's record looks a step
+/// up by its index.
 #[derive(
     Serialize,
     Deserialize,
@@ -26,16 +28,6 @@ use serde::{Deserialize, Serialize};
 pub struct StepIndex(pub i64);
 
 impl StepIndex {
-    /// The step at `position` in `status.steps` (a position beyond `i64::MAX` saturates).
-    pub fn at(position: usize) -> StepIndex {
-        StepIndex(i64::try_from(position).unwrap_or(i64::MAX))
-    }
-
-    /// Its position in `status.steps`; `None` for a negative index (a record edited by hand).
-    pub fn position(self) -> Option<usize> {
-        usize::try_from(self.0).ok()
-    }
-
     /// The bare integer, as serialized.
     pub fn get(self) -> i64 {
         self.0
@@ -59,8 +51,6 @@ mod tests {
             serde_json::json!(3)
         );
         let read: StepIndex = serde_json::from_value(serde_json::json!(7)).unwrap();
-        assert_eq!(read, StepIndex::at(7));
-        assert_eq!(StepIndex(-1).position(), None);
-        assert_eq!(StepIndex(2).position(), Some(2));
+        assert_eq!(read, StepIndex(7));
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Every write here is a compare-and-set where docs/design.md section 4 asks for one: the run's
 //! status is replaced on the `resourceVersion` last read ([`ClusterApi::replace_run_status`]),
-//! Leases are created when absent and replaced on their `resourceVersion`. A 409 comes back as
+//! Leases are created when absent and replaced on their `resourceVersion`; AgentRunSegments
+//! are only created (and read back by name), never replaced. A 409 comes back as
 //! [`ApiError::Conflict`]; nothing in here retries a write.
 
 use async_trait::async_trait;
@@ -13,7 +14,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, Post
 use kube::{Api, Client};
 use serde_json::Value;
 
-use crate::api::{AgentRun, AgentRunSpec, Approval, SecretKeyRef};
+use crate::api::{AgentRun, AgentRunSegment, AgentRunSpec, Approval, SecretKeyRef};
 use crate::engine::{ApprovalSnapshot, RunSnapshot};
 
 /// The label the engine puts on a run's Approvals: the run's uid.
@@ -220,6 +221,11 @@ pub trait ClusterApi: Send + Sync + 'static {
         status: &Value,
         resource_version: &str,
     ) -> Result<(), ApiError>;
+    /// Create an AgentRunSegment (whole object; docs/design.md section 4a);
+    /// [`ApiError::Conflict`] when one of that name exists.
+    async fn create_segment(&self, namespace: &str, segment: &Value) -> Result<(), ApiError>;
+    /// GET the AgentRunSegment named `name` (whole object); `None` when absent.
+    async fn get_segment(&self, namespace: &str, name: &str) -> Result<Option<Value>, ApiError>;
     /// GET the Lease named `name`; `None` when absent.
     async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ApiError>;
     /// CREATE a Lease; [`ApiError::Conflict`] when it exists.
@@ -236,6 +242,7 @@ pub struct KubeApi {
     client: Client,
     runs: ApiResource,
     approvals: ApiResource,
+    segments: ApiResource,
 }
 
 impl KubeApi {
@@ -245,6 +252,7 @@ impl KubeApi {
             client,
             runs: ApiResource::erase::<AgentRun>(&()),
             approvals: ApiResource::erase::<Approval>(&()),
+            segments: ApiResource::erase::<AgentRunSegment>(&()),
         }
     }
 
@@ -405,6 +413,22 @@ impl ClusterApi for KubeApi {
             )
             .await?;
         Ok(())
+    }
+
+    async fn create_segment(&self, namespace: &str, segment: &Value) -> Result<(), ApiError> {
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &self.segments)
+            .create(&PostParams::default(), &from_value(segment.clone())?)
+            .await?;
+        Ok(())
+    }
+
+    async fn get_segment(&self, namespace: &str, name: &str) -> Result<Option<Value>, ApiError> {
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &self.segments);
+        match api.get_opt(name).await? {
+            Some(object) => Ok(Some(to_value(&object)?)),
+            None => Ok(None),
+        }
     }
 
     async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ApiError> {

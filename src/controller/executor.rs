@@ -1,6 +1,6 @@
 //! The executor: one tokio task per run this replica holds, performing each engine
-//! [`Transition`] (its status write, its bookkeeping in order, then its one external call or
-//! stop) and feeding the call's outcome back (the types of `src/engine/mod.rs`).
+//! [`Transition`] (the segment it seals, its status write, its bookkeeping in order, then its
+//! one external call or stop) and feeding the call's outcome back (the types of `src/engine/mod.rs`).
 //!
 //! It decides nothing about the run. What it owns is *when* a side effect may start:
 //! - only after the status write before it landed (a 409 re-reads the run and its Approvals and
@@ -10,6 +10,10 @@
 //!   the holder's own check, never compared with another replica's clock); a lost Lease feeds [`Input::LeaseLost`] instead, and the outcome of
 //!   a tool already running is then not recorded as the step's outcome;
 //! - never once shutdown began.
+//!
+//! A transition that seals creates its segment before its status write (docs/design.md
+//! section 4a): AlreadyExists with a spec that hashes the same is success; another spec under
+//! that name is never overwritten, and the executor stops without writing.
 //!
 //! The crash points of the `fault-injection` feature sit here (see [`super::fault`]).
 
@@ -26,7 +30,11 @@ use super::lease::{HeldLease, LeaseCell};
 use super::trace;
 use serde_json::Value;
 
-use crate::engine::{Bookkeeping, ExternalCall, Input, ModelCall, Next, ToolOutcome, Transition};
+use crate::api::AgentRunSegmentSpec;
+use crate::engine::archive::segment_sha256;
+use crate::engine::{
+    Bookkeeping, ExternalCall, Input, ModelCall, Next, SegmentCreate, ToolOutcome, Transition,
+};
 
 /// Starts executing `key` under `held`, beginning with `input` (normally
 /// [`Input::LeaseAcquired`]). False when this replica already executes the run (the lease is
@@ -88,6 +96,82 @@ pub fn spawn(
         .instrument(span),
     );
     true
+}
+
+/// Why a sealed segment was not created (docs/design.md section 4a).
+#[derive(Debug, thiserror::Error)]
+enum SegmentError {
+    /// The API server failed; whether the create landed is unknown (a later seal creates it
+    /// again: AlreadyExists with the same content is success).
+    #[error("AgentRunSegment {name}: {source}")]
+    Api {
+        /// The segment's name.
+        name: String,
+        /// What failed.
+        source: super::cluster::ApiError,
+    },
+    /// An object of that name holds other content: never overwritten. Names carry the
+    /// content's hash, so this is a segment edited by hand (or a hash-prefix collision).
+    #[error(
+        "AgentRunSegment {name} already exists with other content (its spec hashes to {found}, \
+         this seal's to {expected}); it is never overwritten: inspect it with `agentrt verify`"
+    )]
+    Different {
+        /// The segment's name.
+        name: String,
+        /// The sha256 this seal's spec has.
+        expected: String,
+        /// What the stored spec hashes to (or why it does not decode).
+        found: String,
+    },
+}
+
+/// Creates the segment a transition seals; an AlreadyExists whose spec hashes the same is
+/// success (a holder that died between the create and its status write, docs/behaviours.md
+/// 56).
+async fn create_segment(
+    ctx: &Context,
+    key: &RunKey,
+    seal: &SegmentCreate,
+) -> Result<(), SegmentError> {
+    let api_error = |source| SegmentError::Api {
+        name: seal.name.clone(),
+        source,
+    };
+    match ctx.api.create_segment(&key.namespace, &seal.object).await {
+        Ok(()) => {
+            ctx.metrics.segments_created.inc();
+            return Ok(());
+        }
+        Err(super::cluster::ApiError::Conflict(_)) => {}
+        Err(err) => return Err(api_error(err)),
+    }
+    let found = ctx
+        .api
+        .get_segment(&key.namespace, &seal.name)
+        .await
+        .map_err(api_error)?;
+    let found = match found {
+        // Gone again between the two calls (deleted by hand): create it once more.
+        None => {
+            return ctx
+                .api
+                .create_segment(&key.namespace, &seal.object)
+                .await
+                .map_err(api_error)
+        }
+        Some(object) => serde_json::from_value::<AgentRunSegmentSpec>(object["spec"].clone())
+            .map_err(|e| format!("a spec that does not decode: {e}"))
+            .and_then(|spec| segment_sha256(&spec).map_err(|e| e.to_string())),
+    };
+    match found {
+        Ok(sha256) if sha256 == seal.sha256 => Ok(()),
+        Ok(found) | Err(found) => Err(SegmentError::Different {
+            name: seal.name.clone(),
+            expected: seal.sha256.clone(),
+            found,
+        }),
+    }
 }
 
 /// What [`Driver::perform`] leaves the loop with.
@@ -154,13 +238,14 @@ impl Driver<'_> {
     /// the loop does next.
     async fn perform(&mut self, input: &Input, transition: Transition) -> Flow {
         let Transition {
+            seal,
             write,
             bookkeeping,
             next,
         } = transition;
         if let Some(status) = write {
             let before_call = matches!(next, Next::Call(_));
-            if let Some(flow) = self.write(input, &status, before_call).await {
+            if let Some(flow) = self.write(input, seal.as_ref(), &status, before_call).await {
                 return flow;
             }
         }
@@ -183,9 +268,16 @@ impl Driver<'_> {
         }
     }
 
-    /// The status write; `None` when it landed and the transition goes on, else what the
-    /// loop does instead (a 409 re-reads and asks again with the same input).
-    async fn write(&mut self, input: &Input, status: &Value, before_call: bool) -> Option<Flow> {
+    /// The segment the transition seals, then the status write; `None` when it landed and the
+    /// transition goes on, else what the loop does instead (a 409 re-reads and asks again with
+    /// the same input; a segment that cannot be created stops without writing).
+    async fn write(
+        &mut self,
+        input: &Input,
+        seal: Option<&SegmentCreate>,
+        status: &Value,
+        before_call: bool,
+    ) -> Option<Flow> {
         let (ctx, lease) = (self.ctx, self.lease);
         if lease.is_lost() && *input != Input::LeaseLost {
             // Record nothing under a lost lease; tell the engine instead.
@@ -208,6 +300,18 @@ impl Driver<'_> {
             lease.mark_lost();
             ctx.metrics.leases_lost.inc();
             return Some(Flow::Next(Input::LeaseLost));
+        }
+        if let Some(seal) = seal {
+            if let Err(err) = create_segment(ctx, self.key, seal).await {
+                // Nothing is written without its segment: the executor stops and the run is
+                // observed again (a takeover settles it, as after a write whose answer was lost).
+                tracing::warn!(%err, "the sealed segment was not created; stopping without writing");
+                return Some(Flow::Stop);
+            }
+            fault::check(
+                FaultPoint::AfterSegmentCreated,
+                seal.object["spec"]["index"].as_i64(),
+            );
         }
         match ctx.write_status(&self.state, status).await {
             Ok(Written::Landed(run)) => {

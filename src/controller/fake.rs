@@ -17,6 +17,9 @@ pub struct State {
     pub version: u64,
     pub runs: BTreeMap<(String, String), Value>,
     pub approvals: BTreeMap<(String, String), Value>,
+    pub segments: BTreeMap<(String, String), Value>,
+    /// Segment creates that reached the store (AlreadyExists ones included).
+    pub segment_creates: u64,
     pub leases: BTreeMap<(String, String), Lease>,
     /// Errors the next run-status writes return, in order.
     pub fail_status_writes: Vec<ApiError>,
@@ -158,6 +161,29 @@ impl ClusterApi for FakeApi {
         approval["metadata"]["resourceVersion"] = Value::String(state.version.to_string());
         state.approvals.insert(key, approval);
         Ok(())
+    }
+
+    async fn create_segment(&self, namespace: &str, segment: &Value) -> Result<(), ApiError> {
+        let mut state = self.state.lock().unwrap();
+        state.segment_creates += 1;
+        let name = segment["metadata"]["name"].as_str().unwrap_or("");
+        let key = (namespace.to_string(), name.to_string());
+        if state.segments.contains_key(&key) {
+            return Err(ApiError::Conflict("already exists".into()));
+        }
+        state.version += 1;
+        let mut segment = segment.clone();
+        segment["metadata"]["resourceVersion"] = Value::String(state.version.to_string());
+        state.segments.insert(key, segment);
+        Ok(())
+    }
+
+    async fn get_segment(&self, namespace: &str, name: &str) -> Result<Option<Value>, ApiError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .segments
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
     }
 
     async fn patch_approval_status(

@@ -6,7 +6,9 @@
 //! The points sit in the executor right after the status write that recorded the thing
 //! succeeded (derived from the events that write added), `during-tool` while a tool call is in
 //! flight, `during-model` while a model attempt is in flight (after `model.dispatched` landed),
-//! and `after-hook-answered` between the reconcile hook's answer and the write that applies it.
+//! `after-hook-answered` between the reconcile hook's answer and the write that applies it, and
+//! `after-segment-created` between a sealed segment's create and the status write that drops
+//! its steps (`:<n>` names the segment's index there).
 
 use serde_json::Value;
 
@@ -31,11 +33,14 @@ pub enum FaultPoint {
     DuringModel,
     /// After the reconcile hook answered, before the write applying its answer.
     AfterHookAnswered,
+    /// After a sealed segment was created (or found already there), before the status write
+    /// that drops its steps (docs/design.md section 4a); its number is the segment's index.
+    AfterSegmentCreated,
 }
 
 impl FaultPoint {
     /// Every point, as `AGENTRT_FAULT` names them.
-    pub const ALL: [FaultPoint; 9] = [
+    pub const ALL: [FaultPoint; 10] = [
         FaultPoint::AfterStepStarted,
         FaultPoint::AfterDecided,
         FaultPoint::AfterToolStarted,
@@ -45,6 +50,7 @@ impl FaultPoint {
         FaultPoint::AfterResumed,
         FaultPoint::DuringModel,
         FaultPoint::AfterHookAnswered,
+        FaultPoint::AfterSegmentCreated,
     ];
 
     /// The name `AGENTRT_FAULT` uses.
@@ -59,6 +65,7 @@ impl FaultPoint {
             FaultPoint::AfterResumed => "after-resumed",
             FaultPoint::DuringModel => "during-model",
             FaultPoint::AfterHookAnswered => "after-hook-answered",
+            FaultPoint::AfterSegmentCreated => "after-segment-created",
         }
     }
 
@@ -192,6 +199,10 @@ mod tests {
         assert_eq!(
             parse("after-hook-answered"),
             Some((FaultPoint::AfterHookAnswered, None))
+        );
+        assert_eq!(
+            parse("after-segment-created:1"),
+            Some((FaultPoint::AfterSegmentCreated, Some(1)))
         );
         assert_eq!(parse("nowhere"), None);
         assert_eq!(parse("after-decided:x"), None);

@@ -120,6 +120,9 @@ pub struct Metrics {
     pub reconcile_errors: Family<KindLabel, Counter>,
     /// Run status writes by outcome (`ok`, `conflict`, `error`).
     pub status_writes: Family<Outcome, Counter>,
+    /// AgentRunSegments this replica created (docs/design.md section 4a; one found already
+    /// there with the same content is not counted).
+    pub segments_created: Counter,
     /// Tool calls by outcome (`result`, `error`, `unknown`, `abort`).
     pub tool_calls: Family<Outcome, Counter>,
     /// Tool call durations by tool, in seconds.
@@ -166,6 +169,7 @@ impl Default for Metrics {
             reconcile_duration: reconcile_seconds(),
             reconcile_errors: Family::default(),
             status_writes: Family::default(),
+            segments_created: Counter::default(),
             tool_calls: Family::default(),
             tool_call_duration: Family::new_with_constructor(tool_seconds),
             steps: Family::default(),
@@ -204,6 +208,11 @@ impl Default for Metrics {
             "status_writes",
             "AgentRun status writes (compare-and-set) by outcome; conflict: another writer won",
             m.status_writes.clone(),
+        );
+        registry.register(
+            "segments_created",
+            "AgentRunSegments created: sealed history moved out of the record",
+            m.segments_created.clone(),
         );
         registry.register("tool_calls", "Tool calls by outcome", m.tool_calls.clone());
         registry.register_with_unit(
@@ -341,17 +350,22 @@ impl Metrics {
     /// Counts what one landed status write added to the record (`old` → `new`): steps that
     /// ended, takeovers, interruptions, runs finished, model usage. Reads both leniently.
     pub fn observe_write(&self, old: &Value, new: &Value) {
-        let step_status = |status: &Value, index: usize| -> Option<String> {
+        // Steps are matched by `index`, not position: a sealed record's window starts later
+        // (docs/design.md section 4a).
+        let step_status = |status: &Value, index: Option<i64>| -> Option<String> {
             status["steps"]
-                .get(index)
+                .as_array()?
+                .iter()
+                .rev()
+                .find(|step| step["index"].as_i64() == index)
                 .and_then(|step| step["status"].as_str())
                 .map(str::to_string)
         };
         if let Some(steps) = new["steps"].as_array() {
-            for (index, step) in steps.iter().enumerate() {
+            for step in steps {
                 let now = step["status"].as_str().unwrap_or("");
                 if matches!(now, "done" | "failed" | "interrupted")
-                    && step_status(old, index).as_deref() != Some(now)
+                    && step_status(old, step["index"].as_i64()).as_deref() != Some(now)
                 {
                     self.steps.get_or_create(&Outcome::of(now)).inc();
                 }

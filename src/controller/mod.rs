@@ -91,6 +91,17 @@ pub struct ControllerOptions {
     /// How long shutdown waits for tool calls in flight before releasing the leases.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
+    /// Seal a run's oldest settled steps into an AgentRunSegment when its window holds more
+    /// than this many settled steps (docs/design.md section 4a).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub seal_steps: u32,
+    /// Seal when a run's status passes this many bytes of canonical JSON.
+    #[arg(long, default_value_t = 131072, value_parser = clap::value_parser!(u32).range(1024..))]
+    pub seal_bytes: u32,
+    /// The most recent settled steps a seal leaves in the window (at least 1, and the trailing
+    /// identical calls and failures the run's loop detection and failure count look back on).
+    #[arg(long, default_value_t = 8)]
+    pub keep_steps: u32,
     /// Test only, compiled with the `fault-injection` feature: shift this replica's wall clock
     /// by this many milliseconds (negative: behind), so the clock-skew scenarios can skew one
     /// replica. The monotonic clock, which decides every lease expiry, is not shifted.
@@ -100,6 +111,17 @@ pub struct ControllerOptions {
 }
 
 impl ControllerOptions {
+    /// The sealing limits of `--seal-steps`, `--seal-bytes` and `--keep-steps`.
+    pub fn seal_limits(&self) -> crate::engine::archive::SealLimits {
+        let size = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        crate::engine::archive::SealLimits {
+            seal_steps: size(self.seal_steps),
+            seal_bytes: size(self.seal_bytes),
+            keep_steps: size(self.keep_steps),
+            ..crate::engine::archive::SealLimits::default()
+        }
+    }
+
     /// This replica's wall clock: the system's, shifted by `--clock-offset-ms` in
     /// `fault-injection` builds.
     pub fn clock(&self) -> Clock {
@@ -119,6 +141,9 @@ impl Default for ControllerOptions {
             reconcile_concurrency: 32,
             lease_skew_margin_ms: 500,
             shutdown_grace_seconds: 20,
+            seal_steps: 64,
+            seal_bytes: 128 * 1024,
+            keep_steps: 8,
             #[cfg(feature = "fault-injection")]
             clock_offset_ms: 0,
         }
@@ -242,6 +267,7 @@ pub async fn run_with_engine(
             skew_margin: Duration::from_millis(options.lease_skew_margin_ms),
             budgets: crate::engine::Budgets {
                 model_wire: crate::agents::openai::WIRE,
+                seal: options.seal_limits(),
                 ..crate::engine::Budgets::default()
             },
             ..Settings::new(holder.clone())

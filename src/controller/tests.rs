@@ -22,7 +22,8 @@ use super::reconcile::observe;
 use crate::api::Time;
 use crate::engine::{
     ApprovalSnapshot, Bookkeeping, Budgets, Caller, Engine, EngineError, ExternalCall, Input,
-    LeaseView, Next, ObserveNext, Observed, RunSnapshot, ToolCall, ToolOutcome, Transition,
+    LeaseView, Next, ObserveNext, Observed, RunSnapshot, SegmentCreate, ToolCall, ToolOutcome,
+    Transition,
 };
 
 /// Inputs the fake engine saw, per run name.
@@ -105,6 +106,7 @@ fn fake_step(
             next["events"] = json!([{"seq": 1, "type": "step.tool_started", "step": 0}]);
             let tool = run.spec.tools[0].clone();
             Transition {
+                seal: None,
                 write: Some(next),
                 bookkeeping: Vec::new(),
                 next: Next::Call(ExternalCall::Tool(ToolCall {
@@ -124,6 +126,8 @@ fn fake_step(
                 other => json!(format!("{other:?}")),
             };
             Transition {
+                // A run named `seal-…` seals with its outcome's write.
+                seal: run.name.starts_with("seal").then(|| fake_segment(run)),
                 write: Some(next),
                 bookkeeping: vec![Bookkeeping::ReleaseLease],
                 next: Next::Stop,
@@ -131,6 +135,44 @@ fn fake_step(
         }
         _ => Transition::stop(),
     })
+}
+
+/// The segment the fake engine seals for `run`: its step 0.
+fn fake_segment(run: &RunSnapshot) -> SegmentCreate {
+    let spec = segment_spec(run, "read");
+    let sha256 = crate::engine::archive::segment_sha256(&spec).unwrap();
+    let name = crate::engine::archive::segment_name(&run.name, 0, &sha256);
+    SegmentCreate {
+        object: json!({
+            "apiVersion": "agentrt.dev/v1alpha1",
+            "kind": "AgentRunSegment",
+            "metadata": {"name": name, "namespace": run.namespace},
+            "spec": spec,
+        }),
+        name,
+        sha256,
+    }
+}
+
+fn segment_spec(run: &RunSnapshot, tool: &str) -> crate::api::AgentRunSegmentSpec {
+    let step: crate::api::Step = serde_json::from_value(json!({
+        "index": 0, "status": "done", "decision": {"kind": "tool_call", "tool": tool},
+    }))
+    .unwrap();
+    crate::api::AgentRunSegmentSpec {
+        run_name: run.name.clone(),
+        run_uid: run.uid.clone(),
+        index: 0,
+        first_step: 0,
+        last_step: 0,
+        first_seq: 1,
+        last_seq: 0,
+        previous: String::new(),
+        step_count: 1,
+        bytes: 0,
+        steps: vec![step],
+        events: Vec::new(),
+    }
 }
 
 /// The scripted engine the controller tests drive.
@@ -277,6 +319,66 @@ async fn a_write_of_unknown_fate_is_settled_by_reading_back() {
     );
     assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
     assert_eq!(api.run("ns", "unknown")["status"]["phase"], "Completed");
+}
+
+#[tokio::test]
+async fn a_sealed_segment_is_created_before_the_status_write() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("seal-new", tool.addr, 3)));
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("seal-new")).await.unwrap();
+    until_idle(&ctx).await;
+    assert_eq!(api.run("ns", "seal-new")["status"]["phase"], "Completed");
+    let state = api.state.lock().unwrap();
+    assert_eq!(state.segments.len(), 1);
+    assert_eq!(state.segment_creates, 1);
+    assert_eq!(ctx.metrics.segments_created.get(), 1);
+}
+
+#[tokio::test]
+async fn a_segment_already_there_with_the_same_content_is_success() {
+    // A holder that died between the create and its status write (docs/behaviours.md 56).
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("seal-same", tool.addr, 3)));
+    let run = super::cluster::StoredRun::from_object(api.run("ns", "seal-same")).unwrap();
+    let segment = fake_segment(&run.snapshot);
+    api.create_segment("ns", &segment.object).await.unwrap();
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("seal-same")).await.unwrap();
+    until_idle(&ctx).await;
+    assert_eq!(api.run("ns", "seal-same")["status"]["phase"], "Completed");
+    assert_eq!(api.state.lock().unwrap().segments.len(), 1);
+    assert_eq!(
+        ctx.metrics.segments_created.get(),
+        0,
+        "it was there already"
+    );
+}
+
+#[tokio::test]
+async fn a_segment_name_holding_other_content_is_never_overwritten_nor_the_status_written() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("seal-other", tool.addr, 3)));
+    let run = super::cluster::StoredRun::from_object(api.run("ns", "seal-other")).unwrap();
+    let mut edited = fake_segment(&run.snapshot).object;
+    edited["spec"] = serde_json::to_value(segment_spec(&run.snapshot, "edited")).unwrap();
+    api.create_segment("ns", &edited).await.unwrap();
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("seal-other")).await.unwrap();
+    until_idle(&ctx).await;
+    let stored = api.run("ns", "seal-other");
+    assert_eq!(
+        stored["status"]["phase"], "Running",
+        "the outcome was not written"
+    );
+    let state = api.state.lock().unwrap();
+    let name = edited["metadata"]["name"].as_str().unwrap();
+    assert_eq!(
+        state.segments[&("ns".to_string(), name.to_string())]["spec"],
+        edited["spec"],
+        "never overwritten"
+    );
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

@@ -160,6 +160,7 @@ mod tests {
         assert_eq!(step_of(&Transition::stop(), &stored), Some(2));
         assert_eq!(step_of(&Transition::stop(), &json!(null)), None);
         let write = Transition {
+            seal: None,
             write: Some(json!({"stepCount": 5})),
             ..Transition::stop()
         };

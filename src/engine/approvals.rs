@@ -97,7 +97,7 @@ pub(crate) fn request_for(
             name: run.name.clone(),
             uid: run.uid.clone(),
         },
-        step: StepIndex::at(index),
+        step: txn.index_at(index),
         tool: tool_ref(spec_tool),
         args: args.clone(),
     };
@@ -161,7 +161,7 @@ pub(crate) fn pause(
     let run = txn.run;
     let now = txn.now();
     let n = txn.status.steps[index].approvals.len() + 1;
-    let name = approval_name(&run.name, StepIndex::at(index), n);
+    let name = approval_name(&run.name, txn.index_at(index), n);
     let expires_at = run
         .spec
         .limits
@@ -170,7 +170,7 @@ pub(crate) fn pause(
     let spec = ApprovalSpec {
         run_name: run.name.clone(),
         run_uid: run.uid.clone(),
-        step_index: StepIndex::at(index),
+        step_index: txn.index_at(index),
         kind: requirement.kind.clone(),
         request,
         capability: requirement.capability.clone(),
@@ -193,7 +193,7 @@ pub(crate) fn pause(
     });
     txn.event(
         EventType::ApprovalRequested,
-        Some(StepIndex::at(index)),
+        Some(txn.index_at(index)),
         json!({
             "approval": name,
             "kind": requirement.kind,
@@ -461,7 +461,7 @@ pub(crate) fn record_decision(
     }
     txn.event(
         EventType::ApprovalDecided,
-        Some(StepIndex::at(index)),
+        Some(txn.index_at(index)),
         json!({
             "approval": latest.name,
             "verdict": decision.verdict,

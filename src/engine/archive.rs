@@ -3,10 +3,13 @@
 //! `AgentRunSegment`, the segment's canonical sha256 and its name, and (in `chain`) checking a
 //! run's chain of segments and stitching them back into the whole history.
 //!
-//! Owns: the sealing rule as a pure function of the status ([`seal`]), the segment hash
-//! ([`segment_sha256`]) and name ([`segment_name`]). Must not: do I/O, read a clock, or decide
-//! when a transition seals (the engine's transitions call [`seal`]; the executor creates the
-//! segment, then writes the status [`seal`] returned).
+//! Owns: the sealing rule as a pure function of the status ([`seal`]), what the window keeps
+//! for the engine's own rules ([`window_limits`]: the trailing identical calls and the
+//! trailing failures its loop detection and failure count look back on), the segment hash ([`segment_sha256`]), name
+//! ([`segment_name`]) and object ([`segment_object`]). Must not: do I/O, read a clock, or
+//! decide when a transition seals (the record's `finish` does, for an executor's write that
+//! settles a step; the executor creates the segment, then writes the status [`seal`]
+//! returned).
 
 mod chain;
 #[cfg(test)]
@@ -47,6 +50,60 @@ impl Default for SealLimits {
             segment_bytes: 512 * 1024,
         }
     }
+}
+
+/// The limits a run's window is sealed with (docs/design.md section 4a): `limits` with
+/// `keep_steps` raised to at least 1 and to what the engine's own rules look back on.
+///
+/// The engine decides from the window alone. Loop detection compares the last
+/// `spec.limits.loopThreshold` steps, which matter only while they are the same call with the
+/// same observation; the failure count counts the trailing failed steps. So the window keeps
+/// the trailing run of identical calls (at most `loopThreshold`) and the trailing run of
+/// failures (at most `maxConsecutiveToolFailures`) of its settled steps: both decide exactly
+/// as over the whole history, for any limit (one raised on a live run included), and a run
+/// whose limits are lifted still seals. At least one settled step stays: the step just settled,
+/// whose events are the newest and are what the Kubernetes Events and the metrics project
+/// from the write.
+pub fn window_limits(limits: &SealLimits, run: &crate::api::Limits, steps: &[Step]) -> SealLimits {
+    let settled_end = steps
+        .iter()
+        .rposition(|s| is_settled(s.status))
+        .map_or(0, |p| p + 1);
+    let settled = &steps[..settled_end];
+    let cap = |n: i64| usize::try_from(n).unwrap_or(0);
+    let failures = usize::try_from(super::limits::consecutive_failures(settled)).unwrap_or(0);
+    let repeats = super::limits::trailing_repeats(settled);
+    SealLimits {
+        keep_steps: limits
+            .keep_steps
+            .max(1)
+            .max(failures.min(cap(run.max_consecutive_tool_failures)))
+            .max(repeats.min(cap(run.loop_threshold))),
+        ..limits.clone()
+    }
+}
+
+/// The whole AgentRunSegment object for `seal` of the run `owner` in `namespace`: owned by the
+/// run (deleted with it), labelled with its uid ([`crate::api::SEGMENT_RUN_UID_LABEL`]).
+pub fn segment_object(namespace: &str, owner: SegmentOwner<'_>, seal: &Seal) -> Value {
+    serde_json::json!({
+        "apiVersion": "agentrt.dev/v1alpha1",
+        "kind": "AgentRunSegment",
+        "metadata": {
+            "name": seal.name,
+            "namespace": namespace,
+            "labels": {crate::api::SEGMENT_RUN_UID_LABEL: owner.uid},
+            "ownerReferences": [{
+                "apiVersion": "agentrt.dev/v1alpha1",
+                "kind": "AgentRun",
+                "name": owner.name,
+                "uid": owner.uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": serde_json::to_value(&seal.segment).unwrap_or(Value::Null),
+    })
 }
 
 /// Which run a segment belongs to.
@@ -142,11 +199,24 @@ fn canonical_len<T: serde::Serialize + ?Sized>(value: &T) -> Result<usize, Canon
     Ok(canonical_json(&value)?.len())
 }
 
+/// Whether the step at `position` of `steps` may be sealed: it is settled, or it is an
+/// `interrupted` step the run went on past (a later step exists). A takeover resolves only the
+/// last step; an interrupted one behind it is history nothing changes again, and keeping it
+/// would keep every step after it in the window, so a run interrupted once would grow until
+/// its record passes the object budget.
+fn sealable(steps: &[Step], position: usize) -> bool {
+    steps.get(position).is_some_and(|step| {
+        is_settled(step.status)
+            || (step.status == StepStatus::Interrupted && position + 1 < steps.len())
+    })
+}
+
 /// What the window seals now, if anything (docs/design.md section 4a).
 ///
 /// Seals when the window holds more than `seal_steps` settled steps or the status's canonical
 /// JSON passes `seal_bytes`. Then the oldest settled steps (a run of settled steps from the
-/// window's start: an unsettled step is never sealed, nor anything after it), all but the last
+/// window's start: an unsettled step is never sealed, nor anything after it; an `interrupted`
+/// step the run went on past counts as settled), all but the last
 /// `keep_steps` settled ones and at most `segment_bytes` of them, go into the next segment with
 /// their events: the events before the first event of the first step kept, a contiguous seq
 /// range (run-level events in it, such as `run.created`, go with the sealed steps). When an
@@ -163,7 +233,9 @@ pub fn seal(
     status: &AgentRunStatus,
     limits: &SealLimits,
 ) -> Result<Option<Seal>, ArchiveError> {
-    let settled = status.steps.iter().filter(|s| is_settled(s.status)).count();
+    let settled = (0..status.steps.len())
+        .filter(|p| sealable(&status.steps, *p))
+        .count();
     if settled <= limits.seal_steps && canonical_len(status)? <= limits.seal_bytes {
         return Ok(None);
     }
@@ -171,10 +243,8 @@ pub fn seal(
     let (next_step, next_seq) = window_start(&archive)?;
     check_window(status, next_step, next_seq)?;
 
-    let prefix = status
-        .steps
-        .iter()
-        .take_while(|s| is_settled(s.status))
+    let prefix = (0..status.steps.len())
+        .take_while(|p| sealable(&status.steps, *p))
         .count();
     let mut count = prefix.min(settled.saturating_sub(limits.keep_steps));
     // At most `segment_bytes` of steps, and at least one.

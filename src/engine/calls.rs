@@ -20,8 +20,7 @@ use super::record::{observation, Txn};
 use super::validate::check_storable;
 use super::{ExternalCall, ToolCall};
 use crate::api::{
-    EventType, ObservationKind, PolicyDecisionKind, PolicyRecord, StepIndex, StepStatus,
-    TerminalReason,
+    EventType, ObservationKind, PolicyDecisionKind, PolicyRecord, StepStatus, TerminalReason,
 };
 
 /// The approval a re-evaluation is for.
@@ -67,7 +66,7 @@ pub(crate) fn evaluate(
         "reason": record.reason,
     });
     txn.step_mut(index).policy = Some(record);
-    txn.event(EventType::StepPolicy, Some(StepIndex::at(index)), data);
+    txn.event(EventType::StepPolicy, Some(txn.index_at(index)), data);
     match decision.decision {
         PolicyDecisionKind::Allow => start_tool(txn, index, tool, args, grant),
         PolicyDecisionKind::Deny => {
@@ -99,7 +98,7 @@ pub(crate) fn evaluate(
             step.finished_at = Some(now);
             txn.event(
                 EventType::StepFailed,
-                Some(StepIndex::at(index)),
+                Some(txn.index_at(index)),
                 json!({"reason": TerminalReason::PolicyAbort}),
             );
             txn.end_run(TerminalReason::PolicyAbort, detail, None);
@@ -193,7 +192,7 @@ pub(crate) fn start_tool(
         }
         data["approval"] = json!(grant.name);
     }
-    txn.event(EventType::StepToolStarted, Some(StepIndex::at(index)), data);
+    txn.event(EventType::StepToolStarted, Some(txn.index_at(index)), data);
     if let Some(grant) = grant {
         let mut status = grant.status;
         status.phase = crate::api::ApprovalPhase::Executed;
@@ -201,11 +200,11 @@ pub(crate) fn start_tool(
         super::approvals::write_status(txn, &grant.name, status);
     }
     txn.call(ExternalCall::Tool(ToolCall {
-        step: StepIndex::at(index),
+        step: txn.index_at(index),
         attempt,
         tool: spec_tool,
         args,
-        idempotency_key: format!("{}/{}", txn.run.uid, index),
+        idempotency_key: format!("{}/{}", txn.run.uid, txn.index_at(index)),
     }));
     Flow::Halt
 }

@@ -18,8 +18,8 @@ use super::hash::approval_hash;
 use super::loop_::{check_args, CallProblem, Flow};
 use super::record::Txn;
 use crate::api::{
-    Approval, ApprovalDecision, ApprovalStatus, EventType, RunPhase, StepApproval, StepIndex,
-    TerminalReason, INTERRUPTED_SIDE_EFFECT,
+    Approval, ApprovalDecision, ApprovalStatus, EventType, RunPhase, StepApproval, TerminalReason,
+    INTERRUPTED_SIDE_EFFECT,
 };
 
 fn origin_of(txn: &Txn, latest: &StepApproval) -> Origin {
@@ -67,13 +67,14 @@ pub(crate) fn execute_grant(
         .position(|t| t.name == spec.request.tool.name);
     let belongs = spec.run_uid == run.uid
         && spec.request.run.uid == run.uid
-        && spec.request.step == StepIndex::at(index)
-        && spec.step_index == StepIndex::at(index);
+        && spec.request.step == txn.index_at(index)
+        && spec.step_index == txn.index_at(index);
     let Some(tool) = tool.filter(|_| belongs) else {
         let detail = format!(
-            "Approval {}: its request is not for step {index} of this run or names a tool the \
+            "Approval {}: its request is not for step {} of this run or names a tool the \
              run does not have; it is never executed",
-            latest.name
+            latest.name,
+            txn.index_at(index)
         );
         txn.end_run(TerminalReason::InternalError, Some(detail), None);
         return Flow::Continue;
@@ -83,7 +84,7 @@ pub(crate) fn execute_grant(
     txn.take_lease();
     txn.event(
         EventType::RunResumed,
-        Some(StepIndex::at(index)),
+        Some(txn.index_at(index)),
         json!({"approval": latest.name}),
     );
     let now = txn.now();

@@ -35,7 +35,8 @@ fn first_exceeded(txn: &Txn) -> Option<(TerminalReason, EventType, Value)> {
     let status = &txn.status;
     let exceeded =
         |limit: &str, value: Value, max: i64| json!({"limit": limit, "value": value, "max": max});
-    let steps = status.steps.len() as i64;
+    // Sealed steps count (docs/design.md section 4a): the last step's index + 1.
+    let steps = super::record::step_count(status);
     if steps >= limits.max_steps {
         return Some((
             TerminalReason::LimitSteps,
@@ -98,6 +99,16 @@ pub(crate) fn consecutive_failures(steps: &[Step]) -> i64 {
         }
     }
     count
+}
+
+/// How many settled steps at the end of `steps` are the same tool call with the same
+/// observation (what [`looping`] compares), 0 when the last is not a valid tool call.
+pub(crate) fn trailing_repeats(steps: &[Step]) -> usize {
+    let mut keys = steps.iter().rev().map(call_key);
+    let Some(Some(last)) = keys.next() else {
+        return 0;
+    };
+    1 + keys.take_while(|key| key.as_ref() == Some(&last)).count()
 }
 
 /// Loop detection (docs/behaviours.md 6): the last `threshold` steps are tool calls of one tool

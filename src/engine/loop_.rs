@@ -71,9 +71,9 @@ pub(crate) fn start_step(txn: &mut Txn) -> Flow {
     if limits::check(txn) {
         return Flow::Continue;
     }
-    let index = txn.status.steps.len();
+    let step = super::record::next_index(&txn.status);
     txn.status.steps.push(Step {
-        index: StepIndex::at(index),
+        index: step,
         status: StepStatus::Deciding,
         decision: None,
         policy: None,
@@ -83,25 +83,25 @@ pub(crate) fn start_step(txn: &mut Txn) -> Flow {
         started_at: Some(txn.now()),
         finished_at: None,
     });
-    txn.event(
-        EventType::StepStarted,
-        Some(StepIndex::at(index)),
-        Value::Null,
-    );
+    txn.event(EventType::StepStarted, Some(step), Value::Null);
     decide(txn)
 }
 
 /// Gets the decision of the last step (which is `deciding`).
 fn decide(txn: &mut Txn) -> Flow {
-    let Some(index) = txn.last_index() else {
+    let Some(index) = txn.last_position() else {
         return Flow::Continue;
     };
     let agent = &txn.run.spec.agent;
     if let Some(scripted) = &agent.scripted {
-        let consumed = txn.status.steps[..index]
-            .iter()
-            .filter(|s| s.decision.is_some())
-            .count();
+        // Every sealed step took a decision: a scripted step is decided in the write that
+        // starts it, and only a step that failed deciding (the run's end) has none.
+        let sealed = usize::try_from(super::record::window_start(&txn.status)).unwrap_or(0);
+        let consumed = sealed
+            + txn.status.steps[..index]
+                .iter()
+                .filter(|s| s.decision.is_some())
+                .count();
         return match scripted.decisions.get(consumed) {
             Some(decision) => apply_decision(txn, index, decision.clone()),
             None => {
@@ -117,7 +117,7 @@ fn decide(txn: &mut Txn) -> Flow {
     if agent.webhook.is_some() {
         let request = agent_request(txn, index);
         txn.call(ExternalCall::Agent {
-            step: StepIndex::at(index),
+            step: txn.index_at(index),
             request,
         });
         return Flow::Halt;
@@ -133,12 +133,11 @@ pub(crate) fn agent_answered(
     step: StepIndex,
     decision: Result<Value, String>,
 ) -> Result<(), EngineError> {
-    let index = step
-        .position()
-        .filter(|i| *i < txn.status.steps.len())
+    let index = txn
+        .position(step)
         .ok_or_else(|| unexpected(txn, format!("no step {step} to decide")))?;
-    let current =
-        txn.last_index() == Some(index) && txn.status.steps[index].status == StepStatus::Deciding;
+    let current = txn.last_position() == Some(index)
+        && txn.status.steps[index].status == StepStatus::Deciding;
     if current {
         match decision {
             Ok(decision) => {
@@ -166,7 +165,8 @@ pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
 }
 
 /// The body a webhook agent receives: the run, its goal, the step to decide, its tools (as
-/// specified), its steps so far and its approvals.
+/// specified), the window's steps, `archive` (the sealed segments, `null` when none; an agent
+/// that needs older steps reads them: docs/design.md section 4a) and its approvals.
 fn agent_request(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let tools: Vec<Value> = run
@@ -187,9 +187,10 @@ fn agent_request(txn: &Txn, index: usize) -> Value {
     json!({
         "run": {"namespace": run.namespace, "name": run.name, "uid": run.uid},
         "goal": run.spec.goal,
-        "step": index,
+        "step": txn.index_at(index),
         "tools": tools,
         "steps": to_value(&txn.status.steps),
+        "archive": to_value(&txn.status.archive),
         "approvals": takeover::approvals_view(txn),
     })
 }
@@ -200,7 +201,7 @@ pub(crate) fn apply_decision(txn: &mut Txn, index: usize, raw: Value) -> Flow {
     let record = decision_record(&raw);
     let data = json!({"kind": record.kind, "tool": record.tool});
     txn.step_mut(index).decision = Some(record.clone());
-    txn.event(EventType::StepDecided, Some(StepIndex::at(index)), data);
+    txn.event(EventType::StepDecided, Some(txn.index_at(index)), data);
     match validate(txn, &raw, &record) {
         Ok(Valid::Complete(result)) => {
             let now = txn.now();

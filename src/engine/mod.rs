@@ -9,7 +9,9 @@
 //!   call and no lease release: an observer never starts a side effect (docs/design.md section 5).
 //!   After the lease is won, the executor calls [`step`] with [`Input::LeaseAcquired`].
 //! - [`step`] (the executor, holding the lease) takes one [`Input`] and returns a
-//!   [`Transition`]: `write: Option<status>`, then `bookkeeping: Vec<Bookkeeping>`
+//!   [`Transition`]: `seal: Option<SegmentCreate>` (a segment to create first, when the write
+//!   records a step's outcome and the window is due to seal: docs/design.md section 4a), then
+//!   `write: Option<status>`, then `bookkeeping: Vec<Bookkeeping>`
 //!   (`Approval(ApprovalWrite::Create | ApprovalWrite::Status)` in order, then `ReleaseLease`
 //!   last and only before a stop), then exactly one `next: Next` = `Call(ExternalCall)` (`Tool
 //!   | Agent | Model | ReconcileHook`, whose outcome comes back as [`Input::ToolFinished`],
@@ -106,6 +108,11 @@ pub struct Budgets {
     /// bytes this gives (docs/behaviours.md 46). Default [`conversation::ModelWire::NEUTRAL`];
     /// the controller hands in `agents::openai::WIRE`.
     pub model_wire: conversation::ModelWire,
+    /// When and how much an executor's transition seals (docs/design.md section 4a; the
+    /// controller's `--seal-steps`, `--seal-bytes`, `--keep-steps`). The window also keeps
+    /// what the engine's loop detection and failure count look back on
+    /// ([`archive::window_limits`]).
+    pub seal: archive::SealLimits,
 }
 
 impl Default for Budgets {
@@ -114,6 +121,7 @@ impl Default for Budgets {
             step_content_bytes: 16 * 1024,
             object_bytes: 1024 * 1024,
             model_wire: conversation::ModelWire::NEUTRAL,
+            seal: archive::SealLimits::default(),
         }
     }
 }
@@ -452,9 +460,28 @@ pub enum Next {
     Stop,
 }
 
+/// A sealed segment to create before a transition's status write (docs/design.md section 4a,
+/// docs/behaviours.md 55-56).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SegmentCreate {
+    /// `metadata.name`: `<run>-<index>-<first 10 hex of sha256>` ([`archive::segment_name`]).
+    pub name: String,
+    /// `sha256:<64 hex>` of the segment's spec ([`archive::segment_sha256`]); an object
+    /// found under `name` is the same segment exactly when its spec hashes to this.
+    pub sha256: String,
+    /// The whole AgentRunSegment: apiVersion, kind, metadata (name, namespace, the run-uid
+    /// label, an ownerReference to the run) and spec.
+    pub object: Value,
+}
+
 /// What [`step`] returns to the executor: the protocol of the module doc as a type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
+    /// Create this segment first, when the transition seals (docs/design.md section 4a): only
+    /// with a `write`, which then drops the sealed steps and events and appends the segment to
+    /// `status.archive`. AlreadyExists with a spec hashing to its `sha256` is success; another
+    /// spec under the name is never overwritten, and the executor stops without writing.
+    pub seal: Option<SegmentCreate>,
     /// The whole new `status`, to replace the stored one by compare-and-set on the
     /// `resourceVersion` the snapshot was read at; `None` when the record did not change. On a
     /// conflict (409) the bookkeeping and `next` are dropped, the run and its Approvals re-read
@@ -470,6 +497,7 @@ impl Transition {
     /// Nothing to write, nothing to do: the executor ends.
     pub fn stop() -> Transition {
         Transition {
+            seal: None,
             write: None,
             bookkeeping: Vec::new(),
             next: Next::Stop,

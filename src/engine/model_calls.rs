@@ -68,7 +68,7 @@ pub(crate) fn dispatch(txn: &mut Txn, index: usize, delay_millis: u64) -> Flow {
     });
     txn.event(
         EventType::ModelDispatched,
-        Some(StepIndex::at(index)),
+        Some(txn.index_at(index)),
         json!({
             "attempt": attempt,
             "model": agent.model,
@@ -82,7 +82,7 @@ pub(crate) fn dispatch(txn: &mut Txn, index: usize, delay_millis: u64) -> Flow {
         }),
     );
     txn.call(ExternalCall::Model(ModelCall {
-        step: StepIndex::at(index),
+        step: txn.index_at(index),
         attempt,
         request,
         max_output_tokens: cap,
@@ -96,7 +96,7 @@ fn dispatched(txn: &Txn, index: usize) -> i64 {
     txn.status
         .events
         .iter()
-        .filter(|e| e.type_ == EventType::ModelDispatched && e.step == Some(StepIndex::at(index)))
+        .filter(|e| e.type_ == EventType::ModelDispatched && e.step == Some(txn.index_at(index)))
         .count() as i64
 }
 
@@ -112,7 +112,7 @@ fn open_attempt(txn: &Txn, index: usize, attempt: i64) -> Option<Open> {
         let Some(data) = event
             .data
             .as_ref()
-            .filter(|_| event.step == Some(StepIndex::at(index)))
+            .filter(|_| event.step == Some(txn.index_at(index)))
         else {
             continue;
         };
@@ -162,7 +162,7 @@ pub(crate) fn close_open_attempt(txn: &mut Txn, index: usize, why: &str) {
     data["attempt"] = json!(attempt);
     data["outcome"] = json!("unknown");
     data["detail"] = json!(why);
-    txn.event(EventType::ModelFailed, Some(StepIndex::at(index)), data);
+    txn.event(EventType::ModelFailed, Some(txn.index_at(index)), data);
 }
 
 /// [`super::Input::ModelAnswered`].
@@ -172,17 +172,14 @@ pub(crate) fn answered(
     attempt: i64,
     outcome: ModelOutcome,
 ) -> Result<(), EngineError> {
-    let index = step
-        .position()
-        .filter(|i| *i < txn.status.steps.len())
-        .ok_or_else(|| {
-            unexpected(
-                txn,
-                format!("a model answer for step {step}, which does not exist"),
-            )
-        })?;
-    let deciding =
-        txn.last_index() == Some(index) && txn.status.steps[index].status == StepStatus::Deciding;
+    let index = txn.position(step).ok_or_else(|| {
+        unexpected(
+            txn,
+            format!("a model answer for step {step}, which does not exist"),
+        )
+    })?;
+    let deciding = txn.last_position() == Some(index)
+        && txn.status.steps[index].status == StepStatus::Deciding;
     let Some(open) = open_attempt(txn, index, attempt).filter(|_| deciding) else {
         // Applied already, or an attempt that is no longer open: go on from the record.
         drive(txn);
@@ -195,7 +192,7 @@ pub(crate) fn answered(
 }
 
 fn settle(txn: &mut Txn, index: usize, attempt: i64, open: &Open, outcome: ModelOutcome) -> Flow {
-    let step = Some(StepIndex::at(index));
+    let step = Some(txn.index_at(index));
     match outcome {
         ModelOutcome::Answered {
             decision,

@@ -203,14 +203,12 @@ pub(crate) fn late(
 }
 
 fn step_index(txn: &Txn, step: StepIndex) -> Result<usize, EngineError> {
-    step.position()
-        .filter(|i| *i < txn.status.steps.len())
-        .ok_or_else(|| {
-            unexpected(
-                txn,
-                format!("a tool outcome for step {step}, which does not exist"),
-            )
-        })
+    txn.position(step).ok_or_else(|| {
+        unexpected(
+            txn,
+            format!("a tool outcome for step {step}, which does not exist"),
+        )
+    })
 }
 
 fn tool_name(txn: &Txn, index: usize) -> String {

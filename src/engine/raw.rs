@@ -79,6 +79,7 @@ pub(crate) fn undecodable_step(
         _ => {}
     }
     Transition {
+        seal: None,
         write: ending(run, caller, phase, &detail),
         bookkeeping: vec![Bookkeeping::ReleaseLease],
         next: Next::Stop,

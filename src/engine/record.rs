@@ -5,8 +5,17 @@
 //! external actions), section 3 guarantee 8 (a status over the object budget becomes a
 //! `record_too_large` write that fits, never a retry loop) and docs/behaviours.md 49-50. It must not
 //! decide what a run does next; the other rooms do, through [`Txn`].
+//!
+//! It also owns the window's one lookup (docs/design.md section 4a): a step's index is not its
+//! position in `status.steps` once the run has sealed, so every room goes through
+//! [`position`], [`index_at`] and [`next_index`]; and when a write seals: an executor's write
+//! that settles a step of a live run ([`Txn::finish`]). The conditions are `conditions`'.
+
+mod conditions;
 
 use serde_json::{json, Value};
+
+use conditions::{approval_conflict_condition, ready_condition, waiting_condition};
 
 use super::{
     ApprovalSnapshot, ApprovalWrite, Bookkeeping, Budgets, Caller, ExternalCall, Next, ObserveNext,
@@ -14,7 +23,7 @@ use super::{
 };
 use crate::api::{
     AgentRunStatus, Condition, EventType, LeaseRecord, Observation, ObservationKind, RunEvent,
-    RunPhase, Step, StepIndex, StepStatus, TerminalReason, Time,
+    Step, StepIndex, StepStatus, TerminalReason, Time,
 };
 
 /// Room left for the object's metadata and spec framing when the status is measured against
@@ -39,6 +48,66 @@ fn encoded_len(value: &impl serde::Serialize) -> usize {
         Ok(()) => count.0,
         Err(_) => usize::MAX,
     }
+}
+
+/// The index of the window's first step (docs/design.md section 4a): `status.steps[0]`'s, or
+/// with an empty window the step after the last sealed one (0 for a run that never sealed).
+/// Step indices are not positions in `status.steps` once a run has sealed: every lookup goes
+/// through [`position`] and [`index_at`].
+pub(crate) fn window_start(status: &AgentRunStatus) -> i64 {
+    match status.steps.first() {
+        Some(first) => first.index.get(),
+        None => status
+            .archive
+            .as_ref()
+            .and_then(|a| a.segments.last())
+            .map_or(0, |s| s.last_step.saturating_add(1)),
+    }
+}
+
+/// The position in `status.steps` of step `index`, when the window holds it (`None` for a
+/// sealed step, one not started yet, or a negative index in a record edited by hand).
+pub(crate) fn position(status: &AgentRunStatus, index: StepIndex) -> Option<usize> {
+    let offset = index.get().checked_sub(window_start(status))?;
+    let guess = usize::try_from(offset).ok()?;
+    match status.steps.get(guess) {
+        Some(step) if step.index == index => Some(guess),
+        // A window whose indices have a gap (edited by hand): look for it.
+        _ => status.steps.iter().position(|s| s.index == index),
+    }
+}
+
+/// The index of the step at `position` in `status.steps`; one past the window's end is the
+/// index the next step gets ([`next_index`]).
+pub(crate) fn index_at(status: &AgentRunStatus, position: usize) -> StepIndex {
+    match status.steps.get(position) {
+        Some(step) => step.index,
+        None => {
+            let past = position.saturating_sub(status.steps.len());
+            StepIndex(
+                next_index(status)
+                    .get()
+                    .saturating_add(i64::try_from(past).unwrap_or(i64::MAX)),
+            )
+        }
+    }
+}
+
+/// The index the next step gets: the last step's index + 1 (the window's start when it is
+/// empty).
+pub(crate) fn next_index(status: &AgentRunStatus) -> StepIndex {
+    StepIndex(
+        status
+            .steps
+            .last()
+            .map_or_else(|| window_start(status), |s| s.index.get().saturating_add(1)),
+    )
+}
+
+/// How many steps the run has taken, sealed ones included (`stepCount`): the last step's index
+/// + 1.
+pub(crate) fn step_count(status: &AgentRunStatus) -> i64 {
+    next_index(status).get()
 }
 
 /// Decodes a stored status (`null` is a new run's empty status).
@@ -147,12 +216,25 @@ impl<'a> Txn<'a> {
         });
     }
 
-    pub fn step_mut(&mut self, index: usize) -> &mut Step {
-        &mut self.status.steps[index]
+    /// The step at `position` in the window (`status.steps[position]`). Positions come from
+    /// [`Txn::position`], [`Txn::last_position`] or a walk of the window.
+    pub fn step_mut(&mut self, position: usize) -> &mut Step {
+        &mut self.status.steps[position]
     }
 
-    pub fn last_index(&self) -> Option<usize> {
+    /// The position of the window's last step.
+    pub fn last_position(&self) -> Option<usize> {
         self.status.steps.len().checked_sub(1)
+    }
+
+    /// The position of step `index` in the window ([`position`]).
+    pub fn position(&self, index: StepIndex) -> Option<usize> {
+        position(&self.status, index)
+    }
+
+    /// The index of the step at `position` in the window ([`index_at`]).
+    pub fn index_at(&self, position: usize) -> StepIndex {
+        index_at(&self.status, position)
     }
 
     /// The recorded holder.
@@ -175,23 +257,24 @@ impl<'a> Txn<'a> {
     }
 
     /// Adds the step's current active segment (startedAt to now) to `activeSeconds`.
-    pub fn add_active_time(&mut self, index: usize) {
+    pub fn add_active_time(&mut self, position: usize) {
         let now = self.now();
-        if let Some(started) = self.status.steps[index].started_at {
+        if let Some(started) = self.status.steps[position].started_at {
             let millis = now.as_millis().saturating_sub(started.as_millis()).max(0);
             self.status.active_seconds += millis as f64 / 1000.0;
         }
     }
 
     /// Ends a step `failed` with `observation`, writing `step.failed`.
-    pub fn fail_step(&mut self, index: usize, observation: Observation) {
+    pub fn fail_step(&mut self, position: usize, observation: Observation) {
         let now = self.now();
         let data = json!({"observation": observation.kind, "summary": observation.summary});
-        let step = self.step_mut(index);
+        let step = self.step_mut(position);
         step.status = StepStatus::Failed;
         step.finished_at = Some(now);
         step.observation = Some(observation);
-        self.event(EventType::StepFailed, Some(StepIndex::at(index)), data);
+        let index = step.index;
+        self.event(EventType::StepFailed, Some(index), data);
     }
 
     /// Ends the run with `reason`: a step still deciding or executing fails (an executing one
@@ -211,8 +294,9 @@ impl<'a> Txn<'a> {
                     let step = self.step_mut(index);
                     step.status = StepStatus::Failed;
                     step.finished_at = Some(now);
+                    let step = step.index;
                     let data = json!({"reason": reason});
-                    self.event(EventType::StepFailed, Some(StepIndex::at(index)), data);
+                    self.event(EventType::StepFailed, Some(step), data);
                 }
                 StepStatus::Executing => {
                     self.fail_step(index, interrupted_observation(previous, None));
@@ -274,8 +358,11 @@ impl<'a> Txn<'a> {
     pub fn finish(mut self) -> Finished {
         super::approvals::cancel_spent(&mut self);
         let mut write = None;
+        let mut seal = None;
         if self.status != self.stored {
             self.sync_derived();
+            seal = self.seal();
+            // The object budget is checked on the status as written, the sealed one.
             let status = to_value(&self.status);
             if !self.fits(&status) {
                 return self.too_large(&status);
@@ -283,12 +370,53 @@ impl<'a> Txn<'a> {
             write = Some(status);
         }
         Finished {
+            seal,
             write,
             approvals: self.approval_writes,
             release: self.release,
             next: self.next.unwrap_or(Next::Stop),
             observe_next: self.observe_next,
         }
+    }
+
+    /// Seals the working copy when this is an executor's write that settles a step of a run
+    /// still going and the window is due (docs/design.md section 4a, docs/behaviours.md 55):
+    /// the status becomes the sealed one and the segment to create first is returned. An
+    /// observer never seals, nor does a write that settles nothing (a takeover, a pause), so
+    /// sealing adds a create and no status write. A window that cannot be sealed (one that
+    /// does not continue its archive, edited by hand) stays as it is.
+    fn seal(&mut self) -> Option<super::SegmentCreate> {
+        if !self.executor || self.status.phase.is_terminal() || !self.settles_a_step() {
+            return None;
+        }
+        let owner = super::archive::SegmentOwner {
+            name: &self.run.name,
+            uid: &self.run.uid,
+        };
+        let limits = super::archive::window_limits(
+            &self.budgets.seal,
+            &self.run.spec.limits,
+            &self.status.steps,
+        );
+        let sealed = super::archive::seal(owner, &self.status, &limits).ok()??;
+        let object = super::archive::segment_object(&self.run.namespace, owner, &sealed);
+        let create = super::SegmentCreate {
+            name: sealed.name,
+            sha256: sealed.sha256,
+            object,
+        };
+        self.status = sealed.status;
+        Some(create)
+    }
+
+    /// Whether the working copy settles a step the stored record held unsettled (or did not
+    /// hold): the write records a step's outcome.
+    fn settles_a_step(&self) -> bool {
+        self.status.steps.iter().rev().any(|step| {
+            super::archive::is_settled(step.status)
+                && position(&self.stored, step.index)
+                    .is_none_or(|p| !super::archive::is_settled(self.stored.steps[p].status))
+        })
     }
 
     fn fits(&self, status: &Value) -> bool {
@@ -326,6 +454,7 @@ impl<'a> Txn<'a> {
         txn.end_run(TerminalReason::RecordTooLarge, Some(detail), None);
         txn.sync_derived();
         Finished {
+            seal: None,
             write: Some(to_value(&txn.status)),
             approvals: Vec::new(),
             release: self.executor,
@@ -338,7 +467,7 @@ impl<'a> Txn<'a> {
     /// `observedGeneration`, conditions.
     pub fn sync_derived(&mut self) {
         let generation = self.run.generation;
-        self.status.step_count = self.status.steps.len() as i64;
+        self.status.step_count = step_count(&self.status);
         self.status.current_tool = self
             .status
             .steps
@@ -375,6 +504,7 @@ impl<'a> Txn<'a> {
 
 /// What a [`Txn`] ends with, before it is shaped for its caller.
 pub(crate) struct Finished {
+    seal: Option<super::SegmentCreate>,
     write: Option<Value>,
     approvals: Vec<ApprovalWrite>,
     release: bool,
@@ -394,6 +524,7 @@ impl Finished {
             bookkeeping.push(Bookkeeping::ReleaseLease);
         }
         Transition {
+            seal: self.seal,
             write: self.write,
             bookkeeping,
             next: self.next,
@@ -408,122 +539,6 @@ impl Finished {
             approvals: self.approvals,
             next: self.observe_next,
         }
-    }
-}
-
-type ConditionParts = (&'static str, &'static str, String, String);
-
-fn ready_condition(status: &AgentRunStatus) -> ConditionParts {
-    match (status.phase, status.reason) {
-        (RunPhase::Completed, _) => (
-            "Ready",
-            "True",
-            TerminalReason::GoalCompleted.condition_reason().into(),
-            "the run completed its goal".into(),
-        ),
-        (_, Some(reason)) => (
-            "Ready",
-            "False",
-            reason.condition_reason().to_string(),
-            status
-                .reason_detail
-                .clone()
-                .unwrap_or_else(|| format!("the run ended {}", phase_word(status.phase))),
-        ),
-        (phase, None) => (
-            "Ready",
-            "False",
-            phase_word(phase).to_string(),
-            format!("the run is {}", phase_word(phase)),
-        ),
-    }
-}
-
-/// `ApprovalConflict` (issue 16): True while the awaited Approval is one the run had to
-/// re-home because its name was taken by an object that is not its own; False once a run that
-/// had the condition moves on; absent for a run that never had a conflict.
-fn approval_conflict_condition(status: &AgentRunStatus, had: bool) -> Option<ConditionParts> {
-    let awaited = (status.phase == RunPhase::WaitingForApproval)
-        .then(|| {
-            status
-                .steps
-                .iter()
-                .rev()
-                .find(|s| s.status == crate::api::StepStatus::AwaitingApproval)
-                .and_then(|s| s.approvals.last())
-        })
-        .flatten();
-    let rehomed = awaited.and_then(|a| {
-        status.events.iter().rev().find_map(|e| {
-            let data = e.data.as_ref()?;
-            (e.type_ == EventType::ApprovalRequested
-                && data.get("approval").and_then(Value::as_str) == Some(a.name.as_str()))
-            .then(|| data.clone())
-        })
-    });
-    match rehomed.filter(|d| d.get("replaces").is_some()) {
-        Some(data) => {
-            let text = |k: &str| {
-                data.get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or("-")
-                    .to_string()
-            };
-            Some((
-                "ApprovalConflict",
-                "True",
-                "NameTaken".into(),
-                format!(
-                    "Approval {} {}; it was left as it is and the run waits on Approval {}",
-                    text("replaces"),
-                    text("conflict"),
-                    text("approval")
-                ),
-            ))
-        }
-        None if had => Some((
-            "ApprovalConflict",
-            "False",
-            "NoConflict".into(),
-            "the run waits on no Approval whose name was taken".into(),
-        )),
-        None => None,
-    }
-}
-
-fn waiting_condition(status: &AgentRunStatus) -> ConditionParts {
-    if status.phase == RunPhase::WaitingForApproval {
-        let name = status
-            .steps
-            .iter()
-            .rev()
-            .find_map(|s| s.approvals.last())
-            .map(|a| a.name.clone())
-            .unwrap_or_default();
-        (
-            "WaitingForApproval",
-            "True",
-            "ApprovalPending".into(),
-            format!("waiting for a decision on Approval {name}"),
-        )
-    } else {
-        (
-            "WaitingForApproval",
-            "False",
-            phase_word(status.phase).to_string(),
-            "no approval is pending".into(),
-        )
-    }
-}
-
-fn phase_word(phase: RunPhase) -> &'static str {
-    match phase {
-        RunPhase::Pending => "Pending",
-        RunPhase::Running => "Running",
-        RunPhase::WaitingForApproval => "WaitingForApproval",
-        RunPhase::Completed => "Completed",
-        RunPhase::Failed => "Failed",
-        RunPhase::Cancelled => "Cancelled",
     }
 }
 

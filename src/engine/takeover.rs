@@ -21,9 +21,7 @@ use super::loop_::{check_call, drive, start_step, CallProblem, Flow};
 use super::record::{interrupted_observation, previous_status, to_value, Txn};
 use super::validate::{check_storable, json_kind};
 use super::{ExternalCall, PreviousHolder};
-use crate::api::{
-    EventType, SideEffect, StepIndex, StepStatus, TerminalReason, INTERRUPTED_SIDE_EFFECT,
-};
+use crate::api::{EventType, SideEffect, StepStatus, TerminalReason, INTERRUPTED_SIDE_EFFECT};
 
 /// The notice an `interrupted_side_effect` Approval shows (docs/design.md section 5).
 pub const INTERRUPTED_NOTICE: &str = "The tool call started, but the process running it stopped \
@@ -121,12 +119,12 @@ pub(crate) fn interrupt(txn: &mut Txn, index: usize, detail: Option<&str>) {
     }
     txn.step_mut(index).status = StepStatus::Interrupted;
     txn.step_mut(index).observation = Some(interrupted_observation(previous, detail));
-    txn.event(EventType::StepInterrupted, Some(StepIndex::at(index)), data);
+    txn.event(EventType::StepInterrupted, Some(txn.index_at(index)), data);
 }
 
 /// Resolves the last step, which is `interrupted` (see the module doc).
 pub(crate) fn resume_interrupted(txn: &mut Txn) -> Flow {
-    let Some(index) = txn.last_index() else {
+    let Some(index) = txn.last_position() else {
         return Flow::Continue;
     };
     if txn
@@ -163,7 +161,10 @@ pub(crate) fn resume_interrupted(txn: &mut Txn) -> Flow {
 /// `interrupted_side_effect` Approval, unless its call no longer checks.
 fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
     let Some(decision) = txn.status.steps[index].decision.clone() else {
-        let detail = format!("step {index} was executing with no recorded decision");
+        let detail = format!(
+            "step {} was executing with no recorded decision",
+            txn.index_at(index)
+        );
         txn.end_run(TerminalReason::ReconcileConflict, Some(detail), None);
         return Flow::Continue;
     };
@@ -171,7 +172,8 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
         Ok(call) => call,
         Err(CallProblem::Invalid(invalid)) => {
             let detail = format!(
-                "step {index} was interrupted executing a call that no longer checks: {}",
+                "step {} was interrupted executing a call that no longer checks: {}",
+                txn.index_at(index),
                 invalid.error
             );
             txn.end_run(TerminalReason::ReconcileConflict, Some(detail), None);
@@ -186,8 +188,9 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
     let requirement = Requirement {
         kind: INTERRUPTED_SIDE_EFFECT.to_string(),
         reason: Some(format!(
-            "the outcome of {} (step {index}) is unknown after an interruption",
-            spec_tool.name
+            "the outcome of {} (step {}) is unknown after an interruption",
+            spec_tool.name,
+            txn.index_at(index)
         )),
         capability: None,
         presentation: Some(json!({
@@ -224,7 +227,9 @@ pub(crate) fn approvals_view(txn: &Txn) -> Vec<Value> {
         .collect()
 }
 
-/// What the reconcile hook receives: the run, a summary of its spec, its steps and approvals.
+/// What the reconcile hook receives: the run, a summary of its spec, the window's steps,
+/// `archive` (the sealed segments, `null` when none: a hook that needs older steps reads
+/// them; docs/design.md section 4a) and the approvals.
 fn run_view(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let approvals = approvals_view(txn);
@@ -239,8 +244,9 @@ fn run_view(txn: &Txn, index: usize) -> Value {
             })).collect::<Vec<_>>(),
         },
         "phase": txn.status.phase,
-        "interruptedStep": index,
+        "interruptedStep": txn.index_at(index),
         "steps": to_value(&txn.status.steps),
+        "archive": to_value(&txn.status.archive),
         "approvals": approvals,
     })
 }
@@ -248,7 +254,7 @@ fn run_view(txn: &Txn, index: usize) -> Value {
 /// [`super::Input::Reconciled`] (docs/behaviours.md 39-40).
 pub(crate) fn reconciled(txn: &mut Txn, answer: Result<Value, String>) {
     let pending = txn
-        .last_index()
+        .last_position()
         .filter(|i| txn.status.steps[*i].status == StepStatus::Interrupted);
     let Some(index) = pending else {
         // Already applied: go on from the record.
@@ -337,7 +343,10 @@ fn waiting(txn: &mut Txn, index: usize, pause: Option<&Value>) -> Flow {
     let (Some(record), Some(StepStatus::Executing)) = (record, previous_status(step)) else {
         return conflict(
             txn,
-            format!("waiting: step {index} was not executing a tool call"),
+            format!(
+                "waiting: step {} was not executing a tool call",
+                txn.index_at(index)
+            ),
         );
     };
     let (tool, args) = match check_call(txn, &record) {
@@ -348,7 +357,8 @@ fn waiting(txn: &mut Txn, index: usize, pause: Option<&Value>) -> Flow {
         }
         Err(CallProblem::Invalid(invalid)) => {
             let detail = format!(
-                "waiting: step {index}'s call no longer checks: {}",
+                "waiting: step {}'s call no longer checks: {}",
+                txn.index_at(index),
                 invalid.error
             );
             let registered = txn

@@ -23,7 +23,7 @@ use super::record::{observation, Txn};
 use super::ApprovalWrite;
 use crate::api::{
     Approval, ApprovalDecision, ApprovalPhase, ApprovalSpec, ApprovalStatus, EventType,
-    ObservationKind, StepApproval, StepIndex, StepStatus, TerminalReason, Verdict,
+    ObservationKind, StepApproval, StepStatus, TerminalReason, Verdict,
 };
 
 /// How the latest Approval object stands.
@@ -230,7 +230,7 @@ fn rehome(txn: &mut Txn, index: usize, latest: &StepApproval, why: &str) {
     }
     txn.event(
         EventType::ApprovalRequested,
-        Some(StepIndex::at(index)),
+        Some(txn.index_at(index)),
         data,
     );
     let mut renamed = latest.clone();
@@ -261,10 +261,13 @@ fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), St
         presentation: present("presentation"),
         origin: Origin::Policy,
     };
-    let decision = txn.status.steps[index]
-        .decision
-        .clone()
-        .ok_or_else(|| format!("step {index} awaits {} with no decision", latest.name))?;
+    let decision = txn.status.steps[index].decision.clone().ok_or_else(|| {
+        format!(
+            "step {} awaits {} with no decision",
+            txn.index_at(index),
+            latest.name
+        )
+    })?;
     let (tool, args) = check_call(txn, &decision)
         .map_err(|_| format!("Approval {}: the step's call no longer checks", latest.name))?;
     let request = request_for(txn, index, tool, &args)?;
@@ -279,7 +282,7 @@ fn recreate(txn: &mut Txn, index: usize, latest: &StepApproval) -> Result<(), St
     let spec = ApprovalSpec {
         run_name: run.name.clone(),
         run_uid: run.uid.clone(),
-        step_index: StepIndex::at(index),
+        step_index: txn.index_at(index),
         kind: requirement.kind,
         request,
         capability: requirement.capability,

@@ -54,6 +54,14 @@ impl ControllerSpec {
         self
     }
 
+    /// Sealing constantly (docs/design.md section 4a): `--seal-steps 4 --keep-steps 1`, so
+    /// every run longer than a few steps moves its settled history into segments as it goes.
+    pub fn sealing(mut self) -> ControllerSpec {
+        self.extra
+            .extend(["--seal-steps", "4", "--keep-steps", "1"].map(String::from));
+        self
+    }
+
     /// With `AGENTRT_LOG=filter` (e.g. `trace`).
     pub fn log(mut self, filter: &str) -> ControllerSpec {
         self.log = Some(filter.to_string());
@@ -271,6 +279,18 @@ pub fn start_controller(cluster: &super::cluster::TestCluster, prefix: &str) -> 
     )
 }
 
+/// [`start_controller`], sealing constantly ([`ControllerSpec::sealing`]).
+pub fn start_sealing_controller(
+    cluster: &super::cluster::TestCluster,
+    prefix: &str,
+) -> ControllerProcess {
+    ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        cluster.namespace(),
+        ControllerSpec::named(prefix).sealing(),
+    )
+}
+
 /// Whether the crash points are compiled in (`cargo test --features fault-injection`); says on
 /// stderr that the test is skipped when they are not.
 pub fn crash_points() -> bool {
@@ -280,8 +300,8 @@ pub fn crash_points() -> bool {
     cfg!(feature = "fault-injection")
 }
 
-/// Starts a controller (holder prefix `first`) that kills itself at the crash point `fault`
-/// (`AGENTRT_FAULT`), and waits up to `within` for it to die; panics with its log when the
+/// Starts a controller (holder prefix `first`, sealing constantly) that kills itself at the
+/// crash point `fault` (`AGENTRT_FAULT`), and waits up to `within` for it to die; panics with its log when the
 /// fault did not fire. The dead process is returned for its log.
 pub fn crash_at(
     kubeconfig: &Path,
@@ -292,7 +312,7 @@ pub fn crash_at(
     let mut first = ControllerProcess::spawn(
         kubeconfig,
         namespace,
-        ControllerSpec::named("first").fault(fault),
+        ControllerSpec::named("first").fault(fault).sealing(),
     );
     assert!(
         first.was_killed(within),
@@ -303,7 +323,7 @@ pub fn crash_at(
 }
 
 /// The crash-then-takeover sequence: [`crash_at`] `fault`, then a second controller (holder
-/// prefix `second`) that takes the run over once the dead one's lease expires. Returns both
+/// prefix `second`, sealing constantly) that takes the run over once the dead one's lease expires. Returns both
 /// (the second keeps running until dropped).
 pub fn crash_then_take_over(
     kubeconfig: &Path,
@@ -312,7 +332,11 @@ pub fn crash_then_take_over(
     within: Duration,
 ) -> (ControllerProcess, ControllerProcess) {
     let first = crash_at(kubeconfig, namespace, fault, within);
-    let second = ControllerProcess::spawn(kubeconfig, namespace, ControllerSpec::named("second"));
+    let second = ControllerProcess::spawn(
+        kubeconfig,
+        namespace,
+        ControllerSpec::named("second").sealing(),
+    );
     (first, second)
 }
 
@@ -535,6 +559,20 @@ pub async fn drive_rbac_runs(cluster: &super::cluster::TestCluster, manifests: &
     let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     cluster.kubectl_stdin(&["apply", "-f", "-"], manifests);
     wait_phase(&client, &ns, "lookup", "Completed", Duration::from_secs(60)).await;
+    let lookups = wait_phase(
+        &client,
+        &ns,
+        "lookups",
+        "Completed",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        lookups["archive"]["segments"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty()),
+        "the long run sealed (the controller runs with --seal-steps 4 --keep-steps 1): {lookups}"
+    );
     let refund = wait_approval(&client, &ns, "refund", "policy", Duration::from_secs(60)).await;
     let hash = refund.data["spec"]["hash"]
         .as_str()

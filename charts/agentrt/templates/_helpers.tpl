@@ -43,6 +43,13 @@ app.kubernetes.io/component: controller
 - apiGroups: ["agentrt.dev"]
   resources: ["approvals/status"]
   verbs: ["patch"]
+# Sealed history (docs/design.md section 4a): created once (get only when the create finds
+# the name taken, to compare its content), never listed, updated or deleted by the controller
+# (the garbage collector deletes them with their run; `agentrt show`/`verify` list them with
+# the user's own rights).
+- apiGroups: ["agentrt.dev"]
+  resources: ["agentrunsegments"]
+  verbs: ["create", "get"]
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update"]

@@ -217,7 +217,6 @@ fn an_unsettled_step_is_never_sealed_nor_anything_after_it() {
         StepStatus::Deciding,
         StepStatus::AwaitingApproval,
         StepStatus::Executing,
-        StepStatus::Interrupted,
     ] {
         let mut r = Record::settled_steps(3);
         r.status.steps[0].status = status;
@@ -227,6 +226,26 @@ fn an_unsettled_step_is_never_sealed_nor_anything_after_it() {
             "{status:?} first in the window"
         );
     }
+    // An interrupted step still to be resolved (the last one) is never sealed.
+    let mut r = Record::settled_steps(3);
+    r.status.steps[2].status = StepStatus::Interrupted;
+    let sealed = seal(OWNER, &r.status, &small(1, 0))
+        .expect("seal")
+        .expect("a seal");
+    assert_eq!(sealed.segment.last_step, 1);
+    assert_eq!(sealed.status.steps[0].status, StepStatus::Interrupted);
+}
+
+#[test]
+fn an_interrupted_step_the_run_went_on_past_is_sealed_like_a_settled_one() {
+    // A takeover resolved it (run.resumed, the next step started): it is history.
+    let mut r = Record::settled_steps(3);
+    r.status.steps[0].status = StepStatus::Interrupted;
+    let sealed = seal(OWNER, &r.status, &small(1, 0))
+        .expect("seal")
+        .expect("a seal");
+    assert_eq!(sealed.segment.steps[0].status, StepStatus::Interrupted);
+    assert_eq!(sealed.segment.last_step, 2);
 }
 
 #[test]

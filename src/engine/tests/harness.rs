@@ -13,7 +13,7 @@ use crate::api::{AgentRun, AgentRunSpec, AgentRunStatus, RunEvent, Step, Time};
 use crate::engine::{
     observe, step, ApprovalSnapshot, ApprovalWrite, Bookkeeping, Budgets, Caller, ExternalCall,
     Input, LeaseView, ModelCall, Next, ObserveNext, Observed, PreviousHolder, RunSnapshot,
-    ToolCall, ToolOutcome, Transition,
+    SegmentCreate, ToolCall, ToolOutcome, Transition,
 };
 
 /// What a test asks the engine: an executor's [`Input`] or an observer's look.
@@ -46,6 +46,8 @@ impl From<Observe> for Ask {
 /// so tests can assert it as words ([`kinds`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// Create a sealed segment (before the status write it rides with).
+    CreateSegment(SegmentCreate),
     WriteStatus {
         status: Value,
     },
@@ -102,11 +104,20 @@ fn approval_effect(write: ApprovalWrite) -> Effect {
 
 /// An executor transition, flattened.
 pub fn transition_effects(transition: Transition) -> Vec<Effect> {
+    assert!(
+        transition.seal.is_none() || transition.write.is_some(),
+        "a seal rides on a status write"
+    );
     let mut effects: Vec<Effect> = transition
-        .write
-        .map(|status| Effect::WriteStatus { status })
+        .seal
+        .map(Effect::CreateSegment)
         .into_iter()
         .collect();
+    effects.extend(
+        transition
+            .write
+            .map(|status| Effect::WriteStatus { status }),
+    );
     for item in transition.bookkeeping {
         effects.push(match item {
             Bookkeeping::Approval(write) => approval_effect(write),
@@ -176,6 +187,8 @@ pub struct Harness {
     /// The caller is shutting down gracefully (`Caller::draining`).
     pub draining: bool,
     pub budgets: Budgets,
+    /// The sealed segments created, by name (whole objects).
+    pub segments: BTreeMap<String, Value>,
     /// Every status written, in order.
     pub writes: Vec<Value>,
     /// Every tool call performed, in order.
@@ -231,6 +244,7 @@ impl Harness {
                 model_wire: crate::agents::openai::WIRE,
                 ..Budgets::default()
             },
+            segments: BTreeMap::new(),
             writes: Vec::new(),
             tool_calls: Vec::new(),
             pending_tool: None,
@@ -328,6 +342,18 @@ impl Harness {
 
     fn perform(&mut self, holder: &str, effect: &Effect) {
         match effect {
+            Effect::CreateSegment(create) => {
+                // AlreadyExists is success only with the same content (docs/design.md 4a).
+                let stored = self
+                    .segments
+                    .entry(create.name.clone())
+                    .or_insert_with(|| create.object.clone());
+                assert_eq!(
+                    stored["spec"], create.object["spec"],
+                    "{}: another segment under the same name",
+                    create.name
+                );
+            }
             Effect::WriteStatus { status } => {
                 self.run.status = status.clone();
                 self.writes.push(status.clone());
@@ -529,6 +555,30 @@ impl Harness {
         self.status().steps
     }
 
+    /// The whole history: the window stitched with the segments created, the chain checked
+    /// (what `agentrt show run -o json` prints).
+    pub fn whole(&self) -> AgentRunStatus {
+        let status = self.status();
+        let fetched = self
+            .segments
+            .iter()
+            .map(|(name, object)| (name.clone(), object["spec"].clone()))
+            .collect();
+        let verified =
+            crate::engine::archive::verify_chain(&self.run.uid, status.archive.as_ref(), &fetched)
+                .expect("the chain is intact");
+        crate::engine::archive::stitch(&status, &verified).expect("the history stitches")
+    }
+
+    /// Seal constantly: more than `seal_steps` settled steps seal all but `keep_steps`.
+    pub fn seal_often(&mut self, seal_steps: usize, keep_steps: usize) {
+        self.budgets.seal = crate::engine::archive::SealLimits {
+            seal_steps,
+            keep_steps,
+            ..crate::engine::archive::SealLimits::default()
+        };
+    }
+
     pub fn events(&self) -> Vec<RunEvent> {
         self.status().events
     }
@@ -583,6 +633,10 @@ pub fn kinds(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()
         .map(|e| match e {
+            Effect::CreateSegment(create) => format!(
+                "CreateSegment({})",
+                create.object["spec"]["index"].as_i64().unwrap_or(-1)
+            ),
             Effect::WriteStatus { .. } => "WriteStatus".to_string(),
             Effect::CreateApproval { approval } => {
                 format!(

@@ -29,6 +29,7 @@ mod model;
 mod outcomes;
 mod properties;
 mod records;
+mod sealing;
 mod starting;
 mod steps;
 mod takeover;

@@ -2,7 +2,8 @@
 //! side-effect classes, complete, fail, invalid decisions), given by a scripted agent or by a
 //! model whose attempts also fail or go unanswered, random policies, random tool outcomes
 //! (result, error, unknown), crash points that drop the effects not yet performed (a new
-//! replica then takes over), cancels, and a person approving or rejecting at random.
+//! replica then takes over), cancels, a person approving or rejecting at random, and half the
+//! time sealing constantly (small `SealLimits`; docs/design.md section 4a).
 //!
 //! Whatever happens: no non-ReadOnly step's tool call is performed twice without a grant in
 //! between, a grant executes at most once, no run ends with a step deciding or executing,
@@ -61,6 +62,8 @@ struct Case {
     max_steps: i64,
     /// A model agent (answering the decisions in order) instead of the script.
     model: bool,
+    /// Seal constantly: (seal_steps, keep_steps) (docs/design.md section 4a).
+    seal: Option<(usize, usize)>,
     entropy: Vec<u8>,
 }
 
@@ -72,16 +75,18 @@ fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(decision(), 1..16),
         3..20i64,
         prop::bool::weighted(0.3),
+        prop::option::of((1..4usize, 0..2usize)),
         prop::collection::vec(any::<u8>(), MAX_ROUNDS * 2),
     )
         .prop_map(
-            |(classes, defaults, rule, decisions, max_steps, model, entropy)| Case {
+            |(classes, defaults, rule, decisions, max_steps, model, seal, entropy)| Case {
                 classes,
                 defaults,
                 rule,
                 decisions,
                 max_steps,
                 model,
+                seal,
                 entropy,
             },
         )
@@ -114,6 +119,13 @@ fn harness(case: &Case) -> Harness {
         }];
     }
     spec.limits.max_steps = case.max_steps;
+    if let Some((seal_steps, keep_steps)) = case.seal {
+        // The window keeps at least these many settled steps: lower, so short runs seal too.
+        spec.limits.loop_threshold = 2;
+        spec.limits.max_consecutive_tool_failures = 2;
+        h.seal_often(seal_steps, keep_steps);
+    }
+    let spec = h.spec_mut();
     let decisions = case.decisions.iter().map(decision_json).collect();
     if case.model {
         spec.agent.scripted = None;
@@ -306,8 +318,34 @@ fn pending_approval(h: &Harness) -> Option<String> {
     object["spec"].get("decision").is_none().then_some(name)
 }
 
+/// A written status's whole journal: the events of the segments its archive names, then its
+/// window's.
+fn whole_events(h: &Harness, write: &Value) -> Vec<Value> {
+    let mut events = Vec::new();
+    for entry in write["archive"]["segments"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = entry["name"].as_str().expect("a segment name");
+        let segment = h
+            .segments
+            .get(name)
+            .expect("a named segment was created first");
+        events.extend(
+            segment["spec"]["events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        );
+    }
+    events.extend(write["events"].as_array().cloned().unwrap_or_default());
+    events
+}
+
 fn check(h: &Harness) {
-    let status = h.status();
+    // The whole history: the window stitched with its segments, the chain checked.
+    let status = h.whole();
     assert!(
         status.phase.is_terminal(),
         "the run ends within {MAX_ROUNDS} rounds: {:?} {:?}",
@@ -323,7 +361,7 @@ fn check(h: &Harness) {
     // The journal: seq 1, 2, 3... in every write, each write extending the one before.
     let mut previous: Vec<Value> = Vec::new();
     for write in &h.writes {
-        let events = write["events"].as_array().cloned().unwrap_or_default();
+        let events = whole_events(h, write);
         for (i, event) in events.iter().enumerate() {
             assert_eq!(event["seq"], json!(i + 1), "no gap in {events:?}");
         }
@@ -408,11 +446,47 @@ fn check(h: &Harness) {
             Some(name) => {
                 let object = &h.approvals[name];
                 assert_eq!(object["spec"]["decision"]["verdict"], json!("Approved"));
-                let step = &status.steps[call.step.position().unwrap()];
+                let step = status.steps.iter().find(|s| s.index == call.step).unwrap();
                 assert!(step.approvals.iter().any(|a| &a.name == name && a.executed));
             }
         }
     }
+}
+
+/// Longer runs (mostly tool calls the policy mostly allows) that seal constantly, so the
+/// window moves on many times while crashes, takeovers and grants happen.
+fn sealing_case() -> impl Strategy<Value = Case> {
+    let decision = prop_oneof![
+        12 => (0..4usize, 0..8i64).prop_map(|(t, n)| Decision::Call(t, n)),
+        1 => Just(Decision::Complete),
+        1 => (0..4usize).prop_map(Decision::BadArgs),
+    ];
+    let outcome = prop_oneof![
+        6 => Just(PolicyOutcome::Allow),
+        2 => Just(PolicyOutcome::RequireApproval),
+        1 => Just(PolicyOutcome::Deny),
+    ];
+    (
+        prop::collection::vec(prop::sample::select(SideEffect::ALL.to_vec()), 4),
+        prop::collection::vec(outcome, 4),
+        prop::collection::vec(decision, 6..24),
+        6..30i64,
+        prop::bool::weighted(0.3),
+        (1..4usize, 0..2usize),
+        prop::collection::vec(any::<u8>(), MAX_ROUNDS * 2),
+    )
+        .prop_map(
+            |(classes, defaults, decisions, max_steps, model, seal, entropy)| Case {
+                classes,
+                defaults,
+                rule: None,
+                decisions,
+                max_steps,
+                model,
+                seal: Some(seal),
+                entropy,
+            },
+        )
 }
 
 proptest! {
@@ -420,6 +494,21 @@ proptest! {
 
     #[test]
     fn crashes_never_run_a_side_effect_twice_without_a_grant(case in case()) {
+        let h = play(&case);
+        check(&h);
+    }
+
+}
+
+proptest! {
+    // Cancels, rejections and failures end most runs within a few steps; many cases, so that
+    // more than a hundred of them seal at least once.
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn crashes_never_run_a_side_effect_twice_without_a_grant_while_sealing(
+        case in sealing_case()
+    ) {
         let h = play(&case);
         check(&h);
     }
@@ -449,6 +538,7 @@ fn play_a_fixed_case_with_crashes_and_approvals() {
         ],
         max_steps: 10,
         model: false,
+        seal: Some((1, 0)),
         entropy: (0..=255).collect(),
     };
     let h = play(&case);

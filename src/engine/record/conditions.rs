@@ -1,0 +1,125 @@
+//! The run's conditions (`Ready`, `WaitingForApproval`, `ApprovalConflict`), derived from the
+//! record on every write (docs/design.md section 2): type, status, CamelCase reason and message.
+
+use serde_json::Value;
+
+use crate::api::{AgentRunStatus, EventType, RunPhase, TerminalReason};
+
+pub(super) type ConditionParts = (&'static str, &'static str, String, String);
+
+pub(super) fn ready_condition(status: &AgentRunStatus) -> ConditionParts {
+    match (status.phase, status.reason) {
+        (RunPhase::Completed, _) => (
+            "Ready",
+            "True",
+            TerminalReason::GoalCompleted.condition_reason().into(),
+            "the run completed its goal".into(),
+        ),
+        (_, Some(reason)) => (
+            "Ready",
+            "False",
+            reason.condition_reason().to_string(),
+            status
+                .reason_detail
+                .clone()
+                .unwrap_or_else(|| format!("the run ended {}", phase_word(status.phase))),
+        ),
+        (phase, None) => (
+            "Ready",
+            "False",
+            phase_word(phase).to_string(),
+            format!("the run is {}", phase_word(phase)),
+        ),
+    }
+}
+
+/// `ApprovalConflict` (issue 16): True while the awaited Approval is one the run had to
+/// re-home because its name was taken by an object that is not its own; False once a run that
+/// had the condition moves on; absent for a run that never had a conflict.
+pub(super) fn approval_conflict_condition(
+    status: &AgentRunStatus,
+    had: bool,
+) -> Option<ConditionParts> {
+    let awaited = (status.phase == RunPhase::WaitingForApproval)
+        .then(|| {
+            status
+                .steps
+                .iter()
+                .rev()
+                .find(|s| s.status == crate::api::StepStatus::AwaitingApproval)
+                .and_then(|s| s.approvals.last())
+        })
+        .flatten();
+    let rehomed = awaited.and_then(|a| {
+        status.events.iter().rev().find_map(|e| {
+            let data = e.data.as_ref()?;
+            (e.type_ == EventType::ApprovalRequested
+                && data.get("approval").and_then(Value::as_str) == Some(a.name.as_str()))
+            .then(|| data.clone())
+        })
+    });
+    match rehomed.filter(|d| d.get("replaces").is_some()) {
+        Some(data) => {
+            let text = |k: &str| {
+                data.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("-")
+                    .to_string()
+            };
+            Some((
+                "ApprovalConflict",
+                "True",
+                "NameTaken".into(),
+                format!(
+                    "Approval {} {}; it was left as it is and the run waits on Approval {}",
+                    text("replaces"),
+                    text("conflict"),
+                    text("approval")
+                ),
+            ))
+        }
+        None if had => Some((
+            "ApprovalConflict",
+            "False",
+            "NoConflict".into(),
+            "the run waits on no Approval whose name was taken".into(),
+        )),
+        None => None,
+    }
+}
+
+pub(super) fn waiting_condition(status: &AgentRunStatus) -> ConditionParts {
+    if status.phase == RunPhase::WaitingForApproval {
+        let name = status
+            .steps
+            .iter()
+            .rev()
+            .find_map(|s| s.approvals.last())
+            .map(|a| a.name.clone())
+            .unwrap_or_default();
+        (
+            "WaitingForApproval",
+            "True",
+            "ApprovalPending".into(),
+            format!("waiting for a decision on Approval {name}"),
+        )
+    } else {
+        (
+            "WaitingForApproval",
+            "False",
+            phase_word(status.phase).to_string(),
+            "no approval is pending".into(),
+        )
+    }
+}
+
+fn phase_word(phase: RunPhase) -> &'static str {
+    match phase {
+        RunPhase::Pending => "Pending",
+        RunPhase::Running => "Running",
+        RunPhase::WaitingForApproval => "WaitingForApproval",
+        RunPhase::Completed => "Completed",
+        RunPhase::Failed => "Failed",
+        RunPhase::Cancelled => "Cancelled",
+    }
+}
