@@ -475,7 +475,9 @@ async fn explain_reads_the_crd_schema_from_openapi_v3() {
     let out = c.kubectl_ok(&["explain", "agentrun.spec.tools"]);
     assert!(out.contains("KIND:       AgentRun"), "{out}");
     assert!(out.contains("FIELD: tools <[]Object>"), "{out}");
-    assert!(out.contains("inputSchema\t<Object> -required-"), "{out}");
+    assert!(out.contains("inputSchema\t<Object>\n"), "{out}");
+    assert!(out.contains("mcp\t<Object>"), "{out}");
+    assert!(out.contains("name\t<string> -required-"), "{out}");
     let recursive = c.kubectl_ok(&["explain", "agentruns.spec", "--recursive"]);
     assert!(recursive.contains("FIELD: spec <Object>"), "{recursive}");
     assert!(
