@@ -68,6 +68,8 @@ pub struct Change {
     pub object: Arc<Value>,
     /// The object before the change (`None` for creations), for selector transitions.
     pub prev: Option<Arc<Value>>,
+    /// `object`'s compact-JSON length, counted against [`HISTORY_BYTES`].
+    pub bytes: usize,
     /// The change's own watch event line (its kind, the object), encoded once for the API
     /// version of the first watcher that sent it; watchers of that version share it.
     pub encoded: std::sync::OnceLock<(String, bytes::Bytes)>,
@@ -90,6 +92,29 @@ pub type Reserve = Box<dyn FnMut(u64) -> Result<(), DevClusterError> + Send>;
 /// writes, and the most a restart skips.
 pub const RESERVE_BLOCK: u64 = 10_000;
 
+/// The most bytes (compact JSON of the changed objects) the change history keeps, whatever
+/// its count allows: 256 MiB.
+pub const HISTORY_BYTES: usize = 256 * 1024 * 1024;
+
+/// The compact-JSON length of `value`, counted without building the text.
+fn encoded_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
+}
+
 /// The objects, the resourceVersion counter, the change history and the served types.
 pub struct Store {
     objects: BTreeMap<ObjKey, Arc<Value>>,
@@ -99,6 +124,12 @@ pub struct Store {
     reservation: Option<(u64, Reserve)>,
     history: VecDeque<Arc<Change>>,
     history_cap: usize,
+    /// The compact-JSON bytes of the objects `history` holds, and the most it may hold
+    /// ([`HISTORY_BYTES`]): a server whose objects are large keeps fewer changes rather than
+    /// gigabytes of them (kube-apiserver's watch cache is bounded too; a watcher that falls
+    /// behind gets 410 Gone and relists).
+    history_bytes: usize,
+    history_bytes_cap: usize,
     /// Every change with a resourceVersion above this is still in `history`.
     history_floor: u64,
     registry: Arc<Registry>,
@@ -108,6 +139,12 @@ pub struct Store {
 }
 
 impl Store {
+    /// Keeps at most `bytes` of changed objects in the history (default [`HISTORY_BYTES`]).
+    #[cfg(test)]
+    pub fn set_history_bytes(&mut self, bytes: usize) {
+        self.history_bytes_cap = bytes;
+    }
+
     /// An empty store keeping the last `history_cap` changes (at least 1), starting at
     /// resourceVersion `rv`.
     pub fn new(history_cap: usize, rv: u64) -> Store {
@@ -118,6 +155,8 @@ impl Store {
             reservation: None,
             history: VecDeque::new(),
             history_cap: history_cap.max(1),
+            history_bytes: 0,
+            history_bytes_cap: HISTORY_BYTES,
             history_floor: rv,
             registry: Arc::new(Registry::builtins()),
             notify,
@@ -308,17 +347,24 @@ impl Store {
                 );
             }
         }
+        let bytes = encoded_len(object.as_ref());
+        self.history_bytes = self.history_bytes.saturating_add(bytes);
         self.history.push_back(Arc::new(Change {
             rv: self.rv,
             kind,
             key,
             object,
             prev,
+            bytes,
             encoded: std::sync::OnceLock::new(),
         }));
-        while self.history.len() > self.history_cap {
+        // Always keep the newest change, whatever its size.
+        while self.history.len() > self.history_cap
+            || (self.history_bytes > self.history_bytes_cap && self.history.len() > 1)
+        {
             if let Some(old) = self.history.pop_front() {
                 self.history_floor = old.rv;
+                self.history_bytes = self.history_bytes.saturating_sub(old.bytes);
             }
         }
         self.notify.send_replace(self.rv);
@@ -408,6 +454,30 @@ mod tests {
             Since::Changes(c) => assert_eq!(c.iter().map(|c| c.rv).collect::<Vec<_>>(), [3, 4]),
             Since::Expired(_) => panic!("rv 2 is still in the window"),
         }
+    }
+
+    #[test]
+    fn history_keeps_no_more_bytes_than_its_budget() {
+        let mut s = Store::new(100, 0);
+        s.set_history_bytes(3000);
+        let big = json!({"data": "x".repeat(1000)});
+        for n in ["a", "b", "c", "d", "e"] {
+            s.put(key(n), big.clone(), ChangeKind::Added);
+        }
+        // Each object is a little over 1000 bytes: two fit in 3000, the rest expired although
+        // the count would keep 100.
+        match s.since(3) {
+            Since::Changes(c) => assert_eq!(c.iter().map(|c| c.rv).collect::<Vec<_>>(), [4, 5]),
+            Since::Expired(floor) => panic!("rv 3 is within the budget (floor {floor})"),
+        }
+        assert!(matches!(s.since(2), Since::Expired(3)));
+        // A single change over the budget is still kept: a watcher sees the newest change.
+        s.put(
+            key("f"),
+            json!({"data": "y".repeat(5000)}),
+            ChangeKind::Added,
+        );
+        assert!(matches!(s.since(5), Since::Changes(c) if c.len() == 1));
     }
 
     #[test]
