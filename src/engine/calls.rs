@@ -199,12 +199,26 @@ pub(crate) fn start_tool(
         status.executed_at = Some(now);
         super::approvals::write_status(txn, &grant.name, status);
     }
+    let pin = pin_of(txn, &spec_tool.name, spec_tool.mcp.is_some()).map(Box::new);
     txn.call(ExternalCall::Tool(ToolCall {
         step: txn.index_at(index),
         attempt,
         tool: spec_tool,
         args,
         idempotency_key: format!("{}/{}", txn.run.uid, txn.index_at(index)),
+        pin,
     }));
     Flow::Halt
+}
+
+/// The pin of the run's tool `name` when it is an `mcp` tool (docs/design.md section 6).
+pub(crate) fn pin_of(txn: &Txn, name: &str, mcp: bool) -> Option<crate::api::ToolPin> {
+    if !mcp {
+        return None;
+    }
+    txn.status
+        .tool_pins
+        .iter()
+        .find(|p| p.tool == name)
+        .cloned()
 }
