@@ -93,13 +93,15 @@ pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> T
     let mut client = McpClient::new(ctx.executors.http.clone(), &mcp.url, headers);
     let listed = match client.list_tools().await {
         Ok(listed) => listed,
-        Err(err) => return error(
-            ToolFailure::ConnectionRefused,
-            json!(format!(
+        Err(err) => {
+            return error(
+                ToolFailure::ConnectionRefused,
+                json!(format!(
                 "the MCP server could not be listed to check the pin; the call was not sent: {err}"
             )),
-            millis(started),
-        ),
+                millis(started),
+            )
+        }
     };
     if let Some(refused) = refuse_unless_pinned(pin, &mcp.url, &listed, millis(started)) {
         return refused;
