@@ -197,3 +197,29 @@ async fn a_hanging_call_interrupted_by_a_crash_is_sent_again_once_approved_with_
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(calls_of(&server.calls().await, "hang").len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn annotations_claiming_more_danger_raise_tool_hints_disagree_and_the_manifest_decides() {
+    let server = PyServer::start(&["--json"]);
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let _controller = start_controller(&cluster, "mcp");
+    let yaml = RunFixture::at("controller/mcp-hints.yaml")
+        .set("MCP", server.url())
+        .set("NAME", "hints")
+        .yaml();
+    create_run(&client, &ns, &yaml).await;
+    let status = wait_phase(&client, &ns, "hints", "Completed", WAIT).await;
+    let condition = status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "ToolHintsDisagree"))
+        .unwrap_or_else(|| panic!("no ToolHintsDisagree: {status}"));
+    assert_eq!(condition["status"], json!("True"));
+    let pinned = events_of(&status, "tool.pinned");
+    let hints: Vec<&Value> = pinned[0]["data"]["hintsDisagree"]
+        .as_array()
+        .map(|h| h.iter().map(|d| &d["hint"]).collect())
+        .unwrap_or_default();
+    assert_eq!(hints, [&json!("readOnlyHint"), &json!("destructiveHint")]);
+    assert_eq!(calls_of(&server.calls().await, "wipe").len(), 1);
+}

@@ -116,12 +116,23 @@ pub(crate) fn evaluate(
                 // call itself.
                 presentation: decision.presentation.clone().or_else(|| {
                     let tool = &txn.run.spec.tools[tool];
-                    Some(json!({
+                    let mut shown = json!({
                         "tool": tool.name,
                         "args": args,
                         "sideEffect": tool.side_effect,
                         "reason": decision.reason,
-                    }))
+                    });
+                    // docs/behaviours.md 65: an MCP call shows its server, the server's tool,
+                    // the pin's hash and the server's annotations (never trusted).
+                    if let Some(pin) = pin_of(txn, &tool.name, tool.mcp.is_some()) {
+                        shown["mcp"] = json!({
+                            "server": pin.server,
+                            "tool": pin.server_tool,
+                            "pinSha256": pin.sha256,
+                            "annotations": pin.definition.annotations,
+                        });
+                    }
+                    Some(shown)
                 }),
                 origin: Origin::Policy,
             };

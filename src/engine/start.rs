@@ -125,11 +125,30 @@ fn start(txn: &mut Txn) {
         "toolSpecHashes": hashes,
     });
     txn.event(EventType::RunCreated, None, created);
+    // docs/behaviours.md 64: a pin whose annotations claim more danger than the manifest says
+    // so in its event (projected as a Warning Event) and in the `ToolHintsDisagree` condition.
     let pinned: Vec<Value> = txn
         .status
         .tool_pins
         .iter()
-        .map(|p| json!({"tool": p.tool, "sha256": p.sha256}))
+        .map(|p| {
+            let class = spec
+                .tools
+                .iter()
+                .find(|t| t.name == p.tool)
+                .map(|t| t.side_effect);
+            let disagree: Vec<Value> = class
+                .map(|class| pins::hint_disagreements(p.definition.annotations.as_ref(), class))
+                .unwrap_or_default()
+                .iter()
+                .map(|d| json!({"hint": d.hint, "claim": d.claim, "manifest": d.manifest}))
+                .collect();
+            let mut data = json!({"tool": p.tool, "sha256": p.sha256});
+            if !disagree.is_empty() {
+                data["hintsDisagree"] = json!(disagree);
+            }
+            data
+        })
         .collect();
     for data in pinned {
         txn.event(EventType::ToolPinned, None, data);

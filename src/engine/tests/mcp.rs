@@ -153,3 +153,61 @@ fn a_toolset_name_taken_twice_is_invalid_spec() {
     h.list_tools("a", |_| Ok(listing()));
     assert_eq!(h.status().reason, Some(TerminalReason::InvalidSpec));
 }
+
+#[test]
+fn annotations_claiming_more_danger_raise_tool_hints_disagree_and_the_class_stays() {
+    let mut h = mcp_run(vec![call("search", json!({"q": "x"}))]);
+    h.reconcile("a");
+    let mut listed = listing();
+    listed[0]["annotations"] = json!({"readOnlyHint": false});
+    let effects = h.list_tools("a", |_| Ok(listed.clone()));
+    assert_effects!(
+        effects,
+        ["WriteStatus", "CallTool(search#1)"],
+        "still allowed as ReadOnly"
+    );
+    let status = h.status();
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ToolHintsDisagree")
+        .expect("the condition");
+    assert_eq!(condition.status, "True");
+    assert!(
+        condition.message.contains("search"),
+        "{}",
+        condition.message
+    );
+    let pinned = h.events()[1].data.clone().expect("data");
+    assert_eq!(pinned["hintsDisagree"][0]["hint"], json!("readOnlyHint"));
+    let warnings = crate::engine::kube_events(&Value::Null, &h.run.status);
+    assert!(
+        warnings.iter().any(|e| e.reason == "ToolHintsDisagree"),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn agreeing_annotations_raise_no_condition() {
+    let mut h = mcp_run(vec![call("search", json!({"q": "x"}))]);
+    h.reconcile("a");
+    h.list_tools("a", |_| Ok(listing()));
+    assert!(h
+        .status()
+        .conditions
+        .iter()
+        .all(|c| c.type_ != "ToolHintsDisagree"));
+}
+
+#[test]
+fn an_approval_of_an_mcp_call_presents_the_server_tool_pin_and_annotations() {
+    let mut h = mcp_run(vec![call("gh__create_issue", json!({"title": "t"}))]);
+    h.reconcile("a");
+    h.list_tools("a", |_| Ok(listing()));
+    let approval = h.approvals.values().next().expect("an Approval").clone();
+    let shown = &approval["spec"]["presentation"]["mcp"];
+    assert_eq!(shown["server"], json!("http://mcp.tools.svc:8080/mcp"));
+    assert_eq!(shown["tool"], json!("create_issue"));
+    assert_eq!(shown["pinSha256"], json!(h.status().tool_pins[1].sha256));
+    assert_eq!(shown["annotations"]["readOnlyHint"], json!(false));
+}
