@@ -14,8 +14,11 @@
 //!   `write: Option<status>`, then `bookkeeping: Vec<Bookkeeping>`
 //!   (`Approval(ApprovalWrite::Create | ApprovalWrite::Status)` in order, then `ReleaseLease`
 //!   last and only before a stop), then exactly one `next: Next` = `Call(ExternalCall)` (`Tool
-//!   | Agent | Model | ReconcileHook`, whose outcome comes back as [`Input::ToolFinished`],
-//!   [`Input::AgentAnswered`], [`Input::ModelAnswered`] or [`Input::Reconciled`]) or `Stop`.
+//!   | Agent | Model | ReconcileHook | ListTools`, whose outcome comes back as
+//!   [`Input::ToolFinished`], [`Input::AgentAnswered`], [`Input::ModelAnswered`],
+//!   [`Input::Reconciled`] or [`Input::ToolsListed`]) or `Stop`. `ListTools` (a new run with MCP
+//!   tools, before anything is written) is the one call that follows no write: listing changes
+//!   nothing on a server (docs/design.md section 6, pinning).
 //!   One durable write between two external actions, never fewer (docs/design.md section 4).
 //!
 //! The write of either is a compare-and-set replace of the run's status on the
@@ -38,7 +41,9 @@
 //! - `lease`: when another holder's Lease may be taken: seen unchanged for its duration plus a
 //!   margin on the asking replica's monotonic clock, never by comparing clocks (docs/design.md
 //!   section 4, docs/behaviours.md 30-31);
-//! - `start`: a new run's first write (docs/behaviours.md 1-3);
+//! - `start`: a new run's first write (docs/behaviours.md 1-3), after listing its MCP servers
+//!   and pinning their tools (docs/behaviours.md 60, 63); the run's tools everywhere are the
+//!   effective ones of `pins::effective_tools` (`effective_run` below);
 //! - `limits`: the limits before each step (docs/behaviours.md 4-6);
 //! - `loop_`: starting steps and taking decisions (docs/behaviours.md 7-10);
 //! - `model_calls`: model attempts, accounted by the `model` rules (docs/behaviours.md 45-48);
