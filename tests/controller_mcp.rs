@@ -223,3 +223,69 @@ async fn annotations_claiming_more_danger_raise_tool_hints_disagree_and_the_mani
     assert_eq!(hints, [&json!("readOnlyHint"), &json!("destructiveHint")]);
     assert_eq!(calls_of(&server.calls().await, "wipe").len(), 1);
 }
+
+/// The MCP server's token, as a Secret holds it: distinctive, so a search finds any copy.
+const TOKEN: &str = "Bearer mcp-agentrt-test-7d2e91-never-shown";
+
+/// The run of tests/fixtures/controller/mcp.yaml with every tool's server sent the header
+/// `Authorization` from the Secret `mcp-token`.
+fn run_with_token(server: &str, name: &str, decisions: &str) -> String {
+    let mut object: Value = serde_yaml::from_str(&run(server, name, decisions)).expect("YAML");
+    for tool in object["spec"]["tools"].as_array_mut().expect("tools") {
+        tool["mcp"]["headers"] = json!([
+            {"name": "Authorization", "secretKeyRef": {"name": "mcp-token", "key": "authorization"}}
+        ]);
+    }
+    serde_yaml::to_string(&object).expect("YAML")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_servers_token_is_sent_and_never_appears_in_status_events_or_logs() {
+    let server = PyServer::start(&["--json"]);
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    create_secret(&client, &ns, "mcp-token", "authorization", TOKEN).await;
+    let controller = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        &ns,
+        ControllerSpec::named("mcp").log("trace"),
+    );
+    let decisions = "[{kind: tool_call, tool: lookup_order, args: {order: 1042}}, \
+                     {kind: tool_call, tool: rpc_error, args: {}}, \
+                     {kind: complete, result: {done: true}}]";
+    create_run(
+        &client,
+        &ns,
+        &run_with_token(&server.url(), "token", decisions),
+    )
+    .await;
+    let down = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/mcp", listener.local_addr().unwrap())
+    };
+    create_run(&client, &ns, &run_with_token(&down, "token-down", "[]")).await;
+    let done = wait_phase(&client, &ns, "token", "Completed", WAIT).await;
+    wait_phase(&client, &ns, "token-down", "Failed", WAIT).await;
+    let calls = server.calls().await;
+    assert_eq!(
+        calls_of(&calls, "lookup_order")[0]["headers"]["authorization"],
+        json!(TOKEN),
+        "the token went where it belongs"
+    );
+    let places = [
+        ("the controller's trace log", controller.log()),
+        (
+            "the runs",
+            cluster.kubectl_ok(&["get", "agentruns", "-o", "json"]),
+        ),
+        (
+            "the Kubernetes Events",
+            cluster.kubectl_ok(&["get", "events", "-o", "json"]),
+        ),
+        ("a status", done.to_string()),
+    ];
+    let secret = TOKEN.trim_start_matches("Bearer ");
+    for (place, text) in places {
+        assert!(!text.contains(secret), "the token appears in {place}");
+    }
+}
