@@ -171,6 +171,9 @@ async fn a_hanging_call_interrupted_by_a_crash_is_sent_again_once_approved_with_
     create_run(&client, &ns, &run(&server.url(), "hang", decisions)).await;
     let (_first, _second) = crash_then_take_over(cluster.kubeconfig(), &ns, "during-tool", WAIT);
     let approval = wait_approval(&client, &ns, "hang", "interrupted_side_effect", WAIT).await;
+    let shown = &approval.data["spec"]["presentation"]["mcp"];
+    assert_eq!(shown["tool"], json!("hang"), "{shown}");
+    assert_eq!(shown["server"], json!(server.url()));
     assert_eq!(calls_of(&server.calls().await, "hang").len(), 1);
     decide(&client, &ns, &approval, "Approved").await;
 

@@ -122,15 +122,8 @@ pub(crate) fn evaluate(
                         "sideEffect": tool.side_effect,
                         "reason": decision.reason,
                     });
-                    // docs/behaviours.md 65: an MCP call shows its server, the server's tool,
-                    // the pin's hash and the server's annotations (never trusted).
-                    if let Some(pin) = pin_of(txn, &tool.name, tool.mcp.is_some()) {
-                        shown["mcp"] = json!({
-                            "server": pin.server,
-                            "tool": pin.server_tool,
-                            "pinSha256": pin.sha256,
-                            "annotations": pin.definition.annotations,
-                        });
+                    if let Some(mcp) = mcp_presentation(txn, tool) {
+                        shown["mcp"] = mcp;
                     }
                     Some(shown)
                 }),
@@ -232,4 +225,18 @@ pub(crate) fn pin_of(txn: &Txn, name: &str, mcp: bool) -> Option<crate::api::Too
         .iter()
         .find(|p| p.tool == name)
         .cloned()
+}
+
+/// What an Approval of a call of `tool` shows of its MCP server (docs/behaviours.md 65): the
+/// server, the server's tool, the pin's hash and the server's annotations (shown, never
+/// trusted); `None` for a tool that is not an `mcp` one.
+pub(crate) fn mcp_presentation(txn: &Txn, tool: &crate::api::ToolSpec) -> Option<Value> {
+    pin_of(txn, &tool.name, tool.mcp.is_some()).map(|pin| {
+        json!({
+            "server": pin.server,
+            "tool": pin.server_tool,
+            "pinSha256": pin.sha256,
+            "annotations": pin.definition.annotations,
+        })
+    })
 }
