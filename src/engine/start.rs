@@ -42,20 +42,16 @@ pub(crate) fn begin(txn: &mut Txn) {
 /// record when they could be made ([`pin_listings`], applied before the transaction so that
 /// every rule sees the pinned tools); otherwise the run fails naming why.
 pub(crate) fn listed(txn: &mut Txn, listings: Vec<ServerListing>) {
+    // Without pins the run's spec is still the one written (with pins it is the effective
+    // one, already pinned by the same pure function); no pins and no error: toolsets whose
+    // globs match nothing, and the run starts with no MCP tool.
     if txn.status.tool_pins.is_empty() {
-        let (reason, detail) = match pin_listings(&txn.run.spec, &listings) {
-            Err(failure) => failure,
-            // Listed and pinned, yet not in the record: never expected (the spec changed
-            // between the two reads); list again.
-            Ok(_) => {
-                begin(txn);
-                return;
-            }
-        };
-        let detail = format!("AgentRun {}/{}: {detail}", txn.run.namespace, txn.run.name);
-        txn.end_run(reason, Some(detail), None);
-        drive(txn);
-        return;
+        if let Err((reason, detail)) = pin_listings(&txn.run.spec, &listings) {
+            let detail = format!("AgentRun {}/{}: {detail}", txn.run.namespace, txn.run.name);
+            txn.end_run(reason, Some(detail), None);
+            drive(txn);
+            return;
+        }
     }
     start(txn);
 }

@@ -211,3 +211,16 @@ fn an_approval_of_an_mcp_call_presents_the_server_tool_pin_and_annotations() {
     assert_eq!(shown["pinSha256"], json!(h.status().tool_pins[1].sha256));
     assert_eq!(shown["annotations"]["readOnlyHint"], json!(false));
 }
+
+#[test]
+fn a_toolset_matching_nothing_starts_the_run_without_listing_again() {
+    let mut h = mcp_run(vec![complete(json!({"done": true}))]);
+    h.spec_mut().tools.clear();
+    h.spec_mut().tool_sets[0].include = vec!["nothing_*".into()];
+    h.reconcile("a");
+    let effects = h.list_tools("a", |_| Ok(listing()));
+    assert!(h.pending_listing.is_none(), "{effects:?}");
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Completed);
+    assert!(status.tool_pins.is_empty());
+}
