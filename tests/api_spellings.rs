@@ -190,6 +190,16 @@ fn terminal_reasons_are_snake_case_and_take_their_phase() {
             "record_too_large",
             RunPhase::Failed,
         ),
+        (
+            TerminalReason::ToolUnavailable,
+            "tool_unavailable",
+            RunPhase::Failed,
+        ),
+        (
+            TerminalReason::InvalidSpec,
+            "invalid_spec",
+            RunPhase::Failed,
+        ),
     ];
     let spellings: Vec<(TerminalReason, &str)> = cases.iter().map(|(r, s, _)| (*r, *s)).collect();
     pin(&spellings);
@@ -226,6 +236,7 @@ fn event_types_are_the_journal_spellings() {
         (EventType::ModelDispatched, "model.dispatched"),
         (EventType::ModelCompleted, "model.completed"),
         (EventType::ModelFailed, "model.failed"),
+        (EventType::ToolPinned, "tool.pinned"),
         (EventType::RunFinished, "run.finished"),
     ]);
 }
@@ -267,6 +278,9 @@ fn tool_failures_in_the_record_are_snake_case() {
         (ToolFailure::ExecutorPanic, "executor_panic"),
         (ToolFailure::NoExecutor, "no_executor"),
         (ToolFailure::HeaderUnavailable, "header_unavailable"),
+        (ToolFailure::DefinitionChanged, "definition_changed"),
+        (ToolFailure::ToolReportedError, "tool_reported_error"),
+        (ToolFailure::McpError, "mcp_error"),
     ];
     pin(&cases);
     assert_eq!(cases.len(), ToolFailure::ALL.len());

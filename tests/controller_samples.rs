@@ -3,7 +3,9 @@
 //! served as `agentrt dev` serves them: each reaches its phase, and the approval sample
 //! completes after `kubectl patch` with the hash the Approval carries, while a patch with another
 //! hash is refused by the API server. The reconcile-hook sample, its controller killed during
-//! the export, is settled by the sample hook without exporting twice.
+//! the export, is settled by the sample hook without exporting twice. The MCP samples use the
+//! sample MCP server at `/mcp`: one completes with its tools pinned, one waits on an Approval
+//! that shows the pin.
 
 mod support;
 
@@ -22,6 +24,8 @@ fn samples_for(addr: &str) -> String {
             "slow-export.yaml",
             "model-lookup.yaml",
             "export-reconciled.yaml",
+            "mcp-lookup.yaml",
+            "mcp-refund-approval.yaml",
         ],
     )
 }
@@ -107,6 +111,43 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
     assert!(decided["usage"]["estimatedCostMicros"].as_i64() > Some(0));
     assert_eq!(events_of(&decided, "model.completed").len(), 2);
     assert_seq_contiguous(&decided);
+    // The MCP samples: pinned before run.started, one completes, one waits for a person.
+    let mcp = wait_phase(
+        &client,
+        &ns,
+        "mcp-lookup",
+        "Completed",
+        Duration::from_secs(30),
+    )
+    .await;
+    let pins: Vec<&str> = mcp["toolPins"]
+        .as_array()
+        .map(|p| p.iter().filter_map(|p| p["tool"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(pins, ["lookup_order", "shop__issue_refund"]);
+    assert_eq!(events_of(&mcp, "tool.pinned").len(), 2);
+    let mcp_waiting = wait_phase(
+        &client,
+        &ns,
+        "mcp-refund-approval",
+        "WaitingForApproval",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(step_statuses(&mcp_waiting), ["done", "awaiting_approval"]);
+    let mcp_approval = wait_approval(
+        &client,
+        &ns,
+        "mcp-refund-approval",
+        "policy",
+        Duration::from_secs(10),
+    )
+    .await;
+    let shown = &mcp_approval.data["spec"]["presentation"]["mcp"];
+    assert_eq!(shown["tool"], "issue_refund", "{shown}");
+    assert!(shown["pinSha256"]
+        .as_str()
+        .is_some_and(|h| h.starts_with("sha256:")));
     let waiting = wait_phase(
         &client,
         &ns,

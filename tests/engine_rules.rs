@@ -113,6 +113,7 @@ fn the_approval_hash_is_the_same_over_the_request_as_kubernetes_stores_it() {
             side_effect: tool.side_effect,
             timeout_seconds: tool.timeout_seconds,
             terminal: tool.terminal,
+            pin_sha256: None,
         },
         args,
     };

@@ -3,104 +3,15 @@
 //! JSON and SSE answer modes (docs/design.md section 6; docs/behaviours.md 60-63). Each test
 //! starts its own server process and kills it at the end.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+mod support;
+
 use std::time::{Duration, Instant};
 
 use agentrt::api::SideEffect;
 use agentrt::engine::pins::{self, PinCheck};
 use agentrt::tools::mcp::{CallOutcome, McpClient, McpError, ProtocolVersion, ToolsCall};
 use serde_json::{json, Value};
-
-/// The Python with the MCP SDK, installed once per test process.
-fn python() -> PathBuf {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-            let out = Command::new(root.join("scripts/install-mcp"))
-                .output()
-                .expect("scripts/install-mcp runs");
-            assert!(
-                out.status.success(),
-                "scripts/install-mcp failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        })
-        .clone()
-}
-
-/// One server process; killed when dropped.
-struct PyServer {
-    child: Child,
-    base: String,
-}
-
-impl PyServer {
-    fn start(args: &[&str]) -> PyServer {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_server.py");
-        let mut child = Command::new(python())
-            .arg(script)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the MCP server starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the PORT line");
-        let port = line
-            .trim()
-            .strip_prefix("PORT=")
-            .expect("PORT=<n>")
-            .to_string();
-        let base = format!("http://127.0.0.1:{port}");
-        // The socket is bound before PORT is printed; wait until uvicorn serves on it.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-            assert!(Instant::now() < deadline, "the MCP server did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        PyServer { child, base }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/mcp", self.base)
-    }
-
-    async fn calls(&self) -> Vec<Value> {
-        let calls: Value = reqwest::get(format!("{}/control/calls", self.base))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        calls.as_array().cloned().unwrap_or_default()
-    }
-
-    async fn control(&self, what: &str) -> Value {
-        reqwest::Client::new()
-            .post(format!("{}/control/{what}", self.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for PyServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::mcpserver::PyServer;
 
 fn client(server: &PyServer) -> McpClient {
     McpClient::new(

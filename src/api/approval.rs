@@ -134,6 +134,10 @@ pub struct ToolRef {
     /// Whether a result completes the run.
     #[serde(default)]
     pub terminal: bool,
+    /// For an MCP tool, its pin's `sha256:<hex>` (`status.toolPins[]`): the approval's hash
+    /// covers the pinned definition (docs/behaviours.md 65).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_sha256: Option<String>,
 }
 
 /// A person's decision.

@@ -194,6 +194,12 @@ pub enum TerminalReason {
     AgentError,
     InternalError,
     RecordTooLarge,
+    /// An MCP server could not be listed at start, or does not list a spec'd tool
+    /// (docs/design.md section 6, docs/behaviours.md 63).
+    ToolUnavailable,
+    /// The spec cannot become a run's tools: a toolset's expansion failed (an invalid or
+    /// repeated name, an override naming no included tool).
+    InvalidSpec,
 }
 
 impl TerminalReason {
@@ -233,6 +239,8 @@ impl TerminalReason {
             TerminalReason::AgentError => "AgentError",
             TerminalReason::InternalError => "InternalError",
             TerminalReason::RecordTooLarge => "RecordTooLarge",
+            TerminalReason::ToolUnavailable => "ToolUnavailable",
+            TerminalReason::InvalidSpec => "InvalidSpec",
         }
     }
 }
@@ -276,6 +284,10 @@ pub enum EventType {
     ModelCompleted,
     #[serde(rename = "model.failed")]
     ModelFailed,
+    /// An MCP tool's definition pinned before `run.started` ({tool, sha256}; docs/behaviours.md
+    /// 60).
+    #[serde(rename = "tool.pinned")]
+    ToolPinned,
     #[serde(rename = "run.finished")]
     RunFinished,
 }
@@ -303,11 +315,18 @@ pub enum ToolFailure {
     NoExecutor,
     /// A header the call needs (a Secret's value) could not be read.
     HeaderUnavailable,
+    /// The MCP server's definition of the tool is not the pinned one (or it lists the tool no
+    /// more): the call was not sent (docs/behaviours.md 61).
+    DefinitionChanged,
+    /// The MCP tool answered `isError: true` (docs/behaviours.md 63).
+    ToolReportedError,
+    /// The MCP server answered `tools/call` with a JSON-RPC error {code, message}.
+    McpError,
 }
 
 impl ToolFailure {
     /// Every value, in the order above.
-    pub const ALL: [ToolFailure; 9] = [
+    pub const ALL: [ToolFailure; 12] = [
         ToolFailure::HttpStatus,
         ToolFailure::InvalidContent,
         ToolFailure::ConnectionRefused,
@@ -317,6 +336,9 @@ impl ToolFailure {
         ToolFailure::ExecutorPanic,
         ToolFailure::NoExecutor,
         ToolFailure::HeaderUnavailable,
+        ToolFailure::DefinitionChanged,
+        ToolFailure::ToolReportedError,
+        ToolFailure::McpError,
     ];
 
     /// The spelling in the record (`http_status`, ...).
@@ -331,6 +353,9 @@ impl ToolFailure {
             ToolFailure::ExecutorPanic => "executor_panic",
             ToolFailure::NoExecutor => "no_executor",
             ToolFailure::HeaderUnavailable => "header_unavailable",
+            ToolFailure::DefinitionChanged => "definition_changed",
+            ToolFailure::ToolReportedError => "tool_reported_error",
+            ToolFailure::McpError => "mcp_error",
         }
     }
 

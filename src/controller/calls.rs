@@ -1,7 +1,9 @@
 //! The external calls an executor makes once the write recording their start landed and the
 //! lease check passed (docs/design.md sections 4 and 6): the tool (http), the webhook agent, the
-//! reconcile hook, the model. Each returns how the call ended, as the engine's next input wants it; none
+//! reconcile hook, the model; an MCP server's listing and `tools/call` in `mcp`. Each returns how the call ended, as the engine's next input wants it; none
 //! writes the record or decides what happens next.
+
+mod mcp;
 
 use std::time::Duration;
 
@@ -10,6 +12,8 @@ use super::fault::{self, FaultPoint};
 use crate::agents::openai;
 use crate::engine::{ModelOutcome, ToolCall, ToolOutcome};
 use crate::tools::http::{self, HttpCall, SecretSource};
+
+pub use mcp::list_servers;
 
 struct ApiSecrets<'a>(&'a Context);
 
@@ -26,12 +30,15 @@ impl SecretSource for ApiSecrets<'_> {
 /// Performs one tool call (its `step.tool_started` write landed) and says how it ended.
 pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolOutcome {
     let snapshot = &state.run.snapshot;
+    if call.tool.mcp.is_some() {
+        return mcp::call_mcp_tool(ctx, state, call).await;
+    }
     let Some(spec) = call.tool.http.as_ref() else {
         return ToolOutcome::Error {
             failure: crate::api::ToolFailure::NoExecutor,
             status: None,
             content: serde_json::json!(format!(
-                "tool {} has no executor (set http)",
+                "tool {} has no executor (set http or mcp)",
                 call.tool.name
             )),
             duration_ms: 0,

@@ -405,6 +405,14 @@ impl Driver<'_> {
                     outcome,
                 }
             }
+            ExternalCall::ListTools { servers } => {
+                let listings = tokio::select! {
+                    listings = super::calls::list_servers(ctx, state, &servers) => listings,
+                    _ = stop.cancelled() => return Flow::Stop,
+                    _ = ctx.executors.shutdown.cancelled() => return Flow::Stop,
+                };
+                Input::ToolsListed { listings }
+            }
             ExternalCall::ReconcileHook { view } => {
                 // The hook may be asked for up to its timeoutSeconds; asking changes
                 // nothing, so shutdown need not wait for it (the next holder asks again).

@@ -115,6 +115,7 @@ fn fake_step(
                     tool,
                     args: json!({"n": 1}),
                     idempotency_key: format!("{}/0", run.uid),
+                    pin: None,
                 })),
             }
         }

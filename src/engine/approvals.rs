@@ -98,14 +98,18 @@ pub(crate) fn request_for(
             uid: run.uid.clone(),
         },
         step: txn.index_at(index),
-        tool: tool_ref(spec_tool),
+        tool: tool_ref(
+            spec_tool,
+            super::calls::pin_of(txn, &spec_tool.name, spec_tool.mcp.is_some()),
+        ),
         args: args.clone(),
     };
     serde_json::from_value(to_value(&request)).map_err(|e| format!("approval request: {e}"))
 }
 
-fn tool_ref(tool: &crate::api::ToolSpec) -> ToolRef {
+fn tool_ref(tool: &crate::api::ToolSpec, pin: Option<crate::api::ToolPin>) -> ToolRef {
     ToolRef {
+        pin_sha256: pin.map(|p| p.sha256),
         name: tool.name.clone(),
         description: tool.description.clone(),
         input_schema: tool.input_schema.clone(),

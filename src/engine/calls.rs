@@ -116,12 +116,16 @@ pub(crate) fn evaluate(
                 // call itself.
                 presentation: decision.presentation.clone().or_else(|| {
                     let tool = &txn.run.spec.tools[tool];
-                    Some(json!({
+                    let mut shown = json!({
                         "tool": tool.name,
                         "args": args,
                         "sideEffect": tool.side_effect,
                         "reason": decision.reason,
-                    }))
+                    });
+                    if let Some(mcp) = mcp_presentation(txn, tool) {
+                        shown["mcp"] = mcp;
+                    }
+                    Some(shown)
                 }),
                 origin: Origin::Policy,
             };
@@ -199,12 +203,40 @@ pub(crate) fn start_tool(
         status.executed_at = Some(now);
         super::approvals::write_status(txn, &grant.name, status);
     }
+    let pin = pin_of(txn, &spec_tool.name, spec_tool.mcp.is_some()).map(Box::new);
     txn.call(ExternalCall::Tool(ToolCall {
         step: txn.index_at(index),
         attempt,
         tool: spec_tool,
         args,
         idempotency_key: format!("{}/{}", txn.run.uid, txn.index_at(index)),
+        pin,
     }));
     Flow::Halt
+}
+
+/// The pin of the run's tool `name` when it is an `mcp` tool (docs/design.md section 6).
+pub(crate) fn pin_of(txn: &Txn, name: &str, mcp: bool) -> Option<crate::api::ToolPin> {
+    if !mcp {
+        return None;
+    }
+    txn.status
+        .tool_pins
+        .iter()
+        .find(|p| p.tool == name)
+        .cloned()
+}
+
+/// What an Approval of a call of `tool` shows of its MCP server (docs/behaviours.md 65): the
+/// server, the server's tool, the pin's hash and the server's annotations (shown, never
+/// trusted); `None` for a tool that is not an `mcp` one.
+pub(crate) fn mcp_presentation(txn: &Txn, tool: &crate::api::ToolSpec) -> Option<Value> {
+    pin_of(txn, &tool.name, tool.mcp.is_some()).map(|pin| {
+        json!({
+            "server": pin.server,
+            "tool": pin.server_tool,
+            "pinSha256": pin.sha256,
+            "annotations": pin.definition.annotations,
+        })
+    })
 }

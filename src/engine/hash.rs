@@ -63,6 +63,7 @@ mod tests {
                 side_effect: SideEffect::RemoteMutation,
                 timeout_seconds: 30,
                 terminal: false,
+                pin_sha256: None,
             },
             args,
         }

@@ -14,8 +14,11 @@
 //!   `write: Option<status>`, then `bookkeeping: Vec<Bookkeeping>`
 //!   (`Approval(ApprovalWrite::Create | ApprovalWrite::Status)` in order, then `ReleaseLease`
 //!   last and only before a stop), then exactly one `next: Next` = `Call(ExternalCall)` (`Tool
-//!   | Agent | Model | ReconcileHook`, whose outcome comes back as [`Input::ToolFinished`],
-//!   [`Input::AgentAnswered`], [`Input::ModelAnswered`] or [`Input::Reconciled`]) or `Stop`.
+//!   | Agent | Model | ReconcileHook | ListTools`, whose outcome comes back as
+//!   [`Input::ToolFinished`], [`Input::AgentAnswered`], [`Input::ModelAnswered`],
+//!   [`Input::Reconciled`] or [`Input::ToolsListed`]) or `Stop`. `ListTools` (a new run with MCP
+//!   tools, before anything is written) is the one call that follows no write: listing changes
+//!   nothing on a server (docs/design.md section 6, pinning).
 //!   One durable write between two external actions, never fewer (docs/design.md section 4).
 //!
 //! The write of either is a compare-and-set replace of the run's status on the
@@ -38,7 +41,9 @@
 //! - `lease`: when another holder's Lease may be taken: seen unchanged for its duration plus a
 //!   margin on the asking replica's monotonic clock, never by comparing clocks (docs/design.md
 //!   section 4, docs/behaviours.md 30-31);
-//! - `start`: a new run's first write (docs/behaviours.md 1-3);
+//! - `start`: a new run's first write (docs/behaviours.md 1-3), after listing its MCP servers
+//!   and pinning their tools (docs/behaviours.md 60, 63); the run's tools everywhere are the
+//!   effective ones of `pins::effective_tools` (`effective_run` below);
 //! - `limits`: the limits before each step (docs/behaviours.md 4-6);
 //! - `loop_`: starting steps and taking decisions (docs/behaviours.md 7-10);
 //! - `model_calls`: model attempts, accounted by the `model` rules (docs/behaviours.md 45-48);
@@ -340,6 +345,22 @@ pub enum Input {
     /// The lease was lost (a renewal found another holder, or it expired unrenewed): stop
     /// before the next side effect and record nothing as the step's outcome.
     LeaseLost,
+    /// The servers of an [`ExternalCall::ListTools`] were listed (or not), one entry per
+    /// server asked, in order.
+    ToolsListed {
+        /// Each server's listing.
+        listings: Vec<ServerListing>,
+    },
+}
+
+/// What one MCP server listed before `run.started` (docs/design.md section 6, pinning).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerListing {
+    /// The server's URL, as [`ExternalCall::ListTools`] named it.
+    pub url: String,
+    /// The entries of `tools/list`'s `tools` arrays, every page in order; or why the server
+    /// could not be listed (no header value in it), which fails the run `tool_unavailable`.
+    pub tools: Result<Vec<Value>, String>,
 }
 
 /// A tool call to perform, after the write recording `step.tool_started` succeeded.
@@ -355,6 +376,10 @@ pub struct ToolCall {
     pub args: Value,
     /// `<run uid>/<step>`: the same for every attempt of the step.
     pub idempotency_key: String,
+    /// The pin of an `mcp` tool (`status.toolPins[]`): the executor lists the server first and
+    /// sends `tools/call` only when [`pins::check`] says `Unchanged` (docs/behaviours.md 61).
+    // Boxed, as `ToolSpec.mcp` is, so that a call stays small.
+    pub pin: Option<Box<crate::api::ToolPin>>,
 }
 
 /// A write to one of the run's Approvals, asked by an executor or an observer.
@@ -435,6 +460,14 @@ pub enum ExternalCall {
         /// The JSON body.
         view: Value,
     },
+    /// List these MCP servers' tools (`initialize`, `tools/list` through every page) before a
+    /// new run starts, so the engine can pin them (docs/design.md section 6); the listings come
+    /// back as [`Input::ToolsListed`]. Nothing was written before it and listing changes
+    /// nothing on a server.
+    ListTools {
+        /// Each server once, with the headers to send (Secrets resolved by the executor).
+        servers: Vec<crate::api::McpServer>,
+    },
 }
 
 impl ExternalCall {
@@ -444,7 +477,7 @@ impl ExternalCall {
             ExternalCall::Tool(call) => Some(call.step),
             ExternalCall::Agent { step, .. } => Some(*step),
             ExternalCall::Model(call) => Some(call.step),
-            ExternalCall::ReconcileHook { .. } => None,
+            ExternalCall::ReconcileHook { .. } | ExternalCall::ListTools { .. } => None,
         }
     }
 }
@@ -599,15 +632,26 @@ pub fn step(
     budgets: &Budgets,
     input: Input,
 ) -> Result<Transition, EngineError> {
-    let stored = match record::decode(&run.status) {
+    let mut stored = match record::decode(&run.status) {
         Ok(stored) => stored,
         Err(detail) => return Ok(raw::undecodable_step(run, caller, &input, detail)),
     };
+    if let Input::ToolsListed { listings } = &input {
+        // The pins go into the working record first, so that this very transition (the first
+        // step's decision and call included) sees the pinned tools.
+        if stored.phase == RunPhase::Pending && stored.tool_pins.is_empty() {
+            if let Ok(pins) = start::pin_listings(&run.spec, listings) {
+                stored.tool_pins = pins;
+            }
+        }
+    }
     // docs/design.md section 5, terminal runs: nothing. A journal holding `run.finished` ended the
     // run whatever `phase` says now (a status write by hand cannot bring a run back to life).
     if ended_by_journal(&stored) {
         return Ok(Transition::stop());
     }
+    let effective = effective_run(run, &stored);
+    let run = effective.as_ref();
     let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, true);
     match input {
         Input::LeaseLost => txn.stop(),
@@ -637,9 +681,26 @@ pub fn observe(
     if ended_by_journal(&stored) {
         return Observed::default();
     }
+    let effective = effective_run(run, &stored);
+    let run = effective.as_ref();
     let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, false);
     observe::observe(&mut txn, lease);
     txn.finish().into_observation()
+}
+
+/// The run with its effective tools in `spec.tools` ([`pins::effective_tools`]): the one
+/// accessor every rule reading the run's tools goes through (validation, policy, the agents'
+/// conversation, loop detection, approvals). Borrowed as stored when the spec has no MCP tools.
+fn effective_run<'a>(
+    run: &'a RunSnapshot,
+    stored: &crate::api::AgentRunStatus,
+) -> std::borrow::Cow<'a, RunSnapshot> {
+    if !pins::needs_pins(&run.spec) || stored.tool_pins.is_empty() {
+        return std::borrow::Cow::Borrowed(run);
+    }
+    let mut run = run.clone();
+    run.spec.tools = pins::effective_tools(&run.spec, &stored.tool_pins);
+    std::borrow::Cow::Owned(run)
 }
 
 /// A journal holding `run.finished` under a phase that is not terminal (a status edited by
@@ -654,7 +715,9 @@ fn ended_by_journal(stored: &crate::api::AgentRunStatus) -> bool {
 
 /// An input from the executor (the replica holding, or just winning, the lease).
 fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError> {
-    let acquired = matches!(input, Input::LeaseAcquired { .. });
+    // A listing comes back before the first write, when the record names no holder yet.
+    let acquired = matches!(input, Input::LeaseAcquired { .. })
+        || (matches!(input, Input::ToolsListed { .. }) && txn.status.phase == RunPhase::Pending);
     // Someone took the run over: this executor stops without writing (docs/behaviours.md 33).
     if !acquired && txn.holder() != Some(txn.caller.holder.as_str()) {
         txn.stop();
@@ -694,6 +757,9 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
             RunPhase::WaitingForApproval => waiting::waiting(txn),
             _ => takeover::take_over(txn, takeover),
         },
+        Input::ToolsListed { listings } if phase == RunPhase::Pending => {
+            start::listed(txn, listings)
+        }
         _ if phase != RunPhase::Running => txn.release_and_stop(),
         Input::AgentAnswered { step, decision } => loop_::agent_answered(txn, step, decision)?,
         Input::ToolFinished {
@@ -707,7 +773,7 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
             outcome,
         } => model_calls::answered(txn, step, attempt, outcome)?,
         Input::Reconciled { answer } => takeover::reconciled(txn, answer),
-        Input::LeaseLost => txn.stop(),
+        Input::LeaseLost | Input::ToolsListed { .. } => txn.stop(),
     }
     Ok(())
 }

@@ -31,7 +31,8 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::api::{
-    AgentRunSpec, McpTool, SideEffect, ToolAnnotations, ToolDefinition, ToolPin, ToolSet, ToolSpec,
+    AgentRunSpec, McpServer, McpTool, SideEffect, ToolAnnotations, ToolDefinition, ToolPin,
+    ToolSet, ToolSpec,
 };
 use crate::engine::canonical::{content_hash, CanonicalError};
 use crate::engine::policy::glob_matches;
@@ -385,6 +386,103 @@ pub fn expand_tool_sets(
         }
     }
     Ok(out)
+}
+
+/// Whether `spec` has MCP tools or toolsets, whose definitions are pinned before `run.started`.
+pub fn needs_pins(spec: &AgentRunSpec) -> bool {
+    !spec.tool_sets.is_empty() || spec.tools.iter().any(|t| t.mcp.is_some())
+}
+
+/// The servers to list before `run.started`: every `mcp` tool's and toolset's, each URL once,
+/// in the order the spec names them (the headers are the first naming's).
+pub fn servers(spec: &AgentRunSpec) -> Vec<McpServer> {
+    let named = spec
+        .tools
+        .iter()
+        .filter_map(|t| t.mcp.as_deref())
+        .map(|m| McpServer {
+            url: m.url.clone(),
+            headers: m.headers.clone(),
+        })
+        .chain(spec.tool_sets.iter().map(|s| s.mcp.clone()));
+    let mut out: Vec<McpServer> = Vec::new();
+    for server in named {
+        if !out.iter().any(|s| s.url == server.url) {
+            out.push(server);
+        }
+    }
+    out
+}
+
+/// Pins every MCP tool of `spec` from its server's listing (`listing(url)`): the `mcp` tools
+/// of `spec.tools` in order, then each toolset's expanded tools.
+///
+/// # Errors
+/// As [`pin_tool`] and [`expand_tool_sets`].
+pub fn pin_all<'a>(
+    spec: &AgentRunSpec,
+    listing: impl Fn(&str) -> &'a [ToolDefinition],
+) -> Result<Vec<ToolPin>, PinError> {
+    let mut pins = Vec::new();
+    for (index, tool) in spec.tools.iter().enumerate() {
+        if let Some(mcp) = tool.mcp.as_deref() {
+            pins.push(pin_tool(index, tool, mcp, listing(&mcp.url))?);
+        }
+    }
+    let listings: Vec<Vec<ToolDefinition>> = spec
+        .tool_sets
+        .iter()
+        .map(|set| listing(&set.mcp.url).to_vec())
+        .collect();
+    pins.extend(
+        expand_tool_sets(spec, &listings)?
+            .into_iter()
+            .map(|t| t.pin),
+    );
+    Ok(pins)
+}
+
+/// The run's tools as the engine sees them everywhere (docs/design.md section 6: the pin is
+/// what the agent is shown and what the args are checked against): `spec.tools` in order, an
+/// `mcp` tool given its pin's inputSchema and description where the spec leaves them out, then
+/// each toolset's tools rebuilt from their pins. Without pins (before `run.started`, or a run
+/// with no MCP tools) this is `spec.tools` as written.
+pub fn effective_tools(spec: &AgentRunSpec, pins: &[ToolPin]) -> Vec<ToolSpec> {
+    let mut tools: Vec<ToolSpec> = spec
+        .tools
+        .iter()
+        .map(|tool| {
+            let mut tool = tool.clone();
+            if tool.mcp.is_some() {
+                if let Some(pin) = pins.iter().find(|p| p.tool == tool.name) {
+                    let empty = match &tool.input_schema {
+                        Value::Null => true,
+                        Value::Object(map) => map.is_empty(),
+                        _ => false,
+                    };
+                    if empty {
+                        tool.input_schema = pin.definition.input_schema.clone();
+                    }
+                    if tool.description.is_empty() {
+                        tool.description = pin.definition.description.clone().unwrap_or_default();
+                    }
+                }
+            }
+            tool
+        })
+        .collect();
+    for (index, set) in spec.tool_sets.iter().enumerate() {
+        let prefix = format!("{}{SET_SEPARATOR}", set.name);
+        let pinned: Vec<ToolDefinition> = pins
+            .iter()
+            .filter(|p| p.server == set.mcp.url && p.tool.starts_with(&prefix))
+            .map(|p| p.definition.clone())
+            .collect();
+        if let Ok(expanded) = expand_tool_set(index, set, &pinned) {
+            tools.extend(expanded.into_iter().map(|t| t.spec));
+        }
+    }
+    tools
 }
 
 /// One server hint that claims more danger than the manifest's class (the module's table).

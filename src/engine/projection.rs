@@ -172,6 +172,15 @@ fn project(event: &Value) -> Option<KubeEventProjection> {
                 text("max")
             ),
         ),
+        "tool.pinned" if data.get("hintsDisagree").is_some() => (
+            KubeEventType::Warning,
+            "ToolHintsDisagree",
+            format!(
+                "the MCP server's annotations of {} claim more danger than its side-effect class; the class decides: {}",
+                text("tool"),
+                text("hintsDisagree")
+            ),
+        ),
         "loop.detected" => (
             KubeEventType::Warning,
             "LoopDetected",

@@ -15,7 +15,9 @@ mod conditions;
 
 use serde_json::{json, Value};
 
-use conditions::{approval_conflict_condition, ready_condition, waiting_condition};
+use conditions::{
+    approval_conflict_condition, hints_condition, ready_condition, waiting_condition,
+};
 
 use super::{
     ApprovalSnapshot, ApprovalWrite, Bookkeeping, Budgets, Caller, ExternalCall, Next, ObserveNext,
@@ -481,7 +483,8 @@ impl<'a> Txn<'a> {
         let old = std::mem::take(&mut self.status.conditions);
         let had_conflict = old.iter().any(|c| c.type_ == "ApprovalConflict");
         let conflict = approval_conflict_condition(&self.status, had_conflict);
-        self.status.conditions = [Some(ready), Some(waiting), conflict]
+        let hints = hints_condition(&self.status, &self.run.spec.tools);
+        self.status.conditions = [Some(ready), Some(waiting), conflict, hints]
             .into_iter()
             .flatten()
             .map(|(type_, status, reason, message)| {

@@ -185,6 +185,15 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
         }
     };
     let spec_tool = &txn.run.spec.tools[tool];
+    let mut presentation = json!({
+        "tool": spec_tool.name,
+        "args": args,
+        "sideEffect": spec_tool.side_effect,
+        "notice": INTERRUPTED_NOTICE,
+    });
+    if let Some(mcp) = super::calls::mcp_presentation(txn, spec_tool) {
+        presentation["mcp"] = mcp;
+    }
     let requirement = Requirement {
         kind: INTERRUPTED_SIDE_EFFECT.to_string(),
         reason: Some(format!(
@@ -193,12 +202,7 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
             txn.index_at(index)
         )),
         capability: None,
-        presentation: Some(json!({
-            "tool": spec_tool.name,
-            "args": args,
-            "sideEffect": spec_tool.side_effect,
-            "notice": INTERRUPTED_NOTICE,
-        })),
+        presentation: Some(presentation),
         origin: Origin::Interruption,
     };
     approvals::pause(txn, index, tool, args, requirement)

@@ -108,8 +108,20 @@ pub async fn resolve_headers(
     namespace: &str,
     secrets: &impl SecretSource,
 ) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::with_capacity(tool.headers.len());
-    for header in &tool.headers {
+    resolve_header_list(&tool.headers, namespace, secrets).await
+}
+
+/// [`resolve_headers`] for any executor's headers (an `mcp` tool's or toolset's server too).
+///
+/// # Errors
+/// As [`resolve_headers`].
+pub async fn resolve_header_list(
+    headers: &[crate::api::HttpHeader],
+    namespace: &str,
+    secrets: &impl SecretSource,
+) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::with_capacity(headers.len());
+    for header in headers {
         let value = match (&header.value, &header.secret_key_ref) {
             (Some(value), _) => value.clone(),
             (None, Some(secret)) => {

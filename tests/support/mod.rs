@@ -8,6 +8,7 @@
 //!   sequence, the fault-injection skip guard, [`controller::RunFixture`].
 //! - [`stub`]: a scripted HTTP endpoint standing in for a webhook agent or a reconcile hook.
 //! - [`modelserver`], [`toolserver`], [`proxy`]: a chat-completions model, the tools, a TCP proxy.
+//! - [`mcpserver`]: the Python MCP SDK's FastMCP server (tests/fixtures/mcp_server.py).
 #![allow(dead_code)]
 
 pub mod cluster;
@@ -54,6 +55,7 @@ pub mod helm {
         .clone()
     }
 }
+pub mod mcpserver;
 pub mod modelserver;
 pub mod proxy;
 pub mod stub;

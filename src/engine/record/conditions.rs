@@ -1,9 +1,11 @@
-//! The run's conditions (`Ready`, `WaitingForApproval`, `ApprovalConflict`), derived from the
-//! record on every write (docs/design.md section 2): type, status, CamelCase reason and message.
+//! The run's conditions (`Ready`, `WaitingForApproval`, `ApprovalConflict`,
+//! `ToolHintsDisagree`), derived from the record on every write (docs/design.md section 2):
+//! type, status, CamelCase reason and message.
 
 use serde_json::Value;
 
-use crate::api::{AgentRunStatus, EventType, RunPhase, TerminalReason};
+use crate::api::{AgentRunStatus, EventType, RunPhase, TerminalReason, ToolSpec};
+use crate::engine::pins::hint_disagreements;
 
 pub(super) type ConditionParts = (&'static str, &'static str, String, String);
 
@@ -86,6 +88,43 @@ pub(super) fn approval_conflict_condition(
         )),
         None => None,
     }
+}
+
+/// `ToolHintsDisagree` (docs/design.md section 6, docs/behaviours.md 64): True while a pin's
+/// annotations claim more danger than the manifest's class of its tool (`tools`, the run's
+/// effective tools); absent otherwise. The class stays the manifest's either way.
+pub(super) fn hints_condition(
+    status: &AgentRunStatus,
+    tools: &[ToolSpec],
+) -> Option<ConditionParts> {
+    let claims: Vec<String> = status
+        .tool_pins
+        .iter()
+        .filter_map(|pin| {
+            let tool = tools.iter().find(|t| t.name == pin.tool)?;
+            let found = hint_disagreements(pin.definition.annotations.as_ref(), tool.side_effect);
+            (!found.is_empty()).then(|| {
+                let said: Vec<&str> = found.iter().map(|d| d.claim).collect();
+                format!(
+                    "{}: {} (the manifest says {})",
+                    pin.tool,
+                    said.join("; "),
+                    tool.side_effect.as_str()
+                )
+            })
+        })
+        .collect();
+    (!claims.is_empty()).then(|| {
+        (
+            "ToolHintsDisagree",
+            "True",
+            "AnnotationsClaimMoreDanger".into(),
+            format!(
+                "the policy follows the manifest's side-effect classes; {}",
+                claims.join(" | ")
+            ),
+        )
+    })
 }
 
 pub(super) fn waiting_condition(status: &AgentRunStatus) -> ConditionParts {

@@ -78,6 +78,9 @@ pub enum Effect {
     CallReconcileHook {
         view: Value,
     },
+    ListTools {
+        servers: Vec<crate::api::McpServer>,
+    },
     ReleaseLease,
     RequeueAfter {
         millis: u64,
@@ -142,6 +145,7 @@ pub fn transition_effects(transition: Transition) -> Vec<Effect> {
             delay_millis,
         },
         Next::Call(ExternalCall::ReconcileHook { view }) => Effect::CallReconcileHook { view },
+        Next::Call(ExternalCall::ListTools { servers }) => Effect::ListTools { servers },
     });
     effects
 }
@@ -199,6 +203,8 @@ pub struct Harness {
     pub pending_agent: Option<(StepIndex, Value)>,
     /// The reconcile hook view awaited.
     pub pending_hook: Option<Value>,
+    /// The servers of an asked-for listing not yet answered.
+    pub pending_listing: Option<Vec<crate::api::McpServer>>,
     /// The model attempt awaited (step, attempt).
     pub pending_model: Option<(StepIndex, i64)>,
     /// Stop after performing this many more effects (a crash point); `None` performs all.
@@ -250,6 +256,7 @@ impl Harness {
             pending_tool: None,
             pending_agent: None,
             pending_hook: None,
+            pending_listing: None,
             pending_model: None,
             crash_after: None,
         }
@@ -412,6 +419,7 @@ impl Harness {
                 self.pending_agent = Some((*step, request.clone()));
             }
             Effect::CallReconcileHook { view } => self.pending_hook = Some(view.clone()),
+            Effect::ListTools { servers } => self.pending_listing = Some(servers.clone()),
             Effect::CallModel { step, attempt, .. } => self.pending_model = Some((*step, *attempt)),
             Effect::ReleaseLease => {
                 if self.lease.as_ref().is_some_and(|l| l.holder == holder) {
@@ -472,6 +480,23 @@ impl Harness {
 
     fn pending(&mut self) -> ToolCall {
         self.pending_tool.take().expect("a tool call is pending")
+    }
+
+    /// The pending listing answers: `listing(url)` for each server asked.
+    pub fn list_tools(
+        &mut self,
+        holder: &str,
+        listing: impl Fn(&str) -> Result<Vec<Value>, String>,
+    ) -> Vec<Effect> {
+        let servers = self.pending_listing.take().expect("a listing is pending");
+        let listings = servers
+            .iter()
+            .map(|s| crate::engine::ServerListing {
+                url: s.url.clone(),
+                tools: listing(&s.url),
+            })
+            .collect();
+        self.step(holder, Input::ToolsListed { listings })
     }
 
     pub fn finish_tool(&mut self, holder: &str, outcome: ToolOutcome) -> Vec<Effect> {
@@ -653,6 +678,7 @@ pub fn kinds(effects: &[Effect]) -> Vec<String> {
             Effect::CallTool(call) => format!("CallTool({}#{})", call.tool.name, call.attempt),
             Effect::CallAgent { step, .. } => format!("CallAgent({step})"),
             Effect::CallReconcileHook { .. } => "CallReconcileHook".to_string(),
+            Effect::ListTools { servers } => format!("ListTools({})", servers.len()),
             Effect::CallModel {
                 step,
                 attempt,

@@ -25,6 +25,7 @@ mod approvals;
 mod calls;
 mod grants;
 mod harness;
+mod mcp;
 mod model;
 mod outcomes;
 mod properties;

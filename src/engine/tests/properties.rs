@@ -20,6 +20,8 @@ use crate::api::{OpenAiAgent, PolicyOutcome, PolicyRule, RunPhase, SideEffect, S
 use crate::engine::model::ReportedUsage;
 use crate::engine::{Input, ModelOutcome};
 
+mod pins;
+
 const MAX_ROUNDS: usize = 400;
 const MAX_CRASHES: usize = 5;
 

@@ -16,7 +16,8 @@
 //! connection lost, a 5xx, a 2xx without the response) is [`CallOutcome::Unknown`], never
 //! sent again here.
 //!
-//! Outcomes of a call ([`CallOutcome`]), as the engine will classify them:
+//! Outcomes of a call ([`CallOutcome`]), as `controller::calls::mcp` maps them onto the
+//! engine's tool outcomes:
 //! - a result → `tool_result` (`structuredContent` when given, else the content blocks);
 //! - `isError: true` → `tool_error` `tool_reported_error`;
 //! - a JSON-RPC error → `tool_error` `mcp_error` {code, message};

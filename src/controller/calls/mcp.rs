@@ -1,0 +1,231 @@
+//! The MCP calls an executor makes (docs/design.md section 6, the `mcp` tool; docs/behaviours.md
+//! 60-63): listing the servers before a run starts ([`list_servers`]) and one `tools/call`
+//! ([`call_mcp_tool`]), with the server's headers resolved from Secrets like an `http` tool's.
+//!
+//! Owns: performing them with `tools::mcp::McpClient` and mapping a [`CallOutcome`] onto the
+//! engine's [`ToolOutcome`]. Must not: decide whether a pin still holds (it asks the engine's
+//! pure [`pins::check`]) or retry a call.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::ApiSecrets;
+use crate::api::{McpServer, ToolFailure, ToolPin};
+use crate::controller::context::{Context, RunState};
+use crate::controller::fault::{self, FaultPoint};
+use crate::engine::{pins, ServerListing, ToolCall, ToolOutcome};
+use crate::tools::http;
+use crate::tools::mcp::{CallOutcome, McpClient, ToolsCall};
+
+/// Lists every server (`initialize`, `tools/list` through every page), in order: one
+/// [`ServerListing`] each, its error a sentence naming the server and no header value.
+pub async fn list_servers(
+    ctx: &Context,
+    state: &RunState,
+    servers: &[McpServer],
+) -> Vec<ServerListing> {
+    let namespace = &state.run.snapshot.namespace;
+    let mut out = Vec::with_capacity(servers.len());
+    for server in servers {
+        let tools = match http::resolve_header_list(&server.headers, namespace, &ApiSecrets(ctx))
+            .await
+        {
+            Err(err) => Err(err),
+            Ok(headers) => {
+                let mut client = McpClient::new(ctx.executors.http.clone(), &server.url, headers);
+                client.list_tools().await.map_err(|err| err.to_string())
+            }
+        };
+        if let Err(err) = &tools {
+            tracing::warn!(server = %server.url, %err, "the MCP server cannot be listed");
+        }
+        out.push(ServerListing {
+            url: server.url.clone(),
+            tools,
+        });
+    }
+    out
+}
+
+fn error(failure: ToolFailure, content: Value, duration_ms: u64) -> ToolOutcome {
+    ToolOutcome::Error {
+        failure,
+        status: None,
+        content,
+        duration_ms,
+    }
+}
+
+/// Performs one `mcp` tool call: lists the server, refuses the call `definition_changed`
+/// when [`pins::check`] finds the definition changed or gone (nothing sent), else sends
+/// `tools/call` once with the step's idempotency key and attempt.
+pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolOutcome {
+    let snapshot = &state.run.snapshot;
+    let Some(mcp) = call.tool.mcp.as_deref() else {
+        return error(
+            ToolFailure::NoExecutor,
+            json!(format!("tool {} has no mcp executor", call.tool.name)),
+            0,
+        );
+    };
+    let Some(pin) = call.pin.as_ref() else {
+        return error(
+            ToolFailure::DefinitionChanged,
+            json!(format!(
+                "tool {} has no pin in status.toolPins; the call was not sent",
+                call.tool.name
+            )),
+            0,
+        );
+    };
+    let headers = match http::resolve_header_list(
+        &mcp.headers,
+        &snapshot.namespace,
+        &ApiSecrets(ctx),
+    )
+    .await
+    {
+        Ok(headers) => headers,
+        Err(err) => return error(ToolFailure::HeaderUnavailable, json!(err), 0),
+    };
+    let started = std::time::Instant::now();
+    let mut client = McpClient::new(ctx.executors.http.clone(), &mcp.url, headers);
+    let listed = match client.list_tools().await {
+        Ok(listed) => listed,
+        Err(err) => {
+            return error(
+                ToolFailure::ConnectionRefused,
+                json!(format!(
+                "the MCP server could not be listed to check the pin; the call was not sent: {err}"
+            )),
+                millis(started),
+            )
+        }
+    };
+    if let Some(refused) = refuse_unless_pinned(pin, &mcp.url, &listed, millis(started)) {
+        return refused;
+    }
+    let request = ToolsCall {
+        name: pin.server_tool.clone(),
+        arguments: call.args.clone(),
+        idempotency_key: call.idempotency_key.clone(),
+        attempt: call.attempt,
+        run: format!("{}/{}", snapshot.namespace, snapshot.name),
+        holder: ctx.settings.holder.as_str().to_string(),
+        timeout: Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1)),
+    };
+    tracing::info!(tool = %call.tool.name, server = %mcp.url, attempt = call.attempt, "calling the MCP tool");
+    let in_flight = client.call_tool(&request);
+    tokio::pin!(in_flight);
+    let outcome = tokio::select! {
+        outcome = &mut in_flight => outcome,
+        _ = tokio::time::sleep(Duration::from_millis(200)) => {
+            fault::check(FaultPoint::DuringTool, Some(call.step.get()));
+            in_flight.await
+        }
+    };
+    tool_outcome(outcome)
+}
+
+/// `definition_changed` unless the server's current listing holds the pinned definition.
+fn refuse_unless_pinned(
+    pin: &ToolPin,
+    url: &str,
+    listed: &[Value],
+    duration_ms: u64,
+) -> Option<ToolOutcome> {
+    let checked = pins::definitions(url, listed)
+        .map_err(|err| err.to_string())
+        .and_then(|current| pins::check(pin, &current).map_err(|err| err.to_string()));
+    let content = match checked {
+        Ok(pins::PinCheck::Unchanged) => return None,
+        Ok(pins::PinCheck::Changed { pinned, current }) => json!({
+            "error": "the server's definition of the tool is not the pinned one; the call was not sent",
+            "tool": pin.server_tool,
+            "pinned": pinned,
+            "current": current,
+        }),
+        Ok(pins::PinCheck::Gone) => json!({
+            "error": "the server no longer lists the tool; the call was not sent",
+            "tool": pin.server_tool,
+            "pinned": pin.sha256,
+        }),
+        Err(err) => json!({
+            "error": "the server's listing cannot be compared with the pin; the call was not sent",
+            "tool": pin.server_tool,
+            "detail": err,
+        }),
+    };
+    tracing::warn!(tool = %pin.tool, "the MCP tool's definition changed; refused");
+    Some(error(ToolFailure::DefinitionChanged, content, duration_ms))
+}
+
+/// docs/design.md section 6, outcomes: how a `tools/call` ended, as the engine records it.
+pub fn tool_outcome(outcome: CallOutcome) -> ToolOutcome {
+    match outcome {
+        CallOutcome::Result {
+            content,
+            duration_ms,
+            ..
+        } => ToolOutcome::Result {
+            status: 200,
+            content,
+            duration_ms,
+        },
+        CallOutcome::ToolReportedError {
+            content,
+            duration_ms,
+            ..
+        } => error(ToolFailure::ToolReportedError, content, duration_ms),
+        CallOutcome::RpcError {
+            code,
+            message,
+            data,
+            duration_ms,
+        } => {
+            let mut content = json!({"code": code, "message": message});
+            if let Some(data) = data {
+                content["data"] = data;
+            }
+            error(ToolFailure::McpError, content, duration_ms)
+        }
+        CallOutcome::NotSent {
+            detail,
+            duration_ms,
+        } => error(ToolFailure::ConnectionRefused, json!(detail), duration_ms),
+        CallOutcome::Unknown {
+            detail,
+            duration_ms,
+        } => ToolOutcome::Unknown {
+            detail,
+            duration_ms,
+        },
+        CallOutcome::TooLarge {
+            max,
+            answer,
+            duration_ms,
+        } => error(
+            ToolFailure::ResponseTooLarge,
+            json!({
+                "error": format!("the answer is over {max} bytes"),
+                "bytes": answer.bytes,
+                "sha256": answer.sha256,
+            }),
+            duration_ms,
+        ),
+        CallOutcome::InvalidAnswer {
+            detail,
+            answer,
+            duration_ms,
+        } => error(
+            ToolFailure::InvalidContent,
+            json!({"error": detail, "bytes": answer.bytes, "sha256": answer.sha256}),
+            duration_ms,
+        ),
+    }
+}
+
+fn millis(started: std::time::Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,103 @@
+//! The Python MCP SDK's FastMCP server of tests/fixtures/mcp_server.py (installed by
+//! scripts/install-mcp) as a child process, for the controller scenarios with MCP tools; its
+//! `/control` routes say which calls it saw and change a definition mid-run.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The Python with the MCP SDK, installed once per test process.
+pub fn python() -> PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let out = Command::new(root.join("scripts/install-mcp"))
+                .output()
+                .expect("scripts/install-mcp runs");
+            assert!(
+                out.status.success(),
+                "scripts/install-mcp failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        })
+        .clone()
+}
+
+/// One server process; killed when dropped.
+pub struct PyServer {
+    child: Child,
+    base: String,
+}
+
+impl PyServer {
+    /// Starts the server with `args` (`--json` for JSON answers, else SSE) and waits until it
+    /// serves.
+    pub fn start(args: &[&str]) -> PyServer {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_server.py");
+        let mut child = Command::new(python())
+            .arg(script)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the MCP server starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the PORT line");
+        let port = line
+            .trim()
+            .strip_prefix("PORT=")
+            .expect("PORT=<n>")
+            .to_string();
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+            assert!(Instant::now() < deadline, "the MCP server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        PyServer { child, base }
+    }
+
+    /// Its MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    /// The `tools/call`s it saw, in order: `{tool, headers, meta}` each.
+    pub async fn calls(&self) -> Vec<Value> {
+        let calls: Value = reqwest::get(format!("{}/control/calls", self.base))
+            .await
+            .expect("GET /control/calls")
+            .json()
+            .await
+            .expect("JSON");
+        calls.as_array().cloned().unwrap_or_default()
+    }
+
+    /// `POST /control/<what>` (`change-definition`, `forget-sessions`).
+    pub async fn control(&self, what: &str) -> Value {
+        reqwest::Client::new()
+            .post(format!("{}/control/{what}", self.base))
+            .send()
+            .await
+            .expect("POST /control")
+            .json()
+            .await
+            .expect("JSON")
+    }
+}
+
+impl Drop for PyServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
