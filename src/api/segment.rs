@@ -16,7 +16,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::agentrun::{RunEvent, Step};
+use super::status::{RunEvent, Step};
 
 /// The label every segment carries: its run's uid (a uid always fits a label value, a run name
 /// of up to 253 characters does not), so a run's segments are listed with one selector.
