@@ -95,7 +95,7 @@ pub struct ControllerOptions {
     /// than this many settled steps (docs/design.md section 4a).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub seal_steps: u32,
-    /// Seal when a run's status passes this many bytes of canonical JSON.
+    /// Seal when a run's window (its steps and events) passes this many bytes of JSON.
     #[arg(long, default_value_t = 131072, value_parser = clap::value_parser!(u32).range(1024..))]
     pub seal_bytes: u32,
     /// The most recent settled steps a seal leaves in the window (at least 1, and the trailing

@@ -31,7 +31,8 @@ use crate::api::{
 pub struct SealLimits {
     /// Seal when the window holds more than this many settled steps (default 64).
     pub seal_steps: usize,
-    /// Seal when the status's canonical JSON passes this many bytes (default 128 KiB).
+    /// Seal when the window's steps and events pass this many bytes of compact JSON (default
+    /// 128 KiB; the archive index is not counted).
     pub seal_bytes: usize,
     /// Settled steps that always stay in the window, the most recent ones (default 8).
     pub keep_steps: usize,
@@ -199,6 +200,30 @@ fn canonical_len<T: serde::Serialize + ?Sized>(value: &T) -> Result<usize, Canon
     Ok(canonical_json(&value)?.len())
 }
 
+/// The window's size: the compact JSON of `status.steps` and `status.events`, counted without
+/// building the text. The archive's own index is left out, so that a long run's index never
+/// makes every write seal (it did: 1,413 segments for 2,000 steps of 8 KiB answers), and the
+/// rest of the status is small and bounded.
+fn window_len(status: &AgentRunStatus) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let steps = serde_json::to_writer(&mut count, &status.steps);
+    let events = serde_json::to_writer(&mut count, &status.events);
+    match (steps, events) {
+        (Ok(()), Ok(())) => count.0,
+        _ => usize::MAX,
+    }
+}
+
 /// Whether the step at `position` of `steps` may be sealed: it is settled, or it is an
 /// `interrupted` step the run went on past (a later step exists). A takeover resolves only the
 /// last step; an interrupted one behind it is history nothing changes again, and keeping it
@@ -213,8 +238,8 @@ fn sealable(steps: &[Step], position: usize) -> bool {
 
 /// What the window seals now, if anything (docs/design.md section 4a).
 ///
-/// Seals when the window holds more than `seal_steps` settled steps or the status's canonical
-/// JSON passes `seal_bytes`. Then the oldest settled steps (a run of settled steps from the
+/// Seals when the window holds more than `seal_steps` settled steps or the window's steps and
+/// events pass `seal_bytes` as compact JSON ([`window_len`]; the archive index is not counted). Then the oldest settled steps (a run of settled steps from the
 /// window's start: an unsettled step is never sealed, nor anything after it; an `interrupted`
 /// step the run went on past counts as settled), all but the last
 /// `keep_steps` settled ones and at most `segment_bytes` of them, go into the next segment with
@@ -236,7 +261,7 @@ pub fn seal(
     let settled = (0..status.steps.len())
         .filter(|p| sealable(&status.steps, *p))
         .count();
-    if settled <= limits.seal_steps && canonical_len(status)? <= limits.seal_bytes {
+    if settled <= limits.seal_steps && window_len(status) <= limits.seal_bytes {
         return Ok(None);
     }
     let archive = status.archive.clone().unwrap_or_default();
