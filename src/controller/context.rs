@@ -200,6 +200,26 @@ impl Context {
         )
     }
 
+    /// [`Context::step`] with sealing off for this one transition (its segment could not be
+    /// created; docs/design.md section 4a).
+    pub fn step_unsealed(&self, state: &RunState, input: Input) -> Result<Transition, EngineError> {
+        let budgets = Budgets {
+            seal: crate::engine::archive::SealLimits {
+                seal_steps: usize::MAX,
+                seal_bytes: usize::MAX,
+                ..self.settings.budgets.seal.clone()
+            },
+            ..self.settings.budgets.clone()
+        };
+        (self.settings.engine.step)(
+            &state.run.snapshot,
+            &state.approvals,
+            &self.caller(),
+            &budgets,
+            input,
+        )
+    }
+
     /// Asks the engine what this replica, not executing the run, does with it.
     pub fn observe(&self, state: &RunState, lease: &LeaseView) -> Observed {
         (self.settings.engine.observe)(

@@ -192,6 +192,10 @@ struct Driver<'a> {
     state: RunState,
     /// Compare-and-set conflicts in a row.
     conflicts: u32,
+    /// The last transition's segment could not be created: ask the engine again for the same
+    /// input without sealing, so the step's outcome is written (sealing waits for a later write)
+    /// instead of being lost, which would leave a received result "unknown" to a takeover.
+    unsealed: bool,
 }
 
 /// The loop: ask the engine, perform its transition (in the span of the step it works on),
@@ -211,13 +215,19 @@ async fn drive(
         stop,
         state,
         conflicts: 0,
+        unsealed: false,
     };
     let mut steps = trace::StepSpans::default();
     loop {
         if lease.is_lost() && input != Input::LeaseLost {
             input = Input::LeaseLost;
         }
-        let transition = match ctx.step(&driver.state, input.clone()) {
+        let asked = if std::mem::take(&mut driver.unsealed) {
+            ctx.step_unsealed(&driver.state, input.clone())
+        } else {
+            ctx.step(&driver.state, input.clone())
+        };
+        let transition = match asked {
             Ok(transition) => transition,
             Err(err) => {
                 tracing::warn!(%err, "the engine refused the input; stopping this executor");
@@ -270,7 +280,7 @@ impl Driver<'_> {
 
     /// The segment the transition seals, then the status write; `None` when it landed and the
     /// transition goes on, else what the loop does instead (a 409 re-reads and asks again with
-    /// the same input; a segment that cannot be created stops without writing).
+    /// the same input; a segment that cannot be created asks again without sealing).
     async fn write(
         &mut self,
         input: &Input,
@@ -303,10 +313,13 @@ impl Driver<'_> {
         }
         if let Some(seal) = seal {
             if let Err(err) = create_segment(ctx, self.key, seal).await {
-                // Nothing is written without its segment: the executor stops and the run is
-                // observed again (a takeover settles it, as after a write whose answer was lost).
-                tracing::warn!(%err, "the sealed segment was not created; stopping without writing");
-                return Some(Flow::Stop);
+                // Nothing is written without its segment. The same input is decided again
+                // without sealing, so what this transition records (a tool's outcome among it)
+                // is written now and the window is sealed by a later write.
+                tracing::warn!(%err, "the sealed segment was not created; writing this step without sealing");
+                ctx.metrics.segment_failures.inc();
+                self.unsealed = true;
+                return Some(Flow::Next(input.clone()));
             }
             fault::check(
                 FaultPoint::AfterSegmentCreated,

@@ -123,6 +123,8 @@ pub struct Metrics {
     /// AgentRunSegments this replica created (docs/design.md section 4a; one found already
     /// there with the same content is not counted).
     pub segments_created: Counter,
+    /// Seals whose segment could not be created (the step was written without sealing).
+    pub segment_failures: Counter,
     /// Tool calls by outcome (`result`, `error`, `unknown`, `abort`).
     pub tool_calls: Family<Outcome, Counter>,
     /// Tool call durations by tool, in seconds.
@@ -170,6 +172,7 @@ impl Default for Metrics {
             reconcile_errors: Family::default(),
             status_writes: Family::default(),
             segments_created: Counter::default(),
+            segment_failures: Counter::default(),
             tool_calls: Family::default(),
             tool_call_duration: Family::new_with_constructor(tool_seconds),
             steps: Family::default(),
@@ -213,6 +216,11 @@ impl Default for Metrics {
             "segments_created",
             "AgentRunSegments created: sealed history moved out of the record",
             m.segments_created.clone(),
+        );
+        registry.register(
+            "segment_failures",
+            "Seals whose AgentRunSegment could not be created; the step was written without sealing",
+            m.segment_failures.clone(),
         );
         registry.register("tool_calls", "Tool calls by outcome", m.tool_calls.clone());
         registry.register_with_unit(

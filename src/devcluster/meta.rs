@@ -133,9 +133,14 @@ const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case a
     or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
 fn is_label(s: &str) -> bool {
+    s.len() <= 63 && is_subdomain_part(s)
+}
+
+/// One dot-separated part of an RFC 1123 subdomain: as a label, but kube-apiserver's
+/// `IsDNS1123Subdomain` bounds only the whole name (253), not each part.
+fn is_subdomain_part(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
@@ -146,10 +151,18 @@ fn is_label(s: &str) -> bool {
 ///
 /// Returns the field errors kube-apiserver reports (empty = valid).
 pub fn validate_name(name: &str, label_only: bool) -> Vec<FieldError> {
+    if !label_only && name.len() > 253 {
+        return vec![FieldError {
+            kind: FieldErrorKind::Invalid,
+            field: "metadata.name".to_string(),
+            bad_value: Some(Value::String(name.to_string())),
+            detail: "must be no more than 253 characters".to_string(),
+        }];
+    }
     let ok = if label_only {
         is_label(name)
     } else {
-        name.len() <= 253 && name.split('.').all(is_label)
+        name.split('.').all(is_subdomain_part)
     };
     if ok {
         return Vec::new();
@@ -265,6 +278,12 @@ mod tests {
         assert!(!validate_name("My_Widget", false).is_empty());
         assert!(!validate_name("a.b", true).is_empty());
         assert!(validate_name("default", true).is_empty());
+        // kube-apiserver bounds a subdomain as a whole (253), not each part (63).
+        let long = "a".repeat(100);
+        assert!(validate_name(&long, false).is_empty());
+        assert!(!validate_name(&long, true).is_empty());
+        let too_long = validate_name(&"a".repeat(254), false);
+        assert_eq!(too_long[0].detail, "must be no more than 253 characters");
     }
 
     #[test]
