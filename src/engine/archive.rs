@@ -205,23 +205,8 @@ fn canonical_len<T: serde::Serialize + ?Sized>(value: &T) -> Result<usize, Canon
 /// makes every write seal (it did: 1,413 segments for 2,000 steps of 8 KiB answers), and the
 /// rest of the status is small and bounded.
 fn window_len(status: &AgentRunStatus) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let steps = serde_json::to_writer(&mut count, &status.steps);
-    let events = serde_json::to_writer(&mut count, &status.events);
-    match (steps, events) {
-        (Ok(()), Ok(())) => count.0,
-        _ => usize::MAX,
-    }
+    super::record::encoded_len(&status.steps)
+        .saturating_add(super::record::encoded_len(&status.events))
 }
 
 /// Whether the step at `position` of `steps` may be sealed: it is settled, or it is an

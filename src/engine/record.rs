@@ -34,7 +34,7 @@ pub(crate) const OBJECT_MARGIN_BYTES: usize = 4096;
 
 /// The length of `value` as compact JSON, counted without building the text (`usize::MAX`
 /// when it cannot be encoded).
-fn encoded_len(value: &impl serde::Serialize) -> usize {
+pub(crate) fn encoded_len(value: &impl serde::Serialize) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

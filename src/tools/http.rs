@@ -345,11 +345,13 @@ fn tool_error(
     }
 }
 
-fn millis(started: Instant) -> u64 {
+/// Milliseconds since `started` (saturating).
+pub(crate) fn millis(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its sources, `outer: inner: innermost` (what a tool_error's detail shows).
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(inner) = source {

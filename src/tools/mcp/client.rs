@@ -16,6 +16,7 @@ use super::{
     DEFAULT_MAX_STREAM_BYTES, MAX_PAGES, META_ATTEMPT, META_IDEMPOTENCY_KEY, PROTOCOL_VERSION,
     SESSION_ID,
 };
+use crate::tools::http::{error_chain, millis};
 use crate::tools::http::{ATTEMPT, HOLDER, IDEMPOTENCY_KEY, RUN};
 
 /// One MCP server's client: its URL, headers and session.
@@ -564,19 +565,4 @@ async fn body_snippet(mut response: reqwest::Response) -> String {
     }
     bytes.truncate(512);
     String::from_utf8_lossy(&bytes).into_owned()
-}
-
-fn millis(started: Instant) -> u64 {
-    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }
