@@ -204,11 +204,7 @@ impl Context {
     /// created; docs/design.md section 4a).
     pub fn step_unsealed(&self, state: &RunState, input: Input) -> Result<Transition, EngineError> {
         let budgets = Budgets {
-            seal: crate::engine::archive::SealLimits {
-                seal_steps: usize::MAX,
-                seal_bytes: usize::MAX,
-                ..self.settings.budgets.seal.clone()
-            },
+            seal: crate::engine::archive::SealLimits::off(),
             ..self.settings.budgets.clone()
         };
         (self.settings.engine.step)(

@@ -128,7 +128,7 @@ fn fake_step(
             };
             Transition {
                 // A run named `seal-…` seals with its outcome's write (unless sealing is off).
-                seal: (run.name.starts_with("seal") && budgets.seal.seal_steps != usize::MAX)
+                seal: (run.name.starts_with("seal") && !budgets.seal.is_off())
                     .then(|| fake_segment(run)),
                 write: Some(next),
                 bookkeeping: vec![Bookkeeping::ReleaseLease],

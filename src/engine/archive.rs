@@ -42,6 +42,23 @@ pub struct SealLimits {
     pub segment_bytes: usize,
 }
 
+impl SealLimits {
+    /// No sealing: for a transition whose segment could not be created, decided again so its
+    /// step is written without sealing (docs/design.md section 4a).
+    pub fn off() -> SealLimits {
+        SealLimits {
+            seal_steps: usize::MAX,
+            seal_bytes: usize::MAX,
+            ..SealLimits::default()
+        }
+    }
+
+    /// Whether these limits never seal ([`SealLimits::off`]).
+    pub fn is_off(&self) -> bool {
+        self.seal_steps == usize::MAX && self.seal_bytes == usize::MAX
+    }
+}
+
 impl Default for SealLimits {
     fn default() -> Self {
         SealLimits {
