@@ -379,6 +379,18 @@ fn calls_of(tools: &ToolServer, tool: &str) -> usize {
     tools.calls().iter().filter(|c| c.tool == tool).count()
 }
 
+/// The kubectl arguments that patch `approval`'s decision.
+fn decision_patch(approval: &str, hash: &str, approver: &str) -> Vec<String> {
+    let patch = serde_json::json!({"spec": {"decision": {
+        "verdict": "Approved", "hash": hash, "approver": approver
+    }}});
+    ["patch", "approval", approval, "--type", "merge", "-p"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([patch.to_string()])
+        .collect()
+}
+
 /// Patches `approval`'s decision as the user of `kubeconfig`.
 fn decide_as(
     cluster: &TestCluster,
@@ -387,23 +399,35 @@ fn decide_as(
     hash: &str,
     approver: &str,
 ) -> Output {
-    let patch = serde_json::json!({"spec": {"decision": {
-        "verdict": "Approved", "hash": hash, "approver": approver
-    }}});
-    kubectl_as(
-        cluster,
-        kubeconfig,
-        &[
-            "patch",
-            "approval",
-            approval,
-            "--type",
-            "merge",
-            "-p",
-            &patch.to_string(),
-        ],
-        "",
-    )
+    let args = decision_patch(approval, hash, approver);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kubectl_as(cluster, kubeconfig, &args, "")
+}
+
+/// Runs `args` as the user of `kubeconfig` (`None`: the cluster's admin) once the admission
+/// policy that should refuse it is in force, and returns that run's output.
+///
+/// kube-apiserver loads each ValidatingAdmissionPolicy and its binding on its own, moments after
+/// they are created, so one policy in force says nothing of another. Admission runs on
+/// `--dry-run=server` requests too, so those probe (for up to 60 s) without changing anything;
+/// the request itself is sent once a probe is refused.
+async fn once_refused_by_dry_run(
+    cluster: &TestCluster,
+    kubeconfig: Option<&Path>,
+    args: &[&str],
+    stdin: &str,
+) -> Output {
+    let send = |args: &[&str]| match kubeconfig {
+        Some(kubeconfig) => kubectl_as(cluster, kubeconfig, args, stdin),
+        None => cluster.kubectl_stdin(args, stdin),
+    };
+    let mut probe = args.to_vec();
+    probe.push("--dry-run=server");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while send(&probe).status.success() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    send(args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -452,27 +476,20 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
             .yaml()
     };
 
-    // The policies take a moment to load: until a run claiming another creator is refused, they
-    // are not in force yet.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = kubectl_as(&cluster, &alice, &["create", "-f", "-"], &run(&bob_name));
-        if !out.status.success() {
-            let message = text(&out);
-            assert!(
-                message.contains("agentrt.dev/created-by")
-                    && message.contains("must be set to the creating user"),
-                "a run claiming another creator is refused for that reason: {message}"
-            );
-            break;
-        }
-        cluster.kubectl_ok(&["delete", "agentrun", "refund", "--wait=true"]);
-        assert!(
-            Instant::now() < deadline,
-            "the admission policies are not enforced within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let out = once_refused_by_dry_run(
+        &cluster,
+        Some(&alice),
+        &["create", "-f", "-"],
+        &run(&bob_name),
+    )
+    .await;
+    let message = text(&out);
+    assert!(
+        !out.status.success()
+            && message.contains("agentrt.dev/created-by")
+            && message.contains("must be set to the creating user"),
+        "a run claiming another creator is refused for that reason: {message}"
+    );
     let out = kubectl_as(&cluster, &alice, &["create", "-f", "-"], &run(&alice_name));
     assert!(
         out.status.success(),
@@ -500,7 +517,9 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
         "the controller copies the run's creator onto its Approval"
     );
 
-    let by_creator = decide_as(&cluster, &alice, &name, &hash, &alice_name);
+    let creator_decides = decision_patch(&name, &hash, &alice_name);
+    let creator_decides: Vec<&str> = creator_decides.iter().map(String::as_str).collect();
+    let by_creator = once_refused_by_dry_run(&cluster, Some(&alice), &creator_decides, "").await;
     assert!(
         !by_creator.status.success(),
         "the creator decided her own approval"
@@ -510,7 +529,7 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
         "refused for four eyes: {}",
         text(&by_creator)
     );
-    let as_someone_else = decide_as(&cluster, &bob, &name, &hash, &alice_name);
+    let as_someone_else = once_refused_by_dry_run(&cluster, Some(&bob), &creator_decides, "").await;
     assert!(
         !as_someone_else.status.success(),
         "bob decided in alice's name"
@@ -527,7 +546,8 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
         ..Default::default()
     };
     let forged_yaml = serde_json::to_string(&forged).expect("JSON");
-    let by_admin = cluster.kubectl_stdin(&["create", "-f", "-"], &forged_yaml);
+    let by_admin =
+        once_refused_by_dry_run(&cluster, None, &["create", "-f", "-"], &forged_yaml).await;
     assert!(
         !by_admin.status.success(),
         "a user other than the controller created an Approval"
@@ -539,7 +559,8 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
     );
     let segment = std::fs::read_to_string(support::fixtures::path("archive/segment.yaml"))
         .expect("segment fixture");
-    let segment_by_admin = cluster.kubectl_stdin(&["create", "-f", "-"], &segment);
+    let segment_by_admin =
+        once_refused_by_dry_run(&cluster, None, &["create", "-f", "-"], &segment).await;
     assert!(
         !segment_by_admin.status.success()
             && text(&segment_by_admin).contains("only the agentrt controller"),
