@@ -35,14 +35,23 @@ enum Command {
     /// and for tests; writes a kubeconfig that kubectl can use.
     Dev(agentrt::controller::dev::DevArgs),
     /// Print the AgentRun, AgentRunSegment and Approval CustomResourceDefinitions as YAML (what
-    /// crds/ holds).
-    Crds,
+    /// crds/ holds), or with `--markdown` the field reference docs/reference.md holds.
+    Crds(CrdsArgs),
     /// Measure the runtime: writes per tool step, throughput against the API server's bare
     /// compare-and-set write loop, takeover latency after SIGKILL, controller memory and CPU
     /// (starts an embedded API server, a tool server and controller processes).
     Bench(agentrt::bench::BenchArgs),
     #[command(flatten)]
     Operator(agentrt::cli::OperatorCommand),
+}
+
+/// `agentrt crds` options.
+#[derive(clap::Args, Debug)]
+struct CrdsArgs {
+    /// Print the field reference (Markdown, one table per CRD, as docs/reference.md holds)
+    /// instead of the CRDs' YAML.
+    #[arg(long)]
+    markdown: bool,
 }
 
 /// The error chain as one line, with an API server's answer given as its message (the `Status`
@@ -95,8 +104,13 @@ fn main() -> ExitCode {
             Command::Dev(args) => agentrt::controller::dev::run(args).await,
             Command::Operator(command) => agentrt::cli::run(command).await,
             Command::Bench(args) => agentrt::bench::run(args).await,
-            Command::Crds => {
-                agentrt::cli::emit(&agentrt::api::crds_yaml()?)?;
+            Command::Crds(args) => {
+                let text = if args.markdown {
+                    agentrt::api::reference_markdown()?
+                } else {
+                    agentrt::api::crds_yaml()?
+                };
+                agentrt::cli::emit(&text)?;
                 Ok(())
             }
         }

@@ -5,6 +5,7 @@
 mod agentrun;
 mod approval;
 mod mcp;
+mod reference;
 mod schema;
 mod segment;
 mod status;
@@ -15,6 +16,7 @@ pub mod vocab;
 pub use agentrun::*;
 pub use approval::*;
 pub use mcp::*;
+pub use reference::reference_markdown;
 pub use segment::*;
 pub use status::*;
 pub use step_index::StepIndex;
@@ -35,6 +37,18 @@ pub fn crd_files() -> Result<Vec<(&'static str, String)>, serde_yaml::Error> {
             serde_yaml::to_string(&AgentRunSegment::crd())?,
         ),
         ("approvals.yaml", serde_yaml::to_string(&Approval::crd())?),
+    ])
+}
+
+/// The CRDs as JSON values, in `crds/` order (agentruns, agentrunsegments, approvals).
+///
+/// # Errors
+/// When a CRD cannot be serialized (never expected; reported rather than unwrapped).
+pub fn crd_values() -> Result<Vec<serde_json::Value>, serde_json::Error> {
+    Ok(vec![
+        serde_json::to_value(AgentRun::crd())?,
+        serde_json::to_value(AgentRunSegment::crd())?,
+        serde_json::to_value(Approval::crd())?,
     ])
 }
 
