@@ -152,6 +152,11 @@ pub struct RunSnapshot {
     /// chart's optional four-eyes admission policy). Copied onto each Approval as
     /// [`RUN_CREATED_BY_ANNOTATION`] so the policy can refuse that user's decision.
     pub created_by: Option<String>,
+    /// The sealed steps the executor read from the run's segments (those
+    /// [`archive::context_segments`] names, verified against `status.archive`), for an openai
+    /// agent's conversation (docs/design.md section 4a); empty for every other agent and for an
+    /// observer. Not part of what is stored on the AgentRun.
+    pub sealed: archive::SealedHistory,
 }
 
 /// The AgentRun annotation naming the user who created it (the chart's four-eyes policy).

@@ -1,0 +1,150 @@
+//! The sealed steps an executor hands the engine for an openai agent's conversation
+//! (docs/design.md section 4a, last bullet; docs/behaviours.md 59): the segments
+//! `engine::archive::context_segments` names, read once per executor and cached by sha256.
+//!
+//! Owns: reading a segment (GET), checking it against the record's archive entry
+//! (`engine::archive::verify_segment`, the same check `agentrt verify` makes of each segment),
+//! the cache, and saying once per segment, as a log line and a Warning Event, that one could not
+//! be read. Must not: decide what the model is shown (the engine does, from the
+//! [`SealedHistory`] this gives it) or fail the run over a segment: a missing or altered one is
+//! handed in as unreadable and the conversation says so in its place.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::context::{Context, RunKey};
+use crate::api::{Archive, ArchivedSegment, Step};
+use crate::engine::archive::{context_segments, verify_segment, SealedHistory};
+use crate::engine::RunSnapshot;
+
+/// How many bytes of segments (their `bytes` in `status.archive`) one executor's cache holds:
+/// 8 MiB. The least recently used segments are dropped first; one dropped is read again when
+/// a later request needs it.
+pub const CACHE_BYTES: usize = 8 * 1024 * 1024;
+
+/// One executor's segments, by sha256, least recently used first.
+#[derive(Debug, Default)]
+pub struct SegmentCache {
+    entries: VecDeque<Cached>,
+    bytes: usize,
+    /// Segments already reported unreadable by this executor (reported once each).
+    warned: BTreeSet<String>,
+}
+
+#[derive(Debug)]
+struct Cached {
+    sha256: String,
+    steps: Arc<Vec<Step>>,
+    bytes: usize,
+}
+
+impl SegmentCache {
+    /// The sealed steps the engine needs for `run`'s next model request: empty unless the run
+    /// has an openai agent and sealed history. Reads (GET) only segments not cached.
+    pub async fn history(
+        &mut self,
+        ctx: &Context,
+        key: &RunKey,
+        run: &RunSnapshot,
+    ) -> SealedHistory {
+        let Some(agent) = run.spec.agent.openai.as_ref() else {
+            return SealedHistory::default();
+        };
+        let Some(archive) = archive_of(&run.status) else {
+            return SealedHistory::default();
+        };
+        let budget = usize::try_from(agent.max_context_bytes).unwrap_or(0);
+        let mut history = SealedHistory::default();
+        for entry in context_segments(&archive, budget) {
+            match self.segment(ctx, key, run, entry).await {
+                Some(steps) => history.segments.push(steps),
+                None => history.unreadable.push((entry.first_step, entry.last_step)),
+            }
+        }
+        history
+    }
+
+    /// Keeps the segment this executor just created (its spec as sent, hashing to `sha256`), so
+    /// that it is never read back.
+    pub fn remember(&mut self, sha256: &str, spec: &Value, bytes: usize) {
+        if let Ok(segment) = serde_json::from_value::<crate::api::AgentRunSegmentSpec>(spec.clone())
+        {
+            self.insert(sha256, Arc::new(segment.steps), bytes);
+        }
+    }
+
+    async fn segment(
+        &mut self,
+        ctx: &Context,
+        key: &RunKey,
+        run: &RunSnapshot,
+        entry: &ArchivedSegment,
+    ) -> Option<Arc<Vec<Step>>> {
+        if let Some(at) = self.entries.iter().position(|c| c.sha256 == entry.sha256) {
+            let cached = self.entries.remove(at)?;
+            let steps = cached.steps.clone();
+            self.entries.push_back(cached);
+            return Some(steps);
+        }
+        ctx.metrics.segment_reads.inc();
+        let read = ctx.api.get_segment(&key.namespace, &entry.name).await;
+        let problem = match read {
+            Ok(Some(object)) => match verify_segment(entry, &object["spec"]) {
+                Ok(segment) => {
+                    let steps = Arc::new(segment.steps);
+                    let bytes = usize::try_from(entry.bytes).unwrap_or(0);
+                    self.insert(&entry.sha256, steps.clone(), bytes);
+                    return Some(steps);
+                }
+                Err(fault) => fault.to_string(),
+            },
+            Ok(None) => format!("segment {} (index {}) is missing", entry.name, entry.index),
+            Err(err) => format!("segment {} cannot be read: {err}", entry.name),
+        };
+        if self.warned.insert(entry.name.clone()) {
+            tracing::warn!(
+                segment = %entry.name,
+                %problem,
+                "a sealed segment cannot be used; the model is told steps {}..{} could not be read",
+                entry.first_step,
+                entry.last_step
+            );
+            ctx.events.warn(
+                run,
+                "SegmentUnreadable",
+                format!(
+                    "{problem}; the model's request says steps {}..{} could not be read \
+                     (inspect with `agentrt verify {}`)",
+                    entry.first_step, entry.last_step, key.name
+                ),
+            );
+        }
+        None
+    }
+
+    fn insert(&mut self, sha256: &str, steps: Arc<Vec<Step>>, bytes: usize) {
+        if self.entries.iter().any(|c| c.sha256 == sha256) {
+            return;
+        }
+        self.entries.push_back(Cached {
+            sha256: sha256.to_string(),
+            steps,
+            bytes,
+        });
+        self.bytes = self.bytes.saturating_add(bytes);
+        // The newest always stays, even when it alone is over the bound.
+        while self.bytes > CACHE_BYTES && self.entries.len() > 1 {
+            if let Some(old) = self.entries.pop_front() {
+                self.bytes = self.bytes.saturating_sub(old.bytes);
+            }
+        }
+    }
+}
+
+/// `status.archive` of a stored status, when it has segments.
+fn archive_of(status: &Value) -> Option<Archive> {
+    let archive: Archive = serde_json::from_value(status.get("archive")?.clone()).ok()?;
+    (!archive.segments.is_empty()).then_some(archive)
+}
