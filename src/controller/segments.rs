@@ -29,7 +29,8 @@ pub const CACHE_BYTES: usize = 8 * 1024 * 1024;
 pub struct SegmentCache {
     entries: VecDeque<Cached>,
     bytes: usize,
-    /// Segments already reported unreadable by this executor (reported once each).
+    /// Segments this executor found unreadable, by name: reported once each and not read
+    /// again.
     warned: BTreeSet<String>,
 }
 
@@ -87,6 +88,9 @@ impl SegmentCache {
             let steps = cached.steps.clone();
             self.entries.push_back(cached);
             return Some(steps);
+        }
+        if self.warned.contains(&entry.name) {
+            return None;
         }
         ctx.metrics.segment_reads.inc();
         let read = ctx.api.get_segment(&key.namespace, &entry.name).await;
@@ -147,4 +151,130 @@ impl SegmentCache {
 fn archive_of(status: &Value) -> Option<Archive> {
     let archive: Archive = serde_json::from_value(status.get("archive")?.clone()).ok()?;
     (!archive.segments.is_empty()).then_some(archive)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::AgentRunSegmentSpec;
+    use crate::controller::context::{ContextParts, Settings};
+    use crate::controller::fake::{run_object, FakeApi};
+    use crate::controller::identity::HolderId;
+    use crate::controller::metrics::Metrics;
+    use crate::controller::projection::EventSink;
+    use crate::engine::archive::{segment_name, segment_sha256};
+
+    fn context(api: Arc<FakeApi>) -> Context {
+        let (kicks, _) = tokio::sync::mpsc::unbounded_channel();
+        Context::new(ContextParts {
+            api,
+            settings: Settings::new(HolderId::with_random_suffix("segments")),
+            events: EventSink::disabled(),
+            metrics: Arc::new(Metrics::default()),
+            http: crate::tools::http::client().expect("a client"),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+            kicks,
+        })
+    }
+
+    /// Segment `index` holding steps `first..first+2` of run `r`, and its archive entry.
+    fn segment(index: i64, first: i64, previous: &str) -> (AgentRunSegmentSpec, ArchivedSegment) {
+        let steps: Vec<Value> = (first..first + 2)
+            .map(|i| json!({"index": i, "status": "done", "attempts": 1}))
+            .collect();
+        let spec: AgentRunSegmentSpec = serde_json::from_value(json!({
+            "runName": "r", "runUID": "uid-r", "index": index,
+            "firstStep": first, "lastStep": first + 1,
+            "firstSeq": first + 1, "lastSeq": first,
+            "previous": previous, "stepCount": 2, "bytes": 100,
+            "steps": steps, "events": [],
+        }))
+        .expect("a segment");
+        let sha256 = segment_sha256(&spec).expect("sha256");
+        let entry = ArchivedSegment {
+            name: segment_name("r", index, &sha256),
+            index,
+            first_step: first,
+            last_step: first + 1,
+            first_seq: first + 1,
+            last_seq: first,
+            bytes: 100,
+            sha256,
+        };
+        (spec, entry)
+    }
+
+    #[tokio::test]
+    async fn each_segment_is_read_once_and_an_altered_one_is_named_unreadable_not_fatal() {
+        let api = Arc::new(FakeApi::default());
+        let (zero, zero_entry) = segment(0, 0, "");
+        let (one, one_entry) = segment(1, 2, &zero_entry.sha256);
+        for (spec, entry) in [(&zero, &zero_entry), (&one, &one_entry)] {
+            let mut spec = serde_json::to_value(spec).expect("JSON");
+            if entry.index == 1 {
+                spec["steps"][0]["status"] = json!("failed");
+            }
+            api.state.lock().unwrap().segments.insert(
+                ("ns".into(), entry.name.clone()),
+                json!({"metadata": {"name": entry.name}, "spec": spec}),
+            );
+        }
+        let mut object = run_object("ns", "r", 30);
+        object["metadata"]["resourceVersion"] = json!("1");
+        object["spec"]["agent"] =
+            json!({"openai": {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}});
+        object["status"] = json!({
+            "phase": "Running",
+            "archive": {"segments": [zero_entry, one_entry], "head": one_entry.sha256},
+        });
+        let run = crate::controller::cluster::StoredRun::from_object(object)
+            .expect("a run")
+            .snapshot;
+        let ctx = context(api);
+        let key = RunKey {
+            namespace: "ns".into(),
+            name: "r".into(),
+        };
+        let mut cache = SegmentCache::default();
+        for _ in 0..3 {
+            let history = cache.history(&ctx, &key, &run).await;
+            assert_eq!(history.segments, vec![Arc::new(zero.steps.clone())]);
+            assert_eq!(history.unreadable, vec![(2, 3)]);
+        }
+        assert_eq!(ctx.metrics.segment_reads.get(), 2, "each segment read once");
+
+        // Not an openai agent: nothing is read.
+        let mut scripted = run.clone();
+        scripted.spec.agent.openai = None;
+        let mut cache = SegmentCache::default();
+        let history = cache.history(&ctx, &key, &scripted).await;
+        assert_eq!(history, SealedHistory::default());
+        assert_eq!(ctx.metrics.segment_reads.get(), 2);
+    }
+
+    #[test]
+    fn the_cache_is_bounded_by_bytes_keeping_the_newest() {
+        let mut cache = SegmentCache::default();
+        for i in 0..5 {
+            cache.insert(
+                &format!("sha256:{i}"),
+                Arc::new(Vec::new()),
+                CACHE_BYTES / 2,
+            );
+        }
+        assert_eq!(cache.entries.len(), 2);
+        assert!(cache.bytes <= CACHE_BYTES);
+        assert_eq!(
+            cache.entries.back().map(|c| c.sha256.as_str()),
+            Some("sha256:4")
+        );
+        cache.insert("sha256:big", Arc::new(Vec::new()), CACHE_BYTES * 2);
+        assert_eq!(
+            cache.entries.len(),
+            1,
+            "the newest stays even alone over the bound"
+        );
+    }
 }
