@@ -47,8 +47,10 @@ pub const MIN_TURN_BYTES: usize = 64;
 /// The sealed segments an openai agent's conversation may need with a context budget of
 /// `max_context_bytes` (`spec.agent.openai.maxContextBytes`): the newest ones, until they hold
 /// at least `max_context_bytes / MIN_TURN_BYTES` steps (older steps would be left out of the
-/// request whatever their size, since even at their smallest those steps fill the budget).
-/// Oldest first. So a long run's model call reads a bounded part of its archive.
+/// request whatever their size, since even at their smallest those steps fill the budget; a
+/// step with no recorded decision adds no turn, so with many of those a few older steps that
+/// could have fit are left out all the same). Oldest first. So a long run's model call reads a
+/// bounded part of its archive.
 pub fn context_segments(archive: &Archive, max_context_bytes: usize) -> &[ArchivedSegment] {
     let enough = max_context_bytes / MIN_TURN_BYTES;
     let mut steps = 0usize;
