@@ -32,6 +32,7 @@ fn main() {
         spec,
         status: serde_json::Value::Null,
         created_by: None,
+        sealed: Default::default(),
     };
     let caller = Caller {
         holder: "bench-1".into(),

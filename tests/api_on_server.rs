@@ -116,6 +116,44 @@ async fn a_bad_field_is_refused_with_a_message_naming_it() {
     assert!(msg.contains("spec.limits.loopThreshold"), "{msg}");
 }
 
+/// An openai run with `extra` under `spec.agent.openai`.
+fn openai_run(name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: agentrt.dev/v1alpha1
+kind: AgentRun
+metadata: {{name: {name}}}
+spec:
+  goal: Look it up.
+  agent:
+    openai: {{baseURL: \"http://127.0.0.1:1/v1\", model: m{extra}}}
+  tools:
+  - name: lookup_order
+    description: Read an order.
+    sideEffect: ReadOnly
+    timeoutSeconds: 10
+    inputSchema: {{type: object}}
+    http: {{url: \"http://127.0.0.1:1/lookup_order\"}}
+"
+    )
+}
+
+/// docs/design.md section 4a: `maxContextBytes` defaults to 256 KiB and is at least 4096.
+#[tokio::test]
+async fn max_context_bytes_defaults_to_256_kib_and_is_at_least_4096() {
+    let c = cluster().await;
+    c.kubectl_stdin(&["apply", "-f", "-"], &openai_run("modelled", ""));
+    let max = c.kubectl_ok(&[
+        "get",
+        "agentrun",
+        "modelled",
+        "-o",
+        "jsonpath={.spec.agent.openai.maxContextBytes}",
+    ]);
+    assert_eq!(max.trim(), "262144");
+    let msg = refused(&c, &openai_run("tiny", ", maxContextBytes: 100"));
+    assert!(msg.contains("spec.agent.openai.maxContextBytes"), "{msg}");
+}
+
 #[tokio::test]
 async fn tool_names_must_be_unique_and_non_empty_and_schemas_non_empty() {
     let c = cluster().await;

@@ -275,3 +275,139 @@ async fn a_long_run_keeps_a_small_status_and_shows_every_step() {
         Some(steps as usize)
     );
 }
+
+/// The orders of the `lookup_order` results a chat-completions request shows, in order.
+fn orders_shown(request: &Value) -> Vec<i64> {
+    request["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| {
+            let observation: Value = serde_json::from_str(m["content"].as_str()?).ok()?;
+            observation["content"]["args"]["order"].as_i64()
+        })
+        .collect()
+}
+
+/// The value of the one sample `series` of a `/metrics` text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+}
+
+/// docs/behaviours.md 59 (docs/design.md section 4a): once its steps are sealed, an openai
+/// agent is still asked with them, by the controller that sealed them and by one that took the
+/// run over, which reads each segment once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_agent_is_asked_with_its_sealed_steps_and_each_segment_is_read_once() {
+    use support::modelserver::{usage, ModelServer, Reply};
+    const CALLS: i64 = 10;
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    create_secret(&client, &ns, "model-key", "apiKey", "sk-sealed").await;
+    let tools = ToolServer::start().await;
+    let mut script: Vec<Reply> = (0..CALLS)
+        .map(|i| {
+            Reply::tool_call(
+                "lookup_order",
+                serde_json::json!({"order": i}),
+                usage(100, 10, 0),
+            )
+        })
+        .collect();
+    // The first controller dies while this attempt is in flight.
+    script.push(Reply::hang());
+    script.push(Reply::complete(
+        serde_json::json!({"looked": CALLS}),
+        usage(100, 10, 0),
+    ));
+    let model = ModelServer::start(script).await;
+    RunFixture::new("openai-agent", &tools.base(), "sealed-model")
+        .model(&model.base_url())
+        .create(&client, &ns)
+        .await;
+    let mut first = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        &ns,
+        ControllerSpec::named("first").sealing(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while model.received().len() <= CALLS as usize {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the model was asked {} times\n{}",
+            model.received().len(),
+            first.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.signal(libc::SIGKILL);
+    assert!(first.was_killed(Duration::from_secs(5)));
+    let sealed = status(&client, &ns, "sealed-model").await;
+    let segment_count = sealed["archive"]["segments"].as_array().map_or(0, Vec::len);
+    assert!(segment_count >= 2, "sealed constantly: {sealed}");
+    let window_first = sealed["steps"][0]["index"].as_i64().expect("a window");
+    assert!(window_first >= 4, "most steps are sealed: {sealed}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut spec = ControllerSpec::named("second").sealing();
+    spec.extra
+        .extend(["--metrics-addr".to_string(), format!("127.0.0.1:{port}")]);
+    let second = ControllerProcess::spawn(cluster.kubeconfig(), &ns, spec);
+    let done = wait_phase(
+        &client,
+        &ns,
+        "sealed-model",
+        "Completed",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        done["result"],
+        serde_json::json!({"looked": CALLS}),
+        "{}",
+        second.log()
+    );
+
+    // Both holders asked with every result, sealed or not: the one that sealed them from what
+    // it created, the one that took over from the segments.
+    let received = model.received();
+    assert_eq!(received.len(), CALLS as usize + 2);
+    let all: Vec<i64> = (0..CALLS).collect();
+    for (who, request) in [
+        ("first", &received[CALLS as usize]),
+        ("second", &received[CALLS as usize + 1]),
+    ] {
+        assert_eq!(
+            orders_shown(&request.json()),
+            all,
+            "the {who} controller's request"
+        );
+    }
+
+    // The second controller read each segment once (a terminal write seals nothing more).
+    let text = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let reads = sample(&text, "agentrt_segment_reads_total").expect("segment reads counted");
+    let segments_at_end = done["archive"]["segments"].as_array().map_or(0, Vec::len);
+    assert_eq!(segments_at_end, segment_count, "{done}");
+    assert_eq!(reads, segment_count as f64, "{text}");
+}

@@ -187,10 +187,25 @@ pub struct OpenAiAgent {
     #[serde(default = "default_model_timeout_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: i64,
+    /// The most bytes one request may take, as sent (default 262144, 256 KiB; at least 4096).
+    /// The conversation is rendered from the run's whole history, sealed steps included: the
+    /// goal and the window's steps always stay whole; past this budget older tool results are
+    /// cut to their summary first, then the oldest steps are left out with one line saying how
+    /// many (docs/design.md section 4a; docs/behaviours.md 59).
+    #[serde(default = "default_max_context_bytes")]
+    #[schemars(range(min = 4096, max = 67108864))]
+    pub max_context_bytes: i64,
 }
 
 fn default_model_timeout_seconds() -> i64 {
     120
+}
+
+/// `spec.agent.openai.maxContextBytes` when not set: 256 KiB.
+pub const DEFAULT_MAX_CONTEXT_BYTES: i64 = 256 * 1024;
+
+fn default_max_context_bytes() -> i64 {
+    DEFAULT_MAX_CONTEXT_BYTES
 }
 
 impl Default for OpenAiAgent {
@@ -204,6 +219,7 @@ impl Default for OpenAiAgent {
             system_prompt: None,
             prices: None,
             timeout_seconds: default_model_timeout_seconds(),
+            max_context_bytes: default_max_context_bytes(),
         }
     }
 }

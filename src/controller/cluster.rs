@@ -73,6 +73,7 @@ impl StoredRun {
                 spec,
                 status,
                 created_by,
+                sealed: Default::default(),
             },
             resource_version,
             object,

@@ -27,6 +27,7 @@ use super::calls::{call_agent, call_hook, call_model, call_tool};
 use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
 use super::fault::{self, FaultPoint};
 use super::lease::{HeldLease, LeaseCell};
+use super::segments::SegmentCache;
 use super::trace;
 use serde_json::Value;
 
@@ -196,6 +197,8 @@ struct Driver<'a> {
     /// input without sealing, so the step's outcome is written (sealing waits for a later write)
     /// instead of being lost, which would leave a received result "unknown" to a takeover.
     unsealed: bool,
+    /// The sealed segments read for an openai agent's conversation, by sha256.
+    segments: SegmentCache,
 }
 
 /// The loop: ask the engine, perform its transition (in the span of the step it works on),
@@ -216,12 +219,18 @@ async fn drive(
         state,
         conflicts: 0,
         unsealed: false,
+        segments: SegmentCache::default(),
     };
     let mut steps = trace::StepSpans::default();
     loop {
         if lease.is_lost() && input != Input::LeaseLost {
             input = Input::LeaseLost;
         }
+        // docs/design.md section 4a: an openai agent's conversation is the whole history.
+        let sealed = (driver.segments)
+            .history(ctx, key, &driver.state.run.snapshot)
+            .await;
+        driver.state.run.snapshot.sealed = sealed;
         let asked = if std::mem::take(&mut driver.unsealed) {
             ctx.step_unsealed(&driver.state, input.clone())
         } else {
@@ -325,6 +334,12 @@ impl Driver<'_> {
                 FaultPoint::AfterSegmentCreated,
                 seal.object["spec"]["index"].as_i64(),
             );
+            if self.state.run.snapshot.spec.agent.openai.is_some() {
+                let spec = &seal.object["spec"];
+                let bytes = spec["bytes"].as_u64().unwrap_or(0);
+                self.segments
+                    .remember(&seal.sha256, spec, usize::try_from(bytes).unwrap_or(0));
+            }
         }
         match ctx.write_status(&self.state, status).await {
             Ok(Written::Landed(run)) => {

@@ -125,6 +125,9 @@ pub struct Metrics {
     pub segments_created: Counter,
     /// Seals whose segment could not be created (the step was written without sealing).
     pub segment_failures: Counter,
+    /// AgentRunSegments read (GET) for an openai agent's conversation: each at most once per
+    /// executor while its cache holds it (`controller::segments`).
+    pub segment_reads: Counter,
     /// Tool calls by outcome (`result`, `error`, `unknown`, `abort`).
     pub tool_calls: Family<Outcome, Counter>,
     /// Tool call durations by tool, in seconds.
@@ -173,6 +176,7 @@ impl Default for Metrics {
             status_writes: Family::default(),
             segments_created: Counter::default(),
             segment_failures: Counter::default(),
+            segment_reads: Counter::default(),
             tool_calls: Family::default(),
             tool_call_duration: Family::new_with_constructor(tool_seconds),
             steps: Family::default(),
@@ -221,6 +225,11 @@ impl Default for Metrics {
             "segment_failures",
             "Seals whose AgentRunSegment could not be created; the step was written without sealing",
             m.segment_failures.clone(),
+        );
+        registry.register(
+            "segment_reads",
+            "AgentRunSegments read for an openai agent's conversation (each once per executor while cached)",
+            m.segment_reads.clone(),
         );
         registry.register("tool_calls", "Tool calls by outcome", m.tool_calls.clone());
         registry.register_with_unit(

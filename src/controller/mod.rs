@@ -36,6 +36,7 @@ pub mod lease;
 pub mod metrics;
 pub mod projection;
 pub mod reconcile;
+pub mod segments;
 pub mod trace;
 pub mod watches;
 

@@ -76,12 +76,16 @@ const REPORTER: &str = "agentrt-controller";
 
 /// The reference an Event about `run` names.
 pub fn reference(run: &StoredRun) -> ObjectReference {
+    snapshot_reference(&run.snapshot)
+}
+
+fn snapshot_reference(run: &crate::engine::RunSnapshot) -> ObjectReference {
     ObjectReference {
         api_version: Some("agentrt.dev/v1alpha1".into()),
         kind: Some("AgentRun".into()),
-        name: Some(run.snapshot.name.clone()),
-        namespace: Some(run.snapshot.namespace.clone()),
-        uid: Some(run.snapshot.uid.clone()),
+        name: Some(run.name.clone()),
+        namespace: Some(run.namespace.clone()),
+        uid: Some(run.uid.clone()),
         resource_version: None,
         field_path: None,
     }
@@ -114,6 +118,20 @@ impl EventSink {
             }
         });
         EventSink { tx: Some(tx) }
+    }
+
+    /// Queues a Warning Event about `run` that no write projects (a sealed segment the
+    /// executor could not read; dropped when the queue is full).
+    pub fn warn(&self, run: &crate::engine::RunSnapshot, reason: &str, note: String) {
+        let Some(tx) = &self.tx else { return };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        let _ = tx.try_send((snapshot_reference(run), event));
     }
 
     /// Queues the Events of one write (dropped when the queue is full).

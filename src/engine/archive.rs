@@ -15,7 +15,7 @@ mod chain;
 #[cfg(test)]
 mod tests;
 
-pub use chain::{stitch, verify_chain, ChainFault, ChainReport, Verified};
+pub use chain::{stitch, verify_chain, verify_segment, ChainFault, ChainReport, Verified};
 
 use serde_json::Value;
 
@@ -24,6 +24,45 @@ use crate::api::{
     AgentRunSegmentSpec, AgentRunStatus, Archive, ArchivedSegment, RunEvent, Step, StepIndex,
     StepStatus,
 };
+
+/// Sealed steps the executor read from the run's segments for the openai agent's conversation
+/// (docs/design.md section 4a: the conversation is rendered from the whole history). The engine
+/// does no I/O, so the executor reads the segments [`context_segments`] names (each verified
+/// against the record's sha256 with [`verify_segment`]) and hands them in with the run
+/// (`RunSnapshot::sealed`). Empty for every other agent and for an observer.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SealedHistory {
+    /// The steps of each segment read, oldest segment first (shared with the executor's cache).
+    pub segments: Vec<std::sync::Arc<Vec<Step>>>,
+    /// Steps `(first, last)` of each segment named by [`context_segments`] that could not be
+    /// read or did not verify (missing, altered), oldest first: the conversation says so in
+    /// their place, and the run goes on.
+    pub unreadable: Vec<(i64, i64)>,
+}
+
+/// The least number of bytes one step's turn takes in any request, in its summary form: what
+/// [`context_segments`] divides the context budget by.
+pub const MIN_TURN_BYTES: usize = 64;
+
+/// The sealed segments an openai agent's conversation may need with a context budget of
+/// `max_context_bytes` (`spec.agent.openai.maxContextBytes`): the newest ones, until they hold
+/// at least `max_context_bytes / MIN_TURN_BYTES` steps (older steps would be left out of the
+/// request whatever their size, since even at their smallest those steps fill the budget; a
+/// step with no recorded decision adds no turn, so with many of those a few older steps that
+/// could have fit are left out all the same). Oldest first. So a long run's model call reads a
+/// bounded part of its archive.
+pub fn context_segments(archive: &Archive, max_context_bytes: usize) -> &[ArchivedSegment] {
+    let enough = max_context_bytes / MIN_TURN_BYTES;
+    let mut steps = 0usize;
+    let mut first = archive.segments.len();
+    while first > 0 && steps < enough {
+        first -= 1;
+        let segment = &archive.segments[first];
+        let count = segment.last_step.saturating_sub(segment.first_step) + 1;
+        steps = steps.saturating_add(usize::try_from(count).unwrap_or(0));
+    }
+    &archive.segments[first..]
+}
 
 /// When and how much a window seals (docs/design.md section 4a). The controller's
 /// `--seal-steps`, `--seal-bytes` and `--keep-steps` set the first three.

@@ -10,6 +10,13 @@
 //! [`super::Budgets`]): it renders the conversation as its request body and encodes that body
 //! into the bytes it sends, and the engine projects the attempt over exactly those bytes
 //! (docs/behaviours.md 46). The openai agent's wire is `agents::openai::WIRE`.
+//!
+//! The conversation of a deciding openai agent is rendered from the run's whole history, the
+//! sealed steps the executor read ([`super::archive::SealedHistory`]) and the window, bounded by
+//! `spec.agent.openai.maxContextBytes` as the wire encodes it: in `budget`
+//! ([`Conversation::from_history`]; docs/design.md section 4a, docs/behaviours.md 59).
+
+mod budget;
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -88,16 +95,24 @@ pub enum Turn {
         /// [`Turn::observation`]'s text.
         observation: String,
     },
+    /// A line the runtime says about the history itself (steps left out to keep the request
+    /// within `maxContextBytes`, or sealed steps that could not be read): no decision, no
+    /// observation.
+    Note {
+        /// What the model is told.
+        text: String,
+    },
 }
 
 impl Turn {
     /// What the model is told happened after the decision: canonical JSON text `{kind, summary,
     /// content}`, plus `truncated` when the content was cut and a plain `note` for
     /// `interrupted`, `policy_denied` and `invalid_decision`; a step with no observation yet
-    /// says so.
+    /// says so. A [`Turn::Note`] has none (empty).
     pub fn observation(&self) -> &str {
         match self {
             Turn::Call { observation, .. } | Turn::Reply { observation, .. } => observation,
+            Turn::Note { .. } => "",
         }
     }
 }
@@ -148,7 +163,9 @@ fn canonical_text(value: &Value) -> String {
 
 impl Conversation {
     /// The conversation for deciding the next step of a run with `goal`, `agent`, `tools` and
-    /// the recorded `steps`, with the attempt's output cap `max_output_tokens`.
+    /// the recorded `steps` (all of them whole, unbounded), with the attempt's output cap
+    /// `max_output_tokens`. A run that sealed steps is asked through
+    /// [`Conversation::from_history`], which also bounds the request.
     pub fn from_record(
         goal: &str,
         agent: &OpenAiAgent,
@@ -164,7 +181,7 @@ impl Conversation {
                 .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()),
             goal: goal.to_string(),
             functions: functions(tools),
-            turns: steps.iter().filter_map(turn).collect(),
+            turns: steps.iter().filter_map(|s| turn(s, None)).collect(),
             max_output_tokens,
             temperature: agent.temperature.filter(|t| t.is_finite()),
         }
@@ -207,9 +224,12 @@ fn functions(tools: &[ToolSpec]) -> Vec<Function> {
     out
 }
 
-fn turn(step: &Step) -> Option<Turn> {
+/// The turn of a step with a recorded decision; with `content_budget`, its observation's
+/// content cut to that many bytes of canonical JSON (`engine::content::bound`: head, size,
+/// sha256), its summary form.
+fn turn(step: &Step, content_budget: Option<usize>) -> Option<Turn> {
     let decision = step.decision.as_ref()?;
-    let observation = observation_text(step);
+    let observation = observation_text(step, content_budget);
     Some(match as_call(decision) {
         Some((name, arguments)) => Turn::Call {
             id: format!("call_{}", step.index),
@@ -265,7 +285,7 @@ fn reply_text(decision: &DecisionRecord) -> String {
     }
 }
 
-fn observation_text(step: &Step) -> String {
+fn observation_text(step: &Step, content_budget: Option<usize>) -> String {
     let Some(observation) = &step.observation else {
         let status = serde_json::to_value(step.status).unwrap_or(Value::Null);
         return canonical_text(&json!({
@@ -275,12 +295,22 @@ fn observation_text(step: &Step) -> String {
         }));
     };
     let kind = serde_json::to_value(observation.kind).unwrap_or(Value::Null);
+    let content = observation.content.clone().unwrap_or(Value::Null);
+    let (content, cut) = match content_budget {
+        Some(budget) => {
+            let bounded = super::content::bound(content, budget);
+            // Cut before (in the record), the original's size and hash are the ones to keep.
+            let cut = observation.truncated.clone().or(bounded.truncated);
+            (bounded.content, cut)
+        }
+        None => (content, observation.truncated.clone()),
+    };
     let mut text = json!({
         "kind": kind,
         "summary": observation.summary,
-        "content": observation.content.clone().unwrap_or(Value::Null),
+        "content": content,
     });
-    if let Some(cut) = &observation.truncated {
+    if let Some(cut) = &cut {
         text["truncated"] = json!({"originalBytes": cut.original_bytes, "sha256": cut.sha256});
     }
     let note = match observation.kind {

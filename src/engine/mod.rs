@@ -48,7 +48,9 @@
 //! - `loop_`: starting steps and taking decisions (docs/behaviours.md 7-10);
 //! - `model_calls`: model attempts, accounted by the `model` rules (docs/behaviours.md 45-48);
 //!   what the model is asked is the `conversation` (no provider's shape; the provider's wire
-//!   comes in through [`Budgets::model_wire`]);
+//!   comes in through [`Budgets::model_wire`]), rendered from the whole history (the sealed
+//!   steps the executor hands in as [`RunSnapshot::sealed`], then the window) and bounded by
+//!   `maxContextBytes` (docs/design.md section 4a, docs/behaviours.md 59);
 //! - `calls`: the policy and starting a tool (docs/behaviours.md 11-14);
 //! - `outcome`: tool outcomes and late outcomes (docs/behaviours.md 15-18, 44);
 //! - `approvals`: pauses and the Approval objects as the record's projection (docs/behaviours.md
@@ -152,6 +154,11 @@ pub struct RunSnapshot {
     /// chart's optional four-eyes admission policy). Copied onto each Approval as
     /// [`RUN_CREATED_BY_ANNOTATION`] so the policy can refuse that user's decision.
     pub created_by: Option<String>,
+    /// The sealed steps the executor read from the run's segments (those
+    /// [`archive::context_segments`] names, verified against `status.archive`), for an openai
+    /// agent's conversation (docs/design.md section 4a); empty for every other agent and for an
+    /// observer. Not part of what is stored on the AgentRun.
+    pub sealed: archive::SealedHistory,
 }
 
 /// The AgentRun annotation naming the user who created it (the chart's four-eyes policy).

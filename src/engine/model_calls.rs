@@ -15,6 +15,9 @@
 //!   attempt sent after its wait (`delayMs`, waited by the executor); giving up ends the run
 //!   `model_unavailable` with `limit.exceeded`, without waiting.
 //! - An attempt a takeover or a cancel finds open is charged as one with no answer.
+//! - The conversation is the whole history (the sealed steps the executor handed in with the
+//!   run, then the window), bounded by `maxContextBytes` ([`Conversation::from_history`];
+//!   docs/behaviours.md 59), and the projection is over exactly that request's bytes.
 
 use serde_json::{json, Value};
 
@@ -43,9 +46,16 @@ pub(crate) fn dispatch(txn: &mut Txn, index: usize, delay_millis: u64) -> Flow {
         return Flow::Continue;
     };
     let cap = model::output_cap(agent.max_output_tokens, &spec.limits);
-    let conversation =
-        Conversation::from_record(&spec.goal, agent, &spec.tools, &txn.status.steps, cap);
     let wire = txn.budgets.model_wire;
+    let window = Conversation::from_record(&spec.goal, agent, &spec.tools, &txn.status.steps, cap);
+    // docs/design.md section 4a: the whole history, bounded by maxContextBytes.
+    let conversation = Conversation::from_history(
+        window,
+        &txn.run.sealed,
+        &txn.status.steps,
+        wire,
+        usize::try_from(agent.max_context_bytes).unwrap_or(0),
+    );
     let request = (wire.render)(&conversation);
     let projection = Projection::new((wire.encode)(&request).len(), cap);
     let prices = prices(txn);

@@ -25,7 +25,9 @@ pub const WIRE: ModelWire = ModelWire { render, encode };
 /// - a call: an assistant message whose one tool call has the turn's id and arguments text,
 ///   then a `tool` message answering that id with the observation;
 /// - a reply: an assistant message with the reply's text, then a `user` message with the
-///   observation.
+///   observation;
+/// - a note (steps left out, or sealed steps that could not be read): a `user` message with
+///   its text.
 pub fn render(conversation: &Conversation) -> Value {
     let mut messages = vec![
         json!({"role": "system", "content": conversation.system}),
@@ -53,6 +55,9 @@ pub fn render(conversation: &Conversation) -> Value {
             Turn::Reply { text, observation } => {
                 messages.push(json!({"role": "assistant", "content": text}));
                 messages.push(json!({"role": "user", "content": observation}));
+            }
+            Turn::Note { text } => {
+                messages.push(json!({"role": "user", "content": text}));
             }
         }
     }

@@ -12,7 +12,7 @@ use std::fmt;
 use serde_json::Value;
 
 use super::segment_name;
-use crate::api::{AgentRunSegmentSpec, AgentRunStatus, Archive};
+use crate::api::{AgentRunSegmentSpec, AgentRunStatus, Archive, ArchivedSegment};
 use crate::engine::canonical::content_hash;
 
 /// Why a run's history is not intact: the first problem found, oldest segment first.
@@ -150,22 +150,7 @@ pub fn verify_chain(
         let Some(raw) = fetched.get(&entry.name) else {
             return Err(ChainFault::Missing { index, name });
         };
-        let found = content_hash(raw).unwrap_or_else(|e| format!("(none: {e})"));
-        if found != entry.sha256 {
-            return Err(ChainFault::Altered {
-                index,
-                name,
-                expected: entry.sha256.clone(),
-                found,
-            });
-        }
-        let spec: AgentRunSegmentSpec =
-            serde_json::from_value(raw.clone()).map_err(|e| ChainFault::Altered {
-                index,
-                name: name.clone(),
-                expected: entry.sha256.clone(),
-                found: format!("{found}, and it does not decode: {e}"),
-            })?;
+        let spec = verify_segment(entry, raw)?;
         let checks = [
             (spec.run_uid == run_uid, format!("it belongs to run uid {}", spec.run_uid)),
             (spec.index == index, format!("its spec.index is {}", spec.index)),
@@ -225,6 +210,35 @@ pub fn verify_chain(
         head: previous,
     };
     Ok(Verified { segments, report })
+}
+
+/// One segment as read (`spec` exactly as the API server returned it), checked against its
+/// entry in `status.archive`: it hashes to the sha256 the record names and decodes. Enough to
+/// trust its steps on their own (the record's sha256 names its content); [`verify_chain`] also
+/// checks how the segments fit together. What the executor uses for each segment it reads for
+/// a conversation (docs/design.md section 4a).
+///
+/// # Errors
+/// [`ChainFault::Altered`] when it hashes to something else or does not decode.
+pub fn verify_segment(
+    entry: &ArchivedSegment,
+    raw: &Value,
+) -> Result<AgentRunSegmentSpec, ChainFault> {
+    let found = content_hash(raw).unwrap_or_else(|e| format!("(none: {e})"));
+    if found != entry.sha256 {
+        return Err(ChainFault::Altered {
+            index: entry.index,
+            name: entry.name.clone(),
+            expected: entry.sha256.clone(),
+            found,
+        });
+    }
+    serde_json::from_value(raw.clone()).map_err(|e| ChainFault::Altered {
+        index: entry.index,
+        name: entry.name.clone(),
+        expected: entry.sha256.clone(),
+        found: format!("{found}, and it does not decode: {e}"),
+    })
 }
 
 /// The whole record: `status` with `steps` and `events` as if nothing were sealed (the

@@ -240,6 +240,7 @@ impl Harness {
                 spec,
                 status: Value::Null,
                 created_by: None,
+                sealed: Default::default(),
             },
             approvals: BTreeMap::new(),
             lease: None,
@@ -308,10 +309,45 @@ impl Harness {
             .collect()
     }
 
+    /// The sealed steps an executor hands in for an openai agent (docs/design.md section 4a):
+    /// the segments `context_segments` names, each checked against the record, as created.
+    pub fn sealed_history(&self) -> crate::engine::archive::SealedHistory {
+        use crate::engine::archive::{context_segments, verify_segment, SealedHistory};
+        let mut history = SealedHistory::default();
+        let archive = crate::engine::decode_status(&self.run.status)
+            .ok()
+            .and_then(|s| s.archive);
+        let (Some(agent), Some(archive)) = (self.run.spec.agent.openai.as_ref(), archive) else {
+            return history;
+        };
+        let budget = usize::try_from(agent.max_context_bytes).unwrap_or(0);
+        for entry in context_segments(&archive, budget) {
+            let read = self
+                .segments
+                .get(&entry.name)
+                .and_then(|object| verify_segment(entry, &object["spec"]).ok());
+            match read {
+                Some(segment) => history.segments.push(std::sync::Arc::new(segment.steps)),
+                None => history.unreadable.push((entry.first_step, entry.last_step)),
+            }
+        }
+        history
+    }
+
     /// Calls the engine without performing anything.
     pub fn decide(&self, holder: &str, ask: impl Into<Ask>) -> Vec<Effect> {
         let (approvals, caller) = (self.snapshots(), self.caller(holder));
         match ask.into() {
+            Ask::Step(input) if self.run.spec.agent.openai.is_some() => {
+                let run = RunSnapshot {
+                    sealed: self.sealed_history(),
+                    ..self.run.clone()
+                };
+                transition_effects(
+                    step(&run, &approvals, &caller, &self.budgets, input)
+                        .expect("the engine accepts the input"),
+                )
+            }
             Ask::Step(input) => transition_effects(
                 step(&self.run, &approvals, &caller, &self.budgets, input)
                     .expect("the engine accepts the input"),

@@ -412,3 +412,99 @@ fn a_step_is_found_by_its_index_whatever_the_window_holds() {
     assert_eq!(next_index(&empty), StepIndex(last_sealed + 1));
     assert_eq!(step_count(&crate::api::AgentRunStatus::default()), 0);
 }
+
+/// The model request in `effects`.
+fn model_request(effects: &[Effect]) -> Option<Value> {
+    effects.iter().find_map(|e| match e {
+        Effect::CallModel { request, .. } => Some(request.clone()),
+        _ => None,
+    })
+}
+
+/// An openai run of `n` `read` calls, sealing often, each result carrying `marker-<i>` and
+/// `bytes` of text; returns every model request sent, in order.
+fn openai_run(n: usize, bytes: usize, max_context_bytes: Option<i64>) -> (Harness, Vec<Value>) {
+    use crate::engine::ModelOutcome;
+    let mut h = Harness::new(OPENAI);
+    h.spec_mut().limits.max_steps = 1000;
+    h.spec_mut().limits.max_model_calls = None;
+    if let Some(max) = max_context_bytes {
+        h.spec_mut()
+            .agent
+            .openai
+            .as_mut()
+            .expect("openai")
+            .max_context_bytes = max;
+    }
+    h.seal_often(2, 1);
+    let mut requests = Vec::new();
+    let mut effects = h.reconcile("a");
+    for i in 0..=n {
+        requests.push(model_request(&effects).expect("a model call"));
+        let (step, attempt) = h.pending_model.take().expect("a model call is pending");
+        let decision = if i < n {
+            call("read", json!({"n": i}))
+        } else {
+            complete(json!({"read": n}))
+        };
+        let outcome = ModelOutcome::Answered {
+            decision,
+            usage: Some(crate::engine::model::ReportedUsage {
+                input_tokens: 10,
+                output_tokens: 10,
+                cached_input_tokens: 0,
+            }),
+            latency_ms: 5,
+        };
+        h.step(
+            "a",
+            crate::engine::Input::ModelAnswered {
+                step,
+                attempt,
+                outcome,
+            },
+        );
+        if i < n {
+            effects = h.result(
+                "a",
+                json!({"marker": format!("marker-{i}"), "text": "t".repeat(bytes)}),
+            );
+        }
+    }
+    assert_eq!(h.status().phase, RunPhase::Completed);
+    (h, requests)
+}
+
+/// docs/behaviours.md 59: the model is asked with the whole history, sealed steps included.
+#[test]
+fn an_openai_agent_is_asked_with_its_sealed_steps_too() {
+    let (h, requests) = openai_run(12, 10, None);
+    let archive = h.status().archive.expect("sealed");
+    assert!(archive.segments.len() >= 3, "{archive:?}");
+    let last = requests.last().expect("requests").to_string();
+    for i in 0..12 {
+        assert!(
+            last.contains(&format!("marker-{i}")),
+            "marker-{i} missing: {last}"
+        );
+    }
+    // The window alone holds only the last few.
+    assert!(h.status().steps.len() < 5);
+}
+
+/// docs/behaviours.md 59: the request stops growing at maxContextBytes, the oldest results
+/// summarised or left out, the newest whole, as the projection measured it (46).
+#[test]
+fn an_openai_agents_request_stops_growing_at_max_context_bytes() {
+    let (_, requests) = openai_run(60, 400, Some(8192));
+    let sizes: Vec<usize> = requests
+        .iter()
+        .map(|r| crate::agents::openai::encode(r).len())
+        .collect();
+    assert!(sizes.iter().all(|s| *s <= 8192), "{sizes:?}");
+    assert!(sizes[40..].iter().all(|s| *s > 6 * 1024), "{sizes:?}");
+    let last = requests.last().expect("requests").to_string();
+    assert!(last.contains("earlier steps are left out"), "{last}");
+    assert!(last.contains("marker-59"), "the newest step is whole");
+    assert!(!last.contains("marker-0\\"), "the oldest is left out");
+}

@@ -1,0 +1,280 @@
+//! The sealed steps an executor hands the engine for an openai agent's conversation
+//! (docs/design.md section 4a, last bullet; docs/behaviours.md 59): the segments
+//! `engine::archive::context_segments` names, read once per executor and cached by sha256.
+//!
+//! Owns: reading a segment (GET), checking it against the record's archive entry
+//! (`engine::archive::verify_segment`, the same check `agentrt verify` makes of each segment),
+//! the cache, and saying once per segment, as a log line and a Warning Event, that one could not
+//! be read. Must not: decide what the model is shown (the engine does, from the
+//! [`SealedHistory`] this gives it) or fail the run over a segment: a missing or altered one is
+//! handed in as unreadable and the conversation says so in its place.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::context::{Context, RunKey};
+use crate::api::{Archive, ArchivedSegment, Step};
+use crate::engine::archive::{context_segments, verify_segment, SealedHistory};
+use crate::engine::RunSnapshot;
+
+/// How many bytes of segments (their `bytes` in `status.archive`) one executor's cache holds:
+/// 8 MiB. The least recently used segments are dropped first; one dropped is read again when
+/// a later request needs it.
+pub const CACHE_BYTES: usize = 8 * 1024 * 1024;
+
+/// One executor's segments, by sha256, least recently used first.
+#[derive(Debug, Default)]
+pub struct SegmentCache {
+    entries: VecDeque<Cached>,
+    bytes: usize,
+    /// Segments this executor found unreadable, by name: reported once each and not read
+    /// again.
+    warned: BTreeSet<String>,
+}
+
+#[derive(Debug)]
+struct Cached {
+    sha256: String,
+    steps: Arc<Vec<Step>>,
+    bytes: usize,
+}
+
+impl SegmentCache {
+    /// The sealed steps the engine needs for `run`'s next model request: empty unless the run
+    /// has an openai agent and sealed history. Reads (GET) only segments not cached.
+    pub async fn history(
+        &mut self,
+        ctx: &Context,
+        key: &RunKey,
+        run: &RunSnapshot,
+    ) -> SealedHistory {
+        let Some(agent) = run.spec.agent.openai.as_ref() else {
+            return SealedHistory::default();
+        };
+        let Some(archive) = archive_of(&run.status) else {
+            return SealedHistory::default();
+        };
+        let budget = usize::try_from(agent.max_context_bytes).unwrap_or(0);
+        let mut history = SealedHistory::default();
+        for entry in context_segments(&archive, budget) {
+            match self.segment(ctx, key, run, entry).await {
+                Some(steps) => history.segments.push(steps),
+                None => history.unreadable.push((entry.first_step, entry.last_step)),
+            }
+        }
+        history
+    }
+
+    /// Keeps the segment this executor just created (its spec as sent, hashing to `sha256`), so
+    /// that it is never read back.
+    pub fn remember(&mut self, sha256: &str, spec: &Value, bytes: usize) {
+        if let Ok(segment) = serde_json::from_value::<crate::api::AgentRunSegmentSpec>(spec.clone())
+        {
+            self.insert(sha256, Arc::new(segment.steps), bytes);
+        }
+    }
+
+    async fn segment(
+        &mut self,
+        ctx: &Context,
+        key: &RunKey,
+        run: &RunSnapshot,
+        entry: &ArchivedSegment,
+    ) -> Option<Arc<Vec<Step>>> {
+        if let Some(at) = self.entries.iter().position(|c| c.sha256 == entry.sha256) {
+            let cached = self.entries.remove(at)?;
+            let steps = cached.steps.clone();
+            self.entries.push_back(cached);
+            return Some(steps);
+        }
+        if self.warned.contains(&entry.name) {
+            return None;
+        }
+        ctx.metrics.segment_reads.inc();
+        let read = ctx.api.get_segment(&key.namespace, &entry.name).await;
+        let problem = match read {
+            Ok(Some(object)) => match verify_segment(entry, &object["spec"]) {
+                Ok(segment) => {
+                    let steps = Arc::new(segment.steps);
+                    let bytes = usize::try_from(entry.bytes).unwrap_or(0);
+                    self.insert(&entry.sha256, steps.clone(), bytes);
+                    return Some(steps);
+                }
+                Err(fault) => fault.to_string(),
+            },
+            Ok(None) => format!("segment {} (index {}) is missing", entry.name, entry.index),
+            Err(err) => format!("segment {} cannot be read: {err}", entry.name),
+        };
+        if self.warned.insert(entry.name.clone()) {
+            tracing::warn!(
+                segment = %entry.name,
+                %problem,
+                "a sealed segment cannot be used; the model is told steps {}..{} could not be read",
+                entry.first_step,
+                entry.last_step
+            );
+            ctx.events.warn(
+                run,
+                "SegmentUnreadable",
+                format!(
+                    "{problem}; the model's request says steps {}..{} could not be read \
+                     (inspect with `agentrt verify {}`)",
+                    entry.first_step, entry.last_step, key.name
+                ),
+            );
+        }
+        None
+    }
+
+    fn insert(&mut self, sha256: &str, steps: Arc<Vec<Step>>, bytes: usize) {
+        if self.entries.iter().any(|c| c.sha256 == sha256) {
+            return;
+        }
+        self.entries.push_back(Cached {
+            sha256: sha256.to_string(),
+            steps,
+            bytes,
+        });
+        self.bytes = self.bytes.saturating_add(bytes);
+        // The newest always stays, even when it alone is over the bound.
+        while self.bytes > CACHE_BYTES && self.entries.len() > 1 {
+            if let Some(old) = self.entries.pop_front() {
+                self.bytes = self.bytes.saturating_sub(old.bytes);
+            }
+        }
+    }
+}
+
+/// `status.archive` of a stored status, when it has segments.
+fn archive_of(status: &Value) -> Option<Archive> {
+    let archive: Archive = serde_json::from_value(status.get("archive")?.clone()).ok()?;
+    (!archive.segments.is_empty()).then_some(archive)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::AgentRunSegmentSpec;
+    use crate::controller::context::{ContextParts, Settings};
+    use crate::controller::fake::{run_object, FakeApi};
+    use crate::controller::identity::HolderId;
+    use crate::controller::metrics::Metrics;
+    use crate::controller::projection::EventSink;
+    use crate::engine::archive::{segment_name, segment_sha256};
+
+    fn context(api: Arc<FakeApi>) -> Context {
+        let (kicks, _) = tokio::sync::mpsc::unbounded_channel();
+        Context::new(ContextParts {
+            api,
+            settings: Settings::new(HolderId::with_random_suffix("segments")),
+            events: EventSink::disabled(),
+            metrics: Arc::new(Metrics::default()),
+            http: crate::tools::http::client().expect("a client"),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+            kicks,
+        })
+    }
+
+    /// Segment `index` holding steps `first..first+2` of run `r`, and its archive entry.
+    fn segment(index: i64, first: i64, previous: &str) -> (AgentRunSegmentSpec, ArchivedSegment) {
+        let steps: Vec<Value> = (first..first + 2)
+            .map(|i| json!({"index": i, "status": "done", "attempts": 1}))
+            .collect();
+        let spec: AgentRunSegmentSpec = serde_json::from_value(json!({
+            "runName": "r", "runUID": "uid-r", "index": index,
+            "firstStep": first, "lastStep": first + 1,
+            "firstSeq": first + 1, "lastSeq": first,
+            "previous": previous, "stepCount": 2, "bytes": 100,
+            "steps": steps, "events": [],
+        }))
+        .expect("a segment");
+        let sha256 = segment_sha256(&spec).expect("sha256");
+        let entry = ArchivedSegment {
+            name: segment_name("r", index, &sha256),
+            index,
+            first_step: first,
+            last_step: first + 1,
+            first_seq: first + 1,
+            last_seq: first,
+            bytes: 100,
+            sha256,
+        };
+        (spec, entry)
+    }
+
+    #[tokio::test]
+    async fn each_segment_is_read_once_and_an_altered_one_is_named_unreadable_not_fatal() {
+        let api = Arc::new(FakeApi::default());
+        let (zero, zero_entry) = segment(0, 0, "");
+        let (one, one_entry) = segment(1, 2, &zero_entry.sha256);
+        for (spec, entry) in [(&zero, &zero_entry), (&one, &one_entry)] {
+            let mut spec = serde_json::to_value(spec).expect("JSON");
+            if entry.index == 1 {
+                spec["steps"][0]["status"] = json!("failed");
+            }
+            api.state.lock().unwrap().segments.insert(
+                ("ns".into(), entry.name.clone()),
+                json!({"metadata": {"name": entry.name}, "spec": spec}),
+            );
+        }
+        let mut object = run_object("ns", "r", 30);
+        object["metadata"]["resourceVersion"] = json!("1");
+        object["spec"]["agent"] =
+            json!({"openai": {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}});
+        object["status"] = json!({
+            "phase": "Running",
+            "archive": {"segments": [zero_entry, one_entry], "head": one_entry.sha256},
+        });
+        let run = crate::controller::cluster::StoredRun::from_object(object)
+            .expect("a run")
+            .snapshot;
+        let ctx = context(api);
+        let key = RunKey {
+            namespace: "ns".into(),
+            name: "r".into(),
+        };
+        let mut cache = SegmentCache::default();
+        for _ in 0..3 {
+            let history = cache.history(&ctx, &key, &run).await;
+            assert_eq!(history.segments, vec![Arc::new(zero.steps.clone())]);
+            assert_eq!(history.unreadable, vec![(2, 3)]);
+        }
+        assert_eq!(ctx.metrics.segment_reads.get(), 2, "each segment read once");
+
+        // Not an openai agent: nothing is read.
+        let mut scripted = run.clone();
+        scripted.spec.agent.openai = None;
+        let mut cache = SegmentCache::default();
+        let history = cache.history(&ctx, &key, &scripted).await;
+        assert_eq!(history, SealedHistory::default());
+        assert_eq!(ctx.metrics.segment_reads.get(), 2);
+    }
+
+    #[test]
+    fn the_cache_is_bounded_by_bytes_keeping_the_newest() {
+        let mut cache = SegmentCache::default();
+        for i in 0..5 {
+            cache.insert(
+                &format!("sha256:{i}"),
+                Arc::new(Vec::new()),
+                CACHE_BYTES / 2,
+            );
+        }
+        assert_eq!(cache.entries.len(), 2);
+        assert!(cache.bytes <= CACHE_BYTES);
+        assert_eq!(
+            cache.entries.back().map(|c| c.sha256.as_str()),
+            Some("sha256:4")
+        );
+        cache.insert("sha256:big", Arc::new(Vec::new()), CACHE_BYTES * 2);
+        assert_eq!(
+            cache.entries.len(),
+            1,
+            "the newest stays even alone over the bound"
+        );
+    }
+}
