@@ -78,6 +78,55 @@ pub struct Settings {
     pub skew_margin: Duration,
     /// Size limits handed to the engine.
     pub budgets: Budgets,
+    /// Which of issue 15's request savings are on (all, unless measuring them).
+    pub savings: Savings,
+}
+
+/// Issue 15's request savings, each of which can be switched off to measure it on its own
+/// (docs/performance.md): `agentrt controller` reads [`SAVINGS_OFF_ENV`]. None changes what a
+/// run does; each only saves API requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Savings {
+    /// `lease-cache`: a reconcile reads the Lease as the Lease watch delivered it, not by GET.
+    pub lease_cache: bool,
+    /// `keep-terminal-lease`: the Lease of a run that ended is not released.
+    pub keep_terminal_lease: bool,
+    /// `observer-skip`: a run another replica holds live is not read ([`crate::engine::observer_wait`]).
+    pub observer_skip: bool,
+    /// `spread`: new runs are tried first by the replica their uid ranks first
+    /// ([`super::spread`]).
+    pub spread: bool,
+}
+
+/// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
+/// `keep-terminal-lease`, `observer-skip`, `spread`, or `all`); for measuring only.
+pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
+
+impl Savings {
+    /// Every saving on.
+    pub const ALL: Savings = Savings {
+        lease_cache: true,
+        keep_terminal_lease: true,
+        observer_skip: true,
+        spread: true,
+    };
+
+    /// [`Savings::ALL`] less those `off` names (comma-separated; unknown names are ignored).
+    pub fn without(off: &str) -> Savings {
+        let off: Vec<&str> = off.split(',').map(str::trim).collect();
+        let on = |name: &str| !off.contains(&name) && !off.contains(&"all");
+        Savings {
+            lease_cache: on("lease-cache"),
+            keep_terminal_lease: on("keep-terminal-lease"),
+            observer_skip: on("observer-skip"),
+            spread: on("spread"),
+        }
+    }
+
+    /// [`Savings::without`] what [`SAVINGS_OFF_ENV`] names.
+    pub fn from_env() -> Savings {
+        Savings::without(&std::env::var(SAVINGS_OFF_ENV).unwrap_or_default())
+    }
 }
 
 impl Settings {
@@ -92,6 +141,7 @@ impl Settings {
             reconcile_concurrency: 32,
             skew_margin: Duration::from_millis(500),
             budgets: Budgets::default(),
+            savings: Savings::ALL,
         }
     }
 }
@@ -128,6 +178,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// What this replica has seen of each run's Lease, and since when (its monotonic clock).
     pub leases: LeaseObservations,
+    /// The new runs this replica leaves to another replica first ([`super::spread`]).
+    pub spread: super::spread::Spread,
     /// The runs this replica executes, and what their executor tasks share.
     pub executors: Executors,
     /// Reconcile failures in a row, per run: [`super::failures::error_policy`]'s backoff.
@@ -166,6 +218,7 @@ impl Context {
             events,
             metrics,
             leases: LeaseObservations::default(),
+            spread: super::spread::Spread::default(),
             executors,
             failures: FailureBackoff::default(),
         }
@@ -183,6 +236,27 @@ impl Context {
     /// The run `key`'s Lease as just read (`None`: absent), as the engine judges it: recorded
     /// in this replica's observations, with how long it has been seen unchanged on the
     /// monotonic clock and the margin (docs/design.md section 4).
+    /// The run `key`'s Lease: as the Lease watch last delivered it once that watch has listed
+    /// ([`LeaseObservations::cached`]; a stale version only makes the compare-and-set that
+    /// follows fail, the CAS is the fence), else read live (and observed).
+    ///
+    /// # Errors
+    /// When the live read fails.
+    pub async fn read_lease(&self, key: &RunKey) -> Result<Option<Arc<Lease>>, ApiError> {
+        if let Some(cached) = self
+            .leases
+            .cached(key)
+            .filter(|_| self.settings.savings.lease_cache)
+        {
+            return Ok(cached);
+        }
+        Ok(self
+            .api
+            .get_lease(&key.namespace, &key.name)
+            .await?
+            .map(Arc::new))
+    }
+
     pub fn observe_lease(&self, key: &RunKey, read: Option<&Lease>) -> LeaseView {
         let unchanged_for_ms = self.leases.observe(key, read, std::time::Instant::now());
         let margin_ms = u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX);

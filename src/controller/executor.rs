@@ -274,9 +274,16 @@ impl Driver<'_> {
                     super::reconcile::write_approval(self.ctx, self.key, write).await;
                 }
                 Bookkeeping::ReleaseLease => {
-                    self.lease
-                        .release(self.ctx.api.as_ref(), &self.ctx.settings.holder)
-                        .await;
+                    let phase = self.state.run.snapshot.status["phase"].as_str();
+                    if crate::engine::lease_release_needed(phase)
+                        || !self.ctx.settings.savings.keep_terminal_lease
+                    {
+                        self.lease
+                            .release(self.ctx.api.as_ref(), &self.ctx.settings.holder)
+                            .await;
+                    } else {
+                        self.lease.forgo();
+                    }
                 }
             }
         }

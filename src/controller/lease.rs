@@ -165,8 +165,10 @@ pub fn held_by_another(
 }
 
 /// Wins the run's Lease by compare-and-set over `read` (the Lease as read when the engine
-/// decided to acquire it; `None` when it was absent), which this replica has observed as `seen`
-/// ([`observed`]). `Ok(None)` when another replica won, or when `read` is still held by another
+/// decided to acquire it, live or as the Lease watch delivered it; `None` when it was absent),
+/// which this replica has observed as `seen` ([`observed`]). `Ok(None)` when another replica
+/// won (a 409, also for a `read` that was not the latest), when `read` is gone (a 404), or when
+/// `read` is still held by another
 /// holder ([`held_by_another`]): a live Lease is never taken, whatever asked for it; only an
 /// expired, released or absent one is (docs/design.md section 4). `now` (this replica's wall clock)
 /// is written as renewTime, for people; the holder's own check runs from the instant the write
@@ -215,7 +217,9 @@ pub async fn acquire(
             sent_at,
             duration_seconds,
         })),
-        Err(ApiError::Conflict(_)) => Ok(None),
+        // Another replica won, or the version read (possibly the watch's, a past one) is gone:
+        // look again.
+        Err(ApiError::Conflict(_) | ApiError::NotFound(_)) => Ok(None),
         Err(err) => Err(err),
     }
 }
@@ -435,6 +439,13 @@ impl LeaseCell {
                 self.may_start_side_effect(skew_margin)
             }
         }
+    }
+
+    /// Stops holding the lease without writing it (its run ended: the Lease stays as it is
+    /// and is deleted with the run, [`crate::engine::lease_release_needed`]); renewals and a
+    /// later [`LeaseCell::release`] then write nothing.
+    pub fn forgo(&self) {
+        self.released.store(true, Ordering::SeqCst);
     }
 
     /// Releases the lease if it is still held (not lost, not released).

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod projection;
 pub mod reconcile;
 pub mod segments;
+pub mod spread;
 pub mod trace;
 pub mod watches;
 
@@ -271,6 +272,7 @@ pub async fn run_with_engine(
                 seal: options.seal_limits(),
                 ..crate::engine::Budgets::default()
             },
+            savings: context::Savings::from_env(),
             ..Settings::new(holder.clone())
         },
         events: EventSink::start(client.clone(), holder.as_str().to_string()),

@@ -52,6 +52,18 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
         // change that woke us is the executor's own; it kicks a reconcile when it stops.
         return Ok(Action::await_change());
     }
+    if let Some(wait) = left_to_another(&obj, &key, &ctx) {
+        // A new run another replica ranks first for: it tries the Lease; this one after a
+        // while, if the run is still new then.
+        return Ok(Action::requeue(Duration::from_millis(wait)));
+    }
+    if let Some(wait) = held_elsewhere(&obj, &key, &ctx) {
+        // Another replica holds it, live, on its current spec: nothing to read until the
+        // Lease could have expired (a cancel, a release or a takeover wakes us sooner).
+        return Ok(Action::requeue(Duration::from_millis(
+            wait.saturating_add(50),
+        )));
+    }
     let span = super::trace::reconcile_span(&key, obj.metadata.uid.as_deref());
     let started = std::time::Instant::now();
     let action = observe(&ctx, &key).instrument(span).await;
@@ -63,14 +75,62 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
     action.map_err(|err| ReconcileError::new(key, err))
 }
 
+/// When `obj` is new (no status; the Lease watch has listed and holds no Lease for it) and
+/// another replica this one knows of ranks first for it ([`super::spread`]): how long to leave
+/// it alone. A run that is no longer new is forgotten there.
+fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> {
+    if !ctx.settings.savings.spread {
+        return None;
+    }
+    let new = obj.status.phase.is_none()
+        && obj.status.observed_generation.is_none()
+        && matches!(ctx.leases.cached(key), Some(None));
+    if !new || ctx.executors.is_executing(key) {
+        ctx.spread.settled(key);
+        return None;
+    }
+    let now = std::time::Instant::now();
+    let peers = ctx.leases.holders_seen(now, super::spread::PEER_MEMORY);
+    ctx.spread.defer(
+        key,
+        obj.metadata.uid.as_deref().unwrap_or_default(),
+        ctx.settings.holder.as_str(),
+        &peers,
+        now,
+    )
+}
+
+/// When the watch saw `obj` held by another replica whose Lease, as the Lease watch delivered
+/// it, is live by this replica's observation, and nothing changed in its spec since its last
+/// status write: the milliseconds [`crate::engine::observer_wait`] says it may be left alone.
+fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> {
+    if !ctx.settings.savings.observer_skip {
+        return None;
+    }
+    let lease = ctx.leases.cached(key)??;
+    let seen = ctx.observe_lease(key, Some(&lease));
+    let watched = crate::engine::WatchedView {
+        phase: obj.status.phase.as_deref(),
+        generation: obj.metadata.generation,
+        observed_generation: obj.status.observed_generation,
+        holder: obj
+            .status
+            .lease
+            .as_ref()
+            .and_then(|lease| lease.holder.as_deref()),
+    };
+    crate::engine::observer_wait(&watched, &seen, ctx.settings.holder.as_str())
+}
+
 /// One Observe pass over `key`; the action says when to look again.
 ///
 /// # Errors
 /// When the API server fails.
 pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunError> {
     // The Lease first, then the run: a holder releases its Lease only after its last write, so
-    // a released Lease read first is never paired with a record older than that write.
-    let mut lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
+    // a released Lease read first (live, or as the watch delivered it: a past version) is never
+    // paired with a record older than that write.
+    let mut lease_read = ctx.read_lease(key).await?;
     let mut state = match ctx.read_state(key).await {
         Ok(Some(state)) => state,
         Ok(None) => return Ok(Action::await_change()),
@@ -96,14 +156,14 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
         let executing = ctx.executors.is_executing(key);
         // How long this replica has seen the Lease unchanged decides whether it is expired;
         // never its renewTime against this replica's clock (docs/design.md section 4).
-        let seen = ctx.observe_lease(key, lease_read.as_ref());
+        let seen = ctx.observe_lease(key, lease_read.as_deref());
         let observed = ctx.observe(&state, &seen);
         if let Some(status) = observed.write {
             match ctx.write_status(&state, &status).await? {
                 Written::Landed(run) => state.run = *run,
                 Written::Conflict => {
                     settled = false;
-                    lease_read = ctx.api.get_lease(&key.namespace, &key.name).await?;
+                    lease_read = ctx.read_lease(key).await?;
                     match ctx.read_state(key).await? {
                         Some(fresh) => state = fresh,
                         None => return Ok(Action::await_change()),
@@ -140,7 +200,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
                     match lease::acquire(
                         ctx.api.as_ref(),
                         &state.run,
-                        lease_read.as_ref(),
+                        lease_read.as_deref(),
                         &seen,
                         &ctx.settings.holder,
                         ctx.settings.clock.now(),

@@ -262,9 +262,13 @@ async fn observe_wins_the_lease_and_an_executor_runs_the_tool_once() {
     assert_eq!(run["status"]["result"], json!({"got": {"n": 1}}));
     assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
     assert_eq!(seen("once"), ["observe", "lease_acquired", "tool_finished"]);
-    // The lease was released on the way out.
+    // A run that ended keeps its Lease as the acquisition wrote it (no release write; it is
+    // deleted with the run, issue 15).
     let lease = api.lease("ns", "once").unwrap();
-    assert_eq!(lease.spec.unwrap().holder_identity, None);
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some(ctx.settings.holder.as_str())
+    );
     // Looking again changes nothing.
     observe(&ctx, &key("once")).await.unwrap();
     assert_eq!(ctx.executors.executing(), 0);

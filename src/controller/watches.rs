@@ -52,7 +52,7 @@ pub struct WatchedRun {
     /// `metadata`.
     #[serde(default)]
     pub metadata: ObjectMeta,
-    /// `status.phase` and `status.lease.holder`.
+    /// `status.phase`, `status.lease.holder` and `status.observedGeneration`.
     #[serde(default)]
     pub status: WatchedStatus,
 }
@@ -66,6 +66,9 @@ pub struct WatchedStatus {
     /// `status.lease`.
     #[serde(default)]
     pub lease: Option<WatchedLease>,
+    /// `status.observedGeneration`.
+    #[serde(default, rename = "observedGeneration")]
+    pub observed_generation: Option<i64>,
 }
 
 /// The part of `status.lease` a watch keeps.
@@ -283,9 +286,11 @@ pub async fn controller(
         // Every renewal is seen here, before the predicate drops it: the observation of each
         // Lease (what it is and since when) stays current without a reconcile per renewal.
         let ctx = ctx.clone();
+        let scope = scope.clone();
         move |event| {
             if let Ok(event) = event {
-                ctx.leases.watched(event, std::time::Instant::now());
+                ctx.leases
+                    .watched(scope.as_deref(), event, std::time::Instant::now());
             }
         }
     })
@@ -444,24 +449,27 @@ mod tests {
     }
 
     #[test]
-    fn a_watched_run_keeps_metadata_phase_and_holder_only() {
+    fn a_watched_run_keeps_metadata_phase_holder_and_observed_generation_only() {
         let run: WatchedRun = serde_json::from_value(serde_json::json!({
             "apiVersion": "agentrt.dev/v1alpha1",
             "kind": "AgentRun",
             "metadata": {"name": "r", "namespace": "ns", "uid": "u", "generation": 2},
             "spec": {"goal": "g", "agent": {"scripted": {"decisions": []}}},
             "status": {"phase": "Running", "lease": {"holder": "a-1", "epoch": 3},
+                       "observedGeneration": 2,
                        "steps": [{"index": 0}], "events": [{"seq": 1}]},
         }))
         .expect("a run decodes");
         assert_eq!(run.metadata.uid.as_deref(), Some("u"));
         assert_eq!(run.status.phase.as_deref(), Some("Running"));
+        assert_eq!(run.status.observed_generation, Some(2));
         let moved = WatchedRun {
             status: WatchedStatus {
                 phase: Some("Running".into()),
                 lease: Some(WatchedLease {
                     holder: Some("b-2".into()),
                 }),
+                observed_generation: Some(2),
             },
             ..run.clone()
         };

@@ -38,6 +38,51 @@ pub fn observe_needed(phase: Option<&str>) -> bool {
     }
 }
 
+/// Whether an executor that stops after writing a status whose phase is `phase` releases the
+/// run's Lease: only when the run goes on without it (waiting for a person, or a phase it
+/// cannot read). A run that ended keeps its Lease as it is (issue 15: one write per run
+/// fewer): no replica acts on a terminal run ([`observe_needed`]), so nobody waits for the
+/// Lease, and it is deleted with the run (its ownerReference, docs/design.md section 2).
+pub fn lease_release_needed(phase: Option<&str>) -> bool {
+    observe_needed(phase)
+}
+
+/// What a replica's watch last saw of a run, for [`observer_wait`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchedView<'a> {
+    /// `status.phase`.
+    pub phase: Option<&'a str>,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `status.observedGeneration`: the generation the last status write was decided on.
+    pub observed_generation: Option<i64>,
+    /// `status.lease.holder`.
+    pub holder: Option<&'a str>,
+}
+
+/// For a replica that is not `caller_holder`: the milliseconds it may leave a run alone
+/// without reading it, or `None` when it must read it and ask [`super::observe`]. Left alone
+/// is a run whose Lease another replica holds, live as this replica has observed it (`lease`),
+/// and that is either `Running` under that recorded holder with its last status write decided
+/// on its current spec (`generation` = `observedGeneration`: no cancel or policy change since),
+/// or new (no status yet: its holder is starting it and sees its spec as it is). For both,
+/// [`super::observe`] would only wait for that Lease's expiry (docs/behaviours.md 30), so the
+/// wait is the same and the reads are saved (issue 15).
+pub fn observer_wait(watched: &WatchedView, lease: &LeaseView, caller_holder: &str) -> Option<u64> {
+    let holder = lease.holder.as_deref()?;
+    let current = watched.generation.is_some() && watched.generation == watched.observed_generation;
+    let running = watched.phase == Some("Running") && current && watched.holder == Some(holder);
+    let new = watched.phase.is_none() && watched.observed_generation.is_none();
+    if holder == caller_holder || !(running || new) {
+        return None;
+    }
+    let duration = lease.duration_seconds?;
+    match lease_liveness(lease, duration) {
+        LeaseLiveness::Live { millis } => Some(millis),
+        LeaseLiveness::Free | LeaseLiveness::Expired => None,
+    }
+}
+
 /// [`super::observe`].
 pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
     let phase = txn.status.phase;
@@ -88,6 +133,52 @@ pub(crate) fn cancel(txn: &mut Txn) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_run_or_one_held_live_by_another_on_its_current_spec_is_left_to_its_holder() {
+        let watched = WatchedView {
+            phase: Some("Running"),
+            generation: Some(1),
+            observed_generation: Some(1),
+            holder: Some("a-1"),
+        };
+        let lease = LeaseView {
+            holder: Some("a-1".into()),
+            duration_seconds: Some(30),
+            unchanged_for_ms: 10_000,
+            takeover_margin_ms: 500,
+            ..LeaseView::default()
+        };
+        assert_eq!(observer_wait(&watched, &lease, "b-2"), Some(20_500));
+        let new = WatchedView {
+            generation: Some(1),
+            ..WatchedView::default()
+        };
+        assert_eq!(observer_wait(&new, &lease, "b-2"), Some(20_500));
+        // Its holder, a spec the holder has not decided on (a cancel), another phase, a Lease
+        // held by someone else than the record says, or one seen unchanged too long: read it.
+        assert_eq!(observer_wait(&watched, &lease, "a-1"), None);
+        let cancelled = WatchedView {
+            generation: Some(2),
+            ..watched
+        };
+        assert_eq!(observer_wait(&cancelled, &lease, "b-2"), None);
+        let waiting = WatchedView {
+            phase: Some("WaitingForApproval"),
+            ..watched
+        };
+        assert_eq!(observer_wait(&waiting, &lease, "b-2"), None);
+        let moved = LeaseView {
+            holder: Some("c-3".into()),
+            ..lease.clone()
+        };
+        assert_eq!(observer_wait(&watched, &moved, "b-2"), None);
+        let stale = LeaseView {
+            unchanged_for_ms: 31_000,
+            ..lease
+        };
+        assert_eq!(observer_wait(&watched, &stale, "b-2"), None);
+    }
 
     #[test]
     fn only_a_terminal_run_needs_no_observer() {

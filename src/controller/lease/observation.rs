@@ -1,16 +1,20 @@
 //! What this replica has seen of each run's Lease, and since when (docs/design.md section 4): the
-//! holder, renewTime and resourceVersion last seen, and the instant on this replica's
-//! monotonic clock when it first saw them so. The engine judges a Lease expired only once it
-//! has been seen unchanged for `leaseDurationSeconds` plus the margin
+//! Lease last seen (holder, renewTime and resourceVersion decide whether it changed), and the
+//! instant on this replica's monotonic clock when it first saw it so. The engine judges a Lease
+//! expired only once it has been seen unchanged for `leaseDurationSeconds` plus the margin
 //! ([`crate::engine::lease_liveness`]; client-go's leader election keeps the same
 //! `observedTime`). Wall clocks are never read here.
 //!
-//! Fed by every Lease this replica reads (the reconcile's GET) and by the Lease watch, which
-//! sees each renewal as it is written; so the age of a Lease whose holder died runs from about
-//! its last renewal, and a takeover follows within the duration and the margin.
+//! Fed by the Lease watch, which sees each renewal as it is written (so the age of a Lease whose
+//! holder died runs from about its last renewal, and a takeover follows within the duration
+//! and the margin), and by every Lease this replica reads live. Once the watch of a scope has
+//! listed, the Lease it last delivered is what a reconcile reads ([`LeaseObservations::cached`]):
+//! the Lease only decides whether to try a compare-and-set, which is the fence (a stale
+//! version makes that write fail with 409), so no GET per reconcile is needed (issue 15). A
+//! relist forgets what it no longer lists.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -46,63 +50,157 @@ fn key_of(lease: &Lease) -> RunKey {
     }
 }
 
-/// Per run: the Lease version last seen and when it was first seen so.
+/// One run's Lease as last seen.
+#[derive(Debug)]
+struct Entry {
+    seen: Seen,
+    since: Instant,
+    lease: Arc<Lease>,
+    /// The [`State::touches`] count when it was last seen: a relist drops what it did not touch.
+    touched: u64,
+}
+
+/// A watch scope: a namespace, or `None` for all.
+type Scope = Option<String>;
+
+#[derive(Debug, Default)]
+struct State {
+    seen: HashMap<RunKey, Entry>,
+    /// Scopes whose watch has listed and not started relisting since: the count of touches
+    /// when it last started listing.
+    listed: HashMap<Scope, u64>,
+    /// Scopes relisting now: the count of touches when the relist began.
+    relisting: HashMap<Scope, u64>,
+    touches: u64,
+    /// Every holder seen, and when it was last seen holding a Lease (monotonic).
+    holders: HashMap<String, Instant>,
+}
+
+fn in_scope(scope: &Scope, key: &RunKey) -> bool {
+    scope.as_deref().is_none_or(|ns| ns == key.namespace)
+}
+
+/// Per run: the Lease last seen and when it was first seen so; per watch scope: whether its
+/// watch has listed.
 #[derive(Debug, Default)]
 pub struct LeaseObservations {
-    seen: Mutex<HashMap<RunKey, (Seen, Instant)>>,
+    state: Mutex<State>,
 }
 
 impl LeaseObservations {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(state) => state,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
     /// Records `lease` (the run `key`'s Lease, as read or watched at `at` on the monotonic
     /// clock; `None` when absent) and returns for how many milliseconds it has been seen
     /// unchanged: 0 when it is new or changed, and for an absent Lease (which is forgotten).
     pub fn observe(&self, key: &RunKey, lease: Option<&Lease>, at: Instant) -> u64 {
-        let mut seen = match self.seen.lock() {
-            Ok(seen) => seen,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut state = self.lock();
         let Some(lease) = lease else {
-            seen.remove(key);
+            state.seen.remove(key);
             return 0;
         };
+        state.touches = state.touches.wrapping_add(1);
+        let touched = state.touches;
+        if let Some(holder) = lease
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.holder_identity.as_deref())
+            .filter(|holder| !holder.is_empty())
+        {
+            match state.holders.get_mut(holder) {
+                Some(last) => *last = (*last).max(at),
+                None => {
+                    state.holders.insert(holder.to_string(), at);
+                }
+            }
+        }
         let now_seen = Seen::of(lease);
-        match seen.get(key) {
-            Some((last, since)) if *last == now_seen => {
-                u64::try_from(at.saturating_duration_since(*since).as_millis()).unwrap_or(u64::MAX)
+        match state.seen.get_mut(key) {
+            Some(entry) if entry.seen == now_seen => {
+                entry.touched = touched;
+                u64::try_from(at.saturating_duration_since(entry.since).as_millis())
+                    .unwrap_or(u64::MAX)
             }
             _ => {
-                seen.insert(key.clone(), (now_seen, at));
+                state.seen.insert(
+                    key.clone(),
+                    Entry {
+                        seen: now_seen,
+                        since: at,
+                        lease: Arc::new(lease.clone()),
+                        touched,
+                    },
+                );
                 0
             }
         }
     }
 
-    /// Records what the Lease watch saw at `at` (monotonic): an applied Lease is observed as
-    /// [`LeaseObservations::observe`] does, a deleted one forgotten.
-    pub fn watched(&self, event: &watcher::Event<Lease>, at: Instant) {
+    /// Records what the Lease watch of `scope` (a namespace, `None` for all) saw at `at`
+    /// (monotonic): an applied Lease is observed as [`LeaseObservations::observe`] does, a
+    /// deleted one forgotten; a relist ([`watcher::Event::Init`]) makes the scope's Leases
+    /// read live again until it is done, and then forgets what it did not list.
+    pub fn watched(&self, scope: Option<&str>, event: &watcher::Event<Lease>, at: Instant) {
         match event {
             watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
                 self.observe(&key_of(lease), Some(lease), at);
             }
             watcher::Event::Delete(lease) => self.forget(&key_of(lease)),
-            watcher::Event::Init | watcher::Event::InitDone => {}
+            watcher::Event::Init => {
+                let mut state = self.lock();
+                let scope: Scope = scope.map(str::to_string);
+                state.listed.remove(&scope);
+                let touches = state.touches;
+                state.relisting.insert(scope, touches);
+            }
+            watcher::Event::InitDone => {
+                let mut state = self.lock();
+                let scope: Scope = scope.map(str::to_string);
+                if let Some(began) = state.relisting.remove(&scope) {
+                    state
+                        .seen
+                        .retain(|key, entry| !in_scope(&scope, key) || entry.touched > began);
+                }
+                let touches = state.touches;
+                state.listed.insert(scope, touches);
+            }
         }
+    }
+
+    /// The run `key`'s Lease as its watch last delivered it: `Some(None)` when the watch of
+    /// its scope has listed and holds no Lease for it, `None` when no such watch has listed
+    /// (the caller reads it live).
+    pub fn cached(&self, key: &RunKey) -> Option<Option<Arc<Lease>>> {
+        let state = self.lock();
+        if !state.listed.keys().any(|scope| in_scope(scope, key)) {
+            return None;
+        }
+        Some(state.seen.get(key).map(|entry| entry.lease.clone()))
+    }
+
+    /// The holders seen holding a Lease within `within` before `at` (monotonic): the replicas
+    /// this one knows of ([`crate::controller::spread`]). Older ones are forgotten.
+    pub fn holders_seen(&self, at: Instant, within: std::time::Duration) -> Vec<String> {
+        let mut state = self.lock();
+        state
+            .holders
+            .retain(|_, last| at.saturating_duration_since(*last) <= within);
+        state.holders.keys().cloned().collect()
     }
 
     /// Forgets the run `key`'s Lease (it was deleted).
     pub fn forget(&self, key: &RunKey) {
-        match self.seen.lock() {
-            Ok(mut seen) => seen.remove(key),
-            Err(poisoned) => poisoned.into_inner().remove(key),
-        };
+        self.lock().seen.remove(key);
     }
 
     /// How many Leases are remembered.
     pub fn len(&self) -> usize {
-        match self.seen.lock() {
-            Ok(seen) => seen.len(),
-            Err(poisoned) => poisoned.into_inner().len(),
-        }
+        self.lock().seen.len()
     }
 
     /// True when no Lease is remembered.
@@ -196,7 +294,7 @@ mod tests {
         let mut watched = lease("a", 0, "1");
         watched.metadata.namespace = Some("ns".into());
         watched.metadata.name = Some("r".into());
-        seen.watched(&watcher::Event::InitApply(watched.clone()), t0);
+        seen.watched(None, &watcher::Event::InitApply(watched.clone()), t0);
         assert_eq!(
             seen.observe(
                 &key(),
@@ -205,8 +303,47 @@ mod tests {
             ),
             800
         );
-        seen.watched(&watcher::Event::Delete(watched), t0);
+        seen.watched(None, &watcher::Event::Delete(watched), t0);
         assert!(seen.is_empty());
+    }
+
+    #[test]
+    fn a_listed_watch_answers_reads_and_a_relist_forgets_what_it_did_not_list() {
+        let seen = LeaseObservations::default();
+        let t0 = Instant::now();
+        let named = |name: &str| {
+            let mut lease = lease("a", 0, "1");
+            lease.metadata.namespace = Some("ns".into());
+            lease.metadata.name = Some(name.into());
+            lease
+        };
+        let other = RunKey {
+            namespace: "ns".into(),
+            name: "gone".into(),
+        };
+        // Not listed yet: read live.
+        assert!(seen.cached(&key()).is_none());
+        seen.watched(Some("ns"), &watcher::Event::Init, t0);
+        seen.watched(Some("ns"), &watcher::Event::InitApply(named("r")), t0);
+        seen.watched(Some("ns"), &watcher::Event::InitApply(named("gone")), t0);
+        seen.watched(Some("ns"), &watcher::Event::InitDone, t0);
+        let cached = seen.cached(&key()).expect("listed").expect("a lease");
+        assert_eq!(cached.metadata.resource_version.as_deref(), Some("1"));
+        assert!(
+            seen.cached(&RunKey {
+                namespace: "elsewhere".into(),
+                name: "r".into()
+            })
+            .is_none(),
+            "another namespace's watch has not listed"
+        );
+        // A relist reads live until done, then forgets the Lease it did not list again.
+        seen.watched(Some("ns"), &watcher::Event::Init, t0);
+        assert!(seen.cached(&key()).is_none());
+        seen.watched(Some("ns"), &watcher::Event::InitApply(named("r")), t0);
+        seen.watched(Some("ns"), &watcher::Event::InitDone, t0);
+        assert!(seen.cached(&key()).expect("listed").is_some());
+        assert_eq!(seen.cached(&other), Some(None), "gone while unwatched");
     }
 
     #[test]

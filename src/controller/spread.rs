@@ -1,0 +1,152 @@
+//! Which replica tries a new run's Lease first (issue 15): without it every replica races to
+//! create the Lease of each new run, and all but one lose with a 409 after reading the run.
+//! Each replica ranks the replicas it knows (the holders the Lease watch saw lately, and
+//! itself) by a hash of the run's uid and each holder (rendezvous hashing, so replicas that
+//! know the same holders agree); a replica that is not first leaves a new run alone for
+//! [`SPREAD_MILLIS`] once, then tries as before. It only delays a first try: the Lease's
+//! compare-and-set still decides who holds the run (docs/design.md section 4), and a run whose
+//! first-ranked replica died or is busy is tried by the others after the delay.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::context::RunKey;
+
+/// How long a replica that is not first for a new run leaves it alone (milliseconds).
+pub const SPREAD_MILLIS: u64 = 2_000;
+
+/// A holder the Lease watch has not seen for this long is no longer counted as a replica.
+pub const PEER_MEMORY: Duration = Duration::from_secs(30);
+
+/// The new runs this replica left to another one, and since when (monotonic).
+#[derive(Debug, Default)]
+pub struct Spread {
+    deferred: Mutex<HashMap<RunKey, Instant>>,
+}
+
+fn rank(uid: &str, holder: &str) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (uid, holder).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Whether `me` ranks first for the run `uid` among `me` and `peers`.
+pub fn first_for(uid: &str, me: &str, peers: &[String]) -> bool {
+    let mine = rank(uid, me);
+    peers
+        .iter()
+        .filter(|peer| peer.as_str() != me)
+        .all(|peer| (rank(uid, peer), peer.as_str()) < (mine, me))
+}
+
+impl Spread {
+    fn lock(&self) -> MutexGuard<'_, HashMap<RunKey, Instant>> {
+        match self.deferred.lock() {
+            Ok(deferred) => deferred,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// For a new run `key` (no status, no Lease yet) with `uid`: the milliseconds to leave it
+    /// alone when `me` is not first among `peers` and has not left it alone for
+    /// [`SPREAD_MILLIS`] yet; `None` to try it now.
+    pub fn defer(
+        &self,
+        key: &RunKey,
+        uid: &str,
+        me: &str,
+        peers: &[String],
+        at: Instant,
+    ) -> Option<u64> {
+        if first_for(uid, me, peers) {
+            self.settled(key);
+            return None;
+        }
+        let mut deferred = self.lock();
+        let since = *deferred.entry(key.clone()).or_insert(at);
+        let waited = u64::try_from(at.saturating_duration_since(since).as_millis()).unwrap_or(0);
+        if waited >= SPREAD_MILLIS {
+            deferred.remove(key);
+            return None;
+        }
+        Some(SPREAD_MILLIS - waited)
+    }
+
+    /// The run `key` is no longer new (or is gone): forget that it was left alone.
+    pub fn settled(&self, key: &RunKey) {
+        let mut deferred = self.lock();
+        if !deferred.is_empty() {
+            deferred.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> RunKey {
+        RunKey {
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn exactly_one_replica_is_first_for_each_run_and_runs_spread_over_them() {
+        let replicas: Vec<String> = ["a-1", "b-2", "c-3"].map(String::from).to_vec();
+        let mut firsts = HashMap::new();
+        for n in 0..300 {
+            let uid = format!("uid-{n}");
+            let first: Vec<&String> = replicas
+                .iter()
+                .filter(|me| first_for(&uid, me, &replicas))
+                .collect();
+            assert_eq!(first.len(), 1, "{uid}");
+            *firsts.entry(first[0].clone()).or_insert(0) += 1;
+        }
+        for replica in &replicas {
+            assert!(firsts[replica] > 50, "{firsts:?}");
+        }
+        // Alone, a replica is first for every run.
+        assert!(first_for("uid-0", "a-1", &[]));
+    }
+
+    #[test]
+    fn a_replica_that_is_not_first_waits_once_then_tries() {
+        let spread = Spread::default();
+        let peers: Vec<String> = vec!["a-1".into(), "b-2".into()];
+        let uid = (0..)
+            .map(|n| format!("uid-{n}"))
+            .find(|uid| !first_for(uid, "b-2", &peers))
+            .expect("a run b-2 is not first for");
+        let t0 = Instant::now();
+        assert_eq!(
+            spread.defer(&key("r"), &uid, "b-2", &peers, t0),
+            Some(SPREAD_MILLIS)
+        );
+        assert_eq!(
+            spread.defer(
+                &key("r"),
+                &uid,
+                "b-2",
+                &peers,
+                t0 + Duration::from_millis(500)
+            ),
+            Some(SPREAD_MILLIS - 500)
+        );
+        assert_eq!(
+            spread.defer(
+                &key("r"),
+                &uid,
+                "b-2",
+                &peers,
+                t0 + Duration::from_millis(SPREAD_MILLIS)
+            ),
+            None
+        );
+        assert_eq!(spread.defer(&key("r"), &uid, "a-1", &peers, t0), None);
+    }
+}
