@@ -51,6 +51,9 @@ pub enum Workload {
     Idle,
     /// SIGKILL of the controller holding a run, repeatedly; the takeover latency.
     Takeover,
+    /// Many runs across three controllers, for a real API server (default 10,000 × 10,
+    /// `--controllers` 3 unless given): runs/s, time from create to finished, requests per run.
+    Scale,
 }
 
 /// Arguments of `agentrt bench`.
@@ -65,10 +68,10 @@ pub struct BenchArgs {
     /// Tool steps per run (overrides the defaults: long 2000, wide 10).
     #[arg(long)]
     pub steps: Option<usize>,
-    /// Controller processes per workload (the takeover workload always runs an active one and
-    /// a standby).
-    #[arg(long, default_value_t = 2)]
-    pub controllers: usize,
+    /// Controller processes per workload (default 2; `scale` 3; the takeover workload always
+    /// runs an active one and a standby).
+    #[arg(long)]
+    pub controllers: Option<usize>,
     /// Size of the large tool answers, in bytes.
     #[arg(long, default_value_t = 8192)]
     pub answer_bytes: usize,
@@ -88,6 +91,10 @@ pub struct BenchArgs {
     /// are then counted from the controllers' metrics.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// With `--kubeconfig`: that API server's audit log (JSON lines), from which every request
+    /// of a workload is counted by verb and resource.
+    #[arg(long, requires = "kubeconfig")]
+    pub audit_log: Option<PathBuf>,
     /// Where the controllers' logs, the audit log and the kubeconfig go (default: a new
     /// directory under the system's temp directory, kept).
     #[arg(long)]
@@ -177,7 +184,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&out_dir)
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let target = match &args.kubeconfig {
-        Some(path) => Target::external(path).await?,
+        Some(path) => Target::external(path, args.audit_log.as_deref()).await?,
         None => Target::embedded(&out_dir).await?,
     };
     let stop = CancellationToken::new();
@@ -228,7 +235,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 runs: args.runs.unwrap_or(runs),
                 steps: args.steps.unwrap_or(steps),
                 tool,
-                controllers: args.controllers.max(1),
+                controllers: args
+                    .controllers
+                    .unwrap_or(if name == "scale" { 3 } else { 2 })
+                    .max(1),
                 waiting,
             };
         eprintln!("agentrt bench: {workload:?}…");
@@ -244,6 +254,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 throughput::run(&bench, &plan("idle", 10_000, 1, "refund", true)).await
             }
             Workload::Takeover => takeover::run(&bench, args.kills, args.lease_seconds).await,
+            Workload::Scale => {
+                throughput::run(&bench, &plan("scale", 10_000, 10, "small", false)).await
+            }
         }
         .with_context(|| format!("workload {workload:?}"))?;
         eprint!("{}", report::table(std::slice::from_ref(&row)));

@@ -29,6 +29,8 @@ pub struct Row {
     pub largest_object_bytes: Option<u64>,
     /// Every write request in the workload's namespace, by resource (audit log only).
     pub writes_by_resource: BTreeMap<String, u64>,
+    /// Every API request in the namespace (audit log), by (verb, `resource[/subresource]`).
+    pub requests: BTreeMap<(String, String), u64>,
     /// From the first create to the last run settling.
     pub elapsed: Option<Duration>,
     /// Step overheads: from one tool answer to the next call of the same run.
@@ -177,6 +179,21 @@ pub fn notes(rows: &[Row]) -> String {
                 "  - API writes in the namespace: {} (tool steps {})",
                 writes.join(", "),
                 row.tool_steps
+            );
+        }
+        if !row.requests.is_empty() && row.runs > 0 {
+            let total: u64 = row.requests.values().sum();
+            let per_run = |n: u64| n as f64 / row.runs as f64;
+            let each: Vec<String> = row
+                .requests
+                .iter()
+                .map(|((verb, what), n)| format!("{verb} {what} {:.2}", per_run(*n)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  - API requests per run: {:.2} ({})",
+                per_run(total),
+                each.join(", ")
             );
         }
         if row.tool_steps > 0 {

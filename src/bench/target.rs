@@ -60,11 +60,13 @@ impl Target {
         })
     }
 
-    /// A cluster named by a kubeconfig (the CRDs must be installed).
+    /// A cluster named by a kubeconfig (the CRDs must be installed); its API server's audit log
+    /// (JSON lines, e.g. `../envtest` with `AUDIT=1`: `DIR/run/audit.log`) counts requests when
+    /// `audit_log` names it, else status writes come from the controllers' metrics.
     ///
     /// # Errors
     /// When the kubeconfig cannot be used or the cluster does not serve AgentRuns.
-    pub async fn external(kubeconfig: &Path) -> anyhow::Result<Target> {
+    pub async fn external(kubeconfig: &Path, audit_log: Option<&Path>) -> anyhow::Result<Target> {
         let config = kube::Config::from_custom_kubeconfig(
             kube::config::Kubeconfig::read_from(kubeconfig)
                 .with_context(|| format!("cannot read {}", kubeconfig.display()))?,
@@ -80,11 +82,16 @@ impl Target {
             server: None,
             client,
             kubeconfig: std::path::absolute(kubeconfig)?,
-            audit: None,
+            audit: audit_log.map(Path::to_path_buf),
         })
     }
 
-    /// True for the embedded server (whose audit log counts writes).
+    /// True when an audit log counts requests (the embedded server's, or `--audit-log`).
+    pub fn has_audit_log(&self) -> bool {
+        self.audit.is_some()
+    }
+
+    /// True for the embedded server.
     pub fn is_embedded(&self) -> bool {
         self.server.is_some()
     }
@@ -113,6 +120,24 @@ impl Target {
     /// The write requests (create, update, patch, delete) in `namespace` since `mark`, by
     /// `resource[/subresource]`; `None` without an audit log.
     pub fn writes_since(&self, mark: u64, namespace: &str) -> Option<BTreeMap<String, u64>> {
+        let mut out = BTreeMap::new();
+        for ((verb, what), n) in self.requests_since(mark, namespace)? {
+            if matches!(verb.as_str(), "create" | "update" | "patch" | "delete") {
+                *out.entry(what).or_insert(0) += n;
+            }
+        }
+        Some(out)
+    }
+
+    /// Every request in `namespace` since `mark`, by (verb, `resource[/subresource]`); `None`
+    /// without an audit log. Reads the embedded server's lines (`verb`, `resource`,
+    /// `subresource`, `namespace`) and kube-apiserver's audit events (`objectRef`, counted at
+    /// their `ResponseComplete` stage only, so a request is counted once).
+    pub fn requests_since(
+        &self,
+        mark: u64,
+        namespace: &str,
+    ) -> Option<BTreeMap<(String, String), u64>> {
         let path = self.audit.as_ref()?;
         let mut file = std::fs::File::open(path).ok()?;
         file.seek(std::io::SeekFrom::Start(mark)).ok()?;
@@ -122,19 +147,9 @@ impl Target {
             let Ok(entry) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
-            if entry["namespace"] != namespace
-                || !matches!(
-                    entry["verb"].as_str(),
-                    Some("create" | "update" | "patch" | "delete")
-                )
-            {
-                continue;
+            if let Some((verb, what)) = audit_request(&entry, namespace) {
+                *out.entry((verb, what)).or_insert(0) += 1;
             }
-            let mut what = entry["resource"].as_str().unwrap_or("?").to_string();
-            if let Some(sub) = entry["subresource"].as_str() {
-                what = format!("{what}/{sub}");
-            }
-            *out.entry(what).or_insert(0) += 1;
         }
         Some(out)
     }
@@ -145,6 +160,31 @@ impl Target {
             server.shutdown().await;
         }
     }
+}
+
+/// One audit line's request in `namespace` as (verb, `resource[/subresource]`), in either the
+/// embedded server's shape or kube-apiserver's (`objectRef`, `stage`); `None` for another
+/// namespace, another stage, or a line that is not a request.
+fn audit_request(entry: &Value, namespace: &str) -> Option<(String, String)> {
+    let (object, stage_ok) = match entry.get("objectRef") {
+        Some(object) => (
+            object,
+            matches!(
+                entry["stage"].as_str(),
+                Some("ResponseComplete" | "Panic") | None
+            ),
+        ),
+        None => (entry, true),
+    };
+    if !stage_ok || object["namespace"] != namespace {
+        return None;
+    }
+    let verb = entry["verb"].as_str()?.to_string();
+    let mut what = object["resource"].as_str().unwrap_or("?").to_string();
+    if let Some(sub) = object["subresource"].as_str() {
+        what = format!("{what}/{sub}");
+    }
+    Some((verb, what))
 }
 
 /// The AgentRun resource in `namespace`.
@@ -165,7 +205,9 @@ pub fn segments_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
     )
 }
 
-/// Creates `runs` (whole AgentRun objects) in `namespace`, `parallel` at a time.
+/// Creates `runs` (whole AgentRun objects) in `namespace`, `parallel` at a time; returns when
+/// each create was answered (this host's wall clock, which the controllers' `finishedAt` on the
+/// same host is compared with), by run name.
 ///
 /// # Errors
 /// The first create the API server refuses.
@@ -174,7 +216,7 @@ pub async fn create_runs(
     namespace: &str,
     runs: Vec<Value>,
     parallel: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<BTreeMap<String, jiff::Timestamp>> {
     let api = runs_api(client, namespace);
     futures::stream::iter(runs.into_iter().map(|run| {
         let api = api.clone();
@@ -188,11 +230,13 @@ pub async fn create_runs(
                         object.metadata.name.clone().unwrap_or_default()
                     )
                 })?;
-            anyhow::Ok(())
+            anyhow::Ok((
+                object.metadata.name.clone().unwrap_or_default(),
+                jiff::Timestamp::now(),
+            ))
         }
     }))
     .buffer_unordered(parallel.max(1))
-    .try_collect::<Vec<()>>()
-    .await?;
-    Ok(())
+    .try_collect::<BTreeMap<String, jiff::Timestamp>>()
+    .await
 }

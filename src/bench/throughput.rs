@@ -47,12 +47,13 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
             }
         })
         .collect();
-    let cpu_before: f64 = controllers.iter().map(|c| c.cpu_seconds()).sum();
+    let cpu_each: Vec<f64> = controllers.iter().map(|c| c.cpu_seconds()).collect();
+    let cpu_before: f64 = cpu_each.iter().sum();
     let bench_before = super::own_cpu_seconds();
     let mark = bench.target.audit_mark();
     let largest = largest_object_watch(&bench.target.client, &ns);
     let started = Instant::now();
-    create_runs(&bench.target.client, &ns, manifests, 32).await?;
+    let created = create_runs(&bench.target.client, &ns, manifests, 32).await?;
     let elapsed = wait_settled(bench, &controllers, plan, started).await?;
     let largest_object_bytes = largest.finish().await;
     let mut row = Row {
@@ -85,6 +86,19 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         ));
     }
     row.controller_cpu = controllers.iter().map(|c| c.cpu_seconds()).sum::<f64>() - cpu_before;
+    let each: Vec<String> = controllers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let (_, peak) = c.rss();
+            format!(
+                "c{i} peak RSS {:.1} MiB, CPU {:.1} s",
+                peak as f64 / 1048576.0,
+                c.cpu_seconds() - cpu_each[i]
+            )
+        })
+        .collect();
+    row.notes.push(format!("controllers: {}", each.join("; ")));
     row.bench_cpu = super::own_cpu_seconds() - bench_before;
     let mut metric_writes = 0.0;
     for controller in &controllers {
@@ -123,6 +137,7 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         .map(|list| list.items.len() as u64)
         .ok();
     row.segments = segments;
+    row.requests = bench.target.requests_since(mark, &ns).unwrap_or_default();
     match bench.target.writes_since(mark, &ns) {
         Some(writes) => {
             row.status_writes = Some(writes.get("agentruns/status").copied().unwrap_or(0));
@@ -153,6 +168,32 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
             word = format!("{word} {reason}");
         }
         *outcomes.entry(word).or_default() += 1;
+    }
+    if !plan.waiting {
+        let mut latencies: Vec<Duration> = finished
+            .iter()
+            .filter_map(|run| {
+                let name = run.metadata.name.as_deref()?;
+                let finished_at: jiff::Timestamp =
+                    run.data["status"]["finishedAt"].as_str()?.parse().ok()?;
+                let since = finished_at.duration_since(*created.get(name)?);
+                Duration::try_from(since).ok()
+            })
+            .collect();
+        latencies.sort();
+        let ms = |q: f64| quantile(&latencies, q).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+        if !latencies.is_empty() {
+            row.notes.push(format!(
+                "time from create to finishedAt, p50 {:.0} ms, p99 {:.0} ms ({} runs)",
+                ms(0.5),
+                ms(0.99),
+                latencies.len()
+            ));
+        }
+        let duplicates: usize = calls.values().map(|c| tools::duplicate_keys(c)).sum();
+        row.notes.push(format!(
+            "duplicate tool calls (a repeated Idempotency-Key): {duplicates}"
+        ));
     }
     row.outcome = outcomes
         .iter()

@@ -24,7 +24,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::http::{HOLDER, RUN};
+use crate::tools::http::{HOLDER, IDEMPOTENCY_KEY, RUN};
 
 /// One call as the server saw it.
 #[derive(Debug, Clone)]
@@ -33,6 +33,8 @@ pub struct Call {
     pub tool: String,
     /// `Agentrt-Holder`: the replica that called.
     pub holder: String,
+    /// `Idempotency-Key`: the same for a repeated call of one step.
+    pub key: String,
     /// When it arrived.
     pub arrived: Instant,
     /// When its answer left (`None` while it runs).
@@ -140,6 +142,7 @@ async fn answer(
         calls.push(Call {
             tool: tool.clone(),
             holder: header(HOLDER),
+            key: header(IDEMPOTENCY_KEY),
             arrived: Instant::now(),
             answered: None,
         });
@@ -159,6 +162,16 @@ async fn answer(
         call.answered = Some(Instant::now());
     }
     Json(body)
+}
+
+/// How many calls of `calls` repeated an `Idempotency-Key` an earlier call carried (a step's
+/// tool called twice).
+pub fn duplicate_keys(calls: &[Call]) -> usize {
+    let mut keys = std::collections::HashSet::new();
+    calls
+        .iter()
+        .filter(|call| !call.key.is_empty() && !keys.insert(call.key.as_str()))
+        .count()
 }
 
 /// The step overheads of one run's calls: for each call after the first, the time from the
