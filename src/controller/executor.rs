@@ -86,13 +86,19 @@ pub fn spawn(
                 .in_current_span()
             });
             tracing::info!("executing");
-            drive(&ctx, &key, &lease, state, input, &stop).await;
+            let phase = drive(&ctx, &key, &lease, state, input, &stop).await;
             stop.cancel();
             let _ = renewals.await;
             lease.release(ctx.api.as_ref(), &ctx.settings.holder).await;
             ctx.executors.unregister(&key);
             tracing::info!("executor stopped");
-            ctx.executors.kick(&key);
+            // A run left going (or in an unknown phase) is looked at again; one that ended
+            // needs nobody (issue 15: a read per run fewer).
+            if crate::engine::observe_needed(phase.as_deref())
+                || !ctx.settings.savings.keep_terminal_lease
+            {
+                ctx.executors.kick(&key);
+            }
         }
         .instrument(span),
     );
@@ -202,15 +208,16 @@ struct Driver<'a> {
 }
 
 /// The loop: ask the engine, perform its transition (in the span of the step it works on),
-/// feed the outcome back, until it says stop.
+/// feed the outcome back, until it says stop. Returns the run's phase as last read or written
+/// (`None` when it has none).
 async fn drive(
     ctx: &Arc<Context>,
     key: &RunKey,
     lease: &Arc<LeaseCell>,
     state: RunState,
-    mut input: Input,
+    input: Input,
     stop: &CancellationToken,
-) {
+) -> Option<String> {
     let mut driver = Driver {
         ctx,
         key,
@@ -221,6 +228,15 @@ async fn drive(
         unsealed: false,
         segments: SegmentCache::default(),
     };
+    drive_with(&mut driver, input).await;
+    driver.state.run.snapshot.status["phase"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// [`drive`]'s loop.
+async fn drive_with(driver: &mut Driver<'_>, mut input: Input) {
+    let (ctx, key, lease) = (driver.ctx, driver.key, driver.lease);
     let mut steps = trace::StepSpans::default();
     loop {
         if lease.is_lost() && input != Input::LeaseLost {

@@ -220,6 +220,10 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
                         }
                         None => {
                             tracing::debug!(run = %key, "another replica won the lease");
+                            // The version tried may have been the watch's, and stale: read it
+                            // live, so the next try is on what is stored.
+                            let fresh = ctx.api.get_lease(&key.namespace, &key.name).await?;
+                            ctx.observe_lease(key, fresh.as_ref());
                             soonest(500);
                         }
                     }
