@@ -330,7 +330,8 @@ pub(crate) fn write_status(txn: &mut Txn, name: &str, status: ApprovalStatus) {
 }
 
 /// Approvals the record names that can no longer grant but stand `Pending` or `Approved` end
-/// `Cancelled` with the reason (docs/design.md section 2; issue 16): the run ended, the step's call
+/// `Cancelled` with the reason (docs/design.md section 2; issue 16): the run ended
+/// ([`run_end_reason`]), the step's call
 /// was refused on re-check (its observation kind), or a later Approval of the step superseded
 /// it. An Approval the step may still act on (the latest of a step awaiting approval), one
 /// that was executed, one this transition already writes, and one not read are left alone.
@@ -359,7 +360,7 @@ pub(crate) fn cancel_spent(txn: &mut Txn) {
             let run_reason = txn
                 .status
                 .reason
-                .map(|r| to_value(&r).as_str().unwrap_or_default().to_string());
+                .map(|r| run_end_reason(txn.status.phase, r));
             let reason = if !is_latest {
                 "superseded".to_string()
             } else {
@@ -397,6 +398,20 @@ pub(crate) fn cancel_spent(txn: &mut Txn) {
         status.reason = Some(reason);
         status.short_hash = Some(short_hash(&hash));
         write_status(txn, &name, status);
+    }
+}
+
+/// Why an Approval of a run that ended can no longer grant, as its `status.reason` says it
+/// (docs/design.md section 2): `run completed`, `run cancelled` (by an operator), `run
+/// cancelled: approval_rejected`, `run failed: limit_steps`, ... (the terminal reason as the
+/// record spells it).
+pub(crate) fn run_end_reason(phase: RunPhase, reason: TerminalReason) -> String {
+    let word = to_value(&reason).as_str().unwrap_or_default().to_string();
+    match (phase, reason) {
+        (RunPhase::Completed, _) => "run completed".to_string(),
+        (RunPhase::Cancelled, TerminalReason::OperatorCancelled) => "run cancelled".to_string(),
+        (RunPhase::Cancelled, _) => format!("run cancelled: {word}"),
+        _ => format!("run failed: {word}"),
     }
 }
 
@@ -488,5 +503,28 @@ mod tests {
         ]});
         assert_eq!(recorded_approvals(&status), ["r-0-1", "r-0-2", "r-2-1"]);
         assert!(recorded_approvals(&Value::Null).is_empty());
+    }
+
+    #[test]
+    fn an_approval_of_a_run_that_ended_says_how_it_ended() {
+        use TerminalReason as R;
+        let cases = [
+            (RunPhase::Completed, R::GoalCompleted, "run completed"),
+            (RunPhase::Cancelled, R::OperatorCancelled, "run cancelled"),
+            (
+                RunPhase::Cancelled,
+                R::ApprovalExpired,
+                "run cancelled: approval_expired",
+            ),
+            (RunPhase::Failed, R::LimitSteps, "run failed: limit_steps"),
+            (
+                RunPhase::Failed,
+                R::InternalError,
+                "run failed: internal_error",
+            ),
+        ];
+        for (phase, reason, said) in cases {
+            assert_eq!(run_end_reason(phase, reason), said);
+        }
     }
 }

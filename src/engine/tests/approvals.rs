@@ -244,7 +244,10 @@ fn an_approval_whose_stored_fields_do_not_hash_to_its_hash_is_never_executed() {
             "Stop"
         ]
     );
-    assert_eq!(h.approval(NAME)["status"]["reason"], "internal_error");
+    assert_eq!(
+        h.approval(NAME)["status"]["reason"],
+        "run failed: internal_error"
+    );
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Failed);
     assert_eq!(status.reason, Some(TerminalReason::InternalError));
