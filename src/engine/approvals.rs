@@ -437,20 +437,102 @@ pub(crate) fn decision_time(object: Option<&serde_json::Value>) -> Option<crate:
 }
 
 /// Whether the stored Approval `name` is this run's own (or not read): only such an object's
-/// status is ever written.
+/// status is ever written ([`not_made_for`]).
 fn own(txn: &Txn, name: &str) -> bool {
     let Some(object) = stored_object(txn, name) else {
         return true;
     };
-    let recorded = txn
-        .status
-        .steps
-        .iter()
-        .flat_map(|s| s.approvals.iter())
-        .find(|a| a.name == name)
-        .map(|a| a.hash.as_str());
-    object.pointer("/spec/runUID").and_then(Value::as_str) == Some(txn.run.uid.as_str())
-        && recorded.is_none_or(|h| object.pointer("/spec/hash").and_then(Value::as_str) == Some(h))
+    let recorded = txn.status.steps.iter().find_map(|s| {
+        s.approvals
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| (s.index, a))
+    });
+    match recorded {
+        Some((step, approval)) => not_made_for(txn, object, step, &approval.hash).is_none(),
+        None => {
+            object.pointer("/spec/runUID").and_then(Value::as_str) == Some(txn.run.uid.as_str())
+        }
+    }
+}
+
+/// Why the stored Approval `object` was not made by this run for step `step`'s request with
+/// hash `hash` (docs/design.md section 2, issue 14): another run's uid (in `spec.runUID`, its
+/// controller ownerReference or its `agentrt.dev/run-uid` label), another run's name (in
+/// `spec.runName` or the `agentrt.dev/run` label), another step, another run or step in
+/// `spec.request`, or another hash. `None` when it is exactly what this run creates. Such an
+/// object is never adopted, decided on or written to.
+pub(crate) fn not_made_for(
+    txn: &Txn,
+    object: &Value,
+    step: StepIndex,
+    hash: &str,
+) -> Option<String> {
+    let run = txn.run;
+    let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str);
+    let spec_uid = text("/spec/runUID").unwrap_or_default();
+    if spec_uid != run.uid {
+        return Some(format!(
+            "belongs to another run named {} (uid {spec_uid})",
+            text("/spec/runName").unwrap_or_default()
+        ));
+    }
+    let owned = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|owners| {
+            owners.iter().any(|o| {
+                o["kind"] == "AgentRun"
+                    && o["uid"].as_str() == Some(run.uid.as_str())
+                    && o["controller"] == true
+            })
+        });
+    if !owned {
+        return Some(format!(
+            "is not owned by this run (no controller ownerReference to AgentRun {} uid {})",
+            run.name, run.uid
+        ));
+    }
+    let labels = (
+        text("/metadata/labels/agentrt.dev~1run"),
+        text("/metadata/labels/agentrt.dev~1run-uid"),
+    );
+    if labels != (Some(run.name.as_str()), Some(run.uid.as_str())) {
+        return Some(format!(
+            "carries other labels (agentrt.dev/run {:?}, agentrt.dev/run-uid {:?}; this run is {} uid {})",
+            labels.0.unwrap_or_default(),
+            labels.1.unwrap_or_default(),
+            run.name,
+            run.uid
+        ));
+    }
+    let request_run = object.pointer("/spec/request/run");
+    let same_run = request_run.is_some_and(|r| {
+        r["namespace"].as_str() == Some(run.namespace.as_str())
+            && r["name"].as_str() == Some(run.name.as_str())
+            && r["uid"].as_str() == Some(run.uid.as_str())
+    });
+    let steps = (
+        object.pointer("/spec/stepIndex").and_then(Value::as_i64),
+        object.pointer("/spec/request/step").and_then(Value::as_i64),
+    );
+    if text("/spec/runName") != Some(run.name.as_str())
+        || !same_run
+        || steps != (Some(step.get()), Some(step.get()))
+    {
+        return Some(format!(
+            "carries another request (for run {}, step {:?}; this run asked for step {step})",
+            request_run.map(Value::to_string).unwrap_or_default(),
+            steps.1
+        ));
+    }
+    let stored_hash = text("/spec/hash").unwrap_or_default();
+    if stored_hash != hash {
+        return Some(format!(
+            "carries another request (hash {stored_hash}, this run asked for {hash})"
+        ));
+    }
+    None
 }
 
 /// The data of the `approval.requested` event for `name`.
