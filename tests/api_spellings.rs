@@ -236,6 +236,7 @@ fn event_types_are_the_journal_spellings() {
         (EventType::ModelDispatched, "model.dispatched"),
         (EventType::ModelCompleted, "model.completed"),
         (EventType::ModelFailed, "model.failed"),
+        (EventType::AgentFailed, "agent.failed"),
         (EventType::ToolPinned, "tool.pinned"),
         (EventType::RunFinished, "run.finished"),
     ]);

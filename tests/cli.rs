@@ -274,3 +274,137 @@ async fn the_binary_works_as_the_kubectl_plugin_kubectl_agentrt() {
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
     assert_eq!(list[0]["metadata"]["name"], "refund-1042-1-1");
 }
+
+/// `agentrt` with `args` and only `--kubeconfig kubeconfig`: no `-n`, so the namespace is the
+/// context's (or a `namespace/` prefix).
+fn agentrt_in_context(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdin(Stdio::null())
+        .output()
+        .expect("agentrt runs")
+}
+
+/// The names in `agentrt approvals -o json` output.
+fn listed(out: &Output) -> Vec<String> {
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
+    list.as_array()
+        .expect("a list")
+        .iter()
+        .map(|a| {
+            format!(
+                "{}/{}",
+                a["metadata"]["namespace"].as_str().unwrap_or_default(),
+                a["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// docs/behaviours.md 68: as kubectl, `agentrt approvals` lists the kubeconfig context's
+/// namespace by default and every namespace with `-A`; `namespace/name` is accepted wherever a
+/// name is, and an `-n` naming another namespace is refused.
+#[tokio::test]
+async fn approvals_follow_the_contexts_namespace_and_names_take_a_namespace() {
+    let c = cluster().await;
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &approval("{order: 1042, amount: 250}", HASH),
+    );
+    let ours = format!("{}/refund-1042-1-1", c.namespace());
+    // The test's kubeconfig context has no namespace: `default`, where nothing waits.
+    let out = agentrt_in_context(c.kubeconfig(), &["approvals", "-o", "json"]);
+    assert!(!listed(&out).contains(&ours), "{}", text(&out));
+    let out = agentrt_in_context(c.kubeconfig(), &["approvals", "-A", "-o", "json"]);
+    assert!(listed(&out).contains(&ours), "{}", text(&out));
+    let out = agentrt_in_context(
+        c.kubeconfig(),
+        &["approvals", "--all-namespaces", "-o", "json"],
+    );
+    assert!(listed(&out).contains(&ours), "{}", text(&out));
+
+    // A context whose namespace is the test's: listed without -n.
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::copy(c.kubeconfig(), &kubeconfig).expect("copy the kubeconfig");
+    let set = Command::new(support::cluster::KUBECTL)
+        .args([
+            "config",
+            "set-context",
+            "--current",
+            "--namespace",
+            c.namespace(),
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .expect("kubectl runs");
+    assert!(set.status.success(), "{}", text(&set));
+    let out = agentrt_in_context(&kubeconfig, &["approvals", "-o", "json"]);
+    assert_eq!(listed(&out), vec![ours.clone()], "{}", text(&out));
+
+    // namespace/name, from a context that points elsewhere.
+    let out = agentrt_in_context(c.kubeconfig(), &["show", "approval", &ours]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("issue_refund"));
+    let out = agentrt_in_context(c.kubeconfig(), &["approve", &ours]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pass --yes"),
+        "found and printed, then not decided without --yes: {}",
+        text(&out)
+    );
+    let out = agentrt_in_context(
+        c.kubeconfig(),
+        &["show", "approval", &ours, "-n", "elsewhere"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("-n elsewhere"), "{}", text(&out));
+    for bad in ["Bad/refund", "/refund", "ns/", "a/b/c"] {
+        let out = agentrt_in_context(c.kubeconfig(), &["show", "approval", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out));
+    }
+    for command in [
+        vec!["show", "run"],
+        vec!["events"],
+        vec!["verify"],
+        vec!["cancel"],
+        vec!["reject"],
+    ] {
+        let mut args = command.clone();
+        let missing = format!("{}/no-such-run", c.namespace());
+        args.push(&missing);
+        let out = agentrt_in_context(c.kubeconfig(), &args);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{command:?}: {said}");
+        assert!(
+            said.contains(&missing),
+            "{command:?} names {missing}: {said}"
+        );
+    }
+    assert_eq!(decision(&c).trim(), "", "nothing was decided");
+}
+
+/// docs/behaviours.md 67: an Approval whose run (read live) says it can no longer grant is
+/// refused before anything is asked: here a run of the same name with another uid.
+#[tokio::test]
+async fn approve_refuses_an_approval_its_run_no_longer_awaits() {
+    let c = cluster().await;
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &approval("{order: 1042, amount: 250}", HASH),
+    );
+    let run = std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).unwrap();
+    c.kubectl_stdin(&["apply", "-f", "-"], &run);
+    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("can no longer grant") && stderr.contains("earlier run named refund-1042"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("approved"));
+    assert_eq!(decision(&c).trim(), "", "nothing was decided");
+}

@@ -207,3 +207,141 @@ async fn a_leftover_approval_of_a_deleted_run_is_never_adopted() {
         "the new run's request ran, once"
     );
 }
+
+/// `agentrt approve NAME --yes` against `cluster`, standard input closed.
+fn agentrt_approve(cluster: &support::cluster::TestCluster, target: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .args(["approve", target, "--yes", "--kubeconfig"])
+        .arg(cluster.kubeconfig())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("agentrt runs")
+}
+
+/// docs/behaviours.md 42 and 67: a run cancelled while it waits moves its pending Approval to
+/// `Cancelled` ("run cancelled"), and `agentrt approve` refuses it (exit 1, saying why) instead
+/// of printing "approved"; nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approvals_of_a_cancelled_run_are_cancelled_and_cannot_be_approved() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let _controller =
+        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    create_run(
+        &client,
+        &ns,
+        &fixture("needs-approval", &tools.base(), "called-off"),
+    )
+    .await;
+    let approval = wait_approval(
+        &client,
+        &ns,
+        "called-off",
+        "policy",
+        Duration::from_secs(60),
+    )
+    .await;
+    let name = approval.metadata.name.clone().expect("name");
+    cluster.kubectl_ok(&[
+        "patch",
+        "agentrun",
+        "called-off",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"cancel":true}}"#,
+    ]);
+    wait_phase(
+        &client,
+        &ns,
+        "called-off",
+        "Cancelled",
+        Duration::from_secs(30),
+    )
+    .await;
+    let cancelled = eventually("the Approval Cancelled", Duration::from_secs(30), || {
+        let api = approvals_api(&client, &ns);
+        let name = name.clone();
+        async move {
+            api.get(&name)
+                .await
+                .ok()
+                .filter(|a| a.data["status"]["phase"] == "Cancelled")
+        }
+    })
+    .await;
+    assert_eq!(cancelled.data["status"]["reason"], "run cancelled");
+    let columns = cluster.kubectl_ok(&["get", "approval", &name, "--no-headers"]);
+    assert!(columns.contains("Cancelled"), "the Phase column: {columns}");
+
+    let out = agentrt_approve(&cluster, &format!("{ns}/{name}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("Cancelled (run cancelled)") && stderr.contains("can no longer grant"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains(" approved"), "{stdout}");
+    let after = approvals_api(&client, &ns).get(&name).await.expect("get");
+    assert!(
+        after.data["spec"].get("decision").is_none(),
+        "nothing decided"
+    );
+    assert!(tools.calls().is_empty());
+}
+
+/// docs/behaviours.md 69: deleting a waiting run's Approval wakes the run at once (the
+/// Approval watch maps it to its owner): the Approval is created again from the record within
+/// seconds, not at a resync minutes later, and deciding it lets the run go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_approval_wakes_its_run_and_is_created_again_at_once() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let _controller =
+        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    create_run(
+        &client,
+        &ns,
+        &fixture("needs-approval", &tools.base(), "woken"),
+    )
+    .await;
+    let first = wait_approval(&client, &ns, "woken", "policy", Duration::from_secs(60)).await;
+    let name = first.metadata.name.clone().expect("name");
+    let first_uid = first.metadata.uid.clone().expect("uid");
+    // Let the replica settle (its own writes woke it already), then delete.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.kubectl_ok(&["delete", "approval", &name, "--wait=true"]);
+    let deleted_at = std::time::Instant::now();
+    let again = eventually(
+        "the Approval created again",
+        Duration::from_secs(10),
+        || {
+            let api = approvals_api(&client, &ns);
+            let name = name.clone();
+            let first_uid = first_uid.clone();
+            async move {
+                api.get_opt(&name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|a| a.metadata.uid.as_deref() != Some(first_uid.as_str()))
+            }
+        },
+    )
+    .await;
+    assert!(
+        deleted_at.elapsed() < Duration::from_secs(10),
+        "recreated after {:?}",
+        deleted_at.elapsed()
+    );
+    assert_eq!(
+        again.data["spec"], first.data["spec"],
+        "the same request, from the record"
+    );
+    decide(&client, &ns, &again, "Approved").await;
+    wait_phase(&client, &ns, "woken", "Completed", Duration::from_secs(30)).await;
+    assert_eq!(tools.calls().len(), 1);
+}

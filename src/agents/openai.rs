@@ -342,8 +342,9 @@ fn scrub_bytes(body: Vec<u8>, api_key: Option<&ApiKey>) -> Vec<u8> {
     out
 }
 
-/// `retry-after-ms`, else `Retry-After` (delta-seconds or an HTTP date), in milliseconds.
-fn retry_after_millis(headers: &HeaderMap) -> Option<u64> {
+/// `retry-after-ms`, else `Retry-After` (delta-seconds or an HTTP date), in milliseconds. Also
+/// the webhook agent's.
+pub(super) fn retry_after_millis(headers: &HeaderMap) -> Option<u64> {
     let text = |name: &str| {
         headers
             .get(name)

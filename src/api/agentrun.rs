@@ -261,9 +261,10 @@ pub struct WebhookAgent {
     /// The URL (http or https).
     #[schemars(length(min = 1))]
     pub url: String,
-    /// In seconds (default 30): for the webhook agent, how long its one request may take; for
-    /// the reconcile hook, how long it is asked in all, retries after a connection failure or
-    /// a 5xx included, before the run fails `internal_error`.
+    /// In seconds (default 30): how long the endpoint is asked in all, retries after a
+    /// connection failure, a timeout, 408, 425, 429 or a 5xx included: for the webhook agent,
+    /// one step's decision, counted from the step's start, before the run fails `agent_error`
+    /// (docs/behaviours.md 66); for the reconcile hook, before it fails `internal_error`.
     #[serde(default = "default_webhook_timeout_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: i64,

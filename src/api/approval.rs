@@ -166,8 +166,9 @@ pub struct ApprovalStatus {
     /// forward ([`ApprovalPhase::may_become`]).
     #[serde(default)]
     pub phase: ApprovalPhase,
-    /// Why it is `Cancelled` (the run's terminal reason, the step's observation kind, or
-    /// `superseded`).
+    /// Why it is `Cancelled`: its run ended (`run completed`, `run cancelled`, `run failed:
+    /// <terminal reason>`), the step's call was refused on re-check (its observation kind), or
+    /// a later Approval of the step superseded it (`superseded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub reason: Option<String>,

@@ -284,6 +284,10 @@ pub enum EventType {
     ModelCompleted,
     #[serde(rename = "model.failed")]
     ModelFailed,
+    /// An attempt of the webhook agent that brought no decision ({attempt, status, error,
+    /// transient, retryAfterMs, retryInMs}; docs/behaviours.md 66).
+    #[serde(rename = "agent.failed")]
+    AgentFailed,
     /// An MCP tool's definition pinned before `run.started` ({tool, sha256}; docs/behaviours.md
     /// 60).
     #[serde(rename = "tool.pinned")]

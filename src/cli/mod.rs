@@ -1,5 +1,7 @@
 //! The operator CLI, also installed as the kubectl plugin `kubectl-agentrt` (docs/design.md section 2
-//! "Approval", docs/behaviours.md 51-53): list and show runs and approvals, approve, reject, cancel.
+//! "Approval", docs/behaviours.md 51-53, 67-68): list and show runs and approvals, approve, reject,
+//! cancel. As kubectl: the namespace is `-n`, else the kubeconfig context's, else `default`;
+//! `-A` lists all; `namespace/name` ([`ObjectRef`]) is accepted wherever a name is.
 //! `show run`, `events` and `verify` read a run's whole history: its sealed segments checked
 //! against the record's chain and stitched with the window (`history`; docs/design.md section
 //! 4a, docs/behaviours.md 58); a missing or altered segment is an error (exit 1) naming it.
@@ -74,11 +76,12 @@ pub enum OperatorCommand {
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
-    /// List Approvals (pending only unless --all).
+    /// List Approvals (pending only unless --all) in the namespace (as kubectl: -n, else the
+    /// kubeconfig context's, else `default`), or in all with -A.
     Approvals {
         #[command(flatten)]
         target: Target,
-        /// All namespaces (the default is every namespace when -n is not given).
+        /// All namespaces.
         #[arg(short = 'A', long)]
         all_namespaces: bool,
         /// Include decided, expired and executed Approvals.
@@ -93,9 +96,9 @@ pub enum OperatorCommand {
         /// `run` or `approval`.
         #[arg(value_enum)]
         what: ShowWhat,
-        /// Its name.
-        #[arg(value_parser = object_name)]
-        name: String,
+        /// Its name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        name: ObjectRef,
         #[command(flatten)]
         target: Target,
         #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -103,9 +106,9 @@ pub enum OperatorCommand {
     },
     /// Show every event of a run (sealed segments stitched in and checked).
     Events {
-        /// The run's name.
-        #[arg(value_parser = object_name)]
-        run: String,
+        /// The run's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        run: ObjectRef,
         #[command(flatten)]
         target: Target,
         #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -114,17 +117,17 @@ pub enum OperatorCommand {
     /// Check a run's chain of sealed segments against its record: print what was checked, or
     /// exit 1 naming the first missing or altered segment.
     Verify {
-        /// The run's name.
-        #[arg(value_parser = object_name)]
-        run: String,
+        /// The run's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        run: ObjectRef,
         #[command(flatten)]
         target: Target,
     },
     /// Approve an Approval: print it, confirm, and patch the hash printed.
     Approve {
-        /// The Approval's name.
-        #[arg(value_parser = object_name)]
-        name: String,
+        /// The Approval's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        name: ObjectRef,
         #[command(flatten)]
         target: Target,
         /// Decide without asking (for scripts; you still get the printout).
@@ -136,9 +139,9 @@ pub enum OperatorCommand {
     },
     /// Reject an Approval: print it, confirm, and patch the hash printed. The run is cancelled.
     Reject {
-        /// The Approval's name.
-        #[arg(value_parser = object_name)]
-        name: String,
+        /// The Approval's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        name: ObjectRef,
         #[command(flatten)]
         target: Target,
         /// Decide without asking.
@@ -150,9 +153,9 @@ pub enum OperatorCommand {
     },
     /// Cancel a run (sets spec.cancel; a running tool is not interrupted).
     Cancel {
-        /// The run's name.
-        #[arg(value_parser = object_name)]
-        run: String,
+        /// The run's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        run: ObjectRef,
         #[command(flatten)]
         target: Target,
         /// Why (kept in the annotation agentrt.dev/cancel-note).
@@ -197,6 +200,47 @@ fn object_name(name: &str) -> Result<String, String> {
     }
 }
 
+/// An object named on the command line: `name`, or `namespace/name` as kubectl prints it
+/// (`-A` lists show the namespace); the namespace then wins over the context's default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// The namespace given with the name, if any.
+    pub namespace: Option<String>,
+    /// The object's name.
+    pub name: String,
+}
+
+/// Parses `name` or `namespace/name` (a DNS-1123 label, then an object name) before any API
+/// call, so a typo is a usage error (exit 2).
+fn object_ref(text: &str) -> Result<ObjectRef, String> {
+    match text.split_once('/') {
+        None => Ok(ObjectRef {
+            namespace: None,
+            name: object_name(text)?,
+        }),
+        Some((namespace, name)) => {
+            let label = !namespace.is_empty()
+                && namespace.len() <= 63
+                && namespace
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !namespace.starts_with('-')
+                && !namespace.ends_with('-');
+            if !label {
+                return Err(format!(
+                    "{namespace:?} (before the '/' in {text:?}) is not a namespace name: use \
+                     lowercase letters, digits and '-', at most 63, starting and ending with a \
+                     letter or digit"
+                ));
+            }
+            Ok(ObjectRef {
+                namespace: Some(namespace.to_string()),
+                name: object_name(name)?,
+            })
+        }
+    }
+}
+
 /// What `show` shows.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShowWhat {
@@ -209,6 +253,27 @@ pub enum ShowWhat {
 struct Session {
     client: Client,
     namespace: String,
+}
+
+/// [`connect`] for a command about `object`: its `namespace/` prefix, when given, is the
+/// namespace (an `-n` naming another is refused).
+///
+/// # Errors
+/// `-n` and the prefix disagree, or as [`connect`].
+async fn connect_for(target: &Target, object: &ObjectRef) -> anyhow::Result<Session> {
+    if let (Some(flag), Some(prefix)) = (&target.namespace, &object.namespace) {
+        if flag != prefix {
+            bail!(
+                "{prefix}/{} names namespace {prefix} but -n {flag} was given; give one of them",
+                object.name
+            );
+        }
+    }
+    let mut session = connect(target).await?;
+    if let Some(namespace) = &object.namespace {
+        session.namespace = namespace.clone();
+    }
+    Ok(session)
 }
 
 async fn connect(target: &Target) -> anyhow::Result<Session> {
@@ -262,7 +327,7 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             all,
             output,
         } => {
-            let every_namespace = all_namespaces || target.namespace.is_none();
+            let every_namespace = all_namespaces;
             let session = connect(&target).await?;
             let api: Api<Approval> = scoped(&session, every_namespace);
             let approvals: Vec<Approval> = api
@@ -283,7 +348,8 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             target,
             output,
         } => {
-            let session = connect(&target).await?;
+            let session = connect_for(&target, &name).await?;
+            let name = name.name;
             match what {
                 ShowWhat::Run => {
                     let history = history::whole_run(&session, &name).await?;
@@ -306,8 +372,8 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             target,
             output,
         } => {
-            let session = connect(&target).await?;
-            let history = history::whole_run(&session, &run).await?;
+            let session = connect_for(&target, &run).await?;
+            let history = history::whole_run(&session, &run.name).await?;
             let events = history.run.status.map(|s| s.events).unwrap_or_default();
             match encoded(&events, output)? {
                 Some(text) => emit(&text)?,
@@ -315,8 +381,8 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             }
         }
         OperatorCommand::Verify { run, target } => {
-            let session = connect(&target).await?;
-            let history = history::whole_run(&session, &run).await?;
+            let session = connect_for(&target, &run).await?;
+            let history = history::whole_run(&session, &run.name).await?;
             emit(&history::verify_report(&history))?;
         }
         OperatorCommand::Approve {
@@ -336,7 +402,8 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             decide(&target, &name, Verdict::Rejected, yes, note).await?;
         }
         OperatorCommand::Cancel { run, target, note } => {
-            let session = connect(&target).await?;
+            let session = connect_for(&target, &run).await?;
+            let run = run.name;
             let api = Api::<AgentRun>::namespaced(session.client, &session.namespace);
             let mut patch = serde_json::json!({"spec": {"cancel": true}});
             if let Some(note) = note {
@@ -384,12 +451,13 @@ async fn get_approval(session: &Session, name: &str) -> anyhow::Result<Approval>
 
 async fn decide(
     target: &Target,
-    name: &str,
+    object: &ObjectRef,
     verdict: Verdict,
     yes: bool,
     note: Option<String>,
 ) -> anyhow::Result<()> {
-    let session = connect(target).await?;
+    let session = connect_for(target, object).await?;
+    let name = object.name.as_str();
     let approval = get_approval(&session, name).await?;
     let mut stdout = std::io::stdout();
     write!(stdout, "{}", render::approval_details(&approval))?;
@@ -403,8 +471,14 @@ async fn decide(
     }
     if let Some(status) = &approval.status {
         if status.phase != ApprovalPhase::Pending {
+            let why = status
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({})", escape::escape_bounded(r, 200)))
+                .unwrap_or_default();
             bail!(
-                "Approval {}/{name} is {:?}, not Pending; it can no longer be decided",
+                "Approval {}/{name} is {:?}{why}, not Pending: it can no longer grant, so \
+                 nothing was decided",
                 session.namespace,
                 status.phase
             );
@@ -417,6 +491,12 @@ async fn decide(
                 );
             }
         }
+    }
+    if let Some(why) = run_refuses(&session, &approval).await? {
+        bail!(
+            "Approval {}/{name} can no longer grant: {why}; nothing was decided",
+            session.namespace
+        );
     }
     if !yes {
         let stdin = std::io::stdin();
@@ -459,6 +539,65 @@ async fn decide(
         past(verdict)
     ))?;
     Ok(())
+}
+
+/// Why the Approval's run says it can no longer grant, read live from the run (docs/design.md
+/// section 2: only the latest Approval of a step awaiting approval, of a run that has not
+/// ended, can grant): the run ended, it is another run of the same name, or the step has moved
+/// on or awaits a later Approval. `None` when it may still grant, or when the run cannot be
+/// found (an Approval is deleted with its run; the controller then ignores a decision).
+async fn run_refuses(session: &Session, approval: &Approval) -> anyhow::Result<Option<String>> {
+    let ns = &session.namespace;
+    let run_name = &approval.spec.run_name;
+    let Some(run) = Api::<AgentRun>::namespaced(session.client.clone(), ns)
+        .get_opt(run_name)
+        .await
+        .with_context(|| format!("cannot read AgentRun {ns}/{run_name}"))?
+    else {
+        return Ok(None);
+    };
+    if run.metadata.uid.as_deref() != Some(approval.spec.run_uid.as_str()) {
+        return Ok(Some(format!(
+            "it belongs to an earlier run named {run_name} (uid {}), not AgentRun {ns}/{run_name}",
+            escape::escape_bounded(&approval.spec.run_uid, 80)
+        )));
+    }
+    let Some(status) = run.status.as_ref() else {
+        return Ok(None);
+    };
+    if status.phase.is_terminal() {
+        let reason = status
+            .reason
+            .and_then(|r| serde_json::to_value(r).ok())
+            .and_then(|r| r.as_str().map(|r| format!(" {r}")))
+            .unwrap_or_default();
+        return Ok(Some(format!(
+            "its run {ns}/{run_name} ended {:?}{reason}",
+            status.phase
+        )));
+    }
+    let name = approval.metadata.name.as_deref().unwrap_or_default();
+    let step = status
+        .steps
+        .iter()
+        .find(|s| s.index == approval.spec.step_index);
+    if let Some(step) = step {
+        let latest = step.approvals.last().map(|a| a.name.as_str());
+        if latest.is_some_and(|latest| latest != name) {
+            return Ok(Some(format!(
+                "step {} of run {ns}/{run_name} now awaits {}",
+                step.index,
+                latest.unwrap_or_default()
+            )));
+        }
+        if step.status != crate::api::StepStatus::AwaitingApproval {
+            return Ok(Some(format!(
+                "step {} of run {ns}/{run_name} is no longer awaiting approval",
+                step.index
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Tests make the window between printing and patching wide enough to change the Approval in

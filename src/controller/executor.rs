@@ -374,13 +374,17 @@ impl Driver<'_> {
     /// input (or [`Input::LeaseLost`] when the lease was lost meanwhile).
     async fn call(&mut self, call: ExternalCall) -> Flow {
         let (ctx, lease, stop) = (self.ctx, self.lease, self.stop);
-        if let ExternalCall::Model(ModelCall { delay_millis, .. }) = &call {
-            if *delay_millis > 0 {
-                tokio::select! {
-                    _ = stop.cancelled() => {}
-                    _ = ctx.executors.shutdown.cancelled() => {}
-                    _ = tokio::time::sleep(Duration::from_millis(*delay_millis)) => {}
-                }
+        let delay = match &call {
+            ExternalCall::Model(ModelCall { delay_millis, .. })
+            | ExternalCall::Agent { delay_millis, .. } => *delay_millis,
+            _ => 0,
+        };
+        // A retry's backoff (a model's or the webhook agent's); the lease is checked after it.
+        if delay > 0 {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = ctx.executors.shutdown.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
             }
         }
         if !may_start(ctx, lease, stop) {
@@ -413,8 +417,16 @@ impl Driver<'_> {
                     outcome,
                 }
             }
-            ExternalCall::Agent { step, request } => {
-                let decision = call_agent(ctx, state, &request).await;
+            ExternalCall::Agent {
+                step,
+                request,
+                attempt,
+                timeout_millis,
+                ..
+            } => {
+                let decision = call_agent(ctx, state, &request, timeout_millis)
+                    .instrument(tracing::info_span!("agent", step = step.get(), attempt))
+                    .await;
                 Input::AgentAnswered { step, decision }
             }
             ExternalCall::Model(ModelCall {

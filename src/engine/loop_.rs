@@ -15,10 +15,10 @@ use serde_json::{json, Map, Value};
 use super::calls;
 use super::canonical::canonical_json;
 use super::limits;
-use super::record::{observation, to_value, Txn};
+use super::record::{observation, Txn};
 use super::takeover;
 use super::validate::{check_storable, ToolSchema};
-use super::{EngineError, ExternalCall};
+use super::{AgentFailure, EngineError};
 use crate::api::{
     DeciderFailure, DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepIndex,
     StepStatus, TerminalReason,
@@ -115,12 +115,7 @@ fn decide(txn: &mut Txn) -> Flow {
         return super::model_calls::dispatch(txn, index, 0);
     }
     if agent.webhook.is_some() {
-        let request = agent_request(txn, index);
-        txn.call(ExternalCall::Agent {
-            step: txn.index_at(index),
-            request,
-        });
-        return Flow::Halt;
+        return super::agent_calls::dispatch(txn, index, 1, 0);
     }
     let detail = "spec.agent sets none of scripted, openai, webhook".to_string();
     txn.end_run(TerminalReason::AgentError, Some(detail), None);
@@ -131,7 +126,7 @@ fn decide(txn: &mut Txn) -> Flow {
 pub(crate) fn agent_answered(
     txn: &mut Txn,
     step: StepIndex,
-    decision: Result<Value, String>,
+    decision: Result<Value, AgentFailure>,
 ) -> Result<(), EngineError> {
     let index = txn
         .position(step)
@@ -145,9 +140,10 @@ pub(crate) fn agent_answered(
                     return Ok(());
                 }
             }
-            Err(error) => {
-                let detail = format!("the agent failed deciding step {step}: {error}");
-                txn.end_run(TerminalReason::AgentError, Some(detail), None);
+            Err(failure) => {
+                if super::agent_calls::failed(txn, index, failure) == Flow::Halt {
+                    return Ok(());
+                }
             }
         }
     }
@@ -162,37 +158,6 @@ pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
         name: txn.run.name.clone(),
         detail,
     }
-}
-
-/// The body a webhook agent receives: the run, its goal, the step to decide, its tools (as
-/// specified), the window's steps, `archive` (the sealed segments, `null` when none; an agent
-/// that needs older steps reads them: docs/design.md section 4a) and its approvals.
-fn agent_request(txn: &Txn, index: usize) -> Value {
-    let run = txn.run;
-    let tools: Vec<Value> = run
-        .spec
-        .tools
-        .iter()
-        .map(|t| {
-            json!({
-                "name": t.name,
-                "description": t.description,
-                "inputSchema": t.input_schema,
-                "sideEffect": t.side_effect,
-                "timeoutSeconds": t.timeout_seconds,
-                "terminal": t.terminal,
-            })
-        })
-        .collect();
-    json!({
-        "run": {"namespace": run.namespace, "name": run.name, "uid": run.uid},
-        "goal": run.spec.goal,
-        "step": txn.index_at(index),
-        "tools": tools,
-        "steps": to_value(&txn.status.steps),
-        "archive": to_value(&txn.status.archive),
-        "approvals": takeover::approvals_view(txn),
-    })
 }
 
 /// Records `raw` as step `index`'s decision (verbatim, `step.decided`), then validates and

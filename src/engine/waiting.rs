@@ -83,7 +83,7 @@ fn settle_waiting(txn: &mut Txn) {
         }
         Found::Present(approval) => approval,
     };
-    if let Some(why) = foreign(txn, &approval, &latest) {
+    if let Some(why) = foreign(txn, index, &latest) {
         rehome(txn, index, &latest, &why);
         return;
     }
@@ -167,23 +167,11 @@ fn park(txn: &mut Txn, expires_at: Option<crate::api::Time>) {
 }
 
 /// Why the stored Approval named like the record's `latest` is not the one this run asked for
-/// (issue 16: an object left by a deleted run of the same name, or created by someone else):
-/// another run's uid, another step, or another request's hash. `None` when it is this run's.
-fn foreign(txn: &Txn, approval: &Approval, latest: &StepApproval) -> Option<String> {
-    let spec = &approval.spec;
-    if spec.run_uid != txn.run.uid {
-        Some(format!(
-            "belongs to another run named {} (uid {})",
-            spec.run_name, spec.run_uid
-        ))
-    } else if spec.hash != latest.hash {
-        Some(format!(
-            "carries another request (hash {}, this run asked for {})",
-            spec.hash, latest.hash
-        ))
-    } else {
-        None
-    }
+/// for step `index` (issue 16: an object left by a deleted run of the same name, or created by
+/// someone else; [`super::approvals::not_made_for`]). `None` when it is this run's.
+fn foreign(txn: &Txn, index: usize, latest: &StepApproval) -> Option<String> {
+    let object = stored_object(txn, &latest.name)?;
+    super::approvals::not_made_for(txn, object, txn.index_at(index), &latest.hash)
 }
 
 /// The name a run pauses on when its Approval's name is taken by an object that is not its

@@ -21,6 +21,7 @@ macro_rules! assert_words {
     };
 }
 
+mod agent_calls;
 mod approvals;
 mod calls;
 mod grants;
