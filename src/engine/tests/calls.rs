@@ -77,16 +77,19 @@ fn a_policy_error_fails_the_run_internal_error_and_nothing_executes() {
 
 #[test]
 fn a_capability_that_is_not_storable_json_fails_the_run_internal_error_and_no_approval_exists() {
-    let mut h = Harness::scripted(vec![call("send", json!({"n": 1}))]);
+    // A policy edited on a live run (docs/design.md section 2: policy may change); at start
+    // the same spec fails `invalid_spec` (docs/behaviours.md 1).
+    let mut h = Harness::scripted(vec![call("read", json!({})), call("send", json!({"n": 1}))]);
+    h.reconcile("a");
     let mut approve = rule("approve", &["send"], None, PolicyOutcome::RequireApproval);
     approve.capability = Some(json!({"max": u64::MAX}));
     h.spec_mut().policy.rules = vec![approve];
-    h.reconcile("a");
+    h.result("a", json!({}));
     let status = h.status();
     assert_eq!(status.reason, Some(TerminalReason::InternalError));
     assert!(status.reason_detail.unwrap().contains("capability"));
     assert!(h.approvals.is_empty());
-    assert!(h.tool_calls.is_empty());
+    assert_eq!(h.tool_calls.len(), 1, "only the read ran, send never did");
 }
 
 #[test]
