@@ -260,8 +260,12 @@ fn on_cel_thread<T: Send>(work: impl FnOnce() -> T + Send + Copy) -> Result<T, S
 
 /// The compiled program, or why it cannot be one.
 fn compile(expression: &str) -> Result<cel::Program, String> {
-    let program = cel::Program::compile(expression)
-        .map_err(|e| format!("{e}; the expression does not compile: fix its CEL syntax"))?;
+    let program = cel::Program::compile(expression).map_err(|e| {
+        // The parser's message spans lines (the source and a caret); the first says where.
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or_default().trim().to_string();
+        format!("{first}; the expression does not compile: fix its CEL syntax")
+    })?;
     let depth = comprehension_depth(program.expression());
     if depth > MAX_COMPREHENSION_DEPTH {
         return Err(format!(
