@@ -6,9 +6,10 @@
 //! with kube-apiserver's `admission webhook "..." denied the request: ...` naming the field; a
 //! good one is accepted.
 //!
-//! Only a real API server calls admission webhooks: on the embedded server this prints one
-//! line and checks nothing (`agentrt dev`'s own in-process admission is tested in
-//! tests/devcluster_kubectl.rs). `scripts/test` runs it on the real control plane.
+//! Only a real API server calls admission webhooks: on the embedded server that test prints
+//! one line and checks nothing; `scripts/test` runs it on the real control plane. The second
+//! test holds `agentrt dev`'s in-process admission to the same refusals and the same message
+//! shape (400, `admission webhook "agentruns.agentrt.dev" denied the request: ...`).
 
 mod support;
 
@@ -16,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use support::cluster::TestCluster;
+use support::cluster::{Options, TestCluster};
 use support::controller::{ControllerProcess, ControllerSpec};
 
 fn text(out: &Output) -> String {
@@ -217,24 +218,7 @@ async fn kubectl_apply_of_a_run_with_problems_is_refused_by_the_webhook_naming_t
         cluster: &cluster,
         name: name.clone(),
     };
-    let bad = [
-        (
-            GOOD.replace("name: get_weather", "name: get weather!"),
-            "spec.tools[0].name: \"get weather!\" is not a valid function name",
-        ),
-        (
-            GOOD.replace("has(args.city)", "args.amount <=> 100 &&"),
-            "spec.policy.rules[0].when: ",
-        ),
-        (
-            GOOD.replace("{type: object, properties", "{type: objekt, properties"),
-            "spec.tools[0].inputSchema: is not a valid JSON Schema",
-        ),
-        (
-            GOOD.replace("http://127.0.0.1:1/weather", "ftp://127.0.0.1/weather"),
-            "spec.tools[0].http.url: ",
-        ),
-    ];
+    let bad = bad_runs();
     // kube-apiserver loads a new webhook configuration on its own time: the first refusal may
     // take a moment.
     let (first, field) = &bad[0];
@@ -259,9 +243,10 @@ async fn kubectl_apply_of_a_run_with_problems_is_refused_by_the_webhook_naming_t
         let said = text(&out);
         assert!(!out.status.success(), "applied: {said}");
         assert!(
-            said.contains(
-                "admission webhook \"agentruns.agentrt.dev\" denied the request: AgentRun"
-            ),
+            said.contains(&format!(
+                "Error from server (BadRequest): error when creating \"STDIN\": admission \
+                 webhook \"agentruns.agentrt.dev\" denied the request: AgentRun {ns}/weather: "
+            )),
             "{said}"
         );
         assert!(said.contains(field), "{field} not in: {said}");
@@ -274,6 +259,73 @@ async fn kubectl_apply_of_a_run_with_problems_is_refused_by_the_webhook_naming_t
     );
     let names = cluster.kubectl_ok(&["get", "agentruns", "-o", "name"]);
     assert_eq!(names.trim(), "agentrun.agentrt.dev/weather");
+}
+
+/// Each bad run with the start of the problem the refusal must name.
+fn bad_runs() -> Vec<(String, &'static str)> {
+    vec![
+        (
+            GOOD.replace("name: get_weather", "name: get weather!"),
+            "spec.tools[0].name: \"get weather!\" is not a valid function name",
+        ),
+        (
+            GOOD.replace("has(args.city)", "args.amount <=> 100 &&"),
+            "spec.policy.rules[0].when: ",
+        ),
+        (
+            GOOD.replace("{type: object, properties", "{type: objekt, properties"),
+            "spec.tools[0].inputSchema: is not a valid JSON Schema",
+        ),
+        (
+            GOOD.replace("http://127.0.0.1:1/weather", "ftp://127.0.0.1/weather"),
+            "spec.tools[0].http.url: ",
+        ),
+    ]
+}
+
+/// docs/design.md section 8: `agentrt dev` refuses the same runs at `kubectl apply`, with the
+/// message kube-apiserver gives for a webhook's denial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentrt_dev_refuses_the_same_runs_at_kubectl_apply() {
+    let cluster = TestCluster::start_with(Options {
+        crds_dir: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")),
+        embedded_only: true,
+        webhook: true,
+        ..Options::default()
+    })
+    .await;
+    for (manifest, field) in bad_runs() {
+        for dry_run in [true, false] {
+            let mut args = vec!["apply", "-f", "-"];
+            if dry_run {
+                args.push("--dry-run=server");
+            }
+            let out = cluster.kubectl_stdin(&args, &manifest);
+            let said = text(&out);
+            assert!(!out.status.success(), "applied: {said}");
+            assert!(
+                said.contains(&format!(
+                    "Error from server (BadRequest): error when creating \"STDIN\": admission \
+                     webhook \"agentruns.agentrt.dev\" denied the request: AgentRun {}/weather: ",
+                    cluster.namespace()
+                )),
+                "{said}"
+            );
+            assert!(said.contains(field), "{field} not in: {said}");
+        }
+    }
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], GOOD);
+    assert!(
+        out.status.success(),
+        "the good run was refused: {}",
+        text(&out)
+    );
+    // An update is asked too: a policy edited into a `when` that is not CEL.
+    let edited = GOOD.replace("has(args.city)", "args.city ==");
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &edited);
+    let said = text(&out);
+    assert!(!out.status.success(), "applied: {said}");
+    assert!(said.contains("spec.policy.rules[0].when: "), "{said}");
 }
 
 fn base64_encode(bytes: &[u8]) -> String {

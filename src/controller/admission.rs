@@ -25,6 +25,10 @@ use tokio_util::sync::CancellationToken;
 use crate::api::AgentRunSpec;
 use crate::engine::validate::spec;
 
+/// The webhook's name in `agentrt dev` (the chart names its own after the release; the one in
+/// a denial is the configuration's).
+pub const WEBHOOK_NAME: &str = "agentruns.agentrt.dev";
+
 /// The path the webhook answers on.
 pub const PATH: &str = "/validate-agentrun";
 
@@ -52,7 +56,7 @@ pub fn refusal(object: &Value) -> Option<String> {
 }
 
 /// The AdmissionReview answering `review_request` (an `admission.k8s.io/v1` AdmissionReview):
-/// `allowed: true`, or `allowed: false` with a Status (code 400, reason `Invalid`) whose message
+/// `allowed: true`, or `allowed: false` with a Status (code 400, reason `BadRequest`) whose message
 /// is [`refusal`]'s. A DELETE (no object) is allowed.
 pub fn review(review_request: &Value) -> Value {
     let request = &review_request["request"];
@@ -66,7 +70,7 @@ pub fn review(review_request: &Value) -> Value {
         Some(message) => json!({
             "uid": uid,
             "allowed": false,
-            "status": {"code": 400, "reason": "Invalid", "message": message},
+            "status": {"code": 400, "reason": "BadRequest", "message": message},
         }),
     };
     json!({
