@@ -36,8 +36,10 @@ pub const PATH: &str = "/validate-agentrun";
 ///
 /// The message is `AgentRun NAMESPACE/NAME: field: message; field: message` (the rules of
 /// [`spec::spec`]); a spec that does not decode is refused naming `spec`. An object that is not
-/// an AgentRun is never refused here.
-pub fn refusal(object: &Value) -> Option<String> {
+/// an AgentRun is never refused here. On an update (`old` is the object replaced) only problems
+/// the old object did not have count, so a run created before a rule existed can still be
+/// cancelled or have its policy fixed (as kube-apiserver ratchets CRD validation).
+pub fn refusal(object: &Value, old: Option<&Value>) -> Option<String> {
     if object["kind"] != "AgentRun" {
         return None;
     }
@@ -48,11 +50,23 @@ pub fn refusal(object: &Value) -> Option<String> {
         .as_str()
         .or_else(|| object["metadata"]["generateName"].as_str())
         .unwrap_or("-");
-    let problems = match serde_json::from_value::<AgentRunSpec>(object["spec"].clone()) {
-        Ok(decoded) => spec::render(&spec::spec(&decoded)),
-        Err(err) => format!("spec: does not decode as an AgentRun spec: {err}"),
-    };
-    (!problems.is_empty()).then(|| format!("AgentRun {namespace}/{name}: {problems}"))
+    let before: Vec<String> = old.map(problems).unwrap_or_default();
+    let new: Vec<String> = problems(object)
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    (!new.is_empty()).then(|| format!("AgentRun {namespace}/{name}: {}", new.join("; ")))
+}
+
+/// Each problem of `object`'s spec as `field: message`.
+fn problems(object: &Value) -> Vec<String> {
+    match serde_json::from_value::<AgentRunSpec>(object["spec"].clone()) {
+        Ok(decoded) => spec::spec(&decoded)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        Err(err) => vec![format!("spec: does not decode as an AgentRun spec: {err}")],
+    }
 }
 
 /// The AdmissionReview answering `review_request` (an `admission.k8s.io/v1` AdmissionReview):
@@ -61,9 +75,10 @@ pub fn refusal(object: &Value) -> Option<String> {
 pub fn review(review_request: &Value) -> Value {
     let request = &review_request["request"];
     let uid = request["uid"].clone();
+    let old = Some(&request["oldObject"]).filter(|o| !o.is_null());
     let refused = match request["object"] {
         Value::Null => None,
-        ref object => refusal(object),
+        ref object => refusal(object, old),
     };
     let response = match refused {
         None => json!({"uid": uid, "allowed": true}),
@@ -207,8 +222,24 @@ mod tests {
     fn a_spec_that_does_not_decode_is_refused_naming_spec() {
         let mut object = run("ok");
         object["spec"]["tools"][0]["sideEffect"] = json!("Harmless");
-        let message = refusal(&object).expect("refused");
+        let message = refusal(&object, None).expect("refused");
         assert!(message.starts_with("AgentRun demo/weather: spec: does not decode"));
-        assert_eq!(refusal(&json!({"kind": "ConfigMap"})), None);
+        assert_eq!(refusal(&json!({"kind": "ConfigMap"}), None), None);
+    }
+
+    #[test]
+    fn an_update_is_refused_only_for_problems_the_old_object_did_not_have() {
+        let old = run("get weather!");
+        let mut cancelled = old.clone();
+        cancelled["spec"]["cancel"] = json!(true);
+        let answer =
+            review(&json!({"request": {"uid": "u", "object": cancelled, "oldObject": old}}));
+        assert_eq!(answer["response"]["allowed"], true, "{answer}");
+        let mut broken = old.clone();
+        broken["spec"]["policy"] =
+            json!({"rules": [{"name": "r", "when": "1 <=>", "outcome": "Allow"}]});
+        let message = refusal(&broken, Some(&old)).expect("a new problem");
+        assert!(message.contains("spec.policy.rules[0].when"), "{message}");
+        assert!(!message.contains("spec.tools[0].name"), "{message}");
     }
 }

@@ -16,8 +16,9 @@ use serde_json::Value;
 use super::route::Target;
 use super::status::ApiError;
 
-/// What a hook says about an object: `None` admits it, `Some(message)` refuses it.
-pub type Check = dyn Fn(&Value) -> Option<String> + Send + Sync;
+/// What a hook says about an object (and, for an update, the object it replaces, as
+/// kube-apiserver's `oldObject`): `None` admits it, `Some(message)` refuses it.
+pub type Check = dyn Fn(&Value, Option<&Value>) -> Option<String> + Send + Sync;
 
 /// One validating webhook, by name.
 #[derive(Clone)]
@@ -36,7 +37,7 @@ impl fmt::Debug for ValidatingWebhook {
     }
 }
 
-/// Asks every hook about `object`, written through `t`.
+/// Asks every hook about `object`, written through `t` (replacing `old` on an update).
 ///
 /// # Errors
 /// The first refusal, as [`ApiError::BadRequest`] with kube-apiserver's message.
@@ -44,12 +45,13 @@ pub(super) fn admit(
     hooks: &[ValidatingWebhook],
     t: &Target,
     object: &Value,
+    old: Option<&Value>,
 ) -> Result<(), ApiError> {
     if t.status {
         return Ok(());
     }
     for hook in hooks {
-        if let Some(message) = (hook.check)(object) {
+        if let Some(message) = (hook.check)(object, old) {
             return Err(ApiError::BadRequest(format!(
                 "admission webhook {:?} denied the request: {message}",
                 hook.name
