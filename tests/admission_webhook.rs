@@ -238,9 +238,23 @@ async fn kubectl_apply_of_a_run_with_problems_is_refused_by_the_webhook_naming_t
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // The differential half: agentrt dev refuses each with the very same words.
+    let embedded = TestCluster::start_with(Options {
+        crds_dir: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")),
+        embedded_only: true,
+        webhook: true,
+        ..Options::default()
+    })
+    .await;
     for (manifest, field) in &bad {
         let out = cluster.kubectl_stdin(&["apply", "-f", "-"], manifest);
         let said = text(&out);
+        let there = text(&embedded.kubectl_stdin(&["apply", "-f", "-"], manifest));
+        assert_eq!(
+            said.replace(&ns, "NS"),
+            there.replace(embedded.namespace(), "NS"),
+            "kube-apiserver and agentrt dev refuse {field} differently"
+        );
         assert!(!out.status.success(), "applied: {said}");
         assert!(
             said.contains(&format!(
