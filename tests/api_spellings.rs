@@ -6,7 +6,7 @@
 use agentrt::api::{
     ApprovalPhase, DeciderFailure, DecisionKind, EventType, ObservationKind, PolicyDecisionKind,
     PolicyOutcome, RunPhase, SideEffect, StepStatus, TerminalReason, ToolFailure, Verdict,
-    INTERRUPTED_SIDE_EFFECT,
+    INTERRUPTED_SIDE_EFFECT, POLICY_ERROR,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -257,6 +257,7 @@ fn approval_phases_and_verdicts_are_camel_case() {
         (Verdict::Rejected, "Rejected"),
     ]);
     assert_eq!(INTERRUPTED_SIDE_EFFECT, "interrupted_side_effect");
+    assert_eq!(POLICY_ERROR, "policy_error");
 }
 
 #[test]

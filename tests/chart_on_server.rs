@@ -172,6 +172,10 @@ async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
                 "no {kind} in the dry run of {sets:?}:\n{applied}"
             );
         }
+        assert!(
+            applied.contains("validatingwebhookconfiguration"),
+            "no webhook configuration (webhook.enabled defaults to true) in {sets:?}:\n{applied}"
+        );
         if sets.iter().any(|s| s == "admissionPolicies.enabled=true") {
             assert!(
                 applied.contains("validatingadmissionpolicybinding"),
@@ -239,11 +243,68 @@ async fn helm_install_and_uninstall_of_the_chart_succeed() {
     ] {
         assert!(deployed.contains(&object), "{object} not in:\n{deployed}");
     }
+    // The webhook's certificate: generated into a Secret, its CA the configuration's caBundle,
+    // and kept by an upgrade (lookup), so the caBundle never goes stale.
+    let webhook = format!("{release}-agentruns");
+    let ca_bundle = || {
+        cluster.kubectl_ok(&[
+            "get",
+            "validatingwebhookconfiguration",
+            &webhook,
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.caBundle}",
+        ])
+    };
+    let secret_ca = || {
+        cluster.kubectl_ok(&[
+            "get",
+            "secret",
+            &format!("{release}-webhook-tls"),
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ])
+    };
+    let before = ca_bundle();
+    assert!(!before.is_empty(), "no caBundle");
+    assert_eq!(before, secret_ca());
+    let selector = cluster.kubectl_ok(&[
+        "get",
+        "validatingwebhookconfiguration",
+        &webhook,
+        "-o",
+        "jsonpath={.webhooks[0].namespaceSelector.matchExpressions[0].values}",
+    ]);
+    assert!(selector.contains(&ns), "{selector}");
+    let upgrade = helm_on(
+        &cluster,
+        &[
+            "upgrade",
+            &release,
+            "charts/agentrt",
+            "--set",
+            &watch,
+            "--set",
+            "userRoles.create=false",
+            "--set",
+            "admissionPolicies.enabled=true",
+        ],
+    );
+    assert!(upgrade.status.success(), "helm upgrade: {}", text(&upgrade));
+    assert_eq!(
+        ca_bundle(),
+        before,
+        "an upgrade keeps the webhook's certificate"
+    );
     let uninstall = helm_on(&cluster, &["uninstall", &release, "--wait"]);
     assert!(
         uninstall.status.success(),
         "helm uninstall: {}",
         text(&uninstall)
+    );
+    let webhooks = cluster.kubectl_ok(&["get", "validatingwebhookconfigurations", "-o", "name"]);
+    assert!(
+        !webhooks.contains(&release),
+        "the release's webhook configuration outlives it: {webhooks}"
     );
     let policies = cluster.kubectl_ok(&["get", "validatingadmissionpolicies", "-o", "name"]);
     assert!(

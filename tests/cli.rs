@@ -408,3 +408,122 @@ async fn approve_refuses_an_approval_its_run_no_longer_awaits() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("approved"));
     assert_eq!(decision(&c).trim(), "", "nothing was decided");
 }
+
+fn lint(args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .arg("lint")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agentrt runs");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(stdin.unwrap_or("").as_bytes())
+        .expect("stdin written");
+    drop(input);
+    child.wait_with_output().expect("agentrt exits")
+}
+
+/// docs/behaviours.md 1: `agentrt lint` gives the verdict offline: every problem of every run
+/// as `FILE: NAMESPACE/NAME: field: message`, exit 1; otherwise `N runs ok`, exit 0.
+#[test]
+fn lint_prints_every_problem_naming_file_run_and_field_and_exits_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        r#"apiVersion: agentrt.dev/v1alpha1
+kind: AgentRun
+metadata: {name: weather}
+spec:
+  goal: Say the weather.
+  agent: {scripted: {decisions: []}}
+  tools:
+  - name: get weather!
+    sideEffect: ReadOnly
+    inputSchema: {type: objekt}
+    http: {url: "ftp://weather/now"}
+  policy:
+    rules:
+    - {name: cheap, when: "args.amount <=> 100 &&", outcome: Allow}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+"#,
+    )
+    .expect("written");
+    let file = bad.display().to_string();
+    let out = lint(&["-f", &file], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let prefix = format!("{file}: default/weather: ");
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(
+        lines[0],
+        format!(
+            "{prefix}spec.tools[0].name: \"get weather!\" is not a valid function name; use \
+             letters, digits, _ and - (1-64 characters)"
+        )
+    );
+    assert!(lines[1].starts_with(&format!("{prefix}spec.tools[0].http.url: ")));
+    assert!(lines[2].starts_with(&format!("{prefix}spec.tools[0].inputSchema: ")));
+    assert!(lines[3].starts_with(&format!("{prefix}spec.policy.rules[0].when: ")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("document 2 (ConfigMap settings) is not an AgentRun; skipped"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn lint_of_the_samples_and_of_stdin_says_how_many_runs_are_ok() {
+    let samples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/samples");
+    let mut files: Vec<String> = std::fs::read_dir(&samples)
+        .expect("samples")
+        .map(|e| e.expect("entry").path().display().to_string())
+        .filter(|p| p.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    let mut args = vec!["-f"];
+    args.extend(files.iter().map(String::as_str));
+    let out = lint(&args, None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(stdout.ends_with(" runs ok\n"), "{stdout}");
+    let sample = std::fs::read_to_string(samples.join("refund-approval.yaml")).expect("sample");
+    let out = lint(&["-f", "-"], Some(&sample));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("runs ok"));
+    let out = lint(&[], None);
+    assert_eq!(out.status.code(), Some(2), "-f is required: {}", text(&out));
+}
+
+#[test]
+fn lint_works_as_kubectl_agentrt_lint() {
+    let bin = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_agentrt"),
+        bin.path().join("kubectl-agentrt"),
+    )
+    .expect("symlink");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let sample =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/samples/readonly-lookup.yaml");
+    let out = Command::new(support::cluster::KUBECTL)
+        .args(["agentrt", "lint", "-f"])
+        .arg(&sample)
+        .env("PATH", path)
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1 runs ok\n");
+}

@@ -345,3 +345,60 @@ async fn a_deleted_approval_wakes_its_run_and_is_created_again_at_once() {
     wait_phase(&client, &ns, "woken", "Completed", Duration::from_secs(30)).await;
     assert_eq!(tools.calls().len(), 1);
 }
+
+/// docs/behaviours.md 12: a `when` that fails on the agent's args (here a key the args lack)
+/// does not end the run `internal_error`: the call pauses on a `policy_error` Approval showing
+/// the rule, the error and the args; approved, it runs once and the run completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_when_that_fails_on_the_args_pauses_on_a_policy_error_approval_a_person_decides() {
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let _controller = start_controller(&cluster, "policy-error");
+    let yaml = RunFixture::new("one-tool", &tools.base(), "unguarded")
+        .class("RemoteMutation")
+        .yaml()
+        .replace(
+            "  policy:\n",
+            "  policy:\n    rules:\n    - {name: small, when: 'args.amount <= 100', outcome: Allow}\n",
+        );
+    create_run(&client, &ns, &yaml).await;
+    let approval = wait_approval(
+        &client,
+        &ns,
+        "unguarded",
+        "policy_error",
+        Duration::from_secs(30),
+    )
+    .await;
+    let shown = &approval.data["spec"]["presentation"];
+    assert_eq!(
+        shown["rule"],
+        json!({"index": 0, "name": "small", "when": "args.amount <= 100"})
+    );
+    assert_eq!(shown["args"], json!({"item": 1}));
+    assert!(
+        shown["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("amount")),
+        "{shown}"
+    );
+    let run = status(&client, &ns, "unguarded").await;
+    assert_eq!(run["phase"], "WaitingForApproval", "the run is kept: {run}");
+    assert!(
+        tools.calls().is_empty(),
+        "nothing ran before a person decided"
+    );
+    decide(&client, &ns, &approval, "Approved").await;
+    let done = wait_phase(
+        &client,
+        &ns,
+        "unguarded",
+        "Completed",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_seq_contiguous(&done);
+    assert_eq!(tools.calls().len(), 1, "the approved call ran once");
+}

@@ -469,3 +469,7 @@ pub enum Verdict {
 
 /// The approval kind the controller uses for a side effect whose outcome is unknown.
 pub const INTERRUPTED_SIDE_EFFECT: &str = "interrupted_side_effect";
+
+/// The approval kind of a call whose policy rule's `when` failed on its args (a missing key, a
+/// wrong type): a person decides it (docs/behaviours.md 12).
+pub const POLICY_ERROR: &str = "policy_error";

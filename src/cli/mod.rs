@@ -16,6 +16,7 @@
 
 pub mod escape;
 mod history;
+pub mod lint;
 mod render;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -150,6 +151,14 @@ pub enum OperatorCommand {
         /// Why (becomes the run's reasonDetail).
         #[arg(long)]
         note: Option<String>,
+    },
+    /// Check AgentRun manifests offline, as `kubectl apply` would (with the controller's
+    /// webhook): print every problem as `FILE: NAMESPACE/NAME: field: message` and exit 1, or
+    /// print `N runs ok`. Other kinds of document are skipped with a note.
+    Lint {
+        /// Files to check (`-` reads standard input); each may hold many YAML documents.
+        #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+        files: Vec<String>,
     },
     /// Cancel a run (sets spec.cancel; a running tool is not interrupted).
     Cancel {
@@ -308,6 +317,21 @@ async fn connect(target: &Target) -> anyhow::Result<Session> {
 /// printed).
 pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
     match command {
+        OperatorCommand::Lint { files } => {
+            let report = lint::lint_files(&files)?;
+            for note in &report.notes {
+                eprintln!("note: {note}");
+            }
+            if !report.problems.is_empty() {
+                emit(&format!("{}\n", report.problems.join("\n")))?;
+                bail!(
+                    "{} problem(s) in {} run(s); fix them before applying",
+                    report.problems.len(),
+                    report.runs
+                );
+            }
+            emit(&format!("{} runs ok\n", report.runs))?;
+        }
         OperatorCommand::Runs {
             target,
             all_namespaces,

@@ -2,6 +2,7 @@
 //! (`crate::devcluster`, which knows nothing of agentrt) to what runs around it: agentrt's CRDs
 //! installed at start, the controller in-process against the server's client, the sample
 //! tools, model, reconcile hook and MCP server on loopback (`--sample-tools`; `crate::tools::samples`), and
+//! the controller's admission webhook called in process (`--no-webhook` turns it off), and
 //! `--apply PATH`, which applies manifests (a file or a directory of YAML files,
 //! multi-document) through the kube client after the CRDs are installed.
 
@@ -15,7 +16,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
 use super::ControllerOptions;
-use crate::devcluster::{write_kubeconfig, DevServer, DevServerArgs};
+use crate::devcluster::{write_kubeconfig, DevServer, DevServerArgs, ValidatingWebhook};
 
 /// Arguments of `agentrt dev`: the embedded server's, then the controller's.
 #[derive(clap::Args, Debug, Clone)]
@@ -43,7 +44,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .map(|(_, yaml)| serde_yaml::from_str::<serde_json::Value>(&yaml))
             .collect::<Result<Vec<_>, _>>()?,
     };
-    let server = DevServer::start(args.server.config(crds)?).await?;
+    let mut config = args.server.config(crds)?;
+    if !args.controller.no_webhook {
+        // docs/behaviours.md 1: the same refusal the chart's ValidatingWebhookConfiguration
+        // gets from the controller's webhook.
+        config.webhooks.push(ValidatingWebhook {
+            name: super::admission::WEBHOOK_NAME.to_string(),
+            check: std::sync::Arc::new(super::admission::refusal),
+        });
+    }
+    let server = DevServer::start(config).await?;
     // The controller in-process, the sample tools and --apply (issue 4) start before the
     // kubeconfig is written: if one of them cannot (a port in use by another `agentrt dev`),
     // this process exits without pointing an existing kubeconfig at a server about to stop.
@@ -97,6 +107,11 @@ pub struct DevControllerArgs {
     /// How long the sample `slow_export` tool takes, in seconds.
     #[arg(long, default_value_t = 20)]
     pub sample_slow_seconds: u64,
+    /// Do not refuse bad AgentRuns at admission (the controller's webhook, called in
+    /// process); such a run then fails `invalid_spec` before any step, as on a cluster
+    /// installed with `webhook.enabled=false`.
+    #[arg(long, env = "AGENTRT_DEV_NO_WEBHOOK", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_webhook: bool,
     /// Do not run the controller in-process (run `agentrt controller` yourself).
     #[arg(long, env = "AGENTRT_DEV_NO_CONTROLLER", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_controller: bool,

@@ -21,6 +21,7 @@
 //! - [`identity`]: the holder identity and this replica's clock.
 //! - [`trace`]: the `run` and `step` spans (and, with `otel`, the run's trace).
 
+pub mod admission;
 pub mod calls;
 pub mod cluster;
 pub mod context;
@@ -76,6 +77,13 @@ pub struct ControllerOptions {
     /// Serve Prometheus metrics on /metrics, and /healthz and /readyz, on this address.
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
+    /// Serve the validating admission webhook for AgentRuns (HTTPS, path
+    /// `/validate-agentrun`) on this address; off when not given (docs/behaviours.md 1).
+    #[arg(long)]
+    pub webhook_addr: Option<SocketAddr>,
+    /// The directory holding the webhook's `tls.crt` and `tls.key` (PEM).
+    #[arg(long, default_value = "/etc/agentrt/webhook")]
+    pub webhook_cert_dir: std::path::PathBuf,
     /// Most runs this replica executes at once.
     #[arg(long, default_value_t = 256)]
     pub max_concurrent_runs: usize,
@@ -138,6 +146,8 @@ impl Default for ControllerOptions {
         ControllerOptions {
             holder_id: None,
             metrics_addr: None,
+            webhook_addr: None,
+            webhook_cert_dir: std::path::PathBuf::from("/etc/agentrt/webhook"),
             max_concurrent_runs: 256,
             reconcile_concurrency: 32,
             lease_skew_margin_ms: 500,
@@ -256,6 +266,10 @@ pub async fn run_with_engine(
     if let Some(addr) = options.metrics_addr {
         let bound = metrics::serve(addr, metrics.clone(), shutdown.clone()).await?;
         tracing::info!(addr = %bound, "serving metrics");
+    }
+    if let Some(addr) = options.webhook_addr {
+        let bound = admission::serve(addr, &options.webhook_cert_dir, shutdown.clone()).await?;
+        tracing::info!(addr = %bound, path = admission::PATH, "serving the admission webhook");
     }
     let (kicks_tx, mut kicks_rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
     let ctx = Arc::new(Context::new(ContextParts {

@@ -59,6 +59,7 @@ mod status;
 mod store;
 mod table;
 mod watch;
+mod webhook;
 mod write;
 
 use std::net::SocketAddr;
@@ -66,6 +67,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::DevClusterError;
 pub use server::{DevServer, DevServerConfig};
+pub use webhook::{Check, ValidatingWebhook};
 
 /// The server's arguments of `agentrt dev` (the rest of the command, the controller and the
 /// sample tools, is `controller::dev`'s, which wires the two together).
@@ -118,6 +120,7 @@ impl DevServerArgs {
             watch_history: self.watch_history,
             crds,
             audit_log: self.audit_log.clone(),
+            webhooks: Vec::new(),
         })
     }
 }
