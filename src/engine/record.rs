@@ -16,7 +16,8 @@ mod conditions;
 use serde_json::{json, Value};
 
 use conditions::{
-    approval_conflict_condition, hints_condition, ready_condition, waiting_condition,
+    approval_conflict_condition, hints_condition, ready_condition, terminal_condition,
+    waiting_condition,
 };
 
 use super::{
@@ -484,7 +485,8 @@ impl<'a> Txn<'a> {
         let had_conflict = old.iter().any(|c| c.type_ == "ApprovalConflict");
         let conflict = approval_conflict_condition(&self.status, had_conflict);
         let hints = hints_condition(&self.status, &self.run.spec.tools);
-        self.status.conditions = [Some(ready), Some(waiting), conflict, hints]
+        let terminal = terminal_condition(&self.status);
+        self.status.conditions = [Some(ready), Some(waiting), conflict, hints, terminal]
             .into_iter()
             .flatten()
             .map(|(type_, status, reason, message)| {

@@ -24,6 +24,7 @@ macro_rules! assert_words {
 mod approvals;
 mod calls;
 mod grants;
+mod habits;
 mod harness;
 mod mcp;
 mod model;

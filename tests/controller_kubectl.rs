@@ -1,0 +1,75 @@
+//! A Kubernetes user's habits with kubectl (issue 14, docs/behaviours.md 66-70), on the
+//! embedded server and on a real kube-apiserver: `kubectl wait --for=condition=Complete` and
+//! `--for=condition=Failed` return when a run ends.
+
+mod support;
+
+use std::time::Duration;
+
+use support::controller::*;
+use support::toolserver::ToolServer;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The fixture `answer` for `name`, its one decision `decision` (inline YAML).
+fn answer(name: &str, decision: &str) -> String {
+    RunFixture::new("answer", "http://127.0.0.1:9", name)
+        .set("DECISION", decision)
+        .yaml()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_wait_for_condition_complete_and_failed_returns_when_the_run_ends() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let _controller = start_controller(&cluster, "c");
+
+    create_run(
+        &client,
+        &ns,
+        &answer("done", "{kind: complete, result: {refunded: 250}}"),
+    )
+    .await;
+    let out = cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Complete",
+        "ar/done",
+        "--timeout=60s",
+    ]);
+    assert!(out.contains("condition met"), "{out}");
+
+    create_run(
+        &client,
+        &ns,
+        &fixture("needs-approval", &tools.base(), "refused"),
+    )
+    .await;
+    let approval = wait_approval(&client, &ns, "refused", "policy", WAIT).await;
+    let waiting = cluster.kubectl_spawn(&[
+        "wait",
+        "--for=condition=Failed",
+        "ar/refused",
+        "--timeout=60s",
+    ]);
+    decide(&client, &ns, &approval, "Rejected").await;
+    waiting
+        .wait_for("kubectl wait --for=condition=Failed", WAIT, |lines| {
+            lines.iter().any(|l| l.contains("condition met"))
+        })
+        .await;
+    let reason = cluster.kubectl_ok(&[
+        "get",
+        "ar/refused",
+        "-o",
+        r#"jsonpath={.status.conditions[?(@.type=="Failed")].reason}"#,
+    ]);
+    assert_eq!(reason, "ApprovalRejected");
+    let complete = cluster.kubectl_ok(&[
+        "get",
+        "ar/refused",
+        "-o",
+        r#"jsonpath={.status.conditions[?(@.type=="Complete")].status}"#,
+    ]);
+    assert_eq!(complete, "", "a rejected run has no Complete condition");
+}
