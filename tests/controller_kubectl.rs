@@ -73,3 +73,51 @@ async fn kubectl_wait_for_condition_complete_and_failed_returns_when_the_run_end
     ]);
     assert_eq!(complete, "", "a rejected run has no Complete condition");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_field_selector_status_phase_lists_the_runs_in_that_phase() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let _controller = start_controller(&cluster, "c");
+    create_run(
+        &client,
+        &ns,
+        &answer("done", "{kind: complete, result: {}}"),
+    )
+    .await;
+    create_run(
+        &client,
+        &ns,
+        &answer("broke", "{kind: fail, message: the order does not exist}"),
+    )
+    .await;
+    wait_phase(&client, &ns, "done", "Completed", WAIT).await;
+    wait_phase(&client, &ns, "broke", "Failed", WAIT).await;
+
+    let failed = cluster.kubectl_ok(&[
+        "get",
+        "ar",
+        "--field-selector",
+        "status.phase=Failed",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(failed.trim(), "agentrun.agentrt.dev/broke");
+    let not_failed = cluster.kubectl_ok(&[
+        "get",
+        "ar",
+        "--field-selector",
+        "status.phase!=Failed",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(not_failed.trim(), "agentrun.agentrt.dev/done");
+
+    let out = cluster.kubectl(&["get", "ar", "--field-selector", "spec.goal=x"]);
+    assert!(!out.status.success(), "spec.goal is not selectable");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("field label not supported: spec.goal"),
+        "{stderr}"
+    );
+}

@@ -28,6 +28,8 @@ use super::vocab::{PolicyOutcome, SideEffect};
     status = "AgentRunStatus",
     shortname = "ar",
     category = "agentrt",
+    // `kubectl get ar --field-selector status.phase=Failed` (docs/design.md section 2).
+    selectable = ".status.phase",
     printcolumn(
         name = "Phase",
         type_ = "string",
