@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::schema::{json_object, json_schema_object};
 use super::status::AgentRunStatus;
-use super::vocab::{PolicyOutcome, SideEffect};
+use super::vocab::{PolicyOutcome, SideEffect, TextAnswer};
 
 /// The desired run: a goal, the agent that decides, the tools it may call, a policy and limits.
 ///
@@ -189,6 +189,11 @@ pub struct OpenAiAgent {
     #[serde(default = "default_model_timeout_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: i64,
+    /// A reply with no tool call that ended normally (`finish_reason: stop`) with text:
+    /// `Complete` (default) completes the run with `{text: ...}` as its result; `Invalid` makes
+    /// it an `invalid_decision` (`no_tool_call`), so only `agentrt_complete` completes.
+    #[serde(default)]
+    pub text_answer: TextAnswer,
 }
 
 fn default_model_timeout_seconds() -> i64 {
@@ -206,6 +211,7 @@ impl Default for OpenAiAgent {
             system_prompt: None,
             prices: None,
             timeout_seconds: default_model_timeout_seconds(),
+            text_answer: TextAnswer::default(),
         }
     }
 }

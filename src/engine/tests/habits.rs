@@ -2,11 +2,13 @@
 //! `Complete`/`Failed` condition, a plain-text final answer of the openai agent, and
 //! `spec.changed` when policy or limits are edited on a live run.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::approvals::{paused, NAME};
 use super::harness::*;
-use crate::api::{AgentRunStatus, RunPhase};
+use crate::api::{AgentRunStatus, RunPhase, StepStatus, TerminalReason, TextAnswer};
+use crate::engine::model::ReportedUsage;
+use crate::engine::{Input, ModelOutcome};
 
 /// The condition of `type_` as (status, reason, message), if the run has it.
 fn condition(status: &AgentRunStatus, type_: &str) -> Option<(String, String, String)> {
@@ -75,5 +77,122 @@ fn a_failed_run_has_the_condition_failed_true() {
             "GoalFailed".into(),
             "the order does not exist".into()
         ))
+    );
+}
+
+/// A model's reply with no tool call that stopped with `text`, as the openai agent records it.
+fn text_answer(text: &str) -> ModelOutcome {
+    ModelOutcome::Answered {
+        decision: json!({"kind": "invalid", "failure": "no_tool_call", "finishReason": "stop",
+                         "content": {"role": "assistant", "content": text}}),
+        usage: Some(ReportedUsage {
+            input_tokens: 100,
+            cached_input_tokens: 0,
+            output_tokens: 10,
+        }),
+        latency_ms: 900,
+    }
+}
+
+/// Answers the pending model call with `outcome`.
+fn answer(h: &mut Harness, outcome: ModelOutcome) -> Vec<Effect> {
+    let (step, attempt) = h.pending_model.take().expect("a model call is pending");
+    h.step(
+        "a",
+        Input::ModelAnswered {
+            step,
+            attempt,
+            outcome,
+        },
+    )
+}
+
+#[test]
+fn a_plain_text_answer_completes_the_run_with_its_text_as_the_result() {
+    let mut h = Harness::new(OPENAI);
+    h.reconcile("a");
+    let effects = answer(&mut h, text_answer("Order 1042 was refunded."));
+    assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Completed);
+    assert_eq!(status.reason, Some(TerminalReason::GoalCompleted));
+    assert_eq!(
+        status.result,
+        Some(json!({"text": "Order 1042 was refunded."}))
+    );
+    let step = &status.steps[0];
+    assert_eq!(step.status, StepStatus::Done);
+    let decision = step.decision.as_ref().expect("recorded");
+    assert_eq!(
+        decision.kind.as_deref(),
+        Some("invalid"),
+        "the reply is recorded as received"
+    );
+    assert_eq!(
+        h.last_event("step.decided"),
+        json!({"kind": "invalid", "textAnswer": true}),
+        "the journal says the text was taken as the answer"
+    );
+}
+
+#[test]
+fn a_blank_reply_or_one_that_did_not_stop_is_no_final_answer() {
+    let mut h = Harness::new(OPENAI);
+    h.reconcile("a");
+    let outcome = |content: Value, finish: Option<&str>| {
+        let mut decision = json!({"kind": "invalid", "failure": "no_tool_call",
+                                  "content": {"role": "assistant", "content": content}});
+        if let Some(finish) = finish {
+            decision["finishReason"] = json!(finish);
+        }
+        ModelOutcome::Answered {
+            decision,
+            usage: Some(ReportedUsage {
+                input_tokens: 100,
+                cached_input_tokens: 0,
+                output_tokens: 10,
+            }),
+            latency_ms: 900,
+        }
+    };
+    answer(&mut h, outcome(json!("  "), Some("stop")));
+    answer(&mut h, outcome(json!("I am done."), None));
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Running);
+    assert_eq!(status.steps[0].status, StepStatus::Failed);
+    assert_eq!(status.steps[1].status, StepStatus::Failed);
+}
+
+#[test]
+fn text_answer_invalid_keeps_a_plain_text_reply_a_no_tool_call_invalid_decision() {
+    let mut h = Harness::new(OPENAI);
+    h.spec_mut()
+        .agent
+        .openai
+        .as_mut()
+        .expect("an openai agent")
+        .text_answer = TextAnswer::Invalid;
+    h.reconcile("a");
+    let effects = answer(&mut h, text_answer("Order 1042 was refunded."));
+    let Some(Effect::CallModel { request, .. }) = effects.last() else {
+        panic!("the model is asked again: {effects:?}");
+    };
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Running, "the loop goes on");
+    let step = &status.steps[0];
+    assert_eq!(step.status, StepStatus::Failed);
+    let observation = step.observation.as_ref().expect("observed");
+    assert_eq!(
+        serde_json::to_value(observation.kind).unwrap(),
+        json!("invalid_decision")
+    );
+    let content = observation.content.as_ref().expect("content");
+    assert_eq!(content["failure"], json!("no_tool_call"), "{content}");
+    let messages = request["messages"].as_array().expect("messages");
+    assert!(
+        messages.iter().any(|m| m["role"] == "assistant"
+            && m["content"] == "Order 1042 was refunded."
+            && m.get("tool_calls").is_none()),
+        "the model sees its own text, not a call it never made: {messages:?}"
     );
 }
