@@ -246,6 +246,7 @@ fn event_types_are_the_journal_spellings() {
         (EventType::ModelCompleted, "model.completed"),
         (EventType::ModelFailed, "model.failed"),
         (EventType::ToolPinned, "tool.pinned"),
+        (EventType::SpecChanged, "spec.changed"),
         (EventType::RunFinished, "run.finished"),
     ]);
 }

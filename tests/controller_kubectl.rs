@@ -121,3 +121,41 @@ async fn kubectl_get_field_selector_status_phase_lists_the_runs_in_that_phase() 
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_patch_of_a_live_runs_limits_is_journaled_spec_changed() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let _controller = start_controller(&cluster, "c");
+    create_run(
+        &client,
+        &ns,
+        &fixture("needs-approval", &tools.base(), "edited"),
+    )
+    .await;
+    let approval = wait_approval(&client, &ns, "edited", "policy", WAIT).await;
+    cluster.kubectl_ok(&[
+        "patch",
+        "ar/edited",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"limits":{"maxSteps":9}}}"#,
+    ]);
+    decide(&client, &ns, &approval, "Approved").await;
+    let done = wait_phase(&client, &ns, "edited", "Completed", WAIT).await;
+    let changed = events_of(&done, "spec.changed");
+    assert_eq!(changed.len(), 1, "{done}");
+    assert_eq!(
+        changed[0]["data"],
+        serde_json::json!({"generation": 2, "fields": ["spec.limits"]})
+    );
+    assert_eq!(done["observedGeneration"], 2);
+    assert!(
+        done["specHashes"]["limits"]
+            .as_str()
+            .is_some_and(|h| h.len() == 16),
+        "{done}"
+    );
+}

@@ -64,6 +64,11 @@ pub struct AgentRunStatus {
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Each top-level spec field but `cancel` → the first 16 hex digits of SHA-256 of its
+    /// canonical JSON, as of `observedGeneration`: how a write after an edit knows which fields
+    /// changed (`spec.changed`, docs/design.md section 2).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub spec_hashes: BTreeMap<String, String>,
     /// When `run.started` was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "time_schema")]

@@ -301,6 +301,10 @@ pub enum EventType {
     /// 60).
     #[serde(rename = "tool.pinned")]
     ToolPinned,
+    /// The spec of a live run was edited: {generation, fields: ["spec.policy", ...]}, in the
+    /// first write after the edit (docs/behaviours.md 69).
+    #[serde(rename = "spec.changed")]
+    SpecChanged,
     #[serde(rename = "run.finished")]
     RunFinished,
 }

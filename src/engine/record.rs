@@ -12,6 +12,7 @@
 //! that settles a step of a live run ([`Txn::finish`]). The conditions are `conditions`'.
 
 mod conditions;
+mod spec_changes;
 
 use serde_json::{json, Value};
 
@@ -363,6 +364,7 @@ impl<'a> Txn<'a> {
         let mut write = None;
         let mut seal = None;
         if self.status != self.stored {
+            self.note_spec_change();
             self.sync_derived();
             seal = self.seal();
             // The object budget is checked on the status as written, the sealed one.
@@ -464,6 +466,25 @@ impl<'a> Txn<'a> {
             next: Next::Stop,
             observe_next: ObserveNext::Nothing,
         }
+    }
+
+    /// docs/behaviours.md 69: in a write after `metadata.generation` moved past
+    /// `observedGeneration`, `spec.changed` {generation, fields} names the top-level spec
+    /// fields whose hash differs from `status.specHashes`, which then holds the new ones. The
+    /// first write of a run (or of a record from before `specHashes`) only sets them.
+    fn note_spec_change(&mut self) {
+        let generation = self.run.generation;
+        let seen = !self.status.spec_hashes.is_empty();
+        if seen && self.status.observed_generation == Some(generation) {
+            return;
+        }
+        let now = spec_changes::spec_hashes(&self.run.spec);
+        let fields = spec_changes::changed_fields(&self.status.spec_hashes, &now);
+        if seen && !fields.is_empty() {
+            let data = json!({"generation": generation, "fields": fields});
+            self.event(EventType::SpecChanged, None, data);
+        }
+        self.status.spec_hashes = now;
     }
 
     /// Keeps the derived fields in step with the record: `stepCount`, `currentTool`,

@@ -8,7 +8,7 @@ use super::approvals::{paused, NAME};
 use super::harness::*;
 use crate::api::{AgentRunStatus, RunPhase, StepStatus, TerminalReason, TextAnswer};
 use crate::engine::model::ReportedUsage;
-use crate::engine::{Input, ModelOutcome};
+use crate::engine::{Input, ModelOutcome, ToolOutcome};
 
 /// The condition of `type_` as (status, reason, message), if the run has it.
 fn condition(status: &AgentRunStatus, type_: &str) -> Option<(String, String, String)> {
@@ -194,5 +194,68 @@ fn text_answer_invalid_keeps_a_plain_text_reply_a_no_tool_call_invalid_decision(
             && m["content"] == "Order 1042 was refunded."
             && m.get("tool_calls").is_none()),
         "the model sees its own text, not a call it never made: {messages:?}"
+    );
+}
+
+/// A scripted run executing its first call (`write_local`, then complete).
+fn executing() -> Harness {
+    let mut h = Harness::scripted(vec![
+        call("write_local", json!({"n": 1})),
+        complete(json!("ok")),
+    ]);
+    h.reconcile("a");
+    h
+}
+
+fn tool_finished() -> Input {
+    Input::ToolFinished {
+        step: StepIndex(0),
+        attempt: 1,
+        outcome: ToolOutcome::Result {
+            status: 200,
+            content: json!({"ok": true}),
+            duration_ms: 5,
+        },
+    }
+}
+
+#[test]
+fn an_edit_of_policy_and_limits_on_a_live_run_is_journaled_spec_changed_naming_the_fields() {
+    let mut h = executing();
+    assert!(
+        h.status().spec_hashes.contains_key("policy"),
+        "the first write keeps the fields' hashes"
+    );
+    assert!(!h.status().spec_hashes.contains_key("cancel"));
+    let before = h.events().len();
+    h.spec_mut().limits.max_steps = 7;
+    h.spec_mut().policy.rules.clear();
+    h.spec_mut().policy.side_effects.destructive = crate::api::PolicyOutcome::Abort;
+    h.run.generation = 2;
+    h.step("a", tool_finished());
+    let journal = h.journal_from(before);
+    assert_eq!(
+        journal.iter().filter(|w| *w == "spec.changed").count(),
+        1,
+        "{journal:?}"
+    );
+    assert_eq!(
+        h.last_event("spec.changed"),
+        json!({"generation": 2, "fields": ["spec.limits", "spec.policy"]})
+    );
+    assert_eq!(h.status().observed_generation, Some(2));
+    assert_eq!(h.status().phase, RunPhase::Completed);
+}
+
+#[test]
+fn a_new_generation_that_changes_no_hashed_field_writes_no_spec_changed() {
+    let mut h = executing();
+    h.spec_mut().cancel = false;
+    h.run.generation = 2;
+    h.step("a", tool_finished());
+    assert!(
+        !h.journal().iter().any(|w| w == "spec.changed"),
+        "{:?}",
+        h.journal()
     );
 }
