@@ -159,3 +159,65 @@ async fn kubectl_patch_of_a_live_runs_limits_is_journaled_spec_changed() {
         "{done}"
     );
 }
+
+/// The cells of `kubectl get ar NAME` under each header (by the header's position, so an empty
+/// cell reads as "").
+fn columns(out: &str) -> Vec<(String, String)> {
+    let mut lines = out.lines();
+    let header = lines.next().unwrap_or_default();
+    let row = lines.next().unwrap_or_default();
+    let starts: Vec<usize> = header
+        .char_indices()
+        .filter(|(i, c)| !c.is_whitespace() && (*i == 0 || header[..*i].ends_with(' ')))
+        .map(|(i, _)| i)
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(n, &start)| {
+            let end = starts.get(n + 1).copied().unwrap_or(usize::MAX);
+            let cell = |line: &str| {
+                line.get(start..end.min(line.len()))
+                    .unwrap_or("")
+                    .trim()
+                    .to_string()
+            };
+            (cell(header), cell(row))
+        })
+        .collect()
+}
+
+fn cell(out: &str, header: &str) -> String {
+    columns(out)
+        .into_iter()
+        .find(|(h, _)| h == header)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no column {header} in:\n{out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_shows_pending_before_a_controller_and_no_tool_once_finished() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let yaml = RunFixture::new("one-call", &tools.base(), "shown")
+        .class("ReadOnly")
+        .yaml();
+    create_run(&client, &ns, &yaml).await;
+    let before = cluster.kubectl_ok(&["get", "ar", "shown"]);
+    assert_eq!(cell(&before, "PHASE"), "Pending", "{before}");
+    assert_eq!(cell(&before, "TOOL"), "", "{before}");
+
+    let _controller = start_controller(&cluster, "c");
+    let done = wait_phase(&client, &ns, "shown", "Completed", WAIT).await;
+    assert_eq!(done["steps"][0]["decision"]["tool"], "act", "a tool ran");
+    let after = cluster.kubectl_ok(&["get", "ar", "shown"]);
+    assert_eq!(cell(&after, "PHASE"), "Completed", "{after}");
+    assert_eq!(cell(&after, "STEPS"), "2", "{after}");
+    assert_eq!(
+        cell(&after, "TOOL"),
+        "",
+        "a finished run has no current tool: {after}"
+    );
+    assert_eq!(cell(&after, "REASON"), "goal_completed", "{after}");
+}

@@ -15,8 +15,13 @@ use super::vocab::{
 use super::{StepIndex, Time};
 
 /// The run's record (docs/design.md sections 2 and 4). Written only by compare-and-set.
+///
+/// Its schema defaults the whole status to `{phase: Pending}`: the API server fills that in when
+/// it reads a run no controller has written yet, so `kubectl get ar` shows `Pending` before a
+/// controller picks the run up (a printer column cannot default; docs/behaviours.md 70).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("default" = {"phase": "Pending"}))]
 pub struct AgentRunStatus {
     /// Where the run is.
     #[serde(default)]

@@ -27,7 +27,7 @@ use super::{
 };
 use crate::api::{
     AgentRunStatus, Condition, EventType, LeaseRecord, Observation, ObservationKind, RunEvent,
-    Step, StepIndex, StepStatus, TerminalReason, Time,
+    RunPhase, Step, StepIndex, StepStatus, TerminalReason, Time,
 };
 
 /// Room left for the object's metadata and spec framing when the status is measured against
@@ -492,10 +492,16 @@ impl<'a> Txn<'a> {
     pub fn sync_derived(&mut self) {
         let generation = self.run.generation;
         self.status.step_count = step_count(&self.status);
+        // A finished run has no current tool (docs/behaviours.md 70): the TOOL column is empty.
+        let finished = matches!(
+            self.status.phase,
+            RunPhase::Completed | RunPhase::Failed | RunPhase::Cancelled
+        );
         self.status.current_tool = self
             .status
             .steps
             .last()
+            .filter(|_| !finished)
             .and_then(|s| s.decision.as_ref())
             .and_then(|d| d.tool.clone());
         self.status.observed_generation = Some(generation);
