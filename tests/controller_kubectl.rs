@@ -221,3 +221,43 @@ async fn kubectl_get_shows_pending_before_a_controller_and_no_tool_once_finished
     );
     assert_eq!(cell(&after, "REASON"), "goal_completed", "{after}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentrt_cancel_of_a_finished_run_says_so_and_writes_nothing() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let _controller = start_controller(&cluster, "c");
+    create_run(
+        &client,
+        &ns,
+        &answer("over", "{kind: complete, result: {}}"),
+    )
+    .await;
+    wait_phase(&client, &ns, "over", "Completed", WAIT).await;
+    let before = runs_api(&client, &ns).get("over").await.expect("run");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .args(["cancel", "over", "--kubeconfig"])
+        .arg(cluster.kubeconfig())
+        .args(["-n", &ns])
+        .output()
+        .expect("agentrt runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.trim(),
+        format!(
+            "agentrun {ns}/over already finished (Completed, goal_completed); nothing to cancel"
+        )
+    );
+    let after = runs_api(&client, &ns).get("over").await.expect("run");
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "nothing was written"
+    );
+    assert_eq!(after.data["spec"]["cancel"], serde_json::json!(false));
+}
