@@ -259,3 +259,45 @@ fn a_new_generation_that_changes_no_hashed_field_writes_no_spec_changed() {
         h.journal()
     );
 }
+
+/// The Kubernetes Event a lone `limit.exceeded` with `data` projects to: (type, reason, message).
+fn limit_event(data: Value) -> (String, String, String) {
+    let status = json!({"events": [{"seq": 1, "type": "limit.exceeded", "data": data}]});
+    let events = crate::engine::kube_events(&Value::Null, &status);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    (e.type_.as_str().into(), e.reason.clone(), e.message.clone())
+}
+
+#[test]
+fn a_projected_cost_limit_event_says_it_would_be_exceeded() {
+    assert_eq!(
+        limit_event(json!({"limit": "maxEstimatedCostMicros", "value": 227, "max": 100})),
+        (
+            "Warning".into(),
+            "LimitExceeded".into(),
+            "maxEstimatedCostMicros would be exceeded: 227 projected, limit 100".into()
+        )
+    );
+    assert_eq!(
+        limit_event(json!({"limit": "maxSteps", "value": 51, "max": 50})).2,
+        "maxSteps reached: 51 of 50"
+    );
+}
+
+#[test]
+fn an_api_key_refused_over_plain_http_is_a_warning_insecure_model_endpoint() {
+    let detail = format!(
+        "model endpoint http://models.example:8080/v1/chat/completions: not sent: {}; use an \
+         https:// baseURL",
+        crate::engine::model::INSECURE_KEY_REFUSAL
+    );
+    let (kind, reason, message) = limit_event(json!({"limit": "modelEndpoint", "detail": detail}));
+    assert_eq!(
+        (kind.as_str(), reason.as_str()),
+        ("Warning", "InsecureModelEndpoint")
+    );
+    assert_eq!(message, detail, "the detail once, no '- of -'");
+    let (_, reason, _) = limit_event(json!({"limit": "modelEndpoint", "detail": "bad url"}));
+    assert_eq!(reason, "ModelEndpointUnusable");
+}
