@@ -1,6 +1,8 @@
-//! A Kubernetes user's habits with kubectl (issue 14, docs/behaviours.md 66-70), on the
-//! embedded server and on a real kube-apiserver: `kubectl wait --for=condition=Complete` and
-//! `--for=condition=Failed` return when a run ends.
+//! A Kubernetes user's habits (issue 14, docs/behaviours.md 66-74), on the embedded server and
+//! on a real kube-apiserver: `kubectl wait --for=condition=Complete` and `--for=condition=Failed`
+//! return when a run ends; `--field-selector status.phase=...`; `kubectl patch` of a live run's
+//! limits is journaled `spec.changed`; the printer columns before and after a run; and the words
+//! a person reads (`agentrt cancel` of a finished run, an API server's error said once).
 
 mod support;
 
@@ -260,4 +262,31 @@ async fn agentrt_cancel_of_a_finished_run_says_so_and_writes_nothing() {
         "nothing was written"
     );
     assert_eq!(after.data["spec"]["cancel"], serde_json::json!(false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_secret_is_named_once_in_the_api_servers_words() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let _controller = start_controller(&cluster, "c");
+    let yaml = RunFixture::new("one-tool", &tools.base(), "secretless")
+        .class("ReadOnly")
+        .yaml()
+        .replace(
+            "http: {url: \"",
+            "http: {headers: [{name: X-Token, secretKeyRef: {name: nope, key: token}}], url: \"",
+        );
+    create_run(&client, &ns, &yaml).await;
+    let status = wait_status(&client, &ns, "secretless", WAIT, "a failed step", |s| {
+        s["steps"][0]["status"] == "failed"
+    })
+    .await;
+    let observation = &status["steps"][0]["observation"];
+    let text = observation.to_string();
+    assert!(text.contains(r#"secrets \"nope\" not found"#), "{text}");
+    assert_eq!(text.matches("not found").count(), 1, "said once: {text}");
+    for dump in ["ApiError", "Status {", "ErrorResponse"] {
+        assert!(!text.contains(dump), "a debug dump ({dump}): {text}");
+    }
 }
