@@ -1,4 +1,4 @@
-//! A Kubernetes user's habits (issue 14, docs/behaviours.md 66-74), on the embedded server and
+//! A Kubernetes user's habits (issue 14, docs/behaviours.md 70-78), on the embedded server and
 //! on a real kube-apiserver: `kubectl wait --for=condition=Complete` and `--for=condition=Failed`
 //! return when a run ends; `--field-selector status.phase=...`; `kubectl patch` of a live run's
 //! limits is journaled `spec.changed`; the printer columns before and after a run; and the words

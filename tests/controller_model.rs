@@ -277,7 +277,7 @@ async fn replies_with_no_tool_call_or_cut_off_are_invalid_decisions_that_count_a
     ])
     .await;
     let _controller = start_controller(&cluster, "c");
-    // `textAnswer: Invalid`: a text reply is no answer (docs/behaviours.md 68).
+    // `textAnswer: Invalid`: a text reply is no answer (docs/behaviours.md 72).
     start_run(&cluster, &tools, "recovers", &recovers.base_url(), |spec| {
         spec["agent"]["openai"]["textAnswer"] = json!("Invalid");
     })

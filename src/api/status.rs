@@ -18,7 +18,7 @@ use super::{StepIndex, Time};
 ///
 /// Its schema defaults the whole status to `{phase: Pending}`: the API server fills that in when
 /// it reads a run no controller has written yet, so `kubectl get ar` shows `Pending` before a
-/// controller picks the run up (a printer column cannot default; docs/behaviours.md 70).
+/// controller picks the run up (a printer column cannot default; docs/behaviours.md 74).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("default" = {"phase": "Pending"}))]

@@ -46,7 +46,7 @@ impl SideEffect {
 
 /// What the openai agent makes of a reply with no tool call that ended normally
 /// (`finish_reason: stop`) with text (`spec.agent.openai.textAnswer`; docs/design.md section 6,
-/// docs/behaviours.md 68).
+/// docs/behaviours.md 72).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum TextAnswer {
     /// The text is the final answer: the run completes with `{text: ...}` as its result (the
@@ -302,7 +302,7 @@ pub enum EventType {
     #[serde(rename = "tool.pinned")]
     ToolPinned,
     /// The spec of a live run was edited: {generation, fields: ["spec.policy", ...]}, in the
-    /// first write after the edit (docs/behaviours.md 69).
+    /// first write after the edit (docs/behaviours.md 73).
     #[serde(rename = "spec.changed")]
     SpecChanged,
     #[serde(rename = "run.finished")]

@@ -411,7 +411,7 @@ fn invalid_reply(record: &DecisionRecord) -> Invalid {
     }
 }
 
-/// docs/behaviours.md 68: the text of a model's final answer in plain text, the ecosystem's
+/// docs/behaviours.md 72: the text of a model's final answer in plain text, the ecosystem's
 /// convention: a reply with no tool call (`no_tool_call`) that ended `finish_reason: stop` with
 /// non-empty text, to an openai agent whose `textAnswer` is `Complete` (the default). `None`
 /// otherwise, and always under `textAnswer: Invalid`, which keeps it an `invalid_decision`.

@@ -136,7 +136,7 @@ impl ModelLimitHit {
 /// The words of the openai agent's refusal to send an API key over plain http to a host that
 /// is not a loopback address (`agents::openai`), part of the `modelEndpoint` detail it ends the
 /// run with; the Kubernetes Event of that refusal is a Warning `InsecureModelEndpoint`
-/// (docs/behaviours.md 73).
+/// (docs/behaviours.md 77).
 pub const INSECURE_KEY_REFUSAL: &str =
     "refusing to send the API key over plain http to a host that is not a loopback address";
 

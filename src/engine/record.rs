@@ -468,7 +468,7 @@ impl<'a> Txn<'a> {
         }
     }
 
-    /// docs/behaviours.md 69: in a write after `metadata.generation` moved past
+    /// docs/behaviours.md 73: in a write after `metadata.generation` moved past
     /// `observedGeneration`, `spec.changed` {generation, fields} names the top-level spec
     /// fields whose hash differs from `status.specHashes`, which then holds the new ones. The
     /// first write of a run (or of a record from before `specHashes`) only sets them.
@@ -492,7 +492,7 @@ impl<'a> Txn<'a> {
     pub fn sync_derived(&mut self) {
         let generation = self.run.generation;
         self.status.step_count = step_count(&self.status);
-        // A finished run has no current tool (docs/behaviours.md 70): the TOOL column is empty.
+        // A finished run has no current tool (docs/behaviours.md 74): the TOOL column is empty.
         let finished = matches!(
             self.status.phase,
             RunPhase::Completed | RunPhase::Failed | RunPhase::Cancelled

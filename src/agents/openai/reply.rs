@@ -20,7 +20,7 @@ pub struct ParsedReply {
     ///   `content` is the reply's message as received (the body as text when there is no
     ///   message); a `no_tool_call` whose choice ended `finish_reason: stop` also carries
     ///   `finishReason: stop`, so the engine can read a text in it as the final answer
-    ///   (`spec.agent.openai.textAnswer`, docs/behaviours.md 68).
+    ///   (`spec.agent.openai.textAnswer`, docs/behaviours.md 72).
     ///
     /// When the reply holds several calls the first is taken and
     /// `ignoredToolCalls: [names of the others]` is added.

@@ -128,7 +128,7 @@ pub(super) fn hints_condition(
     })
 }
 
-/// A finished run's Job-like condition (docs/design.md section 2, docs/behaviours.md 66), so
+/// A finished run's Job-like condition (docs/design.md section 2, docs/behaviours.md 70), so
 /// `kubectl wait --for=condition=Complete` (or `=Failed`) works: `Complete` True on
 /// `Completed`; `Failed` True on `Failed` or `Cancelled`, with the terminal reason in
 /// CamelCase and the record's `reasonDetail` as its message. Absent while the run is live, as

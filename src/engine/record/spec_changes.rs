@@ -1,4 +1,4 @@
-//! `spec.changed` (docs/design.md section 2, docs/behaviours.md 69): the record keeps a small
+//! `spec.changed` (docs/design.md section 2, docs/behaviours.md 73): the record keeps a small
 //! hash of each top-level spec field (`status.specHashes`), so the first write after an edit of
 //! a live run's spec (`metadata.generation` past `status.observedGeneration`) can say which
 //! fields changed. Pure: the spec as decoded in, the hashes out.

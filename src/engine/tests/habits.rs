@@ -1,4 +1,4 @@
-//! docs/behaviours.md 66-70 (issue 14, Kubernetes users' habits): a finished run's Job-like
+//! docs/behaviours.md 70-74 (issue 14, Kubernetes users' habits): a finished run's Job-like
 //! `Complete`/`Failed` condition, a plain-text final answer of the openai agent, and
 //! `spec.changed` when policy or limits are edited on a live run.
 
