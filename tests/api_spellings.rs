@@ -5,8 +5,8 @@
 
 use agentrt::api::{
     ApprovalPhase, DeciderFailure, DecisionKind, EventType, ObservationKind, PolicyDecisionKind,
-    PolicyOutcome, RunPhase, SideEffect, StepStatus, TerminalReason, ToolFailure, Verdict,
-    INTERRUPTED_SIDE_EFFECT, POLICY_ERROR,
+    PolicyOutcome, RunPhase, SideEffect, StepStatus, TerminalReason, TextAnswer, ToolFailure,
+    Verdict, INTERRUPTED_SIDE_EFFECT, POLICY_ERROR,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -46,6 +46,15 @@ fn policy_outcomes_in_a_spec_are_camel_case() {
         (PolicyOutcome::Abort, "Abort"),
         (PolicyOutcome::RequireApproval, "RequireApproval"),
     ]);
+}
+
+#[test]
+fn text_answer_settings_in_a_spec_are_camel_case() {
+    pin(&[
+        (TextAnswer::Complete, "Complete"),
+        (TextAnswer::Invalid, "Invalid"),
+    ]);
+    assert_eq!(TextAnswer::default(), TextAnswer::Complete);
 }
 
 #[test]
@@ -238,6 +247,7 @@ fn event_types_are_the_journal_spellings() {
         (EventType::ModelFailed, "model.failed"),
         (EventType::AgentFailed, "agent.failed"),
         (EventType::ToolPinned, "tool.pinned"),
+        (EventType::SpecChanged, "spec.changed"),
         (EventType::RunFinished, "run.finished"),
     ]);
 }

@@ -350,3 +350,28 @@ async fn a_run_that_slipped_past_admission_fails_invalid_spec_before_it_starts()
     .await;
     assert!(warning.contains("invalid_spec"), "{warning}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_carry_no_colours_when_stderr_is_not_a_terminal() {
+    let cluster = agentrt_cluster().await;
+    let tools = ToolServer::start().await;
+    let controller = start_controller(&cluster, "plain");
+    let yaml = RunFixture::new("one-call", &tools.base(), "logged")
+        .class("ReadOnly")
+        .yaml();
+    create_run(&cluster.client(), cluster.namespace(), &yaml).await;
+    wait_phase(
+        &cluster.client(),
+        cluster.namespace(),
+        "logged",
+        "Completed",
+        Duration::from_secs(30),
+    )
+    .await;
+    let log = controller.log();
+    assert!(log.contains("INFO"), "the controller logged: {log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "an escape sequence in a log file: {log}"
+    );
+}

@@ -27,7 +27,7 @@ use reqwest::Url;
 
 use super::webhook::error_chain;
 use crate::api::OpenAiAgent;
-use crate::engine::model::AttemptOutcome;
+use crate::engine::model::{AttemptOutcome, INSECURE_KEY_REFUSAL};
 
 pub use crate::engine::conversation::{COMPLETE_FUNCTION, DEFAULT_SYSTEM_PROMPT, FAIL_FUNCTION};
 pub use crate::engine::model::ReportedUsage;
@@ -190,10 +190,9 @@ pub async fn call(
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Some(key) = api_key {
         if url.scheme() != "https" && !is_loopback(&url) {
-            return Err(misconfigured(
-                "refusing to send the API key over plain http to a host that is not a loopback \
-                 address; use an https:// baseURL",
-            ));
+            return Err(misconfigured(&format!(
+                "{INSECURE_KEY_REFUSAL}; use an https:// baseURL"
+            )));
         }
         let mut value =
             HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::schema::{json_object, json_schema_object};
 use super::status::AgentRunStatus;
-use super::vocab::{PolicyOutcome, SideEffect};
+use super::vocab::{PolicyOutcome, SideEffect, TextAnswer};
 
 /// The desired run: a goal, the agent that decides, the tools it may call, a policy and limits.
 ///
@@ -28,6 +28,8 @@ use super::vocab::{PolicyOutcome, SideEffect};
     status = "AgentRunStatus",
     shortname = "ar",
     category = "agentrt",
+    // `kubectl get ar --field-selector status.phase=Failed` (docs/design.md section 2).
+    selectable = ".status.phase",
     printcolumn(
         name = "Phase",
         type_ = "string",
@@ -195,6 +197,12 @@ pub struct OpenAiAgent {
     #[serde(default = "default_max_context_bytes")]
     #[schemars(range(min = 4096, max = 67108864))]
     pub max_context_bytes: i64,
+
+    /// A reply with no tool call that ended normally (`finish_reason: stop`) with text:
+    /// `Complete` (default) completes the run with `{text: ...}` as its result; `Invalid` makes
+    /// it an `invalid_decision` (`no_tool_call`), so only `agentrt_complete` completes.
+    #[serde(default)]
+    pub text_answer: TextAnswer,
 }
 
 fn default_model_timeout_seconds() -> i64 {
@@ -220,6 +228,7 @@ impl Default for OpenAiAgent {
             prices: None,
             timeout_seconds: default_model_timeout_seconds(),
             max_context_bytes: default_max_context_bytes(),
+            text_answer: TextAnswer::default(),
         }
     }
 }

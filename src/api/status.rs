@@ -15,8 +15,13 @@ use super::vocab::{
 use super::{StepIndex, Time};
 
 /// The run's record (docs/design.md sections 2 and 4). Written only by compare-and-set.
+///
+/// Its schema defaults the whole status to `{phase: Pending}`: the API server fills that in when
+/// it reads a run no controller has written yet, so `kubectl get ar` shows `Pending` before a
+/// controller picks the run up (a printer column cannot default; docs/behaviours.md 74).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("default" = {"phase": "Pending"}))]
 pub struct AgentRunStatus {
     /// Where the run is.
     #[serde(default)]
@@ -64,6 +69,11 @@ pub struct AgentRunStatus {
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Each top-level spec field but `cancel` → the first 16 hex digits of SHA-256 of its
+    /// canonical JSON, as of `observedGeneration`: how a write after an edit knows which fields
+    /// changed (`spec.changed`, docs/design.md section 2).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub spec_hashes: BTreeMap<String, String>,
     /// When `run.started` was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "time_schema")]

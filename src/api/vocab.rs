@@ -44,6 +44,19 @@ impl SideEffect {
     }
 }
 
+/// What the openai agent makes of a reply with no tool call that ended normally
+/// (`finish_reason: stop`) with text (`spec.agent.openai.textAnswer`; docs/design.md section 6,
+/// docs/behaviours.md 72).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum TextAnswer {
+    /// The text is the final answer: the run completes with `{text: ...}` as its result (the
+    /// default, the chat-completions ecosystem's convention).
+    #[default]
+    Complete,
+    /// The reply is an `invalid_decision` (`no_tool_call`): only `agentrt_complete` completes.
+    Invalid,
+}
+
 /// What a policy says about a proposed tool call, as written in a spec (`spec.policy`).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PolicyOutcome {
@@ -292,6 +305,10 @@ pub enum EventType {
     /// 60).
     #[serde(rename = "tool.pinned")]
     ToolPinned,
+    /// The spec of a live run was edited: {generation, fields: ["spec.policy", ...]}, in the
+    /// first write after the edit (docs/behaviours.md 73).
+    #[serde(rename = "spec.changed")]
+    SpecChanged,
     #[serde(rename = "run.finished")]
     RunFinished,
 }

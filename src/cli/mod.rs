@@ -429,6 +429,25 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             let session = connect_for(&target, &run).await?;
             let run = run.name;
             let api = Api::<AgentRun>::namespaced(session.client, &session.namespace);
+            let found = api
+                .get(&run)
+                .await
+                .with_context(|| format!("cannot read AgentRun {}/{run}", session.namespace))?;
+            // A finished run has nothing to cancel: say so, write nothing, succeed.
+            if let Some(status) = found.status.as_ref().filter(|s| finished(s.phase)) {
+                let word = |v: serde_json::Result<serde_json::Value>| {
+                    v.ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_else(|| "-".into())
+                };
+                emit(&format!(
+                    "agentrun {}/{run} already finished ({}, {}); nothing to cancel\n",
+                    session.namespace,
+                    word(serde_json::to_value(status.phase)),
+                    word(serde_json::to_value(status.reason)),
+                ))?;
+                return Ok(());
+            }
             let mut patch = serde_json::json!({"spec": {"cancel": true}});
             if let Some(note) = note {
                 patch["metadata"] =
@@ -444,6 +463,15 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `phase` is one a run never leaves (docs/design.md section 2).
+fn finished(phase: crate::api::RunPhase) -> bool {
+    use crate::api::RunPhase;
+    matches!(
+        phase,
+        RunPhase::Completed | RunPhase::Failed | RunPhase::Cancelled
+    )
 }
 
 fn scoped<K>(session: &Session, all_namespaces: bool) -> Api<K>

@@ -118,12 +118,12 @@ pub enum ApiError {
     /// 409: the `resourceVersion` was stale, or the object to create already exists.
     #[error("conflict: {0}")]
     Conflict(String),
-    /// 404.
-    #[error("not found: {0}")]
+    /// 404, with the API server's message (which says what was not found).
+    #[error("{0}")]
     NotFound(String),
     /// Any other failure of the client or the API server: the write may or may not have
-    /// landed.
-    #[error("{0}")]
+    /// landed. Shown as the API server's message ([`server_message`]).
+    #[error("{}", server_message(.0))]
     Kube(#[source] kube::Error),
     /// The request could not be built.
     #[error("{0}")]
@@ -172,6 +172,17 @@ pub enum RunError {
 impl From<kube::Error> for ApiError {
     fn from(err: kube::Error) -> ApiError {
         classify(err)
+    }
+}
+
+/// What a person should read of a client error: the API server's own message once
+/// (`secrets "nope" not found`), with its reason when the message is empty, never the `Status`
+/// dumped as Rust debug output; any other error as it displays.
+pub fn server_message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        kube::Error::Api(status) => format!("{} (HTTP {})", status.reason, status.code),
+        other => other.to_string(),
     }
 }
 
@@ -455,7 +466,7 @@ impl ClusterApi for KubeApi {
         let object = Api::<Secret>::namespaced(self.client.clone(), namespace)
             .get(&secret.name)
             .await
-            .map_err(|err| err.to_string())?;
+            .map_err(|err| server_message(&err))?;
         if let Some(value) = object.data.as_ref().and_then(|data| data.get(&secret.key)) {
             return String::from_utf8(value.0.clone())
                 .map_err(|_| format!("key {:?} is not UTF-8", secret.key));

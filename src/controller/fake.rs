@@ -198,7 +198,9 @@ impl ClusterApi for FakeApi {
             .approvals
             .get_mut(&(namespace.to_string(), name.to_string()))
         else {
-            return Err(ApiError::NotFound(name.to_string()));
+            return Err(ApiError::NotFound(format!(
+                "approvals.agentrt.dev \"{name}\" not found"
+            )));
         };
         let stored = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !stored.is_empty() && stored != resource_version {

@@ -312,7 +312,7 @@ fn selectors(t: &Target, params: &Params) -> Result<(LabelSelector, FieldSelecto
         .map_err(ApiError::BadRequest)?;
     let fields = FieldSelector::parse(
         params.get("fieldSelector").map_or("", |s| s.as_str()),
-        &selectable_fields(&t.rt),
+        &selectable_fields(&t.rt, &t.version),
         |field| unknown_field_message(&t.rt, field),
     )
     .map_err(ApiError::BadRequest)?;

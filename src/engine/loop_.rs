@@ -7,7 +7,9 @@
 //! `spec.agent.scripted.decisions[i]`, a webhook agent is asked with [`ExternalCall::Agent`], a
 //! model with [`ExternalCall::Model`] ([`super::model_calls`]). The decision is recorded verbatim
 //! (`step.decided`, `steps[i].decision`, args that are not usable JSON in `invalidArgs`) before
-//! it is validated; an unusable one fails the step `invalid_decision` and the loop goes on. A started step is never started again of
+//! it is validated; an unusable one fails the step `invalid_decision` and the loop goes on,
+//! except a model's final answer in plain text, which completes the run with `{text}` unless
+//! `spec.agent.openai.textAnswer` is `Invalid`. A started step is never started again of
 //! its own accord (guarantee 1): an `executing` step found on the loop's way stops it.
 
 use serde_json::{json, Map, Value};
@@ -21,7 +23,7 @@ use super::validate::{check_storable, ToolSchema};
 use super::{AgentFailure, EngineError};
 use crate::api::{
     DeciderFailure, DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepIndex,
-    StepStatus, TerminalReason,
+    StepStatus, TerminalReason, TextAnswer,
 };
 
 /// Whether a transition goes on deciding or has reached its external action (or its end).
@@ -164,7 +166,10 @@ pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
 /// acts on it (docs/behaviours.md 7-9).
 pub(crate) fn apply_decision(txn: &mut Txn, index: usize, raw: Value) -> Flow {
     let record = decision_record(&raw);
-    let data = json!({"kind": record.kind, "tool": record.tool});
+    let mut data = json!({"kind": record.kind, "tool": record.tool});
+    if text_answer(txn, &record).is_some() {
+        data["textAnswer"] = json!(true);
+    }
     txn.step_mut(index).decision = Some(record.clone());
     txn.event(EventType::StepDecided, Some(txn.index_at(index)), data);
     match validate(txn, &raw, &record) {
@@ -309,7 +314,10 @@ fn validate(txn: &Txn, raw: &Value, record: &DecisionRecord) -> Result<Valid, Re
         )));
     };
     match DecisionKind::parse(kind) {
-        None if kind == INVALID_REPLY => Err(Reject::Invalid(invalid_reply(record))),
+        None if kind == INVALID_REPLY => match text_answer(txn, record) {
+            Some(text) => Ok(Valid::Complete(Some(json!({"text": text})))),
+            None => Err(Reject::Invalid(invalid_reply(record))),
+        },
         None => Err(Reject::Invalid(Invalid::new(format!(
             "unknown decision kind {kind:?} (expected tool_call, complete or fail)"
         )))),
@@ -366,6 +374,25 @@ fn invalid_reply(record: &DecisionRecord) -> Invalid {
         failure: Some(failure.to_string()),
         ..Invalid::new(error)
     }
+}
+
+/// docs/behaviours.md 72: the text of a model's final answer in plain text, the ecosystem's
+/// convention: a reply with no tool call (`no_tool_call`) that ended `finish_reason: stop` with
+/// non-empty text, to an openai agent whose `textAnswer` is `Complete` (the default). `None`
+/// otherwise, and always under `textAnswer: Invalid`, which keeps it an `invalid_decision`.
+fn text_answer<'a>(txn: &Txn, record: &'a DecisionRecord) -> Option<&'a str> {
+    let openai = txn.run.spec.agent.openai.as_ref()?;
+    let said = |key: &str| record.extra.get(key).and_then(Value::as_str);
+    let answered = openai.text_answer == TextAnswer::Complete
+        && record.kind.as_deref() == Some(INVALID_REPLY)
+        && said("failure") == Some(DeciderFailure::NoToolCall.as_str())
+        && said("finishReason") == Some("stop");
+    record
+        .extra
+        .get("content")
+        .and_then(|message| message.get("content"))
+        .and_then(Value::as_str)
+        .filter(|text| answered && !text.trim().is_empty())
 }
 
 /// Why a recorded tool call cannot run.

@@ -25,6 +25,7 @@ mod agent_calls;
 mod approvals;
 mod calls;
 mod grants;
+mod habits;
 mod harness;
 mod mcp;
 mod model;
