@@ -274,3 +274,20 @@ async fn the_binary_works_as_the_kubectl_plugin_kubectl_agentrt() {
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
     assert_eq!(list[0]["metadata"]["name"], "refund-1042-1-1");
 }
+
+#[test]
+fn keep_steps_0_is_a_usage_error_naming_the_flag() {
+    for command in ["controller", "dev"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+            .args([command, "--keep-steps", "0"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("agentrt runs");
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--keep-steps") && stderr.contains("1.."),
+            "{command}: {stderr}"
+        );
+    }
+}

@@ -286,11 +286,13 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             let session = connect(&target).await?;
             match what {
                 ShowWhat::Run => {
+                    // A missing or altered segment: print the window, then exit 1 naming it.
                     let history = history::whole_run(&session, &name).await?;
                     match encoded(&history.run, output)? {
                         Some(text) => emit(&text)?,
                         None => emit(&render::run_details(&history.run))?,
                     }
+                    history.whole()?;
                 }
                 ShowWhat::Approval => {
                     let approval = get_approval(&session, &name).await?;
@@ -307,16 +309,23 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             output,
         } => {
             let session = connect(&target).await?;
+            // A missing or altered segment: print the window's events, then exit 1 naming it.
             let history = history::whole_run(&session, &run).await?;
-            let events = history.run.status.map(|s| s.events).unwrap_or_default();
+            let events = history
+                .run
+                .status
+                .clone()
+                .map(|s| s.events)
+                .unwrap_or_default();
             match encoded(&events, output)? {
                 Some(text) => emit(&text)?,
                 None => emit(&render::events_timeline(&events))?,
             }
+            history.whole()?;
         }
         OperatorCommand::Verify { run, target } => {
             let session = connect(&target).await?;
-            let history = history::whole_run(&session, &run).await?;
+            let history = history::whole_run(&session, &run).await?.whole()?;
             emit(&history::verify_report(&history))?;
         }
         OperatorCommand::Approve {
