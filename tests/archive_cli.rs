@@ -112,7 +112,11 @@ async fn a_segments_spec_cannot_be_edited_and_it_cannot_gain_a_status() {
     // A JSON patch is refused with a message naming the field and saying why.
     for (path, value, field) in [
         ("/spec/bytes", "5", "spec.bytes"),
-        ("/spec/steps/0/observation/summary", r#""rewritten""#, "spec.steps"),
+        (
+            "/spec/steps/0/observation/summary",
+            r#""rewritten""#,
+            "spec.steps",
+        ),
     ] {
         let out = c.kubectl(&[
             "patch",

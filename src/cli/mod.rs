@@ -2,7 +2,8 @@
 //! "Approval", docs/behaviours.md 51-53): list and show runs and approvals, approve, reject, cancel.
 //! `show run`, `events` and `verify` read a run's whole history: its sealed segments checked
 //! against the record's chain and stitched with the window (`history`; docs/design.md section
-//! 4a, docs/behaviours.md 58); a missing or altered segment is an error (exit 1) naming it.
+//! 4a, docs/behaviours.md 58); a missing or altered segment is an error (exit 1) naming it, after
+//! `show` and `events` printed the window.
 //!
 //! Approving is the moment a person lets a side effect happen, so `approve` and `reject` print
 //! the Approval first (every model- or server-chosen string escaped and bounded by

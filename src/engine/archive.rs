@@ -3,10 +3,13 @@
 //! `AgentRunSegment`, the segment's canonical sha256 and its name, and (in `chain`) checking a
 //! run's chain of segments and stitching them back into the whole history.
 //!
-//! Owns: the sealing rule as a pure function of the status ([`seal`]), what the window keeps
-//! for the engine's own rules ([`window_limits`]: the trailing identical calls and the
-//! trailing failures its loop detection and failure count look back on), the segment hash ([`segment_sha256`]), name
-//! ([`segment_name`]) and object ([`segment_object`]). Must not: do I/O, read a clock, or
+//! Owns: the sealing rule as a pure function of the status ([`seal`]; sealing by bytes goes on
+//! down to about half of `seal_bytes`), what the window keeps for the engine's own rules
+//! ([`window_limits`]: the trailing identical calls and the trailing failures its loop
+//! detection and failure count look back on), the bounded index `status.archive` (the newest
+//! [`KEPT_ENTRIES`] entries and a count, [`segment_count`]; older segments are reached through
+//! each one's `previous`), the segment hash ([`segment_sha256`]), name ([`segment_name`]) and
+//! object ([`segment_object`]). Must not: do I/O, read a clock, or
 //! decide when a transition seals (the record's `finish` does, for an executor's write that
 //! settles a step; the executor creates the segment, then writes the status [`seal`]
 //! returned).

@@ -165,8 +165,10 @@ pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
 }
 
 /// The body a webhook agent receives: the run, its goal, the step to decide, its tools (as
-/// specified), the window's steps, `archive` (the sealed segments, `null` when none; an agent
-/// that needs older steps reads them: docs/design.md section 4a) and its approvals.
+/// specified), the window's steps, `archive` (`status.archive` as stored, `null` when nothing
+/// is sealed: bounded, the newest 8 index entries, `count` and `head`; an agent that needs older
+/// steps reads the segments, walking back through each one's `previous`: docs/design.md section
+/// 4a) and its approvals.
 fn agent_request(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let tools: Vec<Value> = run
