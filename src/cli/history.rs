@@ -163,8 +163,8 @@ pub(super) fn verify_report(history: &History) -> String {
         super::render::esc(run.metadata.name.as_deref().unwrap_or(""))
     );
     out.push_str(&format!(
-        "  segments: {} checked: each present, hashing to the sha256 the record names, chained \
-         to the one before\n",
+        "  segments: {} checked: each present, hashing to the sha256 the record or the next \
+         segment names, chained to the one before\n",
         report.segments
     ));
     out.push_str(&format!(
