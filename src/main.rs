@@ -58,12 +58,23 @@ struct CrdsArgs {
 /// it sent) rather than as a Rust debug dump.
 fn describe(err: &anyhow::Error) -> String {
     err.chain()
+        // A kube API error's source is its Status, already said by the error itself.
+        .filter(|cause| {
+            cause.downcast_ref::<kube::core::Status>().is_none()
+                && cause.downcast_ref::<Box<kube::core::Status>>().is_none()
+        })
         .map(|cause| match cause.downcast_ref::<kube::Error>() {
             Some(kube::Error::Api(status)) => {
-                format!(
-                    "{} ({}, HTTP {})",
-                    status.message, status.reason, status.code
-                )
+                // `... "x" not found (HTTP 404)`, not `... not found (NotFound, HTTP 404)`.
+                let squashed = status.message.replace(' ', "").to_lowercase();
+                if status.reason.is_empty() || squashed.contains(&status.reason.to_lowercase()) {
+                    format!("{} (HTTP {})", status.message, status.code)
+                } else {
+                    format!(
+                        "{} ({}, HTTP {})",
+                        status.message, status.reason, status.code
+                    )
+                }
             }
             _ => cause.to_string(),
         })

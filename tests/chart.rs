@@ -257,7 +257,7 @@ fn admission_policies_render_valid_policies_and_bindings() {
             .iter()
             .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
             .count(),
-        2
+        3
     );
     let with_four_eyes = render(&[
         "admissionPolicies.enabled=true",
@@ -269,14 +269,14 @@ fn admission_policies_render_valid_policies_and_bindings() {
             .iter()
             .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
             .count(),
-        4
+        5
     );
     assert_eq!(
         with_four_eyes
             .iter()
             .filter(|o| o["kind"] == "ValidatingAdmissionPolicyBinding")
             .count(),
-        4
+        5
     );
 }
 

@@ -649,3 +649,52 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
         decided[0]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_policies_hold_a_segments_labels_immutable() {
+    let Some(cluster) = real_cluster("admission_policies_hold_a_segments_labels_immutable").await
+    else {
+        return;
+    };
+    let ns = cluster.namespace().to_string();
+    let release = release();
+    // The segment is created first: the policies let only the controller create one.
+    let segment =
+        std::fs::read_to_string(support::fixtures::path("archive/segment.yaml")).expect("fixture");
+    let out = cluster.kubectl_stdin(&["create", "-f", "-"], &segment);
+    assert!(out.status.success(), "{}", text(&out));
+    let sets = vec![
+        format!("watchNamespaces={{{ns}}}"),
+        "userRoles.create=false".to_string(),
+        "admissionPolicies.enabled=true".to_string(),
+    ];
+    let objects = render(
+        &release,
+        &ns,
+        &sets,
+        &["--show-only", "templates/admission.yaml"],
+    );
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &objects);
+    let out = once_refused_by_dry_run(
+        &cluster,
+        None,
+        &[
+            "label",
+            "--overwrite",
+            "arseg",
+            "refund-1042-0-0123456789",
+            "agentrt.dev/run-uid=another",
+        ],
+        "",
+    )
+    .await;
+    let message = text(&out);
+    assert!(
+        !out.status.success()
+            && message.contains("metadata.labels of an AgentRunSegment are immutable"),
+        "a segment's label cannot be changed: {message}"
+    );
+    let out = cluster.kubectl(&["label", "arseg", "refund-1042-0-0123456789", "extra=1"]);
+    assert!(!out.status.success(), "nor a label added: {}", text(&out));
+    cluster.kubectl_stdin(&["delete", "-f", "-"], &objects);
+}

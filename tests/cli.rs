@@ -527,3 +527,20 @@ fn lint_works_as_kubectl_agentrt_lint() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "1 runs ok\n");
 }
+
+#[test]
+fn keep_steps_0_is_a_usage_error_naming_the_flag() {
+    for command in ["controller", "dev"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+            .args([command, "--keep-steps", "0"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("agentrt runs");
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--keep-steps") && stderr.contains("1.."),
+            "{command}: {stderr}"
+        );
+    }
+}

@@ -4,7 +4,8 @@
 //! `-A` lists all; `namespace/name` ([`ObjectRef`]) is accepted wherever a name is.
 //! `show run`, `events` and `verify` read a run's whole history: its sealed segments checked
 //! against the record's chain and stitched with the window (`history`; docs/design.md section
-//! 4a, docs/behaviours.md 58); a missing or altered segment is an error (exit 1) naming it.
+//! 4a, docs/behaviours.md 58); a missing or altered segment is an error (exit 1) naming it, after
+//! `show` and `events` printed the window.
 //!
 //! Approving is the moment a person lets a side effect happen, so `approve` and `reject` print
 //! the Approval first (every model- or server-chosen string escaped and bounded by
@@ -376,11 +377,13 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             let name = name.name;
             match what {
                 ShowWhat::Run => {
+                    // A missing or altered segment: print the window, then exit 1 naming it.
                     let history = history::whole_run(&session, &name).await?;
                     match encoded(&history.run, output)? {
                         Some(text) => emit(&text)?,
                         None => emit(&render::run_details(&history.run))?,
                     }
+                    history.whole()?;
                 }
                 ShowWhat::Approval => {
                     let approval = get_approval(&session, &name).await?;
@@ -397,16 +400,23 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             output,
         } => {
             let session = connect_for(&target, &run).await?;
+            // A missing or altered segment: print the window's events, then exit 1 naming it.
             let history = history::whole_run(&session, &run.name).await?;
-            let events = history.run.status.map(|s| s.events).unwrap_or_default();
+            let events = history
+                .run
+                .status
+                .clone()
+                .map(|s| s.events)
+                .unwrap_or_default();
             match encoded(&events, output)? {
                 Some(text) => emit(&text)?,
                 None => emit(&render::events_timeline(&events))?,
             }
+            history.whole()?;
         }
         OperatorCommand::Verify { run, target } => {
             let session = connect_for(&target, &run).await?;
-            let history = history::whole_run(&session, &run.name).await?;
+            let history = history::whole_run(&session, &run.name).await?.whole()?;
             emit(&history::verify_report(&history))?;
         }
         OperatorCommand::Approve {

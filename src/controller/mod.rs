@@ -107,9 +107,11 @@ pub struct ControllerOptions {
     /// Seal when a run's window (its steps and events) passes this many bytes of JSON.
     #[arg(long, default_value_t = 131072, value_parser = clap::value_parser!(u32).range(1024..))]
     pub seal_bytes: u32,
-    /// The most recent settled steps a seal leaves in the window (at least 1, and the trailing
-    /// identical calls and failures the run's loop detection and failure count look back on).
-    #[arg(long, default_value_t = 8)]
+    /// The most recent settled steps a seal by step count leaves in the window (at least 1; 0
+    /// is refused), and the trailing identical calls and failures the run's loop detection and
+    /// failure count look back on. A seal by bytes leaves fewer when they pass half of
+    /// `--seal-bytes` (docs/design.md section 4a).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub keep_steps: u32,
     /// Test only, compiled with the `fault-injection` feature: shift this replica's wall clock
     /// by this many milliseconds (negative: behind), so the clock-skew scenarios can skew one

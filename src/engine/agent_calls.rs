@@ -131,9 +131,11 @@ pub(crate) fn failed(txn: &mut Txn, index: usize, failure: AgentFailure) -> Flow
 }
 
 /// The body a webhook agent receives: the run, its goal, the step to decide, its tools (as
-/// specified), the window's steps (the step being decided last, `deciding`), `archive` (the
-/// sealed segments, `null` when none; an agent that needs older steps reads them:
-/// docs/design.md section 4a) and its approvals. The README shows an example.
+/// specified), the window's steps (the step being decided last, `deciding`), `archive`
+/// (`status.archive` as stored, `null` when nothing is sealed: bounded, the newest 8 index
+/// entries, `count` and `head`; an agent that needs older steps reads the segments, walking back
+/// through each one's `previous`: docs/design.md section 4a) and its approvals. The README shows
+/// an example.
 pub(crate) fn agent_request(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let tools: Vec<Value> = run
