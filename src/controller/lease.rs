@@ -242,11 +242,15 @@ enum Swap {
 
 /// The compare-and-set renew and release share: while `base` (the Lease as last written or
 /// read) is still held by `holder`, write `edit(base)` on its resourceVersion. A 409 re-reads
-/// the Lease and tries once more on the fresh version if it is still ours (someone touched it
-/// without taking it); a 404, or a re-read finding it gone, is [`Swap::NotOurs`]`(None)`.
+/// the Lease and tries again on the fresh version while it is still ours (someone touched it
+/// without taking it, e.g. this replica's other renewal), at most [`SWAP_ATTEMPTS`] times; a
+/// 404, or a re-read finding it gone, is [`Swap::NotOurs`]`(None)`.
 ///
 /// # Errors
-/// When the API server fails otherwise.
+/// When the API server fails otherwise, and [`ApiError::Conflict`] when every attempt met a
+/// 409 while the Lease was still ours: that is a renewal that did not happen, not a lost lease
+/// (the caller decides by its monotonic clock; docs/design.md section 4). Reporting it as lost
+/// made a busy replica give up runs it still held, and another take them over.
 async fn while_ours(
     api: &dyn ClusterApi,
     base: &Lease,
@@ -256,7 +260,7 @@ async fn while_ours(
     let namespace = base.metadata.namespace.clone().unwrap_or_default();
     let name = base.metadata.name.clone().unwrap_or_default();
     let mut base = base.clone();
-    for _ in 0..2 {
+    for _ in 0..SWAP_ATTEMPTS {
         let current = base
             .spec
             .as_ref()
@@ -279,10 +283,17 @@ async fn while_ours(
             Err(err) => return Err(err),
         }
     }
-    Ok(Swap::NotOurs(
-        base.spec.and_then(|spec| spec.holder_identity),
-    ))
+    let current = base.spec.and_then(|spec| spec.holder_identity);
+    if current.as_deref() == Some(holder.as_str()) {
+        return Err(ApiError::Conflict(format!(
+            "Lease {namespace}/{name} changed under each of {SWAP_ATTEMPTS} writes while still held by {holder}"
+        )));
+    }
+    Ok(Swap::NotOurs(current))
 }
+
+/// How many compare-and-set writes [`while_ours`] tries while the Lease stays ours.
+pub const SWAP_ATTEMPTS: usize = 3;
 
 /// Renews `held` by compare-and-set ([`while_ours`]), writing `now` (this replica's wall clock)
 /// as renewTime. A 409 re-reads the Lease: still ours (someone touched it without taking it) →

@@ -98,11 +98,9 @@ impl SegmentCache {
         let all_kept = named.len() == archive.segments.len();
         let mut older: Vec<Arc<Vec<Step>>> = Vec::new();
         let mut unreadable_older: Option<(i64, i64)> = None;
-        if let (true, Some((mut first_step, Some(mut read))), Some(mut index)) = (
-            all_kept,
-            oldest,
-            archive.segments.first().map(|e| e.index),
-        ) {
+        if let (true, Some((mut first_step, Some(mut read))), Some(mut index)) =
+            (all_kept, oldest, archive.segments.first().map(|e| e.index))
+        {
             while steps < enough && index > 0 && !read.previous.is_empty() {
                 index -= 1;
                 let entry = ArchivedSegment {
@@ -408,7 +406,11 @@ mod tests {
             history.segments,
             vec![Arc::new(one.steps.clone()), Arc::new(two.steps.clone())]
         );
-        assert_eq!(history.unreadable, vec![(0, 1)], "steps 0-1 could not be read");
+        assert_eq!(
+            history.unreadable,
+            vec![(0, 1)],
+            "steps 0-1 could not be read"
+        );
     }
 
     #[test]
