@@ -344,6 +344,7 @@ async fn runs_complete_as_the_charts_service_account(cluster: &TestCluster, sets
         ("create", "agentrunsegments.agentrt.dev", ""),
         ("get", "agentrunsegments.agentrt.dev", ""),
         ("update", "leases.coordination.k8s.io", ""),
+        ("delete", "leases.coordination.k8s.io", ""),
         ("create", "events.events.k8s.io", ""),
         ("get", "secrets", ""),
     ] {

@@ -402,3 +402,65 @@ async fn a_when_that_fails_on_the_args_pauses_on_a_policy_error_approval_a_perso
     assert_seq_contiguous(&done);
     assert_eq!(tools.calls().len(), 1, "the approved call ran once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_by_another_holder_is_in_the_journal_with_its_holder_and_epoch() {
+    // docs/behaviours.md 81: paused under holder first (epoch 1), first is killed; on approve,
+    // second executes at epoch 2, and the journal says so in the write of its first action.
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let mut first = start_controller(&cluster, "first");
+    create_run(
+        &client,
+        &ns,
+        &fixture("needs-approval", &tools.base(), "handed-over"),
+    )
+    .await;
+    let approval = wait_approval(
+        &client,
+        &ns,
+        "handed-over",
+        "policy",
+        Duration::from_secs(60),
+    )
+    .await;
+    first.signal(libc::SIGKILL);
+    assert!(first.was_killed(Duration::from_secs(5)));
+    let _second = start_controller(&cluster, "second");
+    decide(&client, &ns, &approval, "Approved").await;
+    let done = wait_phase(
+        &client,
+        &ns,
+        "handed-over",
+        "Completed",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_seq_contiguous(&done);
+    let resumed = events_of(&done, "run.resumed");
+    assert_eq!(resumed.len(), 1, "{:?}", event_types(&done));
+    let data = &resumed[0]["data"];
+    let starts = |field: &str, prefix: &str| {
+        data[field]
+            .as_str()
+            .is_some_and(|holder| holder.starts_with(prefix))
+    };
+    assert!(starts("holder", "second-"), "{data}");
+    assert!(starts("previousHolder", "first-"), "{data}");
+    assert_eq!(data["epoch"], 2, "{data}");
+    assert_eq!(done["lease"]["epoch"], 2);
+    assert_eq!(done["lease"]["holder"], data["holder"]);
+    let started = events_of(&done, "step.tool_started");
+    assert_eq!(started.len(), 1);
+    assert_eq!(
+        resumed[0]["seq"].as_i64().map(|seq| seq + 2),
+        started[0]["seq"].as_i64(),
+        "resumed, policy and the start share one write"
+    );
+    assert!(tools
+        .calls()
+        .iter()
+        .all(|c| c.holder.starts_with("second-")));
+}

@@ -51,7 +51,7 @@ pub struct AgentRunStatus {
     /// Seconds spent deciding and executing, summed over steps.
     #[serde(default)]
     pub active_seconds: f64,
-    /// Which replica holds the run and the takeover epoch (the fence; docs/design.md section 4).
+    /// Which replica holds the run and its epoch (the fence; docs/design.md section 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseRecord>,
     /// The audit journal: seq 1, 2, 3… without gaps.
@@ -108,7 +108,9 @@ pub struct Usage {
 pub struct LeaseRecord {
     /// The holder identity (controller name + per-process random suffix).
     pub holder: String,
-    /// Incremented by each takeover.
+    /// Incremented each time a holder takes the run to act on it: `run.started`, each resume
+    /// after a wait (`run.resumed` {holder, epoch}) and each takeover (`lease.taken_over`), so
+    /// two writes under one epoch are one holder's (docs/design.md section 4).
     pub epoch: i64,
 }
 

@@ -90,7 +90,7 @@ pub fn lint_text(file: &str, text: &str, report: &mut Report) -> anyhow::Result<
         }
         match serde_json::from_value::<AgentRunSpec>(value["spec"].clone()) {
             Ok(decoded) => report.problems.extend(
-                spec::spec(&decoded)
+                spec::run(name, &decoded)
                     .into_iter()
                     .map(|p| format!("{file}: {object}: {p}")),
             ),

@@ -61,7 +61,7 @@ pub fn refusal(object: &Value, old: Option<&Value>) -> Option<String> {
 /// Each problem of `object`'s spec as `field: message`.
 fn problems(object: &Value) -> Vec<String> {
     match serde_json::from_value::<AgentRunSpec>(object["spec"].clone()) {
-        Ok(decoded) => spec::spec(&decoded)
+        Ok(decoded) => spec::run(object["metadata"]["name"].as_str().unwrap_or(""), &decoded)
             .iter()
             .map(ToString::to_string)
             .collect(),
@@ -216,6 +216,19 @@ mod tests {
         assert_eq!(answer["response"], json!({"uid": "u2", "allowed": true}));
         let answer = review(&json!({"request": {"uid": "u3", "object": null}}));
         assert_eq!(answer["response"]["allowed"], true, "a DELETE is allowed");
+    }
+
+    #[test]
+    fn a_run_named_longer_than_63_characters_is_refused_naming_metadata_name() {
+        let mut object = run("get_weather");
+        object["metadata"]["name"] = json!("w".repeat(64));
+        let message = refusal(&object, None).expect("refused");
+        assert!(
+            message.contains(": metadata.name: must be no more than 63 characters (got 64)"),
+            "{message}"
+        );
+        object["metadata"]["name"] = json!("w".repeat(63));
+        assert_eq!(refusal(&object, None), None);
     }
 
     #[test]

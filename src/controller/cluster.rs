@@ -10,7 +10,10 @@
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    Preconditions,
+};
 use kube::{Api, Client};
 use serde_json::Value;
 
@@ -244,6 +247,17 @@ pub trait ClusterApi: Send + Sync + 'static {
     async fn create_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError>;
     /// REPLACE a Lease on its `metadata.resourceVersion`.
     async fn replace_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError>;
+    /// DELETE the Lease named `name` only while it is the object read: preconditions on its
+    /// `uid` and `resourceVersion` ([`ApiError::Conflict`] when it changed, [`ApiError::NotFound`]
+    /// when it is gone). Used to replace a Lease another run of the same name left
+    /// (docs/design.md section 2, Lease).
+    async fn delete_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        resource_version: &str,
+    ) -> Result<(), ApiError>;
     /// The value of one Secret key, as text.
     async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String>;
 }
@@ -460,6 +474,26 @@ impl ClusterApi for KubeApi {
         Ok(Api::<Lease>::namespaced(self.client.clone(), namespace)
             .replace(&name, &PostParams::default(), lease)
             .await?)
+    }
+
+    async fn delete_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        resource_version: &str,
+    ) -> Result<(), ApiError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: Some(resource_version.to_string()),
+            }),
+            ..DeleteParams::default()
+        };
+        Api::<Lease>::namespaced(self.client.clone(), namespace)
+            .delete(name, &params)
+            .await?;
+        Ok(())
     }
 
     async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String> {

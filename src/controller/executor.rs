@@ -48,9 +48,10 @@ pub fn spawn(
     input: Input,
 ) -> bool {
     let stop = CancellationToken::new();
+    let uid = state.run.snapshot.uid.clone();
     if !ctx
         .executors
-        .register(&key, stop.clone(), state.run.snapshot.generation)
+        .register(&key, &uid, stop.clone(), state.run.snapshot.generation)
     {
         return false;
     }
@@ -90,7 +91,7 @@ pub fn spawn(
             stop.cancel();
             let _ = renewals.await;
             lease.release(ctx.api.as_ref(), &ctx.settings.holder).await;
-            ctx.executors.unregister(&key);
+            ctx.executors.unregister(&key, &uid);
             tracing::info!("executor stopped");
             ctx.executors.kick(&key);
         }
@@ -354,8 +355,19 @@ impl Driver<'_> {
                     return Some(Flow::Stop);
                 }
                 match reread(ctx, self.key).await {
-                    Some(fresh) => self.state = fresh,
-                    None => return Some(Flow::Stop),
+                    Some(fresh) if fresh.run.snapshot.uid == self.state.run.snapshot.uid => {
+                        self.state = fresh;
+                    }
+                    Some(_) => {
+                        // Deleted and created again under its name: another run, with its
+                        // own Lease and executor (docs/behaviours.md 79).
+                        tracing::info!("the run is gone (a new run of that name exists)");
+                        return Some(Flow::Stop);
+                    }
+                    None => {
+                        tracing::info!("the run is gone");
+                        return Some(Flow::Stop);
+                    }
                 }
                 Some(Flow::Next(input.clone()))
             }

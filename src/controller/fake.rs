@@ -263,6 +263,27 @@ impl ClusterApi for FakeApi {
         Ok(lease)
     }
 
+    async fn delete_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        resource_version: &str,
+    ) -> Result<(), ApiError> {
+        let mut state = self.state.lock().unwrap();
+        let key = (namespace.to_string(), name.to_string());
+        let Some(current) = state.leases.get(&key) else {
+            return Err(ApiError::NotFound("lease".into()));
+        };
+        if current.metadata.uid.as_deref().is_some_and(|u| u != uid)
+            || current.metadata.resource_version.as_deref() != Some(resource_version)
+        {
+            return Err(ApiError::Conflict("lease precondition failed".into()));
+        }
+        state.leases.remove(&key);
+        Ok(())
+    }
+
     async fn secret_value(
         &self,
         _namespace: &str,

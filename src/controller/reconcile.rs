@@ -46,7 +46,10 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
     if obj.metadata.generation.is_some()
-        && ctx.executors.executing_generation(&key) == obj.metadata.generation
+        && ctx
+            .executors
+            .executing_generation(&key, obj.metadata.uid.as_deref().unwrap_or_default())
+            == obj.metadata.generation
     {
         // This replica's executor works on the run and its spec did not change (no cancel): the
         // change that woke us is the executor's own; it kicks a reconcile when it stops.
@@ -93,10 +96,13 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
     let mut settled = false;
     'decide: for _ in 0..MAX_CONFLICTS {
         settled = true;
-        let executing = ctx.executors.is_executing(key);
+        let uid = state.run.snapshot.uid.clone();
+        let executing = ctx.executors.is_executing(key, &uid);
         // How long this replica has seen the Lease unchanged decides whether it is expired;
-        // never its renewTime against this replica's clock (docs/design.md section 4).
-        let seen = ctx.observe_lease(key, lease_read.as_ref());
+        // never its renewTime against this replica's clock (docs/design.md section 4). Only
+        // the run's own Lease counts: one owned by another uid (a deleted run of this name)
+        // is judged as absent and replaced on acquiring (docs/behaviours.md 79).
+        let seen = ctx.observe_lease(key, lease::own(lease_read.as_ref(), &uid));
         let observed = ctx.observe(&state, &seen);
         if let Some(status) = observed.write {
             match ctx.write_status(&state, &status).await? {

@@ -412,6 +412,34 @@ async fn a_live_lease_held_by_another_replica_is_left_alone() {
     assert_eq!(seen("held"), ["observe"]);
 }
 
+#[tokio::test]
+async fn a_lease_owned_by_another_uid_is_replaced_not_adopted() {
+    // A run of this name was deleted while another replica held its Lease (live: seen just
+    // now); the run created again under the name (a new uid) must not wait for it, nor adopt it.
+    let tool = tool(Duration::ZERO).await;
+    let mut deleted = run_with_tool("again", tool.addr, 30);
+    deleted["metadata"]["uid"] = json!("uid-deleted");
+    let api = Arc::new(FakeApi::with_run(deleted));
+    held_by_other(&api, "again", Clock::default().now()).await;
+    assert_eq!(
+        super::lease::owner_uid(&api.lease("ns", "again").unwrap()),
+        Some("uid-deleted")
+    );
+    api.put_run(run_with_tool("again", tool.addr, 30));
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("again")).await.unwrap();
+    until_idle(&ctx).await;
+    assert_eq!(api.run("ns", "again")["status"]["phase"], "Completed");
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    let lease = api.lease("ns", "again").expect("the run's own Lease");
+    assert_eq!(super::lease::owner_uid(&lease), Some("uid-again"));
+    assert_eq!(
+        lease.spec.unwrap().lease_transitions,
+        Some(0),
+        "a fresh Lease"
+    );
+}
+
 /// Another replica `other-…` holds `name`'s Lease, its renewTime `renewed_at` (by its clock).
 async fn held_by_other(api: &FakeApi, name: &str, renewed_at: Time) -> HolderId {
     let other = HolderId::with_random_suffix("other");

@@ -163,10 +163,10 @@ fn start(txn: &mut Txn) {
     drive(txn);
 }
 
-/// docs/behaviours.md 1: a spec with problems ends the run `invalid_spec` before any step, its
-/// detail every problem (`field: message; ...`). Whether it did.
+/// docs/behaviours.md 1 and 80: a spec (or a name) with problems ends the run `invalid_spec`
+/// before any step, its detail every problem (`field: message; ...`). Whether it did.
 fn refuse_invalid_spec(txn: &mut Txn) -> bool {
-    let problems = validate_spec::spec(&txn.run.spec);
+    let problems = validate_spec::run(&txn.run.name, &txn.run.spec);
     if problems.is_empty() {
         return false;
     }

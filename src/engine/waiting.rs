@@ -189,10 +189,21 @@ fn fresh_name(txn: &Txn, taken: &str) -> Option<String> {
 /// The leftover object is left exactly as it is.
 fn rehome(txn: &mut Txn, index: usize, latest: &StepApproval, why: &str) {
     let Some(fresh) = fresh_name(txn, &latest.name) else {
+        // Both names are taken (the recorded one and the one it was moved to): the run has
+        // no name left to pause on and ends here, saying so truly (nothing of this step ran).
+        let first = requested_event(txn, &latest.name)
+            .and_then(|data| {
+                let replaced = data["replaces"].as_str()?.to_string();
+                let conflict = data["conflict"].as_str().unwrap_or("was taken").to_string();
+                Some(format!("Approval {replaced} {conflict}, and "))
+            })
+            .unwrap_or_default();
         let detail = format!(
-            "Approval {} {why}, and the run has no other name to pause on; delete that \
-             object to let the run go on",
-            latest.name
+            "{first}Approval {} {why}: both names this step's approval can take are held by \
+             objects not made for this run, so it cannot pause and ends without running step \
+             {}; delete those objects, then create the run again",
+            latest.name,
+            txn.index_at(index)
         );
         txn.end_run(TerminalReason::InternalError, Some(detail), None);
         return;

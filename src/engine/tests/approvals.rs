@@ -435,6 +435,32 @@ fn an_approval_left_by_another_run_is_never_adopted_and_the_run_pauses_on_a_fres
 }
 
 #[test]
+fn both_approval_names_taken_ends_the_run_with_a_message_that_is_true() {
+    // docs/behaviours.md 82: `<run>-1-1` and `<run>-1-1-<uid8>` both held by objects not made
+    // for this run; the run ends, and its detail names both and promises nothing it cannot do.
+    let mut h = paused();
+    leftover(&mut h);
+    h.reconcile("b");
+    let fresh = format!("{NAME}-uid-1");
+    let squat = h.approvals.get_mut(&fresh).unwrap();
+    squat["spec"]["runUID"] = json!("uid-of-someone-else");
+    squat["spec"]["request"]["run"]["uid"] = json!("uid-of-someone-else");
+    h.reconcile("c");
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Failed);
+    assert_eq!(status.reason, Some(TerminalReason::InternalError));
+    let detail = status.reason_detail.unwrap_or_default();
+    assert!(
+        detail.contains(&format!("Approval {NAME} "))
+            && detail.contains(&format!("Approval {fresh} ")),
+        "{detail}"
+    );
+    assert!(!detail.contains("let the run go on"), "{detail}");
+    assert!(detail.contains("create the run again"), "{detail}");
+    assert!(h.tool_calls.iter().all(|c| c.tool.name != "issue_refund"));
+}
+
+#[test]
 fn an_approval_for_another_request_under_the_runs_name_is_not_adopted_either() {
     let mut h = paused();
     let object = h.approvals.get_mut(NAME).unwrap();

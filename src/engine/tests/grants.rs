@@ -9,6 +9,17 @@ use crate::api::{ObservationKind, PolicyOutcome, RunPhase, StepStatus, TerminalR
 use crate::engine::Input;
 
 #[test]
+fn a_grant_executed_by_the_holder_that_paused_names_it_and_no_previous_holder() {
+    let mut h = paused();
+    h.approve(NAME);
+    h.reconcile("a");
+    assert_eq!(
+        h.last_event("run.resumed"),
+        json!({"approval": NAME, "holder": "a", "epoch": 2})
+    );
+}
+
+#[test]
 fn executing_a_grant_writes_resumed_policy_and_tool_started_together() {
     let mut h = paused();
     h.advance(600);
@@ -49,7 +60,11 @@ fn executing_a_grant_writes_resumed_policy_and_tool_started_together() {
         h.last_event("approval.decided"),
         json!({"approval": NAME, "verdict": "Approved", "approver": "alice"})
     );
-    assert_eq!(h.last_event("run.resumed"), json!({"approval": NAME}));
+    // Holder b takes the run over from a at epoch 2: the journal says so in this write.
+    assert_eq!(
+        h.last_event("run.resumed"),
+        json!({"approval": NAME, "holder": "b", "epoch": 2, "previousHolder": "a"})
+    );
     assert_eq!(
         h.last_event("step.tool_started"),
         json!({"tool": "issue_refund", "args": {"amount": 250, "order": 1042}, "attempt": 1, "approval": NAME})

@@ -162,6 +162,19 @@ fn a_spec_the_api_server_should_have_refused_fails_the_run_naming_the_field() {
 }
 
 #[test]
+fn a_run_named_longer_than_63_characters_fails_invalid_spec_before_any_step() {
+    // Created before the CRD's rule (or past it): it would wait for ever at its first
+    // Approval, whose label agentrt.dev/run cannot hold the name (docs/behaviours.md 80).
+    let mut h = Harness::scripted(vec![call("read", json!({}))]);
+    h.run.name = "r".repeat(64);
+    assert_fails_before_any_step(&mut h, "metadata.name: must be no more than 63 characters");
+    let mut h = Harness::scripted(vec![call("read", json!({}))]);
+    h.run.name = "r".repeat(63);
+    h.reconcile("a");
+    assert_ne!(h.status().reason, Some(TerminalReason::InvalidSpec));
+}
+
+#[test]
 fn defaults_are_fifty_steps_three_failures_loop_three_lease_thirty_and_optional_limits_off() {
     let spec: AgentRunSpec =
         serde_yaml::from_str("goal: g\nagent: {scripted: {decisions: []}}\ntools: []\n")

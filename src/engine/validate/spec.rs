@@ -45,6 +45,30 @@ pub fn render(problems: &[Problem]) -> String {
         .join("; ")
 }
 
+/// The longest AgentRun name: the run's name is the value of its Approvals' label
+/// `agentrt.dev/run`, and a label value has at most 63 characters (as a Job's name, for the
+/// same reason; docs/behaviours.md 80).
+pub const MAX_RUN_NAME: usize = 63;
+
+/// Every problem of the run named `name` with `spec`: its name first (`metadata.name`, at most
+/// [`MAX_RUN_NAME`] characters), then [`spec`]'s. What the admission webhook, `agentrt lint`
+/// and the engine before `run.started` apply (the CRD's root CEL rule says the same).
+pub fn run(name: &str, spec: &AgentRunSpec) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let length = name.chars().count();
+    if length > MAX_RUN_NAME {
+        out.push(Problem {
+            field: "metadata.name".into(),
+            message: format!(
+                "must be no more than {MAX_RUN_NAME} characters (got {length}): it is the value \
+                 of the run's Approvals' label agentrt.dev/run; choose a shorter name"
+            ),
+        });
+    }
+    out.extend(self::spec(spec));
+    out
+}
+
 /// Every problem of `spec`, in field order; empty when the spec is fine.
 ///
 /// The rules:
