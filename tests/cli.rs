@@ -385,10 +385,12 @@ async fn approvals_follow_the_contexts_namespace_and_names_take_a_namespace() {
     }
     for command in [
         vec!["show", "run"],
+        vec!["show", "approval"],
         vec!["events"],
         vec!["verify"],
         vec!["cancel"],
         vec!["reject"],
+        vec!["approve"],
     ] {
         let mut args = command.clone();
         let missing = format!("{}/no-such-run", c.namespace());
@@ -400,6 +402,14 @@ async fn approvals_follow_the_contexts_namespace_and_names_take_a_namespace() {
             said.contains(&missing),
             "{command:?} names {missing}: {said}"
         );
+        // The API server's message, said once (issue 14).
+        assert_eq!(
+            said.matches("\"no-such-run\" not found").count(),
+            1,
+            "{command:?}: {said}"
+        );
+        assert!(!said.contains("HTTP 404"), "{command:?}: {said}");
+        assert!(!said.contains(": NotFound"), "{command:?}: {said}");
     }
     assert_eq!(decision(&c).trim(), "", "nothing was decided");
 }
