@@ -641,6 +641,14 @@ async fn approve_of_a_cancelled_approval_refuses_before_the_prompt() {
         "{}",
         text(&out)
     );
+    // Listed only with --all-phases (or its older spelling --all).
+    let ours = format!("{}/refund-1042-1-1", c.namespace());
+    let out = agentrt(&c, &["approvals", "-o", "json"], &[]);
+    assert!(!listed(&out).contains(&ours), "{}", text(&out));
+    for every in ["--all-phases", "--all"] {
+        let out = agentrt(&c, &["approvals", every, "-o", "json"], &[]);
+        assert!(listed(&out).contains(&ours), "{every}: {}", text(&out));
+    }
 }
 
 /// A `--note` over the schema's limit is a usage error naming the limit, sent nowhere.

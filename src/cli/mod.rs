@@ -85,9 +85,10 @@ pub enum OperatorCommand {
         /// All namespaces.
         #[arg(short = 'A', long)]
         all_namespaces: bool,
-        /// Include decided, expired and executed Approvals.
-        #[arg(long)]
-        all: bool,
+        /// Every phase: include decided, expired, executed and cancelled Approvals (not only
+        /// pending ones). `--all` is an older spelling of it; `-A` is about namespaces.
+        #[arg(long = "all-phases", alias = "all")]
+        all_phases: bool,
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
@@ -363,7 +364,7 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
         OperatorCommand::Approvals {
             target,
             all_namespaces,
-            all,
+            all_phases,
             output,
         } => {
             let every_namespace = all_namespaces;
@@ -374,7 +375,7 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 .await?
                 .items
                 .into_iter()
-                .filter(|a| all || is_pending(a))
+                .filter(|a| all_phases || is_pending(a))
                 .collect();
             match encoded(&approvals, output)? {
                 Some(text) => emit(&text)?,
