@@ -241,7 +241,7 @@ fn duplicate_key_in_a_map_list_is_a_duplicate_value() {
     )));
     assert_eq!(
         errors,
-        vec!["spec.tools[1]: Duplicate value: map[string]interface {}{\"name\":\"a\"}"]
+        vec!["spec.tools[1]: Duplicate value: {\"name\":\"a\"}"]
     );
 }
 
