@@ -95,10 +95,10 @@ pub(super) fn number(n: &Number) -> String {
 
 /// How field.Error prints a bad value: `%q` strings, `%v` scalars, compounds as their JSON
 /// (`Duplicate value: {"name":"a"}`, as kube-apiserver v1.34 answers; older ones printed Go's
-/// `%#v`), and no value as the string `"null"`.
+/// `%#v`), and no value as `null` (v1.34: `Invalid value: null`; older ones quoted it).
 pub(super) fn bad_value(v: Option<&Value>) -> String {
     match v {
-        None | Some(Value::Null) => quote("null"),
+        None | Some(Value::Null) => "null".to_string(),
         Some(Value::String(s)) => quote(s),
         Some(Value::Bool(b)) => b.to_string(),
         Some(Value::Number(n)) => number(n),
