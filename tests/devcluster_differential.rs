@@ -95,7 +95,7 @@ fn substitute(text: &str, group: &str, side: &Side) -> String {
 /// The body to send: YAML for a YAML content type, JSON otherwise.
 fn body_bytes(case: &Case, group: &str, side: &Side) -> Vec<u8> {
     if let Some(raw) = &case.raw_body {
-        return raw.clone().into_bytes();
+        return substitute(raw, group, side).into_bytes();
     }
     let text = match (&case.body, &case.body_file) {
         (Some(v), _) => serde_yaml::to_string(v).expect("body serializes"),
@@ -133,7 +133,10 @@ async fn send(client: &kube::Client, method: &str, path: &str, ct: &str, body: V
         .collect_bytes()
         .await
         .expect("body readable");
-    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    // As deep as the servers answer (a case nests 150 levels, past serde_json's default 128).
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    de.disable_recursion_limit();
+    let body: Value = Deserialize::deserialize(&mut de).unwrap_or(Value::Null);
     let mut causes: Vec<String> = body["details"]["causes"]
         .as_array()
         .into_iter()

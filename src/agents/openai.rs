@@ -342,8 +342,18 @@ fn scrub_bytes(body: Vec<u8>, api_key: Option<&ApiKey>) -> Vec<u8> {
 }
 
 /// `retry-after-ms`, else `Retry-After` (delta-seconds or an HTTP date), in milliseconds. Also
-/// the webhook agent's.
+/// the webhook agent's. A value too large to hold (`Retry-After: 99999999999999999999`) is
+/// "longer than any budget", not unreadable: it saturates at [`RETRY_AFTER_SATURATED_MILLIS`],
+/// so the engine stops early as for any Retry-After past the budget (docs/behaviours.md 48).
 pub(super) fn retry_after_millis(headers: &HeaderMap) -> Option<u64> {
+    retry_after_unbounded(headers).map(|ms| ms.min(RETRY_AFTER_SATURATED_MILLIS))
+}
+
+/// The most milliseconds a Retry-After is read as: `i64::MAX`, so the value recorded in an
+/// event (`retryAfterMs`) is one the Kubernetes API stores exactly.
+pub const RETRY_AFTER_SATURATED_MILLIS: u64 = i64::MAX as u64;
+
+fn retry_after_unbounded(headers: &HeaderMap) -> Option<u64> {
     let text = |name: &str| {
         headers
             .get(name)
@@ -359,6 +369,10 @@ pub(super) fn retry_after_millis(headers: &HeaderMap) -> Option<u64> {
     let value = text("retry-after")?;
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(seconds.saturating_mul(1000));
+    }
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Delta-seconds too large for u64: longer than any budget.
+        return Some(u64::MAX);
     }
     let date = jiff::fmt::rfc2822::DateTimeParser::new()
         .parse_timestamp(value)

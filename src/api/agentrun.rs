@@ -143,8 +143,11 @@ pub struct AgentSpec {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ScriptedAgent {
-    /// Each item is a decision: `{kind: tool_call, tool, args}`, `{kind: complete, result}` or
-    /// `{kind: fail, message}`. Kept as written, so a malformed one is recorded verbatim.
+    /// Each item is a decision, a JSON object: `{kind: tool_call, tool, args}`,
+    /// `{kind: complete, result}` or `{kind: fail, message}`. An item that is not an object
+    /// (a string, number, boolean or null) is refused by the schema; an object is kept as
+    /// written, so a malformed one (an unknown kind, a missing tool) is recorded verbatim and
+    /// its step fails `invalid_decision`.
     #[schemars(schema_with = "decisions_schema")]
     pub decisions: Vec<Value>,
 }
@@ -189,11 +192,12 @@ pub struct OpenAiAgent {
     #[serde(default = "default_model_timeout_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: i64,
-    /// The most bytes one request may take, as sent (default 262144, 256 KiB; at least 4096).
-    /// The conversation is rendered from the run's whole history, sealed steps included: the
-    /// goal and the window's steps always stay whole; past this budget older tool results are
-    /// cut to their summary first, then the oldest steps are left out with one line saying how
-    /// many (docs/design.md section 4a; docs/behaviours.md 59).
+    /// The bytes a request's conversation is fitted into, as sent (default 262144, 256 KiB; at
+    /// least 4096). The conversation is rendered from the run's whole history, sealed steps
+    /// included: past this budget older tool results are cut to their summary first, then the
+    /// oldest steps are left out with one line saying how many. The goal and the window's
+    /// steps always stay whole, so a request whose goal and window alone pass the budget is
+    /// sent whole, larger than this (docs/design.md section 4a; docs/behaviours.md 59).
     #[serde(default = "default_max_context_bytes")]
     #[schemars(range(min = 4096, max = 67108864))]
     pub max_context_bytes: i64,

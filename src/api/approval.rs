@@ -140,6 +140,10 @@ pub struct ToolRef {
     pub pin_sha256: Option<String>,
 }
 
+/// The most characters `spec.decision.note` holds (its schema's `maxLength`, counted in
+/// characters as kube-apiserver does); the CLI refuses a longer `--note` before sending it.
+pub const DECISION_NOTE_MAX_CHARS: usize = 4096;
+
 /// A person's decision.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -154,7 +158,7 @@ pub struct ApprovalDecision {
     pub approver: Option<String>,
     /// Why; a rejection's note becomes the run's reasonDetail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 4096))]
+    #[schemars(length(max = DECISION_NOTE_MAX_CHARS))]
     pub note: Option<String>,
 }
 

@@ -86,9 +86,10 @@ pub enum OperatorCommand {
         /// All namespaces.
         #[arg(short = 'A', long)]
         all_namespaces: bool,
-        /// Include decided, expired and executed Approvals.
-        #[arg(long)]
-        all: bool,
+        /// Every phase: include decided, expired, executed and cancelled Approvals (not only
+        /// pending ones). `--all` is an older spelling of it; `-A` is about namespaces.
+        #[arg(long = "all-phases", alias = "all")]
+        all_phases: bool,
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
@@ -135,8 +136,8 @@ pub enum OperatorCommand {
         /// Decide without asking (for scripts; you still get the printout).
         #[arg(short = 'y', long)]
         yes: bool,
-        /// A note recorded with the decision.
-        #[arg(long)]
+        /// A note recorded with the decision (at most 4096 characters).
+        #[arg(long, value_parser = decision_note)]
         note: Option<String>,
     },
     /// Reject an Approval: print it, confirm, and patch the hash printed. The run is cancelled.
@@ -149,8 +150,8 @@ pub enum OperatorCommand {
         /// Decide without asking.
         #[arg(short = 'y', long)]
         yes: bool,
-        /// Why (becomes the run's reasonDetail).
-        #[arg(long)]
+        /// Why (becomes the run's reasonDetail; at most 4096 characters).
+        #[arg(long, value_parser = decision_note)]
         note: Option<String>,
     },
     /// Check AgentRun manifests offline, as `kubectl apply` would (with the controller's
@@ -172,6 +173,21 @@ pub enum OperatorCommand {
         #[arg(long)]
         note: Option<String>,
     },
+}
+
+/// A decision's `--note`, refused before the API server is contacted when it is longer than
+/// the Approval schema's limit (`spec.decision.note`, [`crate::api::DECISION_NOTE_MAX_CHARS`]
+/// characters).
+fn decision_note(text: &str) -> Result<String, String> {
+    let chars = text.chars().count();
+    if chars > crate::api::DECISION_NOTE_MAX_CHARS {
+        return Err(format!(
+            "the note is {chars} characters; an Approval's spec.decision.note holds at most {}: \
+             shorten it",
+            crate::api::DECISION_NOTE_MAX_CHARS
+        ));
+    }
+    Ok(text.to_string())
 }
 
 /// Writes `text` to standard output. A reader that went away (`agentrt runs | head`) is not an
@@ -349,7 +365,7 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
         OperatorCommand::Approvals {
             target,
             all_namespaces,
-            all,
+            all_phases,
             output,
         } => {
             let every_namespace = all_namespaces;
@@ -360,7 +376,7 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 .await?
                 .items
                 .into_iter()
-                .filter(|a| all || is_pending(a))
+                .filter(|a| all_phases || is_pending(a))
                 .collect();
             match encoded(&approvals, output)? {
                 Some(text) => emit(&text)?,
@@ -521,45 +537,14 @@ async fn decide(
     let session = connect_for(target, object).await?;
     let name = object.name.as_str();
     let approval = get_approval(&session, name).await?;
+    // Refuse what can no longer grant before printing anything of the prompt.
+    if let Some(why) = refusal(&session, &approval).await? {
+        bail!("Approval {}/{name} {why}", session.namespace);
+    }
     let mut stdout = std::io::stdout();
     write!(stdout, "{}", render::approval_details(&approval))?;
     writeln!(stdout, "{}", render::decision_line(&approval, verdict))?;
     stdout.flush()?;
-    if approval.spec.decision.is_some() {
-        bail!(
-            "Approval {}/{name} is already decided; a decision is written once",
-            session.namespace
-        );
-    }
-    if let Some(status) = &approval.status {
-        if status.phase != ApprovalPhase::Pending {
-            let why = status
-                .reason
-                .as_deref()
-                .map(|r| format!(" ({})", escape::escape_bounded(r, 200)))
-                .unwrap_or_default();
-            bail!(
-                "Approval {}/{name} is {:?}{why}, not Pending: it can no longer grant, so \
-                 nothing was decided",
-                session.namespace,
-                status.phase
-            );
-        }
-        if let Some(expires_at) = status.expires_at {
-            if expires_at.0 <= jiff::Timestamp::now() {
-                bail!(
-                    "Approval {}/{name} expired at {expires_at}; a decision now would grant nothing",
-                    session.namespace
-                );
-            }
-        }
-    }
-    if let Some(why) = run_refuses(&session, &approval).await? {
-        bail!(
-            "Approval {}/{name} can no longer grant: {why}; nothing was decided",
-            session.namespace
-        );
-    }
     if !yes {
         let stdin = std::io::stdin();
         if !stdin.is_terminal() {
@@ -586,15 +571,24 @@ async fn decide(
         "metadata": {"resourceVersion": approval.metadata.resource_version},
         "spec": {"decision": decision},
     });
-    Api::<Approval>::namespaced(session.client, &session.namespace)
+    let patched = Api::<Approval>::namespaced(session.client, &session.namespace)
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .with_context(|| {
-            format!(
-                "the API server refused the decision on Approval {}/{name} (did it change since it was printed?)",
-                session.namespace
-            )
-        })?;
+        .await;
+    if let Err(err) = patched {
+        // Only a conflict (the object moved on) or the hash rule says the Approval changed.
+        let changed = matches!(&err, kube::Error::Api(status)
+            if status.code == 409 || status.message.contains("spec.decision.hash"));
+        let hint = if changed {
+            " (did it change since it was printed?)"
+        } else {
+            ""
+        };
+        bail!(
+            "the API server refused the decision on Approval {}/{name}{hint}: {}",
+            session.namespace,
+            server_said(&err)
+        );
+    }
     emit(&format!(
         "approval {}/{name} {}\n",
         session.namespace,
@@ -603,29 +597,95 @@ async fn decide(
     Ok(())
 }
 
+/// Why `approval` cannot be decided now, as the end of a sentence starting with its name
+/// (docs/behaviours.md 42, 67): it is decided, not `Pending`, past its expiry, or its run,
+/// read live, no longer awaits it. `None` when it may be decided.
+async fn refusal(session: &Session, approval: &Approval) -> anyhow::Result<Option<String>> {
+    if approval.spec.decision.is_some() {
+        return Ok(Some(
+            "is already decided; a decision is written once".to_string(),
+        ));
+    }
+    if let Some(status) = &approval.status {
+        if status.phase != ApprovalPhase::Pending {
+            let why = status
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({})", escape::escape_bounded(r, 200)))
+                .unwrap_or_default();
+            return Ok(Some(format!(
+                "is {:?}{why}, not Pending: it can no longer grant, so nothing was decided",
+                status.phase
+            )));
+        }
+        if let Some(expires_at) = status.expires_at {
+            if expires_at.0 <= jiff::Timestamp::now() {
+                return Ok(Some(format!(
+                    "expired at {expires_at}; a decision now would grant nothing"
+                )));
+            }
+        }
+    }
+    Ok(run_refuses(session, approval)
+        .await?
+        .map(|why| format!("can no longer grant: {why}; nothing was decided")))
+}
+
+/// The API server's own message of a refusal, once (its reason and code when it sent none);
+/// any other error as it displays.
+fn server_said(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        kube::Error::Api(status) => format!("{} (HTTP {})", status.reason, status.code),
+        other => other.to_string(),
+    }
+}
+
 /// Why the Approval's run says it can no longer grant, read live from the run (docs/design.md
 /// section 2: only the latest Approval of a step awaiting approval, of a run that has not
-/// ended, can grant): the run ended, it is another run of the same name, or the step has moved
-/// on or awaits a later Approval. `None` when it may still grant, or when the run cannot be
-/// found (an Approval is deleted with its run; the controller then ignores a decision).
+/// ended or been cancelled, can grant): the run (`spec.runName`) is gone or being deleted, it
+/// is another run of the same name (its uid is not `spec.runUID` or the ownerReference's), it
+/// ended or has `spec.cancel: true`, or the step has moved on or awaits a later Approval.
+/// `None` when it may still grant.
 async fn run_refuses(session: &Session, approval: &Approval) -> anyhow::Result<Option<String>> {
     let ns = &session.namespace;
     let run_name = &approval.spec.run_name;
+    let run_uid = approval.spec.run_uid.as_str();
+    let owner_uid = approval
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "AgentRun" && o.name == *run_name)
+        .map(|o| o.uid.as_str());
     let Some(run) = Api::<AgentRun>::namespaced(session.client.clone(), ns)
         .get_opt(run_name)
         .await
         .with_context(|| format!("cannot read AgentRun {ns}/{run_name}"))?
     else {
-        return Ok(None);
+        // Deleted (with --cascade=orphan the Approval outlives it and loses its
+        // ownerReference): nothing will ever act on a decision.
+        return Ok(Some(format!(
+            "its run AgentRun {ns}/{run_name} (uid {}) is gone",
+            escape::escape_bounded(run_uid, 80)
+        )));
     };
-    if run.metadata.uid.as_deref() != Some(approval.spec.run_uid.as_str()) {
+    if run.metadata.deletion_timestamp.is_some() {
+        return Ok(Some(format!("its run {ns}/{run_name} is being deleted")));
+    }
+    let uid_matches = |uid: &str| run.metadata.uid.as_deref() == Some(uid);
+    if !uid_matches(run_uid) || owner_uid.is_some_and(|u| !uid_matches(u)) {
         return Ok(Some(format!(
             "it belongs to an earlier run named {run_name} (uid {}), not AgentRun {ns}/{run_name}",
             escape::escape_bounded(&approval.spec.run_uid, 80)
         )));
     }
+    let cancelled = run
+        .spec
+        .cancel
+        .then(|| format!("its run {ns}/{run_name} is being cancelled (spec.cancel: true)"));
     let Some(status) = run.status.as_ref() else {
-        return Ok(None);
+        return Ok(cancelled);
     };
     if status.phase.is_terminal() {
         let reason = status
@@ -637,6 +697,9 @@ async fn run_refuses(session: &Session, approval: &Approval) -> anyhow::Result<O
             "its run {ns}/{run_name} ended {:?}{reason}",
             status.phase
         )));
+    }
+    if cancelled.is_some() {
+        return Ok(cancelled);
     }
     let name = approval.metadata.name.as_deref().unwrap_or_default();
     let step = status

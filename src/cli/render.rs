@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::api::{AgentRun, Approval, RunEvent, Verdict};
 
-use super::escape::{escape_bounded, render_json, DEFAULT_MAX_CHARS};
+use super::escape::{escape_bounded, render_json, render_json_line, DEFAULT_MAX_CHARS};
 
 /// `text` escaped and bounded for a terminal ([`super::escape`]).
 pub(super) fn esc(text: &str) -> String {
@@ -227,7 +227,7 @@ pub fn events_timeline(events: &[RunEvent]) -> String {
         let data = event
             .data
             .as_ref()
-            .map(|d| format!(" {}", short(&d.to_string(), 160)))
+            .map(|d| format!(" {}", render_json_line(d, DEFAULT_MAX_CHARS, 160)))
             .unwrap_or_default();
         let line = format!(
             "  {:>w_seq$} {} {:<w_type$}{}{}",
@@ -437,5 +437,22 @@ mod tests {
             .map(|l| l.find("2026").expect("a time"))
             .collect();
         assert_eq!(times[0], times[1], "{text}");
+    }
+
+    /// Issue 14: `agentrt events` showed a tool error body that is JSON text with its
+    /// backslashes doubled (`{\\"err\\": …}`).
+    #[test]
+    fn an_events_data_string_of_json_text_is_escaped_once() {
+        let event: RunEvent = serde_json::from_value(serde_json::json!({
+            "seq": 7, "time": "2026-01-01T00:00:00Z", "type": "step.tool_finished", "step": 1,
+            "data": {"error": "{\"err\": \"boom\"}\u{1b}[2J"},
+        }))
+        .expect("an event");
+        let line = events_timeline(&[event]);
+        assert!(
+            line.contains(r#"{"error":"{\"err\": \"boom\"}\u{001B}[2J"}"#),
+            "{line}"
+        );
+        assert!(!line.contains("\\\\"), "{line}");
     }
 }

@@ -299,7 +299,7 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
         serde_json::to_value(yaml)
             .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))
     } else {
-        serde_json::from_slice(body).map_err(|e| {
+        super::depth::decode(body).map_err(|e| {
             ApiError::BadRequest(format!(
                 "the body of the request could not be decoded as JSON: {e}"
             ))

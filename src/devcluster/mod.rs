@@ -36,6 +36,7 @@ mod audit;
 mod convert;
 mod crd;
 mod delete;
+mod depth;
 mod discovery;
 mod error;
 mod fields;

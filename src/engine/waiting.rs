@@ -71,7 +71,7 @@ fn settle_waiting(txn: &mut Txn) {
         }
         Found::Missing => {
             if latest.expires_at.is_some_and(|e| e <= now) {
-                expire(txn, index, &latest, None, None);
+                expire(txn, index, &latest, None, None, None);
                 return;
             }
             if let Err(detail) = recreate(txn, index, &latest) {
@@ -101,7 +101,7 @@ fn settle_waiting(txn: &mut Txn) {
     match decision {
         None => {
             if latest.expires_at.is_some_and(|e| e <= now) {
-                expire(txn, index, &latest, Some(&status), None);
+                expire(txn, index, &latest, Some(&status), None, None);
                 return;
             }
             if approval.status.is_none() || status.phase != ApprovalPhase::Pending {
@@ -120,13 +120,28 @@ fn settle_waiting(txn: &mut Txn) {
                 .decided_at
                 .or_else(|| decision_time(stored_object(txn, &latest.name)));
             if decided_at.is_none() && latest.expires_at.is_some_and(|e| e <= now) {
-                expire(txn, index, &latest, Some(&status), Some(&decision));
+                // Undatable: first seen now, which is what `approval.decided` records.
+                expire(
+                    txn,
+                    index,
+                    &latest,
+                    Some(&status),
+                    Some(&decision),
+                    Some(now),
+                );
                 return;
             }
             let decided_at = decided_at.unwrap_or(now);
             let ttl = txn.run.spec.limits.grant_ttl_seconds;
             if ttl.is_some_and(|ttl| decided_at.plus_seconds(ttl) <= now) {
-                expire(txn, index, &latest, Some(&status), Some(&decision));
+                expire(
+                    txn,
+                    index,
+                    &latest,
+                    Some(&status),
+                    Some(&decision),
+                    Some(decided_at),
+                );
                 return;
             }
             let mut status = status;
@@ -327,13 +342,15 @@ fn reject(
 }
 
 /// docs/behaviours.md 25: a pending approval past expiresAt, or a grant older than
-/// grantTTLSeconds, expires; nothing executes.
+/// grantTTLSeconds, expires; nothing executes. An expired grant's Approval keeps its
+/// `decidedAt` (`decided_at`: when it was decided, or first seen when that cannot be dated).
 fn expire(
     txn: &mut Txn,
     index: usize,
     latest: &StepApproval,
     status: Option<&ApprovalStatus>,
     granted: Option<&ApprovalDecision>,
+    decided_at: Option<crate::api::Time>,
 ) {
     if let Some(decision) = granted {
         record_decision(txn, index, latest, decision);
@@ -359,6 +376,10 @@ fn expire(
         let mut status = status.clone();
         status.phase = ApprovalPhase::Expired;
         status.short_hash = Some(short_hash(&latest.hash));
+        // An expired grant was decided: say when, as the journal's `approval.decided` does.
+        if granted.is_some() {
+            status.decided_at = status.decided_at.or(decided_at);
+        }
         write_status(txn, &latest.name, status);
     }
 }

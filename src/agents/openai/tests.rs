@@ -423,6 +423,21 @@ fn retry_after_is_read_from_retry_after_ms_seconds_or_a_date() {
         None
     );
     assert_eq!(retry_after_millis(&headers(&[])), None);
+    // Issue 14: too large to parse is longer than any budget, not "no Retry-After".
+    for huge in [
+        ("retry-after", "99999999999999999999"),
+        ("retry-after", "18446744073709551615"),
+    ] {
+        assert_eq!(
+            retry_after_millis(&headers(&[huge])),
+            Some(super::RETRY_AFTER_SATURATED_MILLIS),
+            "{huge:?}"
+        );
+    }
+    assert_eq!(
+        retry_after_millis(&headers(&[("retry-after-ms", "1e30")])),
+        Some(super::RETRY_AFTER_SATURATED_MILLIS)
+    );
 }
 
 mod attempts;

@@ -389,3 +389,30 @@ fn the_api_servers_managed_fields_time_dates_a_decision() {
         kinds(&effects)
     );
 }
+
+/// Issue 14: a grant approved while no controller ran and found past grantTTLSeconds expired
+/// with no `decidedAt`, although the journal records `approval.decided`.
+#[test]
+fn a_grant_expired_unseen_keeps_when_it_was_decided() {
+    let mut h = paused();
+    h.spec_mut().limits.grant_ttl_seconds = Some(3);
+    let decided = h.now.plus_seconds(1);
+    h.approve(NAME);
+    h.approvals.get_mut(NAME).expect("approval")["metadata"]["managedFields"] = json!([
+        {"manager": "kubectl-patch", "operation": "Update", "time": decided,
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:decision": {".": {}}}}}
+    ]);
+    h.advance(30);
+    let effects = h.reconcile("b");
+    assert!(
+        kinds(&effects).contains(&"WriteApprovalStatus(refund-1042-1-1:Expired)".to_string()),
+        "{:?}",
+        kinds(&effects)
+    );
+    assert_eq!(h.approval(NAME)["status"]["phase"], json!("Expired"));
+    assert_eq!(h.approval(NAME)["status"]["decidedAt"], json!(decided));
+    assert_words!(
+        h.journal_tail(3),
+        ["approval.decided@1", "step.failed@1", "run.finished"]
+    );
+}

@@ -16,7 +16,8 @@ use std::fmt;
 use serde_json::Value;
 
 use super::{check_storable_at, json_kind, ToolSchema};
-use crate::api::{AgentRunSpec, ToolSpec};
+use crate::api::{AgentRunSpec, HttpHeader, ToolSpec};
+use crate::engine::conversation::{COMPLETE_FUNCTION, FAIL_FUNCTION};
 use crate::engine::pins::{is_function_name, MAX_FUNCTION_NAME, SET_SEPARATOR};
 use crate::engine::policy::check_when;
 
@@ -78,12 +79,14 @@ pub fn run(name: &str, spec: &AgentRunSpec) -> Vec<Problem> {
 /// - `spec.limits.maxSteps`, `maxConsecutiveToolFailures`, `loopThreshold` > 0, and every
 ///   optional limit that is set > 0;
 /// - each tool: a valid function name (`[a-zA-Z0-9_-]{1,64}`, what OpenAI-compatible APIs
-///   accept), unique among the tools and the toolsets; `timeoutSeconds` > 0; exactly one
-///   executor (`http` or `mcp`) whose `url` is an http(s) URL; an `inputSchema` (required
+///   accept), not `agentrt_complete` nor `agentrt_fail` (the openai agent's built-in
+///   functions), unique among the tools and the toolsets; `timeoutSeconds` > 0; exactly one
+///   executor (`http` or `mcp`) whose `url` is an http(s) URL and whose every header sets
+///   exactly one of `value` and `secretKeyRef`; an `inputSchema` (required
 ///   for `http`, optional for `mcp`) that is a non-empty object, storable, referring to
 ///   nothing outside itself, and a valid JSON Schema;
 /// - each toolset: a function name short enough for `<set>__<tool>`, a server URL that is
-///   http(s), no empty include glob;
+///   http(s), headers as a tool's, no empty include glob;
 /// - each policy rule: no empty tool glob, a `when` that compiles as CEL over `tool`, `args`
 ///   and `sideEffect` ([`check_when`]), a capability and presentation that are storable JSON
 ///   objects.
@@ -245,6 +248,14 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
     let field = format!("spec.tools[{index}]");
     if !is_function_name(&tool.name) {
         out.add(format!("{field}.name"), function_name_problem(&tool.name));
+    } else if [COMPLETE_FUNCTION, FAIL_FUNCTION].contains(&tool.name.as_str()) {
+        out.add(
+            format!("{field}.name"),
+            format!(
+                "{:?} is the name of a built-in function the openai agent offers                  ({COMPLETE_FUNCTION}, {FAIL_FUNCTION}); rename the tool",
+                tool.name
+            ),
+        );
     } else if let Some(first) = spec.tools[..index].iter().position(|t| t.name == tool.name) {
         out.add(
             format!("{field}.name"),
@@ -272,8 +283,14 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
         );
     }
     match (&tool.http, &tool.mcp) {
-        (Some(http), None) => check_url(out, &format!("{field}.http.url"), &http.url),
-        (None, Some(mcp)) => check_url(out, &format!("{field}.mcp.url"), &mcp.url),
+        (Some(http), None) => {
+            check_url(out, &format!("{field}.http.url"), &http.url);
+            headers(out, &format!("{field}.http.headers"), &http.headers);
+        }
+        (None, Some(mcp)) => {
+            check_url(out, &format!("{field}.mcp.url"), &mcp.url);
+            headers(out, &format!("{field}.mcp.headers"), &mcp.headers);
+        }
         (None, None) => out.add(
             field.clone(),
             "has no executor; set http: {url: \"https://...\"} or mcp: {url: \"https://...\"}",
@@ -306,6 +323,21 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
     }
 }
 
+/// Each header sets exactly one of `value` and `secretKeyRef`.
+fn headers(out: &mut Problems, field: &str, headers: &[HttpHeader]) {
+    for (j, header) in headers.iter().enumerate() {
+        let problem = match (&header.value, &header.secret_key_ref) {
+            (Some(_), Some(_)) => "sets both value and secretKeyRef; keep one",
+            (None, None) => {
+                "sets neither value nor secretKeyRef; write value: \"...\" or \
+                 secretKeyRef: {name: SECRET, key: KEY}"
+            }
+            _ => continue,
+        };
+        out.add(format!("{field}[{j}]"), problem);
+    }
+}
+
 fn tool_sets(spec: &AgentRunSpec, out: &mut Problems) {
     let longest = MAX_FUNCTION_NAME - SET_SEPARATOR.len() - 1;
     for (index, set) in spec.tool_sets.iter().enumerate() {
@@ -332,6 +364,7 @@ fn tool_sets(spec: &AgentRunSpec, out: &mut Problems) {
             );
         }
         check_url(out, &format!("{field}.mcp.url"), &set.mcp.url);
+        headers(out, &format!("{field}.mcp.headers"), &set.mcp.headers);
         for (j, glob) in set.include.iter().enumerate() {
             if glob.is_empty() {
                 out.add(

@@ -255,3 +255,35 @@ fn every_problem_is_reported_at_once() {
     );
     assert_eq!(all.matches("; spec.").count(), 3, "{all}");
 }
+
+#[test]
+fn a_header_with_neither_value_nor_secret_or_both_is_a_problem() {
+    let mut s = good();
+    s.tools[0].http.as_mut().expect("http").headers = serde_yaml::from_str(
+        "[{name: A, value: x}, {name: B}, {name: C, value: y, secretKeyRef: {name: s, key: k}}]",
+    )
+    .expect("headers");
+    let problems = spec(&s);
+    assert_eq!(
+        fields(&problems),
+        vec![
+            "spec.tools[0].http.headers[1]",
+            "spec.tools[0].http.headers[2]"
+        ],
+        "{problems:?}"
+    );
+    assert!(problems[0]
+        .message
+        .contains("neither value nor secretKeyRef"));
+    assert!(problems[1].message.contains("both value and secretKeyRef"));
+}
+
+#[test]
+fn a_tool_named_like_a_built_in_function_is_a_problem() {
+    for name in ["agentrt_complete", "agentrt_fail"] {
+        let mut s = good();
+        s.tools[0].name = name.to_string();
+        let message = only(&s, "spec.tools[0].name");
+        assert!(message.contains("built-in function"), "{message}");
+    }
+}
