@@ -109,7 +109,7 @@ pub struct ControllerOptions {
     pub seal_bytes: u32,
     /// The most recent settled steps a seal by step count leaves in the window (at least 1; 0
     /// is refused), and the trailing identical calls and failures the run's loop detection and
-    /// failure count look back on. A seal by bytes leaves fewer when they pass half of
+    /// failure count look back on. A seal by bytes leaves fewer when they pass a third of
     /// `--seal-bytes` (docs/design.md section 4a).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub keep_steps: u32,

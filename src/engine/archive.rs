@@ -4,7 +4,7 @@
 //! run's chain of segments and stitching them back into the whole history.
 //!
 //! Owns: the sealing rule as a pure function of the status ([`seal`]; sealing by bytes goes on
-//! down to about half of `seal_bytes`), what the window keeps for the engine's own rules
+//! down to about a third of `seal_bytes`), what the window keeps for the engine's own rules
 //! ([`window_limits`]: the trailing identical calls and the trailing failures its loop
 //! detection and failure count look back on), the bounded index `status.archive` (the newest
 //! [`KEPT_ENTRIES`] entries and a count, [`segment_count`]; older segments are reached through
@@ -78,7 +78,7 @@ pub struct SealLimits {
     pub seal_bytes: usize,
     /// Settled steps that stay in the window when it seals by step count, the most recent ones
     /// (default 8). When it seals by bytes, fewer may stay, down to `min_keep_steps`, so that
-    /// the window is left at about half of `seal_bytes` and the next seal is several steps
+    /// the window is left at about a third of `seal_bytes` and the next seal is several steps
     /// away (with 16 KiB answers, 8 kept steps alone are `seal_bytes`).
     pub keep_steps: usize,
     /// Settled steps that always stay in the window: what the engine's own rules look back on
@@ -311,7 +311,7 @@ fn sealable(steps: &[Step], position: usize) -> bool {
 /// Then the oldest settled steps (a run of settled steps from the window's start: an unsettled
 /// step is never sealed, nor anything after it; an `interrupted` step the run went on past
 /// counts as settled), all but the last `keep_steps` settled ones (sealing by bytes, more: until
-/// the window's steps are down to about `seal_bytes / 2`, keeping at least `min_keep_steps`),
+/// the window's steps are down to about `seal_bytes / 3`, keeping at least `min_keep_steps`),
 /// and at most `segment_bytes` of them, go into the next segment with
 /// their events: the events before the first event of the first step kept, a contiguous seq
 /// range (run-level events in it, such as `run.created`, go with the sealed steps). When an
@@ -344,10 +344,10 @@ pub fn seal(
         .count();
     let mut count = prefix.min(settled.saturating_sub(limits.keep_steps));
     if window_bytes > limits.seal_bytes {
-        // By bytes: seal on down to about half of `seal_bytes` (each step's size counted, its
+        // By bytes: seal on down to about a third of `seal_bytes` (each step's size counted, its
         // events not), keeping at least `min_keep_steps`.
         let most = prefix.min(settled.saturating_sub(limits.min_keep_steps.max(1)));
-        let target = limits.seal_bytes / 2;
+        let target = limits.seal_bytes / 3;
         let mut left = status.steps[..count]
             .iter()
             .fold(window_bytes, |left, step| {
