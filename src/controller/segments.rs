@@ -296,6 +296,18 @@ mod tests {
         (spec, entry)
     }
 
+    /// Run `ns/r` with an openai agent, Running, with `archive` as its `status.archive`.
+    fn openai_run(archive: Value) -> RunSnapshot {
+        let mut object = run_object("ns", "r", 30);
+        object["metadata"]["resourceVersion"] = json!("1");
+        object["spec"]["agent"] =
+            json!({"openai": {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}});
+        object["status"] = json!({"phase": "Running", "archive": archive});
+        crate::controller::cluster::StoredRun::from_object(object)
+            .expect("a run")
+            .snapshot
+    }
+
     #[tokio::test]
     async fn each_segment_is_read_once_and_an_altered_one_is_named_unreadable_not_fatal() {
         let api = Arc::new(FakeApi::default());
@@ -311,17 +323,9 @@ mod tests {
                 json!({"metadata": {"name": entry.name}, "spec": spec}),
             );
         }
-        let mut object = run_object("ns", "r", 30);
-        object["metadata"]["resourceVersion"] = json!("1");
-        object["spec"]["agent"] =
-            json!({"openai": {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}});
-        object["status"] = json!({
-            "phase": "Running",
-            "archive": {"segments": [zero_entry, one_entry], "head": one_entry.sha256},
-        });
-        let run = crate::controller::cluster::StoredRun::from_object(object)
-            .expect("a run")
-            .snapshot;
+        let run = openai_run(json!({
+            "segments": [zero_entry, one_entry], "head": one_entry.sha256,
+        }));
         let ctx = context(api);
         let key = RunKey {
             namespace: "ns".into(),
@@ -367,17 +371,9 @@ mod tests {
                 json!({"metadata": {"name": entry.name}, "spec": spec}),
             );
         }
-        let mut object = run_object("ns", "r", 30);
-        object["metadata"]["resourceVersion"] = json!("1");
-        object["spec"]["agent"] =
-            json!({"openai": {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}});
-        object["status"] = json!({
-            "phase": "Running",
-            "archive": {"segments": [two_entry], "count": 3, "head": two_entry.sha256},
-        });
-        let run = crate::controller::cluster::StoredRun::from_object(object)
-            .expect("a run")
-            .snapshot;
+        let run = openai_run(json!({
+            "segments": [two_entry], "count": 3, "head": two_entry.sha256,
+        }));
         let ctx = context(api.clone());
         let key = RunKey {
             namespace: "ns".into(),
