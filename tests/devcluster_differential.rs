@@ -164,9 +164,15 @@ async fn send(client: &kube::Client, method: &str, path: &str, ct: &str, body: V
     }
 }
 
-/// The value at a dotted path; `*` maps over a list; a trailing `?` reduces a value to whether it
-/// is a non-empty string.
+/// The value at `path` (dot-separated, `*` for every item of an array). A trailing `?` asks
+/// only whether it is a non-empty string; a trailing `~` sorts the array found, for lists
+/// kube-apiserver builds in Go map order (the causes of several schema errors in one object).
 fn select(v: &Value, path: &str) -> Value {
+    if let Some(path) = path.strip_suffix('~') {
+        let mut items = select(v, path).as_array().cloned().unwrap_or_default();
+        items.sort_by_key(|item| item.to_string());
+        return Value::Array(items);
+    }
     let (path, presence) = match path.strip_suffix('?') {
         Some(p) => (p, true),
         None => (path, false),
