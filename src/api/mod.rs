@@ -98,3 +98,15 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     }
     Ok(out)
 }
+
+/// What a person should read of a client error: the API server's own message once
+/// (`secrets "nope" not found`), with its reason and code when the message is empty, never the
+/// `Status` dumped as Rust debug output; any other error as it displays. Shared by the
+/// controller's errors and the CLI (docs/behaviours.md 78).
+pub fn server_message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        kube::Error::Api(status) => format!("{} (HTTP {})", status.reason, status.code),
+        other => other.to_string(),
+    }
+}

@@ -586,7 +586,7 @@ async fn decide(
         bail!(
             "the API server refused the decision on Approval {}/{name}{hint}: {}",
             session.namespace,
-            server_said(&err)
+            crate::api::server_message(&err)
         );
     }
     emit(&format!(
@@ -629,16 +629,6 @@ async fn refusal(session: &Session, approval: &Approval) -> anyhow::Result<Optio
     Ok(run_refuses(session, approval)
         .await?
         .map(|why| format!("can no longer grant: {why}; nothing was decided")))
-}
-
-/// The API server's own message of a refusal, once (its reason and code when it sent none);
-/// any other error as it displays.
-fn server_said(err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
-        kube::Error::Api(status) => format!("{} (HTTP {})", status.reason, status.code),
-        other => other.to_string(),
-    }
 }
 
 /// Why the Approval's run says it can no longer grant, read live from the run (docs/design.md

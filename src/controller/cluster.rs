@@ -178,16 +178,7 @@ impl From<kube::Error> for ApiError {
     }
 }
 
-/// What a person should read of a client error: the API server's own message once
-/// (`secrets "nope" not found`), with its reason when the message is empty, never the `Status`
-/// dumped as Rust debug output; any other error as it displays.
-pub fn server_message(err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
-        kube::Error::Api(status) => format!("{} (HTTP {})", status.reason, status.code),
-        other => other.to_string(),
-    }
-}
+pub use crate::api::server_message;
 
 fn classify(err: kube::Error) -> ApiError {
     match &err {
