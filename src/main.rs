@@ -54,29 +54,29 @@ struct CrdsArgs {
     markdown: bool,
 }
 
-/// The error chain as one line, with an API server's answer given as its message (the `Status`
-/// it sent) rather than as a Rust debug dump.
+/// The error chain as one line, with an API server's answer given once, as its message (the
+/// `Status` it sent: `agentruns.agentrt.dev "nosuch" not found`), never as a Rust debug dump nor
+/// followed by the same message again from the error's own source.
 fn describe(err: &anyhow::Error) -> String {
-    err.chain()
-        .map(|cause| match cause.downcast_ref::<kube::Error>() {
-            Some(kube::Error::Api(status)) => {
-                format!(
-                    "{} ({}, HTTP {})",
-                    status.message, status.reason, status.code
-                )
+    let mut parts = Vec::new();
+    for cause in err.chain() {
+        if let Some(kube_err @ kube::Error::Api(_)) = cause.downcast_ref::<kube::Error>() {
+            // Its source is the same Status displayed as `message: reason`: said once here.
+            parts.push(agentrt::controller::cluster::server_message(kube_err));
+            break;
+        }
+        parts.push(cause.to_string());
+    }
+    parts.into_iter().fold(String::new(), |mut line, part| {
+        // Many errors repeat their source in their own message; say each thing once.
+        if !line.contains(&part) {
+            if !line.is_empty() {
+                line.push_str(": ");
             }
-            _ => cause.to_string(),
-        })
-        .fold(String::new(), |mut line, part| {
-            // Many errors repeat their source in their own message; say each thing once.
-            if !line.contains(&part) {
-                if !line.is_empty() {
-                    line.push_str(": ");
-                }
-                line.push_str(&part);
-            }
-            line
-        })
+            line.push_str(&part);
+        }
+        line
+    })
 }
 
 fn main() -> ExitCode {

@@ -1,9 +1,12 @@
 //! Logs and traces of the process: `tracing` to stderr as text or JSON (`--log-format`), the
-//! filter from `AGENTRT_LOG` (else `RUST_LOG`, else the command's default level); and, built
+//! filter from `AGENTRT_LOG` (else `RUST_LOG`, else the command's default level), coloured only
+//! when stderr is a terminal; and, built
 //! with the `otel` feature and given `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), the spans exported over OTLP/HTTP. The controller's
 //! spans (`run`, `step`, `reconcile`, `tool`) carry `run` and `step` fields either way; the
 //! trace of a run is its uid (see `controller::trace`).
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -30,7 +33,10 @@ pub fn init(format: &str, default_level: &str) -> Telemetry {
     let filter = EnvFilter::try_from_env("AGENTRT_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default_level));
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a log file or a collector gets plain text.
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let logs = if format == "json" {
         logs.json().boxed()
     } else {

@@ -116,6 +116,31 @@ async fn a_bad_field_is_refused_with_a_message_naming_it() {
     assert!(msg.contains("spec.limits.loopThreshold"), "{msg}");
 }
 
+#[tokio::test]
+async fn a_run_name_longer_than_63_characters_is_refused_at_creation() {
+    // The name is the value of its Approvals' label agentrt.dev/run (docs/behaviours.md 80).
+    let c = cluster().await;
+    let long = "r".repeat(64);
+    let yaml = run_yaml();
+    let name = "refund-1042";
+    assert!(yaml.contains(&format!("name: {name}")));
+    let msg = refused(
+        &c,
+        &yaml.replacen(&format!("name: {name}"), &format!("name: {long}"), 1),
+    );
+    assert!(
+        msg.contains("metadata.name must be no more than 63 characters"),
+        "{msg}"
+    );
+    let fits = yaml.replacen(
+        &format!("name: {name}"),
+        &format!("name: {}", "r".repeat(63)),
+        1,
+    );
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fits);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 /// An openai run with `extra` under `spec.agent.openai`.
 fn openai_run(name: &str, extra: &str) -> String {
     format!(

@@ -5,8 +5,8 @@
 
 use agentrt::api::{
     ApprovalPhase, DeciderFailure, DecisionKind, EventType, ObservationKind, PolicyDecisionKind,
-    PolicyOutcome, RunPhase, SideEffect, StepStatus, TerminalReason, ToolFailure, Verdict,
-    INTERRUPTED_SIDE_EFFECT,
+    PolicyOutcome, RunPhase, SideEffect, StepStatus, TerminalReason, TextAnswer, ToolFailure,
+    Verdict, INTERRUPTED_SIDE_EFFECT, POLICY_ERROR,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -46,6 +46,15 @@ fn policy_outcomes_in_a_spec_are_camel_case() {
         (PolicyOutcome::Abort, "Abort"),
         (PolicyOutcome::RequireApproval, "RequireApproval"),
     ]);
+}
+
+#[test]
+fn text_answer_settings_in_a_spec_are_camel_case() {
+    pin(&[
+        (TextAnswer::Complete, "Complete"),
+        (TextAnswer::Invalid, "Invalid"),
+    ]);
+    assert_eq!(TextAnswer::default(), TextAnswer::Complete);
 }
 
 #[test]
@@ -236,7 +245,9 @@ fn event_types_are_the_journal_spellings() {
         (EventType::ModelDispatched, "model.dispatched"),
         (EventType::ModelCompleted, "model.completed"),
         (EventType::ModelFailed, "model.failed"),
+        (EventType::AgentFailed, "agent.failed"),
         (EventType::ToolPinned, "tool.pinned"),
+        (EventType::SpecChanged, "spec.changed"),
         (EventType::RunFinished, "run.finished"),
     ]);
 }
@@ -256,6 +267,7 @@ fn approval_phases_and_verdicts_are_camel_case() {
         (Verdict::Rejected, "Rejected"),
     ]);
     assert_eq!(INTERRUPTED_SIDE_EFFECT, "interrupted_side_effect");
+    assert_eq!(POLICY_ERROR, "policy_error");
 }
 
 #[test]

@@ -109,6 +109,33 @@ async fn a_segments_spec_cannot_be_edited_and_it_cannot_gain_a_status() {
         assert!(!out.status.success(), "{patch} was accepted");
     }
 
+    // A JSON patch is refused with a message naming the field and saying why.
+    for (path, value, field) in [
+        ("/spec/bytes", "5", "spec.bytes"),
+        (
+            "/spec/steps/0/observation/summary",
+            r#""rewritten""#,
+            "spec.steps",
+        ),
+    ] {
+        let out = c.kubectl(&[
+            "patch",
+            "arseg",
+            "refund-1042-0-0123456789",
+            "--type",
+            "json",
+            "-p",
+            &format!(r#"[{{"op":"replace","path":"{path}","value":{value}}}]"#),
+        ]);
+        assert!(!out.status.success(), "{path} was changed");
+        let message = text(&out);
+        assert!(
+            message.contains("spec is immutable")
+                && message.contains(&format!("{field} may not be changed")),
+            "{path}: {message}"
+        );
+    }
+
     // No status: what is written there is pruned.
     let _ = c.kubectl(&[
         "patch",
@@ -402,4 +429,102 @@ async fn wait_gone(api: &Api<AgentRunSegment>, name: &str) {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     panic!("{name} is still there");
+}
+
+#[tokio::test]
+async fn a_run_that_is_not_there_is_not_found_said_once() {
+    let c = cluster().await;
+    let out = agentrt(&c, &["verify", "nosuch"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(stderr.contains("nosuch"), "{stderr}");
+    assert_eq!(
+        stderr.matches("not found").count() + stderr.matches("notfound").count(),
+        1,
+        "said once: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_long_chain_is_walked_back_from_the_kept_entries_and_a_missing_segment_still_shows_the_window(
+) {
+    let c = cluster().await;
+    let run_yaml =
+        std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture");
+    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml);
+    let runs: Api<AgentRun> = Api::namespaced(c.client(), c.namespace());
+    let run = runs.get("refund-1042").await.expect("the run");
+    let uid = run.metadata.uid.clone().expect("uid");
+    let h = history("refund-1042", &uid, 45);
+    let archive = h.window.archive.clone().expect("sealed");
+    assert!(h.seals.len() > 10, "{} segments", h.seals.len());
+    // The record keeps only the newest entries of its index, and how many there are.
+    assert_eq!(archive.segments.len(), 8);
+    assert_eq!(archive.count, Some(h.seals.len() as i64));
+    runs.patch_status(
+        "refund-1042",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": h.window})),
+    )
+    .await
+    .expect("status written");
+    let segments: Api<AgentRunSegment> = Api::namespaced(c.client(), c.namespace());
+    for sealed in &h.seals {
+        segments
+            .create(&PostParams::default(), &segment_object(&run, sealed))
+            .await
+            .expect("segment created");
+    }
+    let out = agentrt(&c, &["verify", "refund-1042"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains(&format!("segments: {} checked", h.seals.len())),
+        "{}",
+        text(&out)
+    );
+    let out = agentrt(&c, &["show", "run", "refund-1042", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let shown: AgentRun = serde_json::from_slice(&out.stdout).expect("show -o json is a run");
+    let status = shown.status.expect("status");
+    assert_eq!(status.steps, h.full.steps);
+    assert_eq!(status.events, h.full.events);
+
+    // A segment older than the kept entries, deleted: verify names it; show and events print
+    // the window, then exit 1 naming it.
+    let deleted = &h.seals[1];
+    segments
+        .delete(&deleted.name, &DeleteParams::default())
+        .await
+        .expect("deleted");
+    wait_gone(&segments, &deleted.name).await;
+    failed_naming(
+        &agentrt(&c, &["verify", "refund-1042"]),
+        &deleted.name,
+        "is missing",
+    );
+    let out = agentrt(&c, &["show", "run", "refund-1042"]);
+    failed_naming(&out, &deleted.name, "is missing");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("order 1042, step 44"),
+        "the window is shown: {}",
+        text(&out)
+    );
+    let out = agentrt(&c, &["events", "refund-1042"]);
+    failed_naming(&out, &deleted.name, "is missing");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("run.finished"),
+        "the window's events are shown: {}",
+        text(&out)
+    );
+
+    // Put back without its label (found by name, the sha256 the next segment names), intact.
+    let mut unlabelled = segment_object(&run, deleted);
+    unlabelled.metadata.labels = None;
+    segments
+        .create(&PostParams::default(), &unlabelled)
+        .await
+        .expect("recreated");
+    let out = agentrt(&c, &["verify", "refund-1042"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }

@@ -72,6 +72,10 @@ fn check_object(object: &Value) -> Result<(), String> {
         "Deployment" => round_trip::<apps::Deployment>(object),
         "ServiceAccount" => round_trip::<core::ServiceAccount>(object),
         "Service" => round_trip::<core::Service>(object),
+        "Secret" => round_trip::<core::Secret>(object),
+        "ValidatingWebhookConfiguration" => {
+            round_trip::<adm::ValidatingWebhookConfiguration>(object)
+        }
         "ClusterRole" => round_trip::<rbac::ClusterRole>(object),
         "ClusterRoleBinding" => round_trip::<rbac::ClusterRoleBinding>(object),
         "Role" => round_trip::<rbac::Role>(object),
@@ -142,8 +146,11 @@ fn default_values_render_valid_objects_with_a_cluster_role() {
             "ClusterRoleBinding",
             "Deployment",
             "PodDisruptionBudget",
+            "Secret",
             "Service",
-            "ServiceAccount"
+            "Service",
+            "ServiceAccount",
+            "ValidatingWebhookConfiguration"
         ]
     );
     let deployment = objects
@@ -160,6 +167,43 @@ fn default_values_render_valid_objects_with_a_cluster_role() {
     assert_eq!(pod_security["runAsNonRoot"], true);
     assert_eq!(pod_security["seccompProfile"]["type"], "RuntimeDefault");
     assert!(container["args"][0] == "controller");
+    // docs/behaviours.md 1: the webhook is on by default, served by every replica with the
+    // chart's certificate, for AgentRun creates and updates in every namespace.
+    assert!(
+        container["args"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|a| a == "--webhook-addr=0.0.0.0:9443")),
+        "{}",
+        container["args"]
+    );
+    let webhook = objects
+        .iter()
+        .find(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .expect("a webhook configuration");
+    let hook = &webhook["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Fail");
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(hook["admissionReviewVersions"], serde_json::json!(["v1"]));
+    assert_eq!(
+        hook["clientConfig"]["service"]["path"],
+        "/validate-agentrun"
+    );
+    assert_eq!(
+        hook["rules"][0]["operations"],
+        serde_json::json!(["CREATE", "UPDATE"])
+    );
+    assert!(hook["namespaceSelector"].is_null(), "every namespace");
+    let secret = objects
+        .iter()
+        .find(|o| o["kind"] == "Secret")
+        .expect("the webhook's Secret");
+    assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
+    let off = render(&["webhook.enabled=false"]);
+    assert!(
+        !off.iter()
+            .any(|o| o["kind"] == "ValidatingWebhookConfiguration" || o["kind"] == "Secret"),
+        "webhook.enabled=false renders no webhook"
+    );
 }
 
 #[test]
@@ -190,6 +234,18 @@ fn watch_namespaces_render_a_role_per_namespace_and_no_cluster_role_for_the_cont
         args.contains(&"--namespace=team-a") && args.contains(&"--namespace=team-b"),
         "{args:?}"
     );
+    let webhook = objects
+        .iter()
+        .find(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .expect("a webhook configuration");
+    assert_eq!(
+        webhook["webhooks"][0]["namespaceSelector"]["matchExpressions"][0],
+        serde_json::json!({
+            "key": "kubernetes.io/metadata.name",
+            "operator": "In",
+            "values": ["team-a", "team-b"]
+        })
+    );
 }
 
 #[test]
@@ -201,7 +257,7 @@ fn admission_policies_render_valid_policies_and_bindings() {
             .iter()
             .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
             .count(),
-        2
+        3
     );
     let with_four_eyes = render(&[
         "admissionPolicies.enabled=true",
@@ -213,14 +269,14 @@ fn admission_policies_render_valid_policies_and_bindings() {
             .iter()
             .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
             .count(),
-        4
+        5
     );
     assert_eq!(
         with_four_eyes
             .iter()
             .filter(|o| o["kind"] == "ValidatingAdmissionPolicyBinding")
             .count(),
-        4
+        5
     );
 }
 

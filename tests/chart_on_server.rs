@@ -172,6 +172,10 @@ async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
                 "no {kind} in the dry run of {sets:?}:\n{applied}"
             );
         }
+        assert!(
+            applied.contains("validatingwebhookconfiguration"),
+            "no webhook configuration (webhook.enabled defaults to true) in {sets:?}:\n{applied}"
+        );
         if sets.iter().any(|s| s == "admissionPolicies.enabled=true") {
             assert!(
                 applied.contains("validatingadmissionpolicybinding"),
@@ -239,11 +243,68 @@ async fn helm_install_and_uninstall_of_the_chart_succeed() {
     ] {
         assert!(deployed.contains(&object), "{object} not in:\n{deployed}");
     }
+    // The webhook's certificate: generated into a Secret, its CA the configuration's caBundle,
+    // and kept by an upgrade (lookup), so the caBundle never goes stale.
+    let webhook = format!("{release}-agentruns");
+    let ca_bundle = || {
+        cluster.kubectl_ok(&[
+            "get",
+            "validatingwebhookconfiguration",
+            &webhook,
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.caBundle}",
+        ])
+    };
+    let secret_ca = || {
+        cluster.kubectl_ok(&[
+            "get",
+            "secret",
+            &format!("{release}-webhook-tls"),
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ])
+    };
+    let before = ca_bundle();
+    assert!(!before.is_empty(), "no caBundle");
+    assert_eq!(before, secret_ca());
+    let selector = cluster.kubectl_ok(&[
+        "get",
+        "validatingwebhookconfiguration",
+        &webhook,
+        "-o",
+        "jsonpath={.webhooks[0].namespaceSelector.matchExpressions[0].values}",
+    ]);
+    assert!(selector.contains(&ns), "{selector}");
+    let upgrade = helm_on(
+        &cluster,
+        &[
+            "upgrade",
+            &release,
+            "charts/agentrt",
+            "--set",
+            &watch,
+            "--set",
+            "userRoles.create=false",
+            "--set",
+            "admissionPolicies.enabled=true",
+        ],
+    );
+    assert!(upgrade.status.success(), "helm upgrade: {}", text(&upgrade));
+    assert_eq!(
+        ca_bundle(),
+        before,
+        "an upgrade keeps the webhook's certificate"
+    );
     let uninstall = helm_on(&cluster, &["uninstall", &release, "--wait"]);
     assert!(
         uninstall.status.success(),
         "helm uninstall: {}",
         text(&uninstall)
+    );
+    let webhooks = cluster.kubectl_ok(&["get", "validatingwebhookconfigurations", "-o", "name"]);
+    assert!(
+        !webhooks.contains(&release),
+        "the release's webhook configuration outlives it: {webhooks}"
     );
     let policies = cluster.kubectl_ok(&["get", "validatingadmissionpolicies", "-o", "name"]);
     assert!(
@@ -283,6 +344,7 @@ async fn runs_complete_as_the_charts_service_account(cluster: &TestCluster, sets
         ("create", "agentrunsegments.agentrt.dev", ""),
         ("get", "agentrunsegments.agentrt.dev", ""),
         ("update", "leases.coordination.k8s.io", ""),
+        ("delete", "leases.coordination.k8s.io", ""),
         ("create", "events.events.k8s.io", ""),
         ("get", "secrets", ""),
     ] {
@@ -587,4 +649,53 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
         "the recorded decision names bob: {}",
         decided[0]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_policies_hold_a_segments_labels_immutable() {
+    let Some(cluster) = real_cluster("admission_policies_hold_a_segments_labels_immutable").await
+    else {
+        return;
+    };
+    let ns = cluster.namespace().to_string();
+    let release = release();
+    // The segment is created first: the policies let only the controller create one.
+    let segment =
+        std::fs::read_to_string(support::fixtures::path("archive/segment.yaml")).expect("fixture");
+    let out = cluster.kubectl_stdin(&["create", "-f", "-"], &segment);
+    assert!(out.status.success(), "{}", text(&out));
+    let sets = vec![
+        format!("watchNamespaces={{{ns}}}"),
+        "userRoles.create=false".to_string(),
+        "admissionPolicies.enabled=true".to_string(),
+    ];
+    let objects = render(
+        &release,
+        &ns,
+        &sets,
+        &["--show-only", "templates/admission.yaml"],
+    );
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &objects);
+    let out = once_refused_by_dry_run(
+        &cluster,
+        None,
+        &[
+            "label",
+            "--overwrite",
+            "arseg",
+            "refund-1042-0-0123456789",
+            "agentrt.dev/run-uid=another",
+        ],
+        "",
+    )
+    .await;
+    let message = text(&out);
+    assert!(
+        !out.status.success()
+            && message.contains("metadata.labels of an AgentRunSegment are immutable"),
+        "a segment's label cannot be changed: {message}"
+    );
+    let out = cluster.kubectl(&["label", "arseg", "refund-1042-0-0123456789", "extra=1"]);
+    assert!(!out.status.success(), "nor a label added: {}", text(&out));
+    cluster.kubectl_stdin(&["delete", "-f", "-"], &objects);
 }

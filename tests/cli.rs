@@ -10,6 +10,9 @@ use std::process::{Command, Output, Stdio};
 use support::cluster::{Options, TestCluster};
 
 async fn cluster() -> TestCluster {
+    // No controller in `agentrt dev`: these tests decide fixture Approvals by hand (a run
+    // applied here must stay as applied). Every test sets the same value.
+    std::env::set_var("AGENTRT_DEV_NO_CONTROLLER", "1");
     let c = TestCluster::start_with(Options {
         crds_dir: Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds")),
         ..Options::default()
@@ -53,6 +56,19 @@ fn approval(args: &str, hash: &str) -> String {
         .replace(HASH, hash)
 }
 
+/// [`approval`] for the fixture run, applied first (it stays as applied: no controller), so
+/// the Approval's run is there as the CLI reads it live: its runUID and request.run.uid are the
+/// run's.
+fn approval_of_run(c: &TestCluster, args: &str, hash: &str) -> String {
+    let run = std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).unwrap();
+    c.kubectl_stdin(&["apply", "-f", "-"], &run);
+    let uid = c.kubectl_ok(&["get", "ar", "refund-1042", "-o", "jsonpath={.metadata.uid}"]);
+    approval(args, hash).replace(FIXTURE_RUN_UID, uid.trim())
+}
+
+/// The run uid the fixture Approval names.
+const FIXTURE_RUN_UID: &str = "0b6e7f6c-3a57-4a8e-9a39-3f7f2b0c1d42";
+
 fn decision(c: &TestCluster) -> String {
     c.kubectl_ok(&[
         "get",
@@ -68,7 +84,7 @@ async fn approve_prints_the_request_and_refuses_without_a_yes_at_no_terminal() {
     let c = cluster().await;
     c.kubectl_stdin(
         &["apply", "-f", "-"],
-        &approval("{order: 1042, amount: 250}", HASH),
+        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
     );
     let out = agentrt(&c, &["approve", "refund-1042-1-1"], &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -95,7 +111,7 @@ async fn approve_with_yes_patches_the_printed_hash() {
     let c = cluster().await;
     c.kubectl_stdin(
         &["apply", "-f", "-"],
-        &approval("{order: 1042, amount: 250}", HASH),
+        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
     );
     let out = agentrt(
         &c,
@@ -132,7 +148,7 @@ async fn an_approval_changed_between_print_and_patch_is_refused() {
     let c = cluster().await;
     c.kubectl_stdin(
         &["apply", "-f", "-"],
-        &approval("{order: 1042, amount: 250}", HASH),
+        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
     );
     let kubeconfig = c.kubeconfig().to_path_buf();
     let namespace = c.namespace().to_string();
@@ -152,7 +168,7 @@ async fn an_approval_changed_between_print_and_patch_is_refused() {
     let other = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
     c.kubectl_stdin(
         &["apply", "-f", "-"],
-        &approval("{order: 1042, amount: 25000}", other),
+        &approval_of_run(&c, "{order: 1042, amount: 25000}", other),
     );
     let out = child.join().expect("thread");
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -173,7 +189,8 @@ async fn model_chosen_strings_are_escaped_in_the_printout() {
     let c = cluster().await;
     c.kubectl_stdin(
         &["apply", "-f", "-"],
-        &approval(
+        &approval_of_run(
+            &c,
             r#"{order: 1042, note: "ok\u202e0001\u200b\u001b[2J"}"#,
             HASH,
         ),
@@ -196,7 +213,7 @@ async fn json_output_and_exit_codes() {
     let c = cluster().await;
     c.kubectl_stdin(
         &["apply", "-f", "-"],
-        &approval("{order: 1042, amount: 250}", HASH),
+        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
     );
     let out = agentrt(&c, &["approvals", "-o", "json"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -250,7 +267,7 @@ async fn the_binary_works_as_the_kubectl_plugin_kubectl_agentrt() {
     let c = cluster().await;
     c.kubectl_stdin(
         &["apply", "-f", "-"],
-        &approval("{order: 1042, amount: 250}", HASH),
+        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
     );
     let bin = tempfile::tempdir().expect("tempdir");
     std::os::unix::fs::symlink(
@@ -273,4 +290,401 @@ async fn the_binary_works_as_the_kubectl_plugin_kubectl_agentrt() {
     assert!(out.status.success(), "{}", text(&out));
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
     assert_eq!(list[0]["metadata"]["name"], "refund-1042-1-1");
+}
+
+/// `agentrt` with `args` and only `--kubeconfig kubeconfig`: no `-n`, so the namespace is the
+/// context's (or a `namespace/` prefix).
+fn agentrt_in_context(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdin(Stdio::null())
+        .output()
+        .expect("agentrt runs")
+}
+
+/// The names in `agentrt approvals -o json` output.
+fn listed(out: &Output) -> Vec<String> {
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
+    list.as_array()
+        .expect("a list")
+        .iter()
+        .map(|a| {
+            format!(
+                "{}/{}",
+                a["metadata"]["namespace"].as_str().unwrap_or_default(),
+                a["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// docs/behaviours.md 68: as kubectl, `agentrt approvals` lists the kubeconfig context's
+/// namespace by default and every namespace with `-A`; `namespace/name` is accepted wherever a
+/// name is, and an `-n` naming another namespace is refused.
+#[tokio::test]
+async fn approvals_follow_the_contexts_namespace_and_names_take_a_namespace() {
+    let c = cluster().await;
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
+    );
+    let ours = format!("{}/refund-1042-1-1", c.namespace());
+    // The test's kubeconfig context has no namespace: `default`, where nothing waits.
+    let out = agentrt_in_context(c.kubeconfig(), &["approvals", "-o", "json"]);
+    assert!(!listed(&out).contains(&ours), "{}", text(&out));
+    let out = agentrt_in_context(c.kubeconfig(), &["approvals", "-A", "-o", "json"]);
+    assert!(listed(&out).contains(&ours), "{}", text(&out));
+    let out = agentrt_in_context(
+        c.kubeconfig(),
+        &["approvals", "--all-namespaces", "-o", "json"],
+    );
+    assert!(listed(&out).contains(&ours), "{}", text(&out));
+
+    // A context whose namespace is the test's: listed without -n.
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::copy(c.kubeconfig(), &kubeconfig).expect("copy the kubeconfig");
+    let set = Command::new(support::cluster::KUBECTL)
+        .args([
+            "config",
+            "set-context",
+            "--current",
+            "--namespace",
+            c.namespace(),
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .expect("kubectl runs");
+    assert!(set.status.success(), "{}", text(&set));
+    let out = agentrt_in_context(&kubeconfig, &["approvals", "-o", "json"]);
+    assert_eq!(listed(&out), vec![ours.clone()], "{}", text(&out));
+
+    // namespace/name, from a context that points elsewhere.
+    let out = agentrt_in_context(c.kubeconfig(), &["show", "approval", &ours]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("issue_refund"));
+    let out = agentrt_in_context(c.kubeconfig(), &["approve", &ours]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pass --yes"),
+        "found and printed, then not decided without --yes: {}",
+        text(&out)
+    );
+    let out = agentrt_in_context(
+        c.kubeconfig(),
+        &["show", "approval", &ours, "-n", "elsewhere"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("-n elsewhere"), "{}", text(&out));
+    for bad in ["Bad/refund", "/refund", "ns/", "a/b/c"] {
+        let out = agentrt_in_context(c.kubeconfig(), &["show", "approval", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out));
+    }
+    for command in [
+        vec!["show", "run"],
+        vec!["show", "approval"],
+        vec!["events"],
+        vec!["verify"],
+        vec!["cancel"],
+        vec!["reject"],
+        vec!["approve"],
+    ] {
+        let mut args = command.clone();
+        let missing = format!("{}/no-such-run", c.namespace());
+        args.push(&missing);
+        let out = agentrt_in_context(c.kubeconfig(), &args);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{command:?}: {said}");
+        assert!(
+            said.contains(&missing),
+            "{command:?} names {missing}: {said}"
+        );
+        // The API server's message, said once (issue 14).
+        assert_eq!(
+            said.matches("\"no-such-run\" not found").count(),
+            1,
+            "{command:?}: {said}"
+        );
+        assert!(!said.contains("HTTP 404"), "{command:?}: {said}");
+        assert!(!said.contains(": NotFound"), "{command:?}: {said}");
+    }
+    assert_eq!(decision(&c).trim(), "", "nothing was decided");
+}
+
+/// docs/behaviours.md 67: an Approval whose run (read live) says it can no longer grant is
+/// refused before anything is asked: here a run of the same name with another uid.
+#[tokio::test]
+async fn approve_refuses_an_approval_its_run_no_longer_awaits() {
+    let c = cluster().await;
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &approval("{order: 1042, amount: 250}", HASH),
+    );
+    let run = std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).unwrap();
+    c.kubectl_stdin(&["apply", "-f", "-"], &run);
+    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("can no longer grant") && stderr.contains("earlier run named refund-1042"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("approved"));
+    assert_eq!(decision(&c).trim(), "", "nothing was decided");
+}
+
+fn lint(args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .arg("lint")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agentrt runs");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(stdin.unwrap_or("").as_bytes())
+        .expect("stdin written");
+    drop(input);
+    child.wait_with_output().expect("agentrt exits")
+}
+
+/// docs/behaviours.md 1: `agentrt lint` gives the verdict offline: every problem of every run
+/// as `FILE: NAMESPACE/NAME: field: message`, exit 1; otherwise `N runs ok`, exit 0.
+#[test]
+fn lint_prints_every_problem_naming_file_run_and_field_and_exits_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        r#"apiVersion: agentrt.dev/v1alpha1
+kind: AgentRun
+metadata: {name: weather}
+spec:
+  goal: Say the weather.
+  agent: {scripted: {decisions: []}}
+  tools:
+  - name: get weather!
+    sideEffect: ReadOnly
+    inputSchema: {type: objekt}
+    http: {url: "ftp://weather/now"}
+  policy:
+    rules:
+    - {name: cheap, when: "args.amount <=> 100 &&", outcome: Allow}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+"#,
+    )
+    .expect("written");
+    let file = bad.display().to_string();
+    let out = lint(&["-f", &file], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let prefix = format!("{file}: default/weather: ");
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(
+        lines[0],
+        format!(
+            "{prefix}spec.tools[0].name: \"get weather!\" is not a valid function name; use \
+             letters, digits, _ and - (1-64 characters)"
+        )
+    );
+    assert!(lines[1].starts_with(&format!("{prefix}spec.tools[0].http.url: ")));
+    assert!(lines[2].starts_with(&format!("{prefix}spec.tools[0].inputSchema: ")));
+    assert!(lines[3].starts_with(&format!("{prefix}spec.policy.rules[0].when: ")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("document 2 (ConfigMap settings) is not an AgentRun; skipped"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn lint_of_the_samples_and_of_stdin_says_how_many_runs_are_ok() {
+    let samples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/samples");
+    let mut files: Vec<String> = std::fs::read_dir(&samples)
+        .expect("samples")
+        .map(|e| e.expect("entry").path().display().to_string())
+        .filter(|p| p.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    let mut args = vec!["-f"];
+    args.extend(files.iter().map(String::as_str));
+    let out = lint(&args, None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(stdout.ends_with(" runs ok\n"), "{stdout}");
+    let sample = std::fs::read_to_string(samples.join("refund-approval.yaml")).expect("sample");
+    let out = lint(&["-f", "-"], Some(&sample));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("runs ok"));
+    let out = lint(&[], None);
+    assert_eq!(out.status.code(), Some(2), "-f is required: {}", text(&out));
+}
+
+#[test]
+fn lint_works_as_kubectl_agentrt_lint() {
+    let bin = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_agentrt"),
+        bin.path().join("kubectl-agentrt"),
+    )
+    .expect("symlink");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let sample =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/samples/readonly-lookup.yaml");
+    let out = Command::new(support::cluster::KUBECTL)
+        .args(["agentrt", "lint", "-f"])
+        .arg(&sample)
+        .env("PATH", path)
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1 runs ok\n");
+}
+
+#[test]
+fn keep_steps_0_is_a_usage_error_naming_the_flag() {
+    for command in ["controller", "dev"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+            .args([command, "--keep-steps", "0"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("agentrt runs");
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--keep-steps") && stderr.contains("1.."),
+            "{command}: {stderr}"
+        );
+    }
+}
+
+/// The fixture run applied, its uid read back, and the fixture Approval made its own (runUID,
+/// request.run.uid and an ownerReference), as the controller would create it.
+fn owned_approval(c: &TestCluster, cancel: bool) -> String {
+    let run = std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).unwrap();
+    let run = if cancel {
+        run.replace("spec:\n", "spec:\n  cancel: true\n")
+    } else {
+        run
+    };
+    c.kubectl_stdin(&["apply", "-f", "-"], &run);
+    let uid = c.kubectl_ok(&["get", "ar", "refund-1042", "-o", "jsonpath={.metadata.uid}"]);
+    let uid = uid.trim().to_string();
+    approval("{order: 1042, amount: 250}", HASH)
+        .replace(FIXTURE_RUN_UID, &uid)
+        .replace(
+            "metadata: {name: refund-1042-1-1}",
+            &format!(
+                "metadata:\n  name: refund-1042-1-1\n  ownerReferences:\n  - {{apiVersion: agentrt.dev/v1alpha1, kind: AgentRun, name: refund-1042, uid: {uid}}}"
+            ),
+        )
+}
+
+/// docs/behaviours.md 67: an Approval whose owner run is gone (deleted with
+/// `--cascade=orphan`) can no longer grant; approve refuses it, writing nothing.
+#[tokio::test]
+async fn approve_refuses_an_approval_whose_run_is_gone() {
+    let c = cluster().await;
+    let owned = owned_approval(&c, false);
+    c.kubectl_stdin(&["apply", "-f", "-"], &owned);
+    c.kubectl_ok(&["delete", "ar", "refund-1042", "--cascade=orphan"]);
+    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("can no longer grant")
+            && (stderr.contains("is gone") || stderr.contains("being deleted")),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("approved"));
+    assert_eq!(decision(&c).trim(), "", "nothing was decided");
+}
+
+/// docs/behaviours.md 42: a run with `spec.cancel: true` (its controller not yet there to end
+/// it) grants nothing: approve refuses before printing the prompt.
+#[tokio::test]
+async fn approve_refuses_an_approval_whose_run_is_being_cancelled() {
+    let c = cluster().await;
+    let owned = owned_approval(&c, true);
+    c.kubectl_stdin(&["apply", "-f", "-"], &owned);
+    let out = agentrt(&c, &["approve", "refund-1042-1-1", "-y"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("spec.cancel: true"), "{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("you are about to"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(decision(&c).trim(), "", "nothing was decided");
+}
+
+/// A Cancelled Approval is refused before anything of the prompt is printed.
+#[tokio::test]
+async fn approve_of_a_cancelled_approval_refuses_before_the_prompt() {
+    let c = cluster().await;
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
+    );
+    c.kubectl_ok(&[
+        "patch",
+        "approval",
+        "refund-1042-1-1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Cancelled","reason":"run cancelled"}}"#,
+    ]);
+    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Cancelled"),
+        "{}",
+        text(&out)
+    );
+    // Listed only with --all-phases (or its older spelling --all).
+    let ours = format!("{}/refund-1042-1-1", c.namespace());
+    let out = agentrt(&c, &["approvals", "-o", "json"], &[]);
+    assert!(!listed(&out).contains(&ours), "{}", text(&out));
+    for every in ["--all-phases", "--all"] {
+        let out = agentrt(&c, &["approvals", every, "-o", "json"], &[]);
+        assert!(listed(&out).contains(&ours), "{every}: {}", text(&out));
+    }
+}
+
+/// A `--note` over the schema's limit is a usage error naming the limit, sent nowhere.
+#[tokio::test]
+async fn a_note_over_the_limit_is_refused_before_sending() {
+    let c = cluster().await;
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
+    );
+    let note = "x".repeat(4097);
+    let out = agentrt(
+        &c,
+        &["reject", "refund-1042-1-1", "--yes", "--note", &note],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("at most 4096"), "{stderr}");
+    assert!(!stderr.contains("did it change"), "{stderr}");
+    assert_eq!(decision(&c).trim(), "", "nothing was decided");
 }

@@ -207,3 +207,260 @@ async fn a_leftover_approval_of_a_deleted_run_is_never_adopted() {
         "the new run's request ran, once"
     );
 }
+
+/// `agentrt approve NAME --yes` against `cluster`, standard input closed.
+fn agentrt_approve(cluster: &support::cluster::TestCluster, target: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .args(["approve", target, "--yes", "--kubeconfig"])
+        .arg(cluster.kubeconfig())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("agentrt runs")
+}
+
+/// docs/behaviours.md 42 and 67: a run cancelled while it waits moves its pending Approval to
+/// `Cancelled` ("run cancelled"), and `agentrt approve` refuses it (exit 1, saying why) instead
+/// of printing "approved"; nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approvals_of_a_cancelled_run_are_cancelled_and_cannot_be_approved() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let _controller =
+        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    create_run(
+        &client,
+        &ns,
+        &fixture("needs-approval", &tools.base(), "called-off"),
+    )
+    .await;
+    let approval = wait_approval(
+        &client,
+        &ns,
+        "called-off",
+        "policy",
+        Duration::from_secs(60),
+    )
+    .await;
+    let name = approval.metadata.name.clone().expect("name");
+    cluster.kubectl_ok(&[
+        "patch",
+        "agentrun",
+        "called-off",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"cancel":true}}"#,
+    ]);
+    wait_phase(
+        &client,
+        &ns,
+        "called-off",
+        "Cancelled",
+        Duration::from_secs(30),
+    )
+    .await;
+    let cancelled = eventually("the Approval Cancelled", Duration::from_secs(30), || {
+        let api = approvals_api(&client, &ns);
+        let name = name.clone();
+        async move {
+            api.get(&name)
+                .await
+                .ok()
+                .filter(|a| a.data["status"]["phase"] == "Cancelled")
+        }
+    })
+    .await;
+    assert_eq!(cancelled.data["status"]["reason"], "run cancelled");
+    let columns = cluster.kubectl_ok(&["get", "approval", &name, "--no-headers"]);
+    assert!(columns.contains("Cancelled"), "the Phase column: {columns}");
+
+    let out = agentrt_approve(&cluster, &format!("{ns}/{name}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("Cancelled (run cancelled)") && stderr.contains("can no longer grant"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains(" approved"), "{stdout}");
+    let after = approvals_api(&client, &ns).get(&name).await.expect("get");
+    assert!(
+        after.data["spec"].get("decision").is_none(),
+        "nothing decided"
+    );
+    assert!(tools.calls().is_empty());
+}
+
+/// docs/behaviours.md 69: deleting a waiting run's Approval wakes the run at once (the
+/// Approval watch maps it to its owner): the Approval is created again from the record within
+/// seconds, not at a resync minutes later, and deciding it lets the run go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_approval_wakes_its_run_and_is_created_again_at_once() {
+    let cluster = agentrt_cluster().await;
+    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let tools = ToolServer::start().await;
+    let _controller =
+        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    create_run(
+        &client,
+        &ns,
+        &fixture("needs-approval", &tools.base(), "woken"),
+    )
+    .await;
+    let first = wait_approval(&client, &ns, "woken", "policy", Duration::from_secs(60)).await;
+    let name = first.metadata.name.clone().expect("name");
+    let first_uid = first.metadata.uid.clone().expect("uid");
+    // Let the replica settle (its own writes woke it already), then delete.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.kubectl_ok(&["delete", "approval", &name, "--wait=true"]);
+    let deleted_at = std::time::Instant::now();
+    let again = eventually(
+        "the Approval created again",
+        Duration::from_secs(10),
+        || {
+            let api = approvals_api(&client, &ns);
+            let name = name.clone();
+            let first_uid = first_uid.clone();
+            async move {
+                api.get_opt(&name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|a| a.metadata.uid.as_deref() != Some(first_uid.as_str()))
+            }
+        },
+    )
+    .await;
+    assert!(
+        deleted_at.elapsed() < Duration::from_secs(10),
+        "recreated after {:?}",
+        deleted_at.elapsed()
+    );
+    assert_eq!(
+        again.data["spec"], first.data["spec"],
+        "the same request, from the record"
+    );
+    decide(&client, &ns, &again, "Approved").await;
+    wait_phase(&client, &ns, "woken", "Completed", Duration::from_secs(30)).await;
+    assert_eq!(tools.calls().len(), 1);
+}
+
+/// docs/behaviours.md 12: a `when` that fails on the agent's args (here a key the args lack)
+/// does not end the run `internal_error`: the call pauses on a `policy_error` Approval showing
+/// the rule, the error and the args; approved, it runs once and the run completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_when_that_fails_on_the_args_pauses_on_a_policy_error_approval_a_person_decides() {
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let _controller = start_controller(&cluster, "policy-error");
+    let yaml = RunFixture::new("one-tool", &tools.base(), "unguarded")
+        .class("RemoteMutation")
+        .yaml()
+        .replace(
+            "  policy:\n",
+            "  policy:\n    rules:\n    - {name: small, when: 'args.amount <= 100', outcome: Allow}\n",
+        );
+    create_run(&client, &ns, &yaml).await;
+    let approval = wait_approval(
+        &client,
+        &ns,
+        "unguarded",
+        "policy_error",
+        Duration::from_secs(30),
+    )
+    .await;
+    let shown = &approval.data["spec"]["presentation"];
+    assert_eq!(
+        shown["rule"],
+        json!({"index": 0, "name": "small", "when": "args.amount <= 100"})
+    );
+    assert_eq!(shown["args"], json!({"item": 1}));
+    assert!(
+        shown["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("amount")),
+        "{shown}"
+    );
+    let run = status(&client, &ns, "unguarded").await;
+    assert_eq!(run["phase"], "WaitingForApproval", "the run is kept: {run}");
+    assert!(
+        tools.calls().is_empty(),
+        "nothing ran before a person decided"
+    );
+    decide(&client, &ns, &approval, "Approved").await;
+    let done = wait_phase(
+        &client,
+        &ns,
+        "unguarded",
+        "Completed",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_seq_contiguous(&done);
+    assert_eq!(tools.calls().len(), 1, "the approved call ran once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_by_another_holder_is_in_the_journal_with_its_holder_and_epoch() {
+    // docs/behaviours.md 81: paused under holder first (epoch 1), first is killed; on approve,
+    // second executes at epoch 2, and the journal says so in the write of its first action.
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let mut first = start_controller(&cluster, "first");
+    create_run(
+        &client,
+        &ns,
+        &fixture("needs-approval", &tools.base(), "handed-over"),
+    )
+    .await;
+    let approval = wait_approval(
+        &client,
+        &ns,
+        "handed-over",
+        "policy",
+        Duration::from_secs(60),
+    )
+    .await;
+    first.signal(libc::SIGKILL);
+    assert!(first.was_killed(Duration::from_secs(5)));
+    let _second = start_controller(&cluster, "second");
+    decide(&client, &ns, &approval, "Approved").await;
+    let done = wait_phase(
+        &client,
+        &ns,
+        "handed-over",
+        "Completed",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_seq_contiguous(&done);
+    let resumed = events_of(&done, "run.resumed");
+    assert_eq!(resumed.len(), 1, "{:?}", event_types(&done));
+    let data = &resumed[0]["data"];
+    let starts = |field: &str, prefix: &str| {
+        data[field]
+            .as_str()
+            .is_some_and(|holder| holder.starts_with(prefix))
+    };
+    assert!(starts("holder", "second-"), "{data}");
+    assert!(starts("previousHolder", "first-"), "{data}");
+    assert_eq!(data["epoch"], 2, "{data}");
+    assert_eq!(done["lease"]["epoch"], 2);
+    assert_eq!(done["lease"]["holder"], data["holder"]);
+    let started = events_of(&done, "step.tool_started");
+    assert_eq!(started.len(), 1);
+    assert_eq!(
+        resumed[0]["seq"].as_i64().map(|seq| seq + 2),
+        started[0]["seq"].as_i64(),
+        "resumed, policy and the start share one write"
+    );
+    assert!(tools
+        .calls()
+        .iter()
+        .all(|c| c.holder.starts_with("second-")));
+}

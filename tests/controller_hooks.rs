@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::controller::*;
-use support::stub::Stub;
+use support::stub::{Answer, Stub};
 use support::toolserver::{Behaviour, ToolServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,6 +40,123 @@ async fn a_webhook_agent_decides_each_step() {
     assert_eq!(requests.len(), 2, "one request per step");
     assert_eq!(requests[0]["goal"], "Look one thing up, then finish.");
     assert_eq!(tools.calls().len(), 1);
+}
+
+/// docs/behaviours.md 66: a webhook agent that refuses connections, then answers 503 and 500,
+/// then decides: the run completes, and the journal holds each failed attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_agent_that_refuses_then_fails_then_answers_is_asked_again() {
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let mut agent = Stub::down("/decide");
+    let _controller = start_controller(&cluster, "c");
+    // 30 s of asking, so the attempts after the agent comes up fit whatever the timing.
+    let yaml = RunFixture::new("webhook-agent", &tools.base(), "blip")
+        .agent(&agent.url)
+        .yaml()
+        .replace("timeoutSeconds: 5}", "timeoutSeconds: 30}");
+    create_run(&client, &ns, &yaml).await;
+    // The agent comes up only once a refused attempt is on record.
+    wait_status(
+        &client,
+        &ns,
+        "blip",
+        Duration::from_secs(30),
+        "a refused attempt in the journal",
+        |s| !events_of(s, "agent.failed").is_empty(),
+    )
+    .await;
+    let decide = |request: &Value| match request["step"].as_i64() {
+        Some(0) => (
+            200,
+            json!({"kind": "tool_call", "tool": "quick", "args": {"item": 7}}),
+        ),
+        _ => (200, json!({"kind": "complete", "result": {"done": true}})),
+    };
+    agent
+        .come_up(vec![
+            Answer::Raw(503, "busy"),
+            Answer::Raw(500, "oops"),
+            Answer::By(std::sync::Arc::new(decide)),
+        ])
+        .await;
+    let done = wait_phase(&client, &ns, "blip", "Completed", Duration::from_secs(30)).await;
+    assert_eq!(done["result"], json!({"done": true}));
+    assert_seq_contiguous(&done);
+    let failed = events_of(&done, "agent.failed");
+    assert!(failed.len() >= 3, "{failed:?}");
+    assert!(failed.iter().all(|e| e["step"] == 0), "{failed:?}");
+    let statuses: Vec<&Value> = failed.iter().map(|e| &e["data"]["status"]).collect();
+    assert_eq!(
+        statuses[0],
+        &Value::Null,
+        "the first was refused: {failed:?}"
+    );
+    assert_eq!(
+        &statuses[statuses.len() - 2..],
+        [&json!(503), &json!(500)],
+        "{failed:?}"
+    );
+    let numbers: Vec<i64> = failed
+        .iter()
+        .map(|e| e["data"]["attempt"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, (1..=failed.len() as i64).collect::<Vec<_>>());
+    assert_eq!(
+        agent.requests().len(),
+        4,
+        "503, 500, the decision, the completion"
+    );
+    assert_eq!(tools.calls().len(), 1);
+}
+
+/// docs/behaviours.md 66: an agent that always answers 500 ends the run `agent_error` after
+/// its timeoutSeconds (5 s in the fixture), each attempt in the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_agent_that_always_fails_ends_agent_error_after_its_timeout() {
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let agent = Stub::start("/decide", vec![Answer::Raw(500, "down for good")]).await;
+    let _controller = start_controller(&cluster, "c");
+    RunFixture::new("webhook-agent", &tools.base(), "down")
+        .agent(&agent.url)
+        .create(&client, &ns)
+        .await;
+    let done = wait_phase(&client, &ns, "down", "Failed", Duration::from_secs(40)).await;
+    assert_eq!(done["reason"], "agent_error");
+    let detail = done["reasonDetail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("timeoutSeconds (5 s") && detail.contains("500"),
+        "{detail}"
+    );
+    let failed = events_of(&done, "agent.failed");
+    assert!(failed.len() >= 3, "{failed:?}");
+    assert_eq!(
+        failed.len(),
+        agent.requests().len(),
+        "one event per attempt"
+    );
+    assert!(
+        detail.contains(&format!("{} attempts", failed.len())),
+        "{detail}"
+    );
+    let started = done["startedAt"]
+        .as_str()
+        .unwrap()
+        .parse::<jiff::Timestamp>()
+        .unwrap();
+    let finished = done["finishedAt"]
+        .as_str()
+        .unwrap()
+        .parse::<jiff::Timestamp>()
+        .unwrap();
+    let took = (finished - started).total(jiff::Unit::Second).unwrap();
+    assert!((2.0..=6.0).contains(&took), "gave up after {took} s");
+    assert!(tools.calls().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,7 +250,11 @@ async fn a_webhook_agent_sees_the_approvals_and_its_answer_is_recorded_verbatim_
     assert_seq_contiguous(&done);
 
     let requests = agent.requests();
-    assert_eq!(requests.len(), 3);
+    // The third step's 500 was asked again until its timeoutSeconds (docs/behaviours.md 66),
+    // each attempt in the journal.
+    assert!(requests.len() > 3, "{}", requests.len());
+    assert!(requests[2..].iter().all(|r| r["step"] == 2));
+    assert_eq!(events_of(&done, "agent.failed").len(), requests.len() - 2);
     assert_eq!(requests[0]["approvals"], json!([]));
     assert_eq!(
         requests[0]["tools"][0]["inputSchema"]["required"],

@@ -297,3 +297,81 @@ fn a_second_agentrt_dev_that_cannot_start_leaves_the_first_ones_kubeconfig_alone
     unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
     assert!(wait_exit(&mut first, Duration::from_secs(20)).is_some());
 }
+
+/// docs/behaviours.md 1: a run whose spec slipped past admission (no webhook) fails
+/// `invalid_spec` before `run.started`, naming every field, with `Ready=False` and a Warning
+/// Event; no tool is called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_slipped_past_admission_fails_invalid_spec_before_it_starts() {
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let _controller = start_controller(&cluster, "lint");
+    let yaml = RunFixture::new("one-tool", &tools.base(), "slipped")
+        .class("ReadOnly")
+        .yaml()
+        .replace("name: work", "name: do work!")
+        .replace(
+            "  policy:\n",
+            "  policy:\n    rules:\n    - {name: broken, when: 'args.item <=> 1 &&', outcome: Allow}\n",
+        );
+    create_run(&client, &ns, &yaml).await;
+    let run = wait_phase(&client, &ns, "slipped", "Failed", Duration::from_secs(30)).await;
+    assert_eq!(run["reason"], "invalid_spec");
+    let detail = run["reasonDetail"].as_str().unwrap_or_default().to_string();
+    assert!(
+        detail.starts_with(&format!(
+            "AgentRun {ns}/slipped: spec.tools[0].name: \"do work!\" is not a valid function name"
+        )),
+        "{detail}"
+    );
+    assert!(detail.contains("; spec.policy.rules[0].when: "), "{detail}");
+    assert_eq!(event_types(&run), vec!["run.finished"], "nothing started");
+    let ready = run["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "InvalidSpec");
+    assert_eq!(ready["message"], detail.as_str());
+    assert!(tools.calls().is_empty(), "no tool was called");
+    let warning = support::cluster::eventually(
+        "a Warning Event naming the field",
+        Duration::from_secs(30),
+        || {
+            let out = cluster.kubectl(&["get", "events", "-o", "json"]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let found = text.contains("\"Warning\"") && text.contains("spec.tools[0].name");
+            async move { found.then_some(text) }
+        },
+    )
+    .await;
+    assert!(warning.contains("invalid_spec"), "{warning}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_carry_no_colours_when_stderr_is_not_a_terminal() {
+    let cluster = agentrt_cluster().await;
+    let tools = ToolServer::start().await;
+    let controller = start_controller(&cluster, "plain");
+    let yaml = RunFixture::new("one-call", &tools.base(), "logged")
+        .class("ReadOnly")
+        .yaml();
+    create_run(&cluster.client(), cluster.namespace(), &yaml).await;
+    wait_phase(
+        &cluster.client(),
+        cluster.namespace(),
+        "logged",
+        "Completed",
+        Duration::from_secs(30),
+    )
+    .await;
+    let log = controller.log();
+    assert!(log.contains("INFO"), "the controller logged: {log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "an escape sequence in a log file: {log}"
+    );
+}

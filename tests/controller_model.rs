@@ -232,6 +232,37 @@ async fn a_model_decides_each_step_and_every_attempt_is_accounted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_text_answer_completes_the_run_with_its_text() {
+    let (cluster, tools) = setup().await;
+    let model = ModelServer::start(vec![
+        Reply::tool_call("lookup_order", json!({"order": 1042}), usage(800, 12, 0)),
+        Reply::text("Order 1042 arrived intact.", usage(900, 8, 0)),
+    ])
+    .await;
+    let _controller = start_controller(&cluster, "c");
+    start_run(&cluster, &tools, "says", &model.base_url(), |_| {}).await;
+    let done = wait_done(&cluster, "says").await;
+    assert_eq!(done["phase"], "Completed", "{done}");
+    assert_eq!(done["reason"], "goal_completed");
+    assert_eq!(
+        done["result"],
+        json!({"text": "Order 1042 arrived intact."})
+    );
+    assert_eq!(step_statuses(&done), ["done", "done"]);
+    let last = &done["steps"][1];
+    assert_eq!(
+        last["decision"]["failure"], "no_tool_call",
+        "recorded as received"
+    );
+    assert_eq!(last["decision"]["finishReason"], "stop");
+    assert_eq!(
+        data_of(&done, "step.decided")[1],
+        json!({"kind": "invalid", "textAnswer": true})
+    );
+    assert_eq!(model.left(), 0, "two replies, no third request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_with_no_tool_call_or_cut_off_are_invalid_decisions_that_count_as_failures() {
     let (cluster, tools) = setup().await;
     let recovers = ModelServer::start(vec![
@@ -246,8 +277,13 @@ async fn replies_with_no_tool_call_or_cut_off_are_invalid_decisions_that_count_a
     ])
     .await;
     let _controller = start_controller(&cluster, "c");
-    start_run(&cluster, &tools, "recovers", &recovers.base_url(), |_| {}).await;
+    // `textAnswer: Invalid`: a text reply is no answer (docs/behaviours.md 72).
+    start_run(&cluster, &tools, "recovers", &recovers.base_url(), |spec| {
+        spec["agent"]["openai"]["textAnswer"] = json!("Invalid");
+    })
+    .await;
     start_run(&cluster, &tools, "gives-up", &gives_up.base_url(), |spec| {
+        spec["agent"]["openai"]["textAnswer"] = json!("Invalid");
         spec["limits"] = json!({"maxConsecutiveToolFailures": 2});
     })
     .await;

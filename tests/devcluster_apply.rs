@@ -22,7 +22,7 @@ const MERGE: &str = "application/merge-patch+json";
 async fn cluster() -> TestCluster {
     let c = TestCluster::start().await;
     let crd = support::fixtures::devcluster("apply/gadgets-crd.yaml");
-    c.kubectl_ok(&["apply", "-f", &crd.to_string_lossy()]);
+    c.apply_crds(&crd);
     c.kubectl_ok(&[
         "wait",
         "--for",

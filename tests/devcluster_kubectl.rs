@@ -457,7 +457,7 @@ async fn list_pages_carry_remaining_item_count_and_a_consistent_snapshot() {
 /// The project's CRDs (`crds/`), applied as a user would, and established.
 fn apply_project_crds(c: &TestCluster) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
-    c.kubectl_ok(&["apply", "-f", &dir.to_string_lossy()]);
+    c.apply_crds(&dir);
     c.kubectl_ok(&[
         "wait",
         "--for",

@@ -51,7 +51,7 @@ fn invalid_update(result: Result<(Value, Vec<String>), AdmissionError>) -> Vec<S
     invalid(result.map(|(v, _)| v))
 }
 
-const RULES_NOT_CHECKED: &str = "<nil>: Invalid value: \"null\": some validation rules were not \
+const RULES_NOT_CHECKED: &str = "<nil>: Invalid value: null: some validation rules were not \
                                  checked because the object was invalid; correct the existing \
                                  errors to complete validation";
 
@@ -241,7 +241,7 @@ fn duplicate_key_in_a_map_list_is_a_duplicate_value() {
     )));
     assert_eq!(
         errors,
-        vec!["spec.tools[1]: Duplicate value: map[string]interface {}{\"name\":\"a\"}"]
+        vec!["spec.tools[1]: Duplicate value: {\"name\":\"a\"}"]
     );
 }
 
@@ -458,7 +458,7 @@ fn invalid_status_formats_several_errors_as_a_list() {
         json!([
             {"reason": "FieldValueNotSupported", "message": "Unsupported value: \"Medium\": supported values: \"Fast\", \"Slow\"", "field": "spec.mode"},
             {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.goal"},
-            {"reason": "FieldValueInvalid", "message": "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation", "field": "<nil>"},
+            {"reason": "FieldValueInvalid", "message": "Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation", "field": "<nil>"},
         ])
     );
 }

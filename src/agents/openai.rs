@@ -27,7 +27,7 @@ use reqwest::Url;
 
 use super::webhook::error_chain;
 use crate::api::OpenAiAgent;
-use crate::engine::model::AttemptOutcome;
+use crate::engine::model::{AttemptOutcome, INSECURE_KEY_REFUSAL};
 
 pub use crate::engine::conversation::{COMPLETE_FUNCTION, DEFAULT_SYSTEM_PROMPT, FAIL_FUNCTION};
 pub use crate::engine::model::ReportedUsage;
@@ -190,10 +190,9 @@ pub async fn call(
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Some(key) = api_key {
         if url.scheme() != "https" && !is_loopback(&url) {
-            return Err(misconfigured(
-                "refusing to send the API key over plain http to a host that is not a loopback \
-                 address; use an https:// baseURL",
-            ));
+            return Err(misconfigured(&format!(
+                "{INSECURE_KEY_REFUSAL}; use an https:// baseURL"
+            )));
         }
         let mut value =
             HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
@@ -342,8 +341,19 @@ fn scrub_bytes(body: Vec<u8>, api_key: Option<&ApiKey>) -> Vec<u8> {
     out
 }
 
-/// `retry-after-ms`, else `Retry-After` (delta-seconds or an HTTP date), in milliseconds.
-fn retry_after_millis(headers: &HeaderMap) -> Option<u64> {
+/// `retry-after-ms`, else `Retry-After` (delta-seconds or an HTTP date), in milliseconds. Also
+/// the webhook agent's. A value too large to hold (`Retry-After: 99999999999999999999`) is
+/// "longer than any budget", not unreadable: it saturates at [`RETRY_AFTER_SATURATED_MILLIS`],
+/// so the engine stops early as for any Retry-After past the budget (docs/behaviours.md 48).
+pub(super) fn retry_after_millis(headers: &HeaderMap) -> Option<u64> {
+    retry_after_unbounded(headers).map(|ms| ms.min(RETRY_AFTER_SATURATED_MILLIS))
+}
+
+/// The most milliseconds a Retry-After is read as: `i64::MAX`, so the value recorded in an
+/// event (`retryAfterMs`) is one the Kubernetes API stores exactly.
+pub const RETRY_AFTER_SATURATED_MILLIS: u64 = i64::MAX as u64;
+
+fn retry_after_unbounded(headers: &HeaderMap) -> Option<u64> {
     let text = |name: &str| {
         headers
             .get(name)
@@ -359,6 +369,10 @@ fn retry_after_millis(headers: &HeaderMap) -> Option<u64> {
     let value = text("retry-after")?;
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(seconds.saturating_mul(1000));
+    }
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Delta-seconds too large for u64: longer than any budget.
+        return Some(u64::MAX);
     }
     let date = jiff::fmt::rfc2822::DateTimeParser::new()
         .parse_timestamp(value)

@@ -2,7 +2,9 @@
 //! decision JSON) and the reconcile hook (POST a RunView, the answer is a Reconciliation;
 //! docs/design.md section 5). Redirects are never followed.
 //!
-//! The agent is asked once per decision (a failure is the engine's `agent_error`). The hook is
+//! The agent is asked once per attempt ([`call_agent`]); whether and when to ask again is the
+//! engine's (`crate::engine::agent_calls`: transient failures are retried within
+//! `spec.agent.webhook.timeoutSeconds`, each attempt in the journal). The hook is
 //! asked until it answers, for at most `spec.reconcile.webhook.timeoutSeconds` in all: a
 //! connection that fails, a timeout, 408, 425, 429 and 5xx are tried again with backoff; any
 //! other status, or a 2xx whose body is not JSON, is the answer at once (the engine fails the
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::api::DeciderFailure;
+use crate::engine::AgentFailure;
 
 /// The wait before the reconcile hook's second attempt; it doubles up to
 /// [`HOOK_BACKOFF_CAP`].
@@ -43,6 +46,8 @@ pub struct PostFailure {
     /// Whether asking again may help: no connection, a timeout, a lost connection, 408, 425,
     /// 429 or 5xx.
     pub transient: bool,
+    /// The answer's `Retry-After` (or `retry-after-ms`), in milliseconds.
+    pub retry_after_millis: Option<u64>,
 }
 
 /// POSTs `body` to `url` and returns the JSON answer of a 2xx, or why there is none.
@@ -60,6 +65,7 @@ pub async fn post(
         kind: PostFailureKind::NoAnswer,
         detail,
         transient: true,
+        retry_after_millis: None,
     };
     let response = client
         .post(url)
@@ -69,6 +75,7 @@ pub async fn post(
         .await
         .map_err(|err| transient(format!("POST {url}: {}", error_chain(&err))))?;
     let status = response.status();
+    let retry_after_millis = super::openai::retry_after_millis(response.headers());
     let bytes = response.bytes().await.map_err(|err| {
         transient(format!(
             "POST {url}: the answer was cut off: {}",
@@ -82,6 +89,7 @@ pub async fn post(
             kind: PostFailureKind::Status(code),
             detail: format!("POST {url}: HTTP {status}: {head}"),
             transient: matches!(code, 408 | 425 | 429) || status.is_server_error(),
+            retry_after_millis,
         });
     }
     super::exact_json::read_exact(&bytes).map_err(|err| match err {
@@ -93,11 +101,13 @@ pub async fn post(
                 "POST {url}: the answer is JSON the record cannot store exactly [unstorable]: {why}"
             ),
             transient: false,
+            retry_after_millis: None,
         },
         super::exact_json::ExactJsonError::NotJson(why) => PostFailure {
             kind: PostFailureKind::NotJson,
             detail: format!("POST {url}: the answer is not JSON: {why}"),
             transient: false,
+            retry_after_millis: None,
         },
     })
 }
@@ -117,16 +127,17 @@ pub async fn post_json(
         .map_err(|failure| failure.detail)
 }
 
-/// Asks the webhook agent for a decision: one attempt (the engine records an agent error).
+/// Asks the webhook agent for a decision: one attempt of at most `timeout` (the engine records
+/// a failed one as `agent.failed` and decides whether to ask again).
 ///
 /// # Errors
-/// As [`post`].
+/// As [`post`], as the engine's [`AgentFailure`] (status, whether transient, Retry-After).
 pub async fn call_agent(
     client: &reqwest::Client,
     url: &str,
     timeout: Duration,
     request: &Value,
-) -> Result<Value, String> {
+) -> Result<Value, AgentFailure> {
     match post(client, url, timeout, request).await {
         Ok(decision) => Ok(decision),
         // JSON the Kubernetes API would not store exactly is the agent's invalid decision (the
@@ -137,7 +148,15 @@ pub async fn call_agent(
             "failure": DeciderFailure::Unstorable,
             "detail": failure.detail,
         })),
-        Err(failure) => Err(failure.detail),
+        Err(failure) => Err(AgentFailure {
+            status: match failure.kind {
+                PostFailureKind::Status(code) => Some(code),
+                _ => None,
+            },
+            detail: failure.detail,
+            transient: failure.transient,
+            retry_after_millis: failure.retry_after_millis,
+        }),
     }
 }
 
@@ -246,7 +265,8 @@ mod tests {
         )
         .await
         .unwrap_err();
-        assert!(err.contains("404"), "{err}");
+        assert!(err.detail.contains("404"), "{err:?}");
+        assert_eq!((err.status, err.transient), (Some(404), false));
     }
 
     async fn hook(status: u16, body: &'static str) -> (String, Arc<AtomicU32>) {

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::schema::{json_object, json_schema_object};
 use super::status::AgentRunStatus;
-use super::vocab::{PolicyOutcome, SideEffect};
+use super::vocab::{PolicyOutcome, SideEffect, TextAnswer};
 
 /// The desired run: a goal, the agent that decides, the tools it may call, a policy and limits.
 ///
@@ -28,6 +28,8 @@ use super::vocab::{PolicyOutcome, SideEffect};
     status = "AgentRunStatus",
     shortname = "ar",
     category = "agentrt",
+    // `kubectl get ar --field-selector status.phase=Failed` (docs/design.md section 2).
+    selectable = ".status.phase",
     printcolumn(
         name = "Phase",
         type_ = "string",
@@ -141,8 +143,11 @@ pub struct AgentSpec {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ScriptedAgent {
-    /// Each item is a decision: `{kind: tool_call, tool, args}`, `{kind: complete, result}` or
-    /// `{kind: fail, message}`. Kept as written, so a malformed one is recorded verbatim.
+    /// Each item is a decision, a JSON object: `{kind: tool_call, tool, args}`,
+    /// `{kind: complete, result}` or `{kind: fail, message}`. An item that is not an object
+    /// (a string, number, boolean or null) is refused by the schema; an object is kept as
+    /// written, so a malformed one (an unknown kind, a missing tool) is recorded verbatim and
+    /// its step fails `invalid_decision`.
     #[schemars(schema_with = "decisions_schema")]
     pub decisions: Vec<Value>,
 }
@@ -187,14 +192,21 @@ pub struct OpenAiAgent {
     #[serde(default = "default_model_timeout_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: i64,
-    /// The most bytes one request may take, as sent (default 262144, 256 KiB; at least 4096).
-    /// The conversation is rendered from the run's whole history, sealed steps included: the
-    /// goal and the window's steps always stay whole; past this budget older tool results are
-    /// cut to their summary first, then the oldest steps are left out with one line saying how
-    /// many (docs/design.md section 4a; docs/behaviours.md 59).
+    /// The bytes a request's conversation is fitted into, as sent (default 262144, 256 KiB; at
+    /// least 4096). The conversation is rendered from the run's whole history, sealed steps
+    /// included: past this budget older tool results are cut to their summary first, then the
+    /// oldest steps are left out with one line saying how many. The goal and the window's
+    /// steps always stay whole, so a request whose goal and window alone pass the budget is
+    /// sent whole, larger than this (docs/design.md section 4a; docs/behaviours.md 59).
     #[serde(default = "default_max_context_bytes")]
     #[schemars(range(min = 4096, max = 67108864))]
     pub max_context_bytes: i64,
+
+    /// A reply with no tool call that ended normally (`finish_reason: stop`) with text:
+    /// `Complete` (default) completes the run with `{text: ...}` as its result; `Invalid` makes
+    /// it an `invalid_decision` (`no_tool_call`), so only `agentrt_complete` completes.
+    #[serde(default)]
+    pub text_answer: TextAnswer,
 }
 
 fn default_model_timeout_seconds() -> i64 {
@@ -220,6 +232,7 @@ impl Default for OpenAiAgent {
             prices: None,
             timeout_seconds: default_model_timeout_seconds(),
             max_context_bytes: default_max_context_bytes(),
+            text_answer: TextAnswer::default(),
         }
     }
 }
@@ -261,9 +274,10 @@ pub struct WebhookAgent {
     /// The URL (http or https).
     #[schemars(length(min = 1))]
     pub url: String,
-    /// In seconds (default 30): for the webhook agent, how long its one request may take; for
-    /// the reconcile hook, how long it is asked in all, retries after a connection failure or
-    /// a 5xx included, before the run fails `internal_error`.
+    /// In seconds (default 30): how long the endpoint is asked in all, retries after a
+    /// connection failure, a timeout, 408, 425, 429 or a 5xx included: for the webhook agent,
+    /// one step's decision, counted from the step's start, before the run fails `agent_error`
+    /// (docs/behaviours.md 66); for the reconcile hook, before it fails `internal_error`.
     #[serde(default = "default_webhook_timeout_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: i64,

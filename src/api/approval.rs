@@ -140,6 +140,10 @@ pub struct ToolRef {
     pub pin_sha256: Option<String>,
 }
 
+/// The most characters `spec.decision.note` holds (its schema's `maxLength`, counted in
+/// characters as kube-apiserver does); the CLI refuses a longer `--note` before sending it.
+pub const DECISION_NOTE_MAX_CHARS: usize = 4096;
+
 /// A person's decision.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -154,7 +158,7 @@ pub struct ApprovalDecision {
     pub approver: Option<String>,
     /// Why; a rejection's note becomes the run's reasonDetail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 4096))]
+    #[schemars(length(max = DECISION_NOTE_MAX_CHARS))]
     pub note: Option<String>,
 }
 
@@ -166,8 +170,9 @@ pub struct ApprovalStatus {
     /// forward ([`ApprovalPhase::may_become`]).
     #[serde(default)]
     pub phase: ApprovalPhase,
-    /// Why it is `Cancelled` (the run's terminal reason, the step's observation kind, or
-    /// `superseded`).
+    /// Why it is `Cancelled`: its run ended (`run completed`, `run cancelled`, `run failed:
+    /// <terminal reason>`), the step's call was refused on re-check (its observation kind), or
+    /// a later Approval of the step superseded it (`superseded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub reason: Option<String>,

@@ -71,7 +71,12 @@ pub const SEGMENT_RUN_UID_LABEL: &str = "agentrt.dev/run-uid";
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "self == oldSelf", "message": "an AgentRunSegment's spec is immutable: it is a sealed piece of a run's history"},
+    {
+        "rule": "self == oldSelf",
+        "message": "spec is immutable: an AgentRunSegment is a sealed piece of a run's history, and no field of its spec may be changed",
+        "messageExpression": "'spec is immutable: an AgentRunSegment is a sealed piece of a run\\'s history, and spec.' + (self.runName != oldSelf.runName ? 'runName' : self.runUID != oldSelf.runUID ? 'runUID' : self.index != oldSelf.index ? 'index' : self.firstStep != oldSelf.firstStep ? 'firstStep' : self.lastStep != oldSelf.lastStep ? 'lastStep' : self.firstSeq != oldSelf.firstSeq ? 'firstSeq' : self.lastSeq != oldSelf.lastSeq ? 'lastSeq' : self.stepCount != oldSelf.stepCount ? 'stepCount' : self.bytes != oldSelf.bytes ? 'bytes' : self.steps != oldSelf.steps ? 'steps' : (has(self.previous) != has(oldSelf.previous) || (has(self.previous) && self.previous != oldSelf.previous)) ? 'previous' : 'events') + ' may not be changed'",
+        "reason": "FieldValueForbidden"
+    },
     {"rule": "self.stepCount == size(self.steps) && self.lastStep - self.firstStep + 1 == self.stepCount", "message": "spec.stepCount must be the number of steps, lastStep - firstStep + 1"},
     {"rule": "(self.index == 0) == (self.previous == '')", "message": "spec.previous is empty exactly for segment 0"}
 ]))]
@@ -118,14 +123,27 @@ pub struct AgentRunSegmentSpec {
     pub events: Vec<RunEvent>,
 }
 
-/// `status.archive` of an AgentRun: the index of its sealed segments and the chain's head
-/// (docs/design.md section 4a). Absent on a run that never sealed.
+/// `status.archive` of an AgentRun: the newest entries of the index of its sealed segments, how
+/// many there are, and the chain's head (docs/design.md section 4a). Absent on a run that never
+/// sealed.
+///
+/// Bounded whatever the run's length: `segments` keeps at most the last 8 entries (the engine's
+/// `archive::KEPT_ENTRIES`); the older segments are found by walking the chain back from the
+/// oldest kept entry, each segment's `spec.previous` naming the sha256 (and so the name) of the
+/// one before it. `count` is the number of segments sealed, so the entries kept are
+/// `count - len(segments) .. count - 1`; segment 0 starts at step 0 and seq 1.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Archive {
-    /// The sealed segments, oldest first; entry i has `index` i.
+    /// The newest sealed segments, oldest first, at most 8; their `index` values are
+    /// consecutive and the last is `count - 1`.
     #[serde(default)]
     pub segments: Vec<ArchivedSegment>,
+    /// How many segments the run has sealed (indices `0..count`). Absent in a record written
+    /// before the index was bounded, where `segments` holds every entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub count: Option<i64>,
     /// `sha256:<64 hex>` of the last segment (empty when there is none).
     #[serde(default)]
     pub head: String,

@@ -15,8 +15,13 @@ use super::vocab::{
 use super::{StepIndex, Time};
 
 /// The run's record (docs/design.md sections 2 and 4). Written only by compare-and-set.
+///
+/// Its schema defaults the whole status to `{phase: Pending}`: the API server fills that in when
+/// it reads a run no controller has written yet, so `kubectl get ar` shows `Pending` before a
+/// controller picks the run up (a printer column cannot default; docs/behaviours.md 74).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("default" = {"phase": "Pending"}))]
 pub struct AgentRunStatus {
     /// Where the run is.
     #[serde(default)]
@@ -46,7 +51,7 @@ pub struct AgentRunStatus {
     /// Seconds spent deciding and executing, summed over steps.
     #[serde(default)]
     pub active_seconds: f64,
-    /// Which replica holds the run and the takeover epoch (the fence; docs/design.md section 4).
+    /// Which replica holds the run and its epoch (the fence; docs/design.md section 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseRecord>,
     /// The audit journal: seq 1, 2, 3… without gaps.
@@ -64,6 +69,11 @@ pub struct AgentRunStatus {
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Each top-level spec field but `cancel` → the first 16 hex digits of SHA-256 of its
+    /// canonical JSON, as of `observedGeneration`: how a write after an edit knows which fields
+    /// changed (`spec.changed`, docs/design.md section 2).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub spec_hashes: BTreeMap<String, String>,
     /// When `run.started` was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "time_schema")]
@@ -98,7 +108,9 @@ pub struct Usage {
 pub struct LeaseRecord {
     /// The holder identity (controller name + per-process random suffix).
     pub holder: String,
-    /// Incremented by each takeover.
+    /// Incremented each time a holder takes the run to act on it: `run.started`, each resume
+    /// after a wait (`run.resumed` {holder, epoch}) and each takeover (`lease.taken_over`), so
+    /// two writes under one epoch are one holder's (docs/design.md section 4).
     pub epoch: i64,
 }
 

@@ -44,6 +44,19 @@ impl SideEffect {
     }
 }
 
+/// What the openai agent makes of a reply with no tool call that ended normally
+/// (`finish_reason: stop`) with text (`spec.agent.openai.textAnswer`; docs/design.md section 6,
+/// docs/behaviours.md 72).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum TextAnswer {
+    /// The text is the final answer: the run completes with `{text: ...}` as its result (the
+    /// default, the chat-completions ecosystem's convention).
+    #[default]
+    Complete,
+    /// The reply is an `invalid_decision` (`no_tool_call`): only `agentrt_complete` completes.
+    Invalid,
+}
+
 /// What a policy says about a proposed tool call, as written in a spec (`spec.policy`).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PolicyOutcome {
@@ -284,10 +297,18 @@ pub enum EventType {
     ModelCompleted,
     #[serde(rename = "model.failed")]
     ModelFailed,
+    /// An attempt of the webhook agent that brought no decision ({attempt, status, error,
+    /// transient, retryAfterMs, retryInMs}; docs/behaviours.md 66).
+    #[serde(rename = "agent.failed")]
+    AgentFailed,
     /// An MCP tool's definition pinned before `run.started` ({tool, sha256}; docs/behaviours.md
     /// 60).
     #[serde(rename = "tool.pinned")]
     ToolPinned,
+    /// The spec of a live run was edited: {generation, fields: ["spec.policy", ...]}, in the
+    /// first write after the edit (docs/behaviours.md 73).
+    #[serde(rename = "spec.changed")]
+    SpecChanged,
     #[serde(rename = "run.finished")]
     RunFinished,
 }
@@ -465,3 +486,7 @@ pub enum Verdict {
 
 /// The approval kind the controller uses for a side effect whose outcome is unknown.
 pub const INTERRUPTED_SIDE_EFFECT: &str = "interrupted_side_effect";
+
+/// The approval kind of a call whose policy rule's `when` failed on its args (a missing key, a
+/// wrong type): a person decides it (docs/behaviours.md 12).
+pub const POLICY_ERROR: &str = "policy_error";

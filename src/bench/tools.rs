@@ -9,6 +9,11 @@
 //! - `slow`: sleeps `slow` and answers as `small` (the takeover workload kills a controller
 //!   during it).
 //!
+//! It is also the webhook agent of runs too long to script (`manifests::MAX_SCRIPTED_STEPS`):
+//! `agent/{steps}/{tool}` answers the webhook agent's request (docs/design.md section 5) with
+//! a call of `tool` (args `{"item": step}`) while its `step` is below `steps`, then
+//! `complete`. Agent requests are not filed as calls.
+//!
 //! It is a measuring instrument, not part of the runtime: it knows nothing about runs beyond the
 //! `Agentrt-Run` and `Agentrt-Holder` headers it files calls under.
 
@@ -81,6 +86,7 @@ impl ToolServer {
         };
         let app = Router::new()
             .route("/{tool}", post(answer))
+            .route("/agent/{steps}/{tool}", post(decide))
             .with_state(shared.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app)
@@ -174,6 +180,24 @@ pub fn duplicate_keys(calls: &[Call]) -> usize {
         .count()
 }
 
+/// The webhook agent's answer to `request` for a run of `steps` calls of `tool`: a call while
+/// the request's `step` (0-based) is below `steps`, then `complete`.
+fn decision(steps: u64, tool: &str, request: &Value) -> Value {
+    let step = request.get("step").and_then(Value::as_u64).unwrap_or(0);
+    if step < steps {
+        json!({"kind": "tool_call", "tool": tool, "args": {"item": step}})
+    } else {
+        json!({"kind": "complete", "result": {"steps": steps}})
+    }
+}
+
+async fn decide(
+    Path((steps, tool)): Path<(u64, String)>,
+    Json(request): Json<Value>,
+) -> Json<Value> {
+    Json(decision(steps, &tool, &request))
+}
+
 /// The step overheads of one run's calls: for each call after the first, the time from the
 /// previous call's answer to this call's arrival (what the runtime spent between two tools).
 pub fn overheads(calls: &[Call]) -> Vec<Duration> {
@@ -184,4 +208,20 @@ pub fn overheads(calls: &[Call]) -> Vec<Duration> {
             Some(pair[1].arrived.saturating_duration_since(answered))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_webhook_agent_calls_the_tool_until_step_n_then_completes() {
+        let at = |step: u64| decision(3, "small", &json!({"step": step, "goal": "g"}));
+        assert_eq!(
+            at(0),
+            json!({"kind": "tool_call", "tool": "small", "args": {"item": 0}})
+        );
+        assert_eq!(at(2)["args"]["item"], json!(2));
+        assert_eq!(at(3), json!({"kind": "complete", "result": {"steps": 3}}));
+    }
 }

@@ -63,6 +63,71 @@ pub fn render_json(value: &serde_json::Value, max_chars: usize) -> String {
     out
 }
 
+/// A JSON value on one line for a person (an event's data): compact JSON whose strings (keys
+/// included) are escaped once, as [`escape_bounded`] does with `"` written `\"` (a stored
+/// `{"err": "boom"}` string shows as `"{\"err\": \"boom\"}"`, never with its backslashes
+/// doubled again), each bounded by `max_chars`, nested at most 12 levels; the whole line is
+/// then cut to `max_line` characters, head and tail kept, like a long string.
+pub fn render_json_line(value: &serde_json::Value, max_chars: usize, max_line: usize) -> String {
+    let mut out = String::new();
+    line_into(value, 0, max_chars, &mut out);
+    bound(&out, max_line)
+}
+
+fn quoted(text: &str, max_chars: usize, out: &mut String) {
+    out.push('"');
+    out.push_str(&escape_bounded(text, max_chars).replace('"', "\\\""));
+    out.push('"');
+}
+
+fn line_into(value: &serde_json::Value, depth: usize, max_chars: usize, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => quoted(s, max_chars, out),
+        Value::Array(items) if depth >= MAX_DEPTH && !items.is_empty() => out.push_str("[…]"),
+        Value::Object(map) if depth >= MAX_DEPTH && !map.is_empty() => out.push_str("{…}"),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                line_into(item, depth + 1, max_chars, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                quoted(key, max_chars, out);
+                out.push(':');
+                line_into(item, depth + 1, max_chars, out);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// `text` (already escaped: nothing in it is unsafe) cut to its head and tail when it has
+/// more than `max_chars` characters, as [`escape_bounded`] cuts, without escaping it again.
+fn bound(text: &str, max_chars: usize) -> String {
+    let count = text.chars().count();
+    if count <= max_chars {
+        return text.to_string();
+    }
+    let keep = max_chars.max(2);
+    let head = keep / 2;
+    let tail = keep - head;
+    let omitted = count - head - tail;
+    let head_text: String = text.chars().take(head).collect();
+    let tail_text: String = text.chars().skip(count - tail).collect();
+    format!("{head_text}…[{omitted} chars omitted]…{tail_text}")
+}
+
 const MAX_DEPTH: usize = 12;
 const MAX_ITEMS: usize = 50;
 
@@ -213,6 +278,24 @@ mod tests {
             escape_bounded("Refund order 1042: 250 €, naïve café", 100),
             "Refund order 1042: 250 €, naïve café"
         );
+    }
+
+    /// Issue 14: a tool error body that is JSON text was shown `{\\"err\\": …}`.
+    #[test]
+    fn an_event_line_escapes_a_json_text_string_once() {
+        let value = serde_json::json!({"error": "{\"err\": \"boom\"}"});
+        assert_eq!(
+            render_json_line(&value, 100, 160),
+            r#"{"error":"{\"err\": \"boom\"}"}"#
+        );
+        let hostile = serde_json::json!({"k\u{1b}": "a\u{202E}b\\u{202E}\n"});
+        let shown = render_json_line(&hostile, 100, 160);
+        assert_eq!(shown, r#"{"k\u{001B}":"a\u{202E}b\\u{202E}\u{000A}"}"#);
+        let long = serde_json::json!({"big": "z".repeat(1000)});
+        let shown = render_json_line(&long, 400, 160);
+        assert!(shown.contains("chars omitted"), "{shown}");
+        assert!(shown.chars().count() < 200, "{shown}");
+        assert!(!shown.chars().any(is_unsafe));
     }
 
     #[test]

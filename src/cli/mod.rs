@@ -1,8 +1,11 @@
 //! The operator CLI, also installed as the kubectl plugin `kubectl-agentrt` (docs/design.md section 2
-//! "Approval", docs/behaviours.md 51-53): list and show runs and approvals, approve, reject, cancel.
+//! "Approval", docs/behaviours.md 51-53, 67-68): list and show runs and approvals, approve, reject,
+//! cancel. As kubectl: the namespace is `-n`, else the kubeconfig context's, else `default`;
+//! `-A` lists all; `namespace/name` ([`ObjectRef`]) is accepted wherever a name is.
 //! `show run`, `events` and `verify` read a run's whole history: its sealed segments checked
 //! against the record's chain and stitched with the window (`history`; docs/design.md section
-//! 4a, docs/behaviours.md 58); a missing or altered segment is an error (exit 1) naming it.
+//! 4a, docs/behaviours.md 58); a missing or altered segment is an error (exit 1) naming it, after
+//! `show` and `events` printed the window.
 //!
 //! Approving is the moment a person lets a side effect happen, so `approve` and `reject` print
 //! the Approval first (every model- or server-chosen string escaped and bounded by
@@ -14,6 +17,7 @@
 
 pub mod escape;
 mod history;
+pub mod lint;
 mod render;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -74,16 +78,18 @@ pub enum OperatorCommand {
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
-    /// List Approvals (pending only unless --all).
+    /// List Approvals (pending only unless --all) in the namespace (as kubectl: -n, else the
+    /// kubeconfig context's, else `default`), or in all with -A.
     Approvals {
         #[command(flatten)]
         target: Target,
-        /// All namespaces (the default is every namespace when -n is not given).
+        /// All namespaces.
         #[arg(short = 'A', long)]
         all_namespaces: bool,
-        /// Include decided, expired and executed Approvals.
-        #[arg(long)]
-        all: bool,
+        /// Every phase: include decided, expired, executed and cancelled Approvals (not only
+        /// pending ones). `--all` is an older spelling of it; `-A` is about namespaces.
+        #[arg(long = "all-phases", alias = "all")]
+        all_phases: bool,
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
@@ -93,9 +99,9 @@ pub enum OperatorCommand {
         /// `run` or `approval`.
         #[arg(value_enum)]
         what: ShowWhat,
-        /// Its name.
-        #[arg(value_parser = object_name)]
-        name: String,
+        /// Its name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        name: ObjectRef,
         #[command(flatten)]
         target: Target,
         #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -103,9 +109,9 @@ pub enum OperatorCommand {
     },
     /// Show every event of a run (sealed segments stitched in and checked).
     Events {
-        /// The run's name.
-        #[arg(value_parser = object_name)]
-        run: String,
+        /// The run's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        run: ObjectRef,
         #[command(flatten)]
         target: Target,
         #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -114,51 +120,74 @@ pub enum OperatorCommand {
     /// Check a run's chain of sealed segments against its record: print what was checked, or
     /// exit 1 naming the first missing or altered segment.
     Verify {
-        /// The run's name.
-        #[arg(value_parser = object_name)]
-        run: String,
+        /// The run's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        run: ObjectRef,
         #[command(flatten)]
         target: Target,
     },
     /// Approve an Approval: print it, confirm, and patch the hash printed.
     Approve {
-        /// The Approval's name.
-        #[arg(value_parser = object_name)]
-        name: String,
+        /// The Approval's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        name: ObjectRef,
         #[command(flatten)]
         target: Target,
         /// Decide without asking (for scripts; you still get the printout).
         #[arg(short = 'y', long)]
         yes: bool,
-        /// A note recorded with the decision.
-        #[arg(long)]
+        /// A note recorded with the decision (at most 4096 characters).
+        #[arg(long, value_parser = decision_note)]
         note: Option<String>,
     },
     /// Reject an Approval: print it, confirm, and patch the hash printed. The run is cancelled.
     Reject {
-        /// The Approval's name.
-        #[arg(value_parser = object_name)]
-        name: String,
+        /// The Approval's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        name: ObjectRef,
         #[command(flatten)]
         target: Target,
         /// Decide without asking.
         #[arg(short = 'y', long)]
         yes: bool,
-        /// Why (becomes the run's reasonDetail).
-        #[arg(long)]
+        /// Why (becomes the run's reasonDetail; at most 4096 characters).
+        #[arg(long, value_parser = decision_note)]
         note: Option<String>,
+    },
+    /// Check AgentRun manifests offline, as `kubectl apply` would (with the controller's
+    /// webhook): print every problem as `FILE: NAMESPACE/NAME: field: message` and exit 1, or
+    /// print `N runs ok`. Other kinds of document are skipped with a note.
+    Lint {
+        /// Files to check (`-` reads standard input); each may hold many YAML documents.
+        #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+        files: Vec<String>,
     },
     /// Cancel a run (sets spec.cancel; a running tool is not interrupted).
     Cancel {
-        /// The run's name.
-        #[arg(value_parser = object_name)]
-        run: String,
+        /// The run's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        run: ObjectRef,
         #[command(flatten)]
         target: Target,
         /// Why (kept in the annotation agentrt.dev/cancel-note).
         #[arg(long)]
         note: Option<String>,
     },
+}
+
+/// A decision's `--note`, refused before the API server is contacted when it is longer than
+/// the Approval schema's limit (`spec.decision.note`, [`crate::api::DECISION_NOTE_MAX_CHARS`]
+/// characters).
+fn decision_note(text: &str) -> Result<String, String> {
+    let chars = text.chars().count();
+    if chars > crate::api::DECISION_NOTE_MAX_CHARS {
+        return Err(format!(
+            "the note is {chars} characters; an Approval's spec.decision.note holds at most {}: \
+             shorten it",
+            crate::api::DECISION_NOTE_MAX_CHARS
+        ));
+    }
+    Ok(text.to_string())
 }
 
 /// Writes `text` to standard output. A reader that went away (`agentrt runs | head`) is not an
@@ -197,6 +226,47 @@ fn object_name(name: &str) -> Result<String, String> {
     }
 }
 
+/// An object named on the command line: `name`, or `namespace/name` as kubectl prints it
+/// (`-A` lists show the namespace); the namespace then wins over the context's default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// The namespace given with the name, if any.
+    pub namespace: Option<String>,
+    /// The object's name.
+    pub name: String,
+}
+
+/// Parses `name` or `namespace/name` (a DNS-1123 label, then an object name) before any API
+/// call, so a typo is a usage error (exit 2).
+fn object_ref(text: &str) -> Result<ObjectRef, String> {
+    match text.split_once('/') {
+        None => Ok(ObjectRef {
+            namespace: None,
+            name: object_name(text)?,
+        }),
+        Some((namespace, name)) => {
+            let label = !namespace.is_empty()
+                && namespace.len() <= 63
+                && namespace
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !namespace.starts_with('-')
+                && !namespace.ends_with('-');
+            if !label {
+                return Err(format!(
+                    "{namespace:?} (before the '/' in {text:?}) is not a namespace name: use \
+                     lowercase letters, digits and '-', at most 63, starting and ending with a \
+                     letter or digit"
+                ));
+            }
+            Ok(ObjectRef {
+                namespace: Some(namespace.to_string()),
+                name: object_name(name)?,
+            })
+        }
+    }
+}
+
 /// What `show` shows.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShowWhat {
@@ -209,6 +279,27 @@ pub enum ShowWhat {
 struct Session {
     client: Client,
     namespace: String,
+}
+
+/// [`connect`] for a command about `object`: its `namespace/` prefix, when given, is the
+/// namespace (an `-n` naming another is refused).
+///
+/// # Errors
+/// `-n` and the prefix disagree, or as [`connect`].
+async fn connect_for(target: &Target, object: &ObjectRef) -> anyhow::Result<Session> {
+    if let (Some(flag), Some(prefix)) = (&target.namespace, &object.namespace) {
+        if flag != prefix {
+            bail!(
+                "{prefix}/{} names namespace {prefix} but -n {flag} was given; give one of them",
+                object.name
+            );
+        }
+    }
+    let mut session = connect(target).await?;
+    if let Some(namespace) = &object.namespace {
+        session.namespace = namespace.clone();
+    }
+    Ok(session)
 }
 
 async fn connect(target: &Target) -> anyhow::Result<Session> {
@@ -243,6 +334,21 @@ async fn connect(target: &Target) -> anyhow::Result<Session> {
 /// printed).
 pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
     match command {
+        OperatorCommand::Lint { files } => {
+            let report = lint::lint_files(&files)?;
+            for note in &report.notes {
+                eprintln!("note: {note}");
+            }
+            if !report.problems.is_empty() {
+                emit(&format!("{}\n", report.problems.join("\n")))?;
+                bail!(
+                    "{} problem(s) in {} run(s); fix them before applying",
+                    report.problems.len(),
+                    report.runs
+                );
+            }
+            emit(&format!("{} runs ok\n", report.runs))?;
+        }
         OperatorCommand::Runs {
             target,
             all_namespaces,
@@ -259,10 +365,10 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
         OperatorCommand::Approvals {
             target,
             all_namespaces,
-            all,
+            all_phases,
             output,
         } => {
-            let every_namespace = all_namespaces || target.namespace.is_none();
+            let every_namespace = all_namespaces;
             let session = connect(&target).await?;
             let api: Api<Approval> = scoped(&session, every_namespace);
             let approvals: Vec<Approval> = api
@@ -270,7 +376,7 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 .await?
                 .items
                 .into_iter()
-                .filter(|a| all || is_pending(a))
+                .filter(|a| all_phases || is_pending(a))
                 .collect();
             match encoded(&approvals, output)? {
                 Some(text) => emit(&text)?,
@@ -283,14 +389,17 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             target,
             output,
         } => {
-            let session = connect(&target).await?;
+            let session = connect_for(&target, &name).await?;
+            let name = name.name;
             match what {
                 ShowWhat::Run => {
+                    // A missing or altered segment: print the window, then exit 1 naming it.
                     let history = history::whole_run(&session, &name).await?;
                     match encoded(&history.run, output)? {
                         Some(text) => emit(&text)?,
                         None => emit(&render::run_details(&history.run))?,
                     }
+                    history.whole()?;
                 }
                 ShowWhat::Approval => {
                     let approval = get_approval(&session, &name).await?;
@@ -306,17 +415,24 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             target,
             output,
         } => {
-            let session = connect(&target).await?;
-            let history = history::whole_run(&session, &run).await?;
-            let events = history.run.status.map(|s| s.events).unwrap_or_default();
+            let session = connect_for(&target, &run).await?;
+            // A missing or altered segment: print the window's events, then exit 1 naming it.
+            let history = history::whole_run(&session, &run.name).await?;
+            let events = history
+                .run
+                .status
+                .clone()
+                .map(|s| s.events)
+                .unwrap_or_default();
             match encoded(&events, output)? {
                 Some(text) => emit(&text)?,
                 None => emit(&render::events_timeline(&events))?,
             }
+            history.whole()?;
         }
         OperatorCommand::Verify { run, target } => {
-            let session = connect(&target).await?;
-            let history = history::whole_run(&session, &run).await?;
+            let session = connect_for(&target, &run).await?;
+            let history = history::whole_run(&session, &run.name).await?.whole()?;
             emit(&history::verify_report(&history))?;
         }
         OperatorCommand::Approve {
@@ -336,8 +452,28 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             decide(&target, &name, Verdict::Rejected, yes, note).await?;
         }
         OperatorCommand::Cancel { run, target, note } => {
-            let session = connect(&target).await?;
+            let session = connect_for(&target, &run).await?;
+            let run = run.name;
             let api = Api::<AgentRun>::namespaced(session.client, &session.namespace);
+            let found = api
+                .get(&run)
+                .await
+                .with_context(|| format!("cannot read AgentRun {}/{run}", session.namespace))?;
+            // A finished run has nothing to cancel: say so, write nothing, succeed.
+            if let Some(status) = found.status.as_ref().filter(|s| finished(s.phase)) {
+                let word = |v: serde_json::Result<serde_json::Value>| {
+                    v.ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_else(|| "-".into())
+                };
+                emit(&format!(
+                    "agentrun {}/{run} already finished ({}, {}); nothing to cancel\n",
+                    session.namespace,
+                    word(serde_json::to_value(status.phase)),
+                    word(serde_json::to_value(status.reason)),
+                ))?;
+                return Ok(());
+            }
             let mut patch = serde_json::json!({"spec": {"cancel": true}});
             if let Some(note) = note {
                 patch["metadata"] =
@@ -353,6 +489,15 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `phase` is one a run never leaves (docs/design.md section 2).
+fn finished(phase: crate::api::RunPhase) -> bool {
+    use crate::api::RunPhase;
+    matches!(
+        phase,
+        RunPhase::Completed | RunPhase::Failed | RunPhase::Cancelled
+    )
 }
 
 fn scoped<K>(session: &Session, all_namespaces: bool) -> Api<K>
@@ -384,40 +529,22 @@ async fn get_approval(session: &Session, name: &str) -> anyhow::Result<Approval>
 
 async fn decide(
     target: &Target,
-    name: &str,
+    object: &ObjectRef,
     verdict: Verdict,
     yes: bool,
     note: Option<String>,
 ) -> anyhow::Result<()> {
-    let session = connect(target).await?;
+    let session = connect_for(target, object).await?;
+    let name = object.name.as_str();
     let approval = get_approval(&session, name).await?;
+    // Refuse what can no longer grant before printing anything of the prompt.
+    if let Some(why) = refusal(&session, &approval).await? {
+        bail!("Approval {}/{name} {why}", session.namespace);
+    }
     let mut stdout = std::io::stdout();
     write!(stdout, "{}", render::approval_details(&approval))?;
     writeln!(stdout, "{}", render::decision_line(&approval, verdict))?;
     stdout.flush()?;
-    if approval.spec.decision.is_some() {
-        bail!(
-            "Approval {}/{name} is already decided; a decision is written once",
-            session.namespace
-        );
-    }
-    if let Some(status) = &approval.status {
-        if status.phase != ApprovalPhase::Pending {
-            bail!(
-                "Approval {}/{name} is {:?}, not Pending; it can no longer be decided",
-                session.namespace,
-                status.phase
-            );
-        }
-        if let Some(expires_at) = status.expires_at {
-            if expires_at.0 <= jiff::Timestamp::now() {
-                bail!(
-                    "Approval {}/{name} expired at {expires_at}; a decision now would grant nothing",
-                    session.namespace
-                );
-            }
-        }
-    }
     if !yes {
         let stdin = std::io::stdin();
         if !stdin.is_terminal() {
@@ -444,21 +571,148 @@ async fn decide(
         "metadata": {"resourceVersion": approval.metadata.resource_version},
         "spec": {"decision": decision},
     });
-    Api::<Approval>::namespaced(session.client, &session.namespace)
+    let patched = Api::<Approval>::namespaced(session.client, &session.namespace)
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .with_context(|| {
-            format!(
-                "the API server refused the decision on Approval {}/{name} (did it change since it was printed?)",
-                session.namespace
-            )
-        })?;
+        .await;
+    if let Err(err) = patched {
+        // Only a conflict (the object moved on) or the hash rule says the Approval changed.
+        let changed = matches!(&err, kube::Error::Api(status)
+            if status.code == 409 || status.message.contains("spec.decision.hash"));
+        let hint = if changed {
+            " (did it change since it was printed?)"
+        } else {
+            ""
+        };
+        bail!(
+            "the API server refused the decision on Approval {}/{name}{hint}: {}",
+            session.namespace,
+            crate::api::server_message(&err)
+        );
+    }
     emit(&format!(
         "approval {}/{name} {}\n",
         session.namespace,
         past(verdict)
     ))?;
     Ok(())
+}
+
+/// Why `approval` cannot be decided now, as the end of a sentence starting with its name
+/// (docs/behaviours.md 42, 67): it is decided, not `Pending`, past its expiry, or its run,
+/// read live, no longer awaits it. `None` when it may be decided.
+async fn refusal(session: &Session, approval: &Approval) -> anyhow::Result<Option<String>> {
+    if approval.spec.decision.is_some() {
+        return Ok(Some(
+            "is already decided; a decision is written once".to_string(),
+        ));
+    }
+    if let Some(status) = &approval.status {
+        if status.phase != ApprovalPhase::Pending {
+            let why = status
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({})", escape::escape_bounded(r, 200)))
+                .unwrap_or_default();
+            return Ok(Some(format!(
+                "is {:?}{why}, not Pending: it can no longer grant, so nothing was decided",
+                status.phase
+            )));
+        }
+        if let Some(expires_at) = status.expires_at {
+            if expires_at.0 <= jiff::Timestamp::now() {
+                return Ok(Some(format!(
+                    "expired at {expires_at}; a decision now would grant nothing"
+                )));
+            }
+        }
+    }
+    Ok(run_refuses(session, approval)
+        .await?
+        .map(|why| format!("can no longer grant: {why}; nothing was decided")))
+}
+
+/// Why the Approval's run says it can no longer grant, read live from the run (docs/design.md
+/// section 2: only the latest Approval of a step awaiting approval, of a run that has not
+/// ended or been cancelled, can grant): the run (`spec.runName`) is gone or being deleted, it
+/// is another run of the same name (its uid is not `spec.runUID` or the ownerReference's), it
+/// ended or has `spec.cancel: true`, or the step has moved on or awaits a later Approval.
+/// `None` when it may still grant.
+async fn run_refuses(session: &Session, approval: &Approval) -> anyhow::Result<Option<String>> {
+    let ns = &session.namespace;
+    let run_name = &approval.spec.run_name;
+    let run_uid = approval.spec.run_uid.as_str();
+    let owner_uid = approval
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "AgentRun" && o.name == *run_name)
+        .map(|o| o.uid.as_str());
+    let Some(run) = Api::<AgentRun>::namespaced(session.client.clone(), ns)
+        .get_opt(run_name)
+        .await
+        .with_context(|| format!("cannot read AgentRun {ns}/{run_name}"))?
+    else {
+        // Deleted (with --cascade=orphan the Approval outlives it and loses its
+        // ownerReference): nothing will ever act on a decision.
+        return Ok(Some(format!(
+            "its run AgentRun {ns}/{run_name} (uid {}) is gone",
+            escape::escape_bounded(run_uid, 80)
+        )));
+    };
+    if run.metadata.deletion_timestamp.is_some() {
+        return Ok(Some(format!("its run {ns}/{run_name} is being deleted")));
+    }
+    let uid_matches = |uid: &str| run.metadata.uid.as_deref() == Some(uid);
+    if !uid_matches(run_uid) || owner_uid.is_some_and(|u| !uid_matches(u)) {
+        return Ok(Some(format!(
+            "it belongs to an earlier run named {run_name} (uid {}), not AgentRun {ns}/{run_name}",
+            escape::escape_bounded(&approval.spec.run_uid, 80)
+        )));
+    }
+    let cancelled = run
+        .spec
+        .cancel
+        .then(|| format!("its run {ns}/{run_name} is being cancelled (spec.cancel: true)"));
+    let Some(status) = run.status.as_ref() else {
+        return Ok(cancelled);
+    };
+    if status.phase.is_terminal() {
+        let reason = status
+            .reason
+            .and_then(|r| serde_json::to_value(r).ok())
+            .and_then(|r| r.as_str().map(|r| format!(" {r}")))
+            .unwrap_or_default();
+        return Ok(Some(format!(
+            "its run {ns}/{run_name} ended {:?}{reason}",
+            status.phase
+        )));
+    }
+    if cancelled.is_some() {
+        return Ok(cancelled);
+    }
+    let name = approval.metadata.name.as_deref().unwrap_or_default();
+    let step = status
+        .steps
+        .iter()
+        .find(|s| s.index == approval.spec.step_index);
+    if let Some(step) = step {
+        let latest = step.approvals.last().map(|a| a.name.as_str());
+        if latest.is_some_and(|latest| latest != name) {
+            return Ok(Some(format!(
+                "step {} of run {ns}/{run_name} now awaits {}",
+                step.index,
+                latest.unwrap_or_default()
+            )));
+        }
+        if step.status != crate::api::StepStatus::AwaitingApproval {
+            return Ok(Some(format!(
+                "step {} of run {ns}/{run_name} is no longer awaiting approval",
+                step.index
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Tests make the window between printing and patching wide enough to change the Approval in

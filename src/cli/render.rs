@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::api::{AgentRun, Approval, RunEvent, Verdict};
 
-use super::escape::{escape_bounded, render_json, DEFAULT_MAX_CHARS};
+use super::escape::{escape_bounded, render_json, render_json_line, DEFAULT_MAX_CHARS};
 
 /// `text` escaped and bounded for a terminal ([`super::escape`]).
 pub(super) fn esc(text: &str) -> String {
@@ -160,30 +160,46 @@ pub fn run_details(run: &AgentRun) -> String {
     if status.steps.is_empty() {
         let _ = writeln!(out, "  (none)");
     }
-    for step in &status.steps {
-        let decision = step
-            .decision
-            .as_ref()
-            .map(|d| {
-                let kind = d.kind.clone().unwrap_or_else(|| "?".into());
-                match &d.tool {
-                    Some(tool) => format!("{} {}", short(&kind, 40), short(tool, 60)),
-                    None => short(&kind, 40),
-                }
-            })
-            .unwrap_or_else(|| "-".into());
-        let observation = step
-            .observation
-            .as_ref()
-            .map(|o| format!("{}: {}", wire(&o.kind), short(&o.summary, 120)))
-            .unwrap_or_else(|| "-".into());
+    // Columns as wide as their widest cell, so they line up past step 9 (and 99, ...).
+    let rows: Vec<(String, String, String, String)> = status
+        .steps
+        .iter()
+        .map(|step| {
+            let decision = step
+                .decision
+                .as_ref()
+                .map(|d| {
+                    let kind = d.kind.clone().unwrap_or_else(|| "?".into());
+                    match &d.tool {
+                        Some(tool) => format!("{} {}", short(&kind, 40), short(tool, 60)),
+                        None => short(&kind, 40),
+                    }
+                })
+                .unwrap_or_else(|| "-".into());
+            let observation = step
+                .observation
+                .as_ref()
+                .map(|o| format!("{}: {}", wire(&o.kind), short(&o.summary, 120)))
+                .unwrap_or_else(|| "-".into());
+            (
+                format!("[{}]", step.index),
+                wire(&step.status),
+                decision,
+                observation,
+            )
+        })
+        .collect();
+    let width = |cell: fn(&(String, String, String, String)) -> &String| {
+        rows.iter()
+            .map(|r| cell(r).chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let (w_index, w_status, w_decision) = (width(|r| &r.0), width(|r| &r.1), width(|r| &r.2));
+    for (index, status, decision, observation) in &rows {
         let _ = writeln!(
             out,
-            "  [{}] {:<17} {}  → {}",
-            step.index,
-            wire(&step.status),
-            decision,
-            observation
+            "  {index:>w_index$} {status:<w_status$} {decision:<w_decision$}  → {observation}"
         );
     }
     let _ = writeln!(out, "Events:");
@@ -194,22 +210,34 @@ pub fn run_details(run: &AgentRun) -> String {
 /// One line per event: `seq time type [step] data`.
 pub fn events_timeline(events: &[RunEvent]) -> String {
     let mut out = String::new();
+    // Columns as wide as their widest cell, so they line up past seq 9999.
+    let w_seq = events
+        .iter()
+        .map(|e| e.seq.to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let w_type = events
+        .iter()
+        .map(|e| wire(&e.type_).chars().count())
+        .max()
+        .unwrap_or(0);
     for event in events {
         let step = event.step.map(|s| format!(" step {s}")).unwrap_or_default();
         let data = event
             .data
             .as_ref()
-            .map(|d| format!(" {}", short(&d.to_string(), 160)))
+            .map(|d| format!(" {}", render_json_line(d, DEFAULT_MAX_CHARS, 160)))
             .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "  {:>4} {} {}{}{}",
+        let line = format!(
+            "  {:>w_seq$} {} {:<w_type$}{}{}",
             event.seq,
             event.time,
             wire(&event.type_),
             step,
             data
         );
+        let _ = writeln!(out, "{}", line.trim_end());
     }
     if events.is_empty() {
         out.push_str("  (none)\n");
@@ -310,4 +338,121 @@ pub fn decision_line(approval: &Approval, verdict: Verdict) -> String {
         approval.spec.step_index,
         esc(&approval.spec.hash),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{
+        AgentRunSpec, AgentRunStatus, DecisionRecord, EventType, Observation, ObservationKind,
+        Step, StepIndex, StepStatus, Time,
+    };
+
+    fn step(index: i64, status: StepStatus) -> Step {
+        Step {
+            index: StepIndex(index),
+            status,
+            decision: Some(DecisionRecord {
+                kind: Some("tool_call".into()),
+                tool: Some(if index % 2 == 0 { "a" } else { "lookup_order" }.into()),
+                ..DecisionRecord::default()
+            }),
+            policy: None,
+            observation: Some(Observation {
+                kind: ObservationKind::ToolResult,
+                content: None,
+                summary: format!("step {index}"),
+                content_hash: String::new(),
+                truncated: None,
+            }),
+            approvals: Vec::new(),
+            attempts: 1,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn the_steps_columns_line_up_past_step_9() {
+        let spec: AgentRunSpec = serde_json::from_value(serde_json::json!({
+            "goal": "g", "agent": {"scripted": {"decisions": []}}
+        }))
+        .expect("a spec");
+        let mut run = AgentRun::new("r", spec);
+        run.status = Some(AgentRunStatus {
+            steps: (0..12)
+                .map(|i| {
+                    step(
+                        i,
+                        if i == 11 {
+                            StepStatus::Executing
+                        } else {
+                            StepStatus::Done
+                        },
+                    )
+                })
+                .collect(),
+            ..AgentRunStatus::default()
+        });
+        let text = run_details(&run);
+        let arrows: Vec<usize> = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with('['))
+            .map(|l| l.chars().position(|c| c == '→').expect("an arrow"))
+            .collect();
+        assert_eq!(arrows.len(), 12, "{text}");
+        assert!(arrows.iter().all(|a| *a == arrows[0]), "{text}");
+        let statuses: Vec<usize> = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with('['))
+            .map(|l| l.find("] ").expect("an index"))
+            .collect();
+        assert!(statuses.iter().all(|a| *a == statuses[0]), "{text}");
+    }
+
+    #[test]
+    fn the_events_columns_line_up_past_seq_9999() {
+        let events: Vec<RunEvent> = [9_999, 10_000]
+            .into_iter()
+            .map(|seq| RunEvent {
+                seq,
+                time: Time::from_millis(1_767_225_600_000),
+                type_: if seq % 2 == 0 {
+                    EventType::RunCreated
+                } else {
+                    EventType::StepToolFinished
+                },
+                step: Some(StepIndex(seq)),
+                data: None,
+            })
+            .collect();
+        let text = events_timeline(&events);
+        let steps: Vec<usize> = text
+            .lines()
+            .map(|l| l.find(" step ").expect("a step"))
+            .collect();
+        assert_eq!(steps[0], steps[1], "{text}");
+        let times: Vec<usize> = text
+            .lines()
+            .map(|l| l.find("2026").expect("a time"))
+            .collect();
+        assert_eq!(times[0], times[1], "{text}");
+    }
+
+    /// Issue 14: `agentrt events` showed a tool error body that is JSON text with its
+    /// backslashes doubled (`{\\"err\\": …}`).
+    #[test]
+    fn an_events_data_string_of_json_text_is_escaped_once() {
+        let event: RunEvent = serde_json::from_value(serde_json::json!({
+            "seq": 7, "time": "2026-01-01T00:00:00Z", "type": "step.tool_finished", "step": 1,
+            "data": {"error": "{\"err\": \"boom\"}\u{1b}[2J"},
+        }))
+        .expect("an event");
+        let line = events_timeline(&[event]);
+        assert!(
+            line.contains(r#"{"error":"{\"err\": \"boom\"}\u{001B}[2J"}"#),
+            "{line}"
+        );
+        assert!(!line.contains("\\\\"), "{line}");
+    }
 }

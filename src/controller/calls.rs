@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::context::{Context, RunState};
 use super::fault::{self, FaultPoint};
 use crate::agents::openai;
-use crate::engine::{ModelOutcome, ToolCall, ToolOutcome};
+use crate::engine::{AgentFailure, ModelOutcome, ToolCall, ToolOutcome};
 use crate::tools::http::{self, HttpCall, SecretSource};
 
 pub use mcp::list_servers;
@@ -77,17 +77,20 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
     }
 }
 
+/// Sends one attempt of the webhook agent for a decision, bounded by `timeout_millis` (what the
+/// engine left of `spec.agent.webhook.timeoutSeconds`); the engine decides on retries.
 pub async fn call_agent(
     ctx: &Context,
     state: &RunState,
     request: &serde_json::Value,
-) -> Result<serde_json::Value, String> {
+    timeout_millis: u64,
+) -> Result<serde_json::Value, AgentFailure> {
     let Some(webhook) = state.run.snapshot.spec.agent.webhook.as_ref() else {
         return Err(
             "the engine asked for a webhook agent but spec.agent.webhook is not set".into(),
         );
     };
-    let timeout = Duration::from_secs(u64::try_from(webhook.timeout_seconds.max(1)).unwrap_or(1));
+    let timeout = Duration::from_millis(timeout_millis.max(1));
     crate::agents::webhook::call_agent(&ctx.executors.http, &webhook.url, timeout, request).await
 }
 

@@ -10,7 +10,10 @@
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    Preconditions,
+};
 use kube::{Api, Client};
 use serde_json::Value;
 
@@ -118,12 +121,12 @@ pub enum ApiError {
     /// 409: the `resourceVersion` was stale, or the object to create already exists.
     #[error("conflict: {0}")]
     Conflict(String),
-    /// 404.
-    #[error("not found: {0}")]
+    /// 404, with the API server's message (which says what was not found).
+    #[error("{0}")]
     NotFound(String),
     /// Any other failure of the client or the API server: the write may or may not have
-    /// landed.
-    #[error("{0}")]
+    /// landed. Shown as the API server's message ([`server_message`]).
+    #[error("{}", server_message(.0))]
     Kube(#[source] kube::Error),
     /// The request could not be built.
     #[error("{0}")]
@@ -174,6 +177,8 @@ impl From<kube::Error> for ApiError {
         classify(err)
     }
 }
+
+pub use crate::api::server_message;
 
 fn classify(err: kube::Error) -> ApiError {
     match &err {
@@ -233,6 +238,17 @@ pub trait ClusterApi: Send + Sync + 'static {
     async fn create_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError>;
     /// REPLACE a Lease on its `metadata.resourceVersion`.
     async fn replace_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError>;
+    /// DELETE the Lease named `name` only while it is the object read: preconditions on its
+    /// `uid` and `resourceVersion` ([`ApiError::Conflict`] when it changed, [`ApiError::NotFound`]
+    /// when it is gone). Used to replace a Lease another run of the same name left
+    /// (docs/design.md section 2, Lease).
+    async fn delete_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        resource_version: &str,
+    ) -> Result<(), ApiError>;
     /// The value of one Secret key, as text.
     async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String>;
 }
@@ -451,11 +467,31 @@ impl ClusterApi for KubeApi {
             .await?)
     }
 
+    async fn delete_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        resource_version: &str,
+    ) -> Result<(), ApiError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: Some(resource_version.to_string()),
+            }),
+            ..DeleteParams::default()
+        };
+        Api::<Lease>::namespaced(self.client.clone(), namespace)
+            .delete(name, &params)
+            .await?;
+        Ok(())
+    }
+
     async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String> {
         let object = Api::<Secret>::namespaced(self.client.clone(), namespace)
             .get(&secret.name)
             .await
-            .map_err(|err| err.to_string())?;
+            .map_err(|err| server_message(&err))?;
         if let Some(value) = object.data.as_ref().and_then(|data| data.get(&secret.key)) {
             return String::from_utf8(value.0.clone())
                 .map_err(|_| format!("key {:?} is not UTF-8", secret.key));

@@ -422,9 +422,12 @@ impl Context {
     /// Writes an Approval's status (a projection of the record), conditional on
     /// `resource_version` (the Approval as the engine read it). Without one (an Approval created
     /// in this transition) the Approval is read first and the status written only when its
-    /// phase may follow the one stored (`ApprovalPhase::may_become`, docs/design.md section 2). A 409
-    /// means another replica wrote it since: nothing is written, and the next reconcile reads
-    /// it again.
+    /// phase may follow the one stored (`ApprovalPhase::may_become`, docs/design.md section 2).
+    /// A 409 means the Approval changed since it was read (a person's decision landing as the
+    /// run ends, another replica's write): it is read again and the same check decides whether
+    /// the status still applies, up to [`APPROVAL_STATUS_TRIES`] times. A run that ended is
+    /// never reconciled again, so its Approvals' `Cancelled` must land here (docs/behaviours.md
+    /// 67).
     pub async fn write_approval_status(
         &self,
         namespace: &str,
@@ -433,41 +436,49 @@ impl Context {
         resource_version: Option<String>,
         hash: &str,
     ) {
-        let resource_version = match resource_version {
-            Some(rv) => rv,
-            None => match self.api.get_approval(namespace, name).await {
-                Ok(Some(current)) => {
-                    match crate::engine::status_write_version(&current.object, status, hash) {
-                        Some(rv) => rv,
-                        None => {
-                            // Another request's object, or a phase already past this one.
-                            tracing::debug!(approval = %name, "the Approval is not this write's to change; left as it is");
-                            return;
+        let mut resource_version = resource_version;
+        for _ in 0..APPROVAL_STATUS_TRIES {
+            let rv = match resource_version.take() {
+                Some(rv) => rv,
+                None => match self.api.get_approval(namespace, name).await {
+                    Ok(Some(current)) => {
+                        match crate::engine::status_write_version(&current.object, status, hash) {
+                            Some(rv) => rv,
+                            None => {
+                                // Another request's object, or a phase already past this one.
+                                tracing::debug!(approval = %name, "the Approval is not this write's to change; left as it is");
+                                return;
+                            }
                         }
                     }
+                    Ok(None) => return,
+                    Err(err) => {
+                        tracing::warn!(approval = %name, %err, "cannot read the Approval to write its status");
+                        return;
+                    }
+                },
+            };
+            match self
+                .api
+                .patch_approval_status(namespace, name, status, &rv)
+                .await
+            {
+                Ok(()) => return,
+                Err(ApiError::Conflict(_)) => {
+                    tracing::debug!(approval = %name, "the Approval changed since it was read; reading it again");
                 }
-                Ok(None) => return,
                 Err(err) => {
-                    tracing::warn!(approval = %name, %err, "cannot read the Approval to write its status");
+                    tracing::warn!(approval = %name, %err, "cannot write the Approval's status");
                     return;
                 }
-            },
-        };
-        match self
-            .api
-            .patch_approval_status(namespace, name, status, &resource_version)
-            .await
-        {
-            Ok(()) => {}
-            Err(ApiError::Conflict(_)) => {
-                tracing::debug!(approval = %name, "the Approval changed since it was read; its status is left to the next reconcile");
-            }
-            Err(err) => {
-                tracing::warn!(approval = %name, %err, "cannot write the Approval's status");
             }
         }
+        tracing::warn!(approval = %name, "the Approval kept changing; its status is left to the next reconcile");
     }
 }
+
+/// How often an Approval's status write is tried when the Approval keeps changing under it.
+pub const APPROVAL_STATUS_TRIES: usize = 3;
 
 /// JSON equality where numbers compare by value (`1` equals `1.0`), as an API server may
 /// re-encode them.

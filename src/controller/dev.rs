@@ -2,6 +2,7 @@
 //! (`crate::devcluster`, which knows nothing of agentrt) to what runs around it: agentrt's CRDs
 //! installed at start, the controller in-process against the server's client, the sample
 //! tools, model, reconcile hook and MCP server on loopback (`--sample-tools`; `crate::tools::samples`), and
+//! the controller's admission webhook called in process (`--no-webhook` turns it off), and
 //! `--apply PATH`, which applies manifests (a file or a directory of YAML files,
 //! multi-document) through the kube client after the CRDs are installed.
 
@@ -15,7 +16,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
 use super::ControllerOptions;
-use crate::devcluster::{write_kubeconfig, DevServer, DevServerArgs};
+use crate::devcluster::{write_kubeconfig, DevServer, DevServerArgs, ValidatingWebhook};
 
 /// Arguments of `agentrt dev`: the embedded server's, then the controller's.
 #[derive(clap::Args, Debug, Clone)]
@@ -43,7 +44,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .map(|(_, yaml)| serde_yaml::from_str::<serde_json::Value>(&yaml))
             .collect::<Result<Vec<_>, _>>()?,
     };
-    let server = DevServer::start(args.server.config(crds)?).await?;
+    let mut config = args.server.config(crds)?;
+    if !args.controller.no_webhook {
+        // docs/behaviours.md 1: the same refusal the chart's ValidatingWebhookConfiguration
+        // gets from the controller's webhook.
+        config.webhooks.push(ValidatingWebhook {
+            name: super::admission::WEBHOOK_NAME.to_string(),
+            check: std::sync::Arc::new(super::admission::refusal),
+        });
+    }
+    let server = DevServer::start(config).await?;
     // The controller in-process, the sample tools and --apply (issue 4) start before the
     // kubeconfig is written: if one of them cannot (a port in use by another `agentrt dev`),
     // this process exits without pointing an existing kubeconfig at a server about to stop.
@@ -82,8 +92,10 @@ async fn wait_for_signal() -> anyhow::Result<()> {
 /// The controller-related arguments of `agentrt dev`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DevControllerArgs {
-    /// Apply the manifests in this file or directory (YAML, multi-document) once the CRDs are
-    /// installed; with it, the sample tools are served unless --sample-tools=false.
+    /// Create the objects in this file or directory (YAML, multi-document) once the CRDs are
+    /// installed; an object that already exists (e.g. kept by --data-dir) is left as it is and
+    /// reported "unchanged: exists" (use kubectl to change it). With it, the sample tools are
+    /// served unless --sample-tools=false.
     #[arg(long)]
     pub apply: Option<PathBuf>,
     /// Serve the sample tools (lookup_order, issue_refund, slow_export), the sample model
@@ -97,6 +109,11 @@ pub struct DevControllerArgs {
     /// How long the sample `slow_export` tool takes, in seconds.
     #[arg(long, default_value_t = 20)]
     pub sample_slow_seconds: u64,
+    /// Do not refuse bad AgentRuns at admission (the controller's webhook, called in
+    /// process); such a run then fails `invalid_spec` before any step, as on a cluster
+    /// installed with `webhook.enabled=false`.
+    #[arg(long, env = "AGENTRT_DEV_NO_WEBHOOK", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_webhook: bool,
     /// Do not run the controller in-process (run `agentrt controller` yourself).
     #[arg(long, env = "AGENTRT_DEV_NO_CONTROLLER", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_controller: bool,
@@ -146,7 +163,10 @@ pub async fn start(
 }
 
 /// Applies every manifest under `path` (a file, or the `.yaml`/`.yml`/`.json` files of a
-/// directory in name order). Returns one `kind/name created|configured` line per object.
+/// directory in name order), creating what does not exist and leaving what exists alone: an
+/// object already there (same kind, namespace and name) is not changed, whatever it holds
+/// now. Returns one `resource/name created` or `resource/name unchanged: exists` line per
+/// object.
 ///
 /// # Errors
 /// A sentence naming the file and the document that could not be read or applied.
@@ -228,14 +248,64 @@ async fn apply_object(client: &Client, mut object: DynamicObject) -> anyhow::Res
         Api::all_with(client.clone(), &resource)
     };
     let label = format!("{}/{name}", resource.plural);
+    // Create only: an object that exists is left as it is, whatever changed since (a run
+    // cancelled, a policy edited), so restarting `agentrt dev --apply` with `--data-dir` never
+    // fights later edits nor replaces what a person or the controller wrote.
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => Ok(format!("{label} created")),
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            let current = api.get(&name).await?;
-            object.metadata.resource_version = current.metadata.resource_version;
-            api.replace(&name, &PostParams::default(), &object).await?;
-            Ok(format!("{label} configured"))
+        Err(kube::Error::Api(status)) if status.code == 409 && status.reason == "AlreadyExists" => {
+            Ok(format!("{label} unchanged: exists"))
         }
-        Err(err) => Err(err.into()),
+        Err(err) => Err(anyhow::anyhow!(
+            "{label}: {}",
+            super::cluster::server_message(&err)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devcluster::DevServerConfig;
+    use kube::api::{Patch, PatchParams};
+
+    /// Issue 14: restarting `agentrt dev --apply` with `--data-dir` after a sample run was
+    /// cancelled left the process exiting on `spec.cancel may only change from false to true`.
+    #[tokio::test]
+    async fn apply_creates_what_is_missing_and_leaves_what_exists_alone() {
+        let crds = crate::api::crd_files()
+            .expect("crds")
+            .into_iter()
+            .map(|(_, yaml)| serde_yaml::from_str::<serde_json::Value>(&yaml).expect("yaml"))
+            .collect();
+        let server = DevServer::start(DevServerConfig {
+            crds,
+            ..Default::default()
+        })
+        .await
+        .expect("starts");
+        let client = server.client().await.expect("client");
+        let sample =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/readonly-lookup.yaml");
+        let first = apply_path(&client, &sample).await.expect("first apply");
+        assert_eq!(first, vec!["agentruns/readonly-lookup created".to_string()]);
+        let runs: Api<crate::api::AgentRun> = Api::namespaced(client.clone(), "default");
+        runs.patch(
+            "readonly-lookup",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .expect("cancel");
+        let again = apply_path(&client, &sample)
+            .await
+            .expect("a second apply succeeds");
+        assert_eq!(
+            again,
+            vec!["agentruns/readonly-lookup unchanged: exists".to_string()]
+        );
+        let run = runs.get("readonly-lookup").await.expect("run");
+        assert!(run.spec.cancel, "the edit is kept");
+        server.shutdown().await;
     }
 }

@@ -48,9 +48,10 @@ pub fn spawn(
     input: Input,
 ) -> bool {
     let stop = CancellationToken::new();
+    let uid = state.run.snapshot.uid.clone();
     if !ctx
         .executors
-        .register(&key, stop.clone(), state.run.snapshot.generation)
+        .register(&key, &uid, stop.clone(), state.run.snapshot.generation)
     {
         return false;
     }
@@ -90,7 +91,7 @@ pub fn spawn(
             stop.cancel();
             let _ = renewals.await;
             lease.release(ctx.api.as_ref(), &ctx.settings.holder).await;
-            ctx.executors.unregister(&key);
+            ctx.executors.unregister(&key, &uid);
             tracing::info!("executor stopped");
             // A run left going (or in an unknown phase) is looked at again; one that ended
             // needs nobody (issue 15: a read per run fewer).
@@ -377,8 +378,19 @@ impl Driver<'_> {
                     return Some(Flow::Stop);
                 }
                 match reread(ctx, self.key).await {
-                    Some(fresh) => self.state = fresh,
-                    None => return Some(Flow::Stop),
+                    Some(fresh) if fresh.run.snapshot.uid == self.state.run.snapshot.uid => {
+                        self.state = fresh;
+                    }
+                    Some(_) => {
+                        // Deleted and created again under its name: another run, with its
+                        // own Lease and executor (docs/behaviours.md 79).
+                        tracing::info!("the run is gone (a new run of that name exists)");
+                        return Some(Flow::Stop);
+                    }
+                    None => {
+                        tracing::info!("the run is gone");
+                        return Some(Flow::Stop);
+                    }
                 }
                 Some(Flow::Next(input.clone()))
             }
@@ -397,13 +409,17 @@ impl Driver<'_> {
     /// input (or [`Input::LeaseLost`] when the lease was lost meanwhile).
     async fn call(&mut self, call: ExternalCall) -> Flow {
         let (ctx, lease, stop) = (self.ctx, self.lease, self.stop);
-        if let ExternalCall::Model(ModelCall { delay_millis, .. }) = &call {
-            if *delay_millis > 0 {
-                tokio::select! {
-                    _ = stop.cancelled() => {}
-                    _ = ctx.executors.shutdown.cancelled() => {}
-                    _ = tokio::time::sleep(Duration::from_millis(*delay_millis)) => {}
-                }
+        let delay = match &call {
+            ExternalCall::Model(ModelCall { delay_millis, .. })
+            | ExternalCall::Agent { delay_millis, .. } => *delay_millis,
+            _ => 0,
+        };
+        // A retry's backoff (a model's or the webhook agent's); the lease is checked after it.
+        if delay > 0 {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = ctx.executors.shutdown.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
             }
         }
         if !may_start(ctx, lease, stop) {
@@ -436,8 +452,16 @@ impl Driver<'_> {
                     outcome,
                 }
             }
-            ExternalCall::Agent { step, request } => {
-                let decision = call_agent(ctx, state, &request).await;
+            ExternalCall::Agent {
+                step,
+                request,
+                attempt,
+                timeout_millis,
+                ..
+            } => {
+                let decision = call_agent(ctx, state, &request, timeout_millis)
+                    .instrument(tracing::info_span!("agent", step = step.get(), attempt))
+                    .await;
                 Input::AgentAnswered { step, decision }
             }
             ExternalCall::Model(ModelCall {

@@ -4,7 +4,10 @@
 //! (the HTTP client for tool, agent and hook calls; the shutdown token).
 //!
 //! It decides nothing about a run: it only answers "is this run executed here, at which
-//! generation" and hands out slots (docs/design.md section 7).
+//! generation" and hands out slots (docs/design.md section 7). A run is one object, one uid:
+//! a run deleted and created again under its name is another run, so an executor still
+//! finishing the deleted one's call is told to stop and never holds the new one back
+//! (docs/behaviours.md 79).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -16,6 +19,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::RunKey;
 
+/// One executor in the registry.
+struct Running {
+    /// The uid of the run it executes.
+    uid: String,
+    /// Fires to tell it to stop.
+    stop: CancellationToken,
+    /// The run's generation when it started.
+    generation: i64,
+}
+
 /// The runs this replica executes, and what their executor tasks share.
 pub struct Executors {
     /// The client for tool, agent and hook calls.
@@ -24,9 +37,9 @@ pub struct Executors {
     pub shutdown: CancellationToken,
     /// Most runs executed at once (`--max-concurrent-runs`, at least 1).
     slots: usize,
-    /// The runs this replica executes: each executor's stop token and the run's generation
-    /// when it started.
-    running: Mutex<HashMap<RunKey, (CancellationToken, i64)>>,
+    /// The runs this replica executes, by name: the run's uid, its executor's stop token and
+    /// the run's generation when it started.
+    running: Mutex<HashMap<RunKey, Running>>,
     /// Runs that found every executor slot taken, oldest first; kicked as slots free up.
     slot_waiters: Mutex<VecDeque<RunKey>>,
     /// Reconcile requests (routed to the Controller watching the run's namespace).
@@ -74,9 +87,11 @@ impl Executors {
         });
     }
 
-    /// True while this replica executes `key`.
-    pub fn is_executing(&self, key: &RunKey) -> bool {
-        lock(&self.running).contains_key(key)
+    /// True while this replica executes the run `key` whose uid is `uid`.
+    pub fn is_executing(&self, key: &RunKey, uid: &str) -> bool {
+        lock(&self.running)
+            .get(key)
+            .is_some_and(|running| running.uid == uid)
     }
 
     /// How many runs this replica executes.
@@ -89,31 +104,56 @@ impl Executors {
         self.executing() >= self.slots
     }
 
-    /// The generation of `key` its executor started with, while this replica executes it.
-    pub fn executing_generation(&self, key: &RunKey) -> Option<i64> {
+    /// The generation the executor of the run `key` with uid `uid` started with, while this
+    /// replica executes it.
+    pub fn executing_generation(&self, key: &RunKey, uid: &str) -> Option<i64> {
         lock(&self.running)
             .get(key)
-            .map(|(_, generation)| *generation)
+            .filter(|running| running.uid == uid)
+            .map(|running| running.generation)
     }
 
-    /// Registers an executor for `key` (at the run's `generation`); false when one is
-    /// registered already.
-    pub fn register(&self, key: &RunKey, stop: CancellationToken, generation: i64) -> bool {
+    /// Registers an executor for the run `key` with uid `uid` (at its `generation`); false
+    /// when one is registered for that run already. An executor registered under the name for
+    /// another uid (a deleted run of the same name, still finishing a call) is told to stop
+    /// (its `stop` fires) and replaced: it no longer counts, and its
+    /// [`Executors::unregister`] leaves the new one in place.
+    pub fn register(
+        &self,
+        key: &RunKey,
+        uid: &str,
+        stop: CancellationToken,
+        generation: i64,
+    ) -> bool {
         let mut running = lock(&self.running);
-        if running.contains_key(key) {
-            return false;
+        if let Some(current) = running.get(key) {
+            if current.uid == uid {
+                return false;
+            }
+            tracing::info!(run = %key, deleted_uid = %current.uid, "the run was created again under its name; the deleted run's executor is told to stop");
+            current.stop.cancel();
         }
-        running.insert(key.clone(), (stop, generation));
+        running.insert(
+            key.clone(),
+            Running {
+                uid: uid.to_string(),
+                stop,
+                generation,
+            },
+        );
         self.gauge
             .set(i64::try_from(running.len()).unwrap_or(i64::MAX));
         true
     }
 
-    /// Forgets the executor of `key`; its slot goes to a run waiting for one.
-    pub fn unregister(&self, key: &RunKey) {
+    /// Forgets the executor of the run `key` with uid `uid` (one registered since for another
+    /// uid stays); its slot goes to a run waiting for one.
+    pub fn unregister(&self, key: &RunKey, uid: &str) {
         {
             let mut running = lock(&self.running);
-            running.remove(key);
+            if running.get(key).is_some_and(|running| running.uid == uid) {
+                running.remove(key);
+            }
             self.gauge
                 .set(i64::try_from(running.len()).unwrap_or(i64::MAX));
         }

@@ -198,7 +198,9 @@ impl ClusterApi for FakeApi {
             .approvals
             .get_mut(&(namespace.to_string(), name.to_string()))
         else {
-            return Err(ApiError::NotFound(name.to_string()));
+            return Err(ApiError::NotFound(format!(
+                "approvals.agentrt.dev \"{name}\" not found"
+            )));
         };
         let stored = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !stored.is_empty() && stored != resource_version {
@@ -259,6 +261,27 @@ impl ClusterApi for FakeApi {
         lease.metadata.resource_version = Some(state.version.to_string());
         state.leases.insert(key, lease.clone());
         Ok(lease)
+    }
+
+    async fn delete_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        resource_version: &str,
+    ) -> Result<(), ApiError> {
+        let mut state = self.state.lock().unwrap();
+        let key = (namespace.to_string(), name.to_string());
+        let Some(current) = state.leases.get(&key) else {
+            return Err(ApiError::NotFound("lease".into()));
+        };
+        if current.metadata.uid.as_deref().is_some_and(|u| u != uid)
+            || current.metadata.resource_version.as_deref() != Some(resource_version)
+        {
+            return Err(ApiError::Conflict("lease precondition failed".into()));
+        }
+        state.leases.remove(&key);
+        Ok(())
     }
 
     async fn secret_value(

@@ -41,6 +41,34 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Its value.
 pub const MANAGED_BY: &str = "agentrt";
 
+/// The uid of the AgentRun a Lease belongs to: its controller ownerReference's (the first
+/// ownerReference when none is marked controller); `None` when it names no owner.
+pub fn owner_uid(lease: &Lease) -> Option<&str> {
+    let owners = lease
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default();
+    owners
+        .iter()
+        .find(|owner| owner.controller == Some(true))
+        .or_else(|| owners.first())
+        .map(|owner| owner.uid.as_str())
+}
+
+/// Whether `lease` is the Lease of the run whose uid is `run_uid` (docs/design.md section 2,
+/// Lease): owned by it. A Lease of that name owned by another uid was left by a deleted run of
+/// the same name; it is never adopted, renewed or judged as this run's.
+pub fn owned_by(lease: &Lease, run_uid: &str) -> bool {
+    owner_uid(lease) == Some(run_uid)
+}
+
+/// The run's own Lease among what was read: `read` when it is owned by `run_uid`, `None` when
+/// it is absent or another run's ([`owned_by`]).
+pub fn own<'a>(read: Option<&'a Lease>, run_uid: &str) -> Option<&'a Lease> {
+    read.filter(|lease| owned_by(lease, run_uid))
+}
+
 /// What a Lease as read says (holder, renewTime, duration), with no observation: as first seen
 /// now, judged with no margin. [`observed`] adds what this replica has seen of it.
 pub fn view(lease: Option<&Lease>) -> LeaseView {
@@ -174,6 +202,12 @@ pub fn held_by_another(
 /// is written as renewTime, for people; the holder's own check runs from the instant the write
 /// was sent.
 ///
+/// A `read` owned by another uid ([`owned_by`]: a deleted run of the same name left it, its
+/// executor perhaps still finishing a call) is never adopted: it is deleted with preconditions
+/// on its uid and resourceVersion, then a fresh Lease owned by this run is created. `seen`
+/// then describes no Lease (the caller judges only the run's own, [`own`]). A precondition
+/// that fails means someone else replaced or changed it: `Ok(None)`, look again.
+///
 /// # Errors
 /// When the API server fails otherwise.
 pub async fn acquire(
@@ -189,6 +223,28 @@ pub async fn acquire(
         return Ok(None);
     }
     let namespace = &run.snapshot.namespace;
+    let read = match read {
+        Some(foreign) if !owned_by(foreign, &run.snapshot.uid) => {
+            let name = foreign.metadata.name.as_deref().unwrap_or_default();
+            let uid = foreign.metadata.uid.as_deref().unwrap_or_default();
+            let version = foreign
+                .metadata
+                .resource_version
+                .as_deref()
+                .unwrap_or_default();
+            tracing::info!(
+                lease = name,
+                owner = ?owner_uid(foreign),
+                "the Lease belongs to another run of this name (deleted); replacing it"
+            );
+            match api.delete_lease(namespace, name, uid, version).await {
+                Ok(()) | Err(ApiError::NotFound(_)) => None,
+                Err(ApiError::Conflict(_)) => return Ok(None),
+                Err(err) => return Err(err),
+            }
+        }
+        read => read,
+    };
     let sent_at = Instant::now();
     let written = match read {
         None => {
@@ -245,12 +301,17 @@ enum Swap {
 }
 
 /// The compare-and-set renew and release share: while `base` (the Lease as last written or
-/// read) is still held by `holder`, write `edit(base)` on its resourceVersion. A 409 re-reads
-/// the Lease and tries once more on the fresh version if it is still ours (someone touched it
-/// without taking it); a 404, or a re-read finding it gone, is [`Swap::NotOurs`]`(None)`.
+/// read) is still held by `holder` and owned by the same run, write `edit(base)` on its
+/// resourceVersion. A 409 re-reads the Lease and tries again on the fresh version while it is
+/// still ours (someone touched it without taking it, e.g. this replica's other renewal), at
+/// most [`SWAP_ATTEMPTS`] times; a 404, or a re-read finding it gone, is
+/// [`Swap::NotOurs`]`(None)`.
 ///
 /// # Errors
-/// When the API server fails otherwise.
+/// When the API server fails otherwise, and [`ApiError::Conflict`] when every attempt met a
+/// 409 while the Lease was still ours: that is a renewal that did not happen, not a lost lease
+/// (the caller decides by its monotonic clock; docs/design.md section 4). Reporting it as lost
+/// made a busy replica give up runs it still held, and another take them over.
 async fn while_ours(
     api: &dyn ClusterApi,
     base: &Lease,
@@ -259,13 +320,18 @@ async fn while_ours(
 ) -> Result<Swap, ApiError> {
     let namespace = base.metadata.namespace.clone().unwrap_or_default();
     let name = base.metadata.name.clone().unwrap_or_default();
+    let run_uid = owner_uid(base).map(str::to_string);
     let mut base = base.clone();
-    for _ in 0..2 {
+    for _ in 0..SWAP_ATTEMPTS {
         let current = base
             .spec
             .as_ref()
             .and_then(|spec| spec.holder_identity.clone());
-        if current.as_deref() != Some(holder.as_str()) {
+        // Same holder, another run's Lease (the run was deleted and created again under its
+        // name, and this replica holds the new one's): not ours.
+        if current.as_deref() != Some(holder.as_str())
+            || owner_uid(&base).map(str::to_string) != run_uid
+        {
             return Ok(Swap::NotOurs(current));
         }
         let mut lease = base.clone();
@@ -283,10 +349,18 @@ async fn while_ours(
             Err(err) => return Err(err),
         }
     }
-    Ok(Swap::NotOurs(
-        base.spec.and_then(|spec| spec.holder_identity),
-    ))
+    let same_run = owner_uid(&base).map(str::to_string) == run_uid;
+    let current = base.spec.and_then(|spec| spec.holder_identity);
+    if current.as_deref() == Some(holder.as_str()) && same_run {
+        return Err(ApiError::Conflict(format!(
+            "Lease {namespace}/{name} changed under each of {SWAP_ATTEMPTS} writes while still held by {holder}"
+        )));
+    }
+    Ok(Swap::NotOurs(current))
 }
+
+/// How many compare-and-set writes [`while_ours`] tries while the Lease stays ours.
+pub const SWAP_ATTEMPTS: usize = 3;
 
 /// Renews `held` by compare-and-set ([`while_ours`]), writing `now` (this replica's wall clock)
 /// as renewTime. A 409 re-reads the Lease: still ours (someone touched it without taking it) →

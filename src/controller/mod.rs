@@ -21,6 +21,7 @@
 //! - [`identity`]: the holder identity and this replica's clock.
 //! - [`trace`]: the `run` and `step` spans (and, with `otel`, the run's trace).
 
+pub mod admission;
 pub mod calls;
 pub mod cluster;
 pub mod context;
@@ -77,6 +78,13 @@ pub struct ControllerOptions {
     /// Serve Prometheus metrics on /metrics, and /healthz and /readyz, on this address.
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
+    /// Serve the validating admission webhook for AgentRuns (HTTPS, path
+    /// `/validate-agentrun`) on this address; off when not given (docs/behaviours.md 1).
+    #[arg(long)]
+    pub webhook_addr: Option<SocketAddr>,
+    /// The directory holding the webhook's `tls.crt` and `tls.key` (PEM).
+    #[arg(long, default_value = "/etc/agentrt/webhook")]
+    pub webhook_cert_dir: std::path::PathBuf,
     /// Most runs this replica executes at once.
     #[arg(long, default_value_t = 256)]
     pub max_concurrent_runs: usize,
@@ -100,9 +108,11 @@ pub struct ControllerOptions {
     /// Seal when a run's window (its steps and events) passes this many bytes of JSON.
     #[arg(long, default_value_t = 131072, value_parser = clap::value_parser!(u32).range(1024..))]
     pub seal_bytes: u32,
-    /// The most recent settled steps a seal leaves in the window (at least 1, and the trailing
-    /// identical calls and failures the run's loop detection and failure count look back on).
-    #[arg(long, default_value_t = 8)]
+    /// The most recent settled steps a seal by step count leaves in the window (at least 1; 0
+    /// is refused), and the trailing identical calls and failures the run's loop detection and
+    /// failure count look back on. A seal by bytes leaves fewer when they pass a third of
+    /// `--seal-bytes` (docs/design.md section 4a).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub keep_steps: u32,
     /// Test only, compiled with the `fault-injection` feature: shift this replica's wall clock
     /// by this many milliseconds (negative: behind), so the clock-skew scenarios can skew one
@@ -139,6 +149,8 @@ impl Default for ControllerOptions {
         ControllerOptions {
             holder_id: None,
             metrics_addr: None,
+            webhook_addr: None,
+            webhook_cert_dir: std::path::PathBuf::from("/etc/agentrt/webhook"),
             max_concurrent_runs: 256,
             reconcile_concurrency: 32,
             lease_skew_margin_ms: 500,
@@ -257,6 +269,10 @@ pub async fn run_with_engine(
     if let Some(addr) = options.metrics_addr {
         let bound = metrics::serve(addr, metrics.clone(), shutdown.clone()).await?;
         tracing::info!(addr = %bound, "serving metrics");
+    }
+    if let Some(addr) = options.webhook_addr {
+        let bound = admission::serve(addr, &options.webhook_cert_dir, shutdown.clone()).await?;
+        tracing::info!(addr = %bound, path = admission::PATH, "serving the admission webhook");
     }
     let (kicks_tx, mut kicks_rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
     let ctx = Arc::new(Context::new(ContextParts {

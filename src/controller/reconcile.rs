@@ -46,7 +46,10 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
     if obj.metadata.generation.is_some()
-        && ctx.executors.executing_generation(&key) == obj.metadata.generation
+        && ctx
+            .executors
+            .executing_generation(&key, obj.metadata.uid.as_deref().unwrap_or_default())
+            == obj.metadata.generation
     {
         // This replica's executor works on the run and its spec did not change (no cancel): the
         // change that woke us is the executor's own; it kicks a reconcile when it stops.
@@ -82,10 +85,12 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
     if !ctx.settings.savings.spread {
         return None;
     }
+    let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+    // A Lease another run of this name left (owned by another uid) counts as none.
     let new = obj.status.phase.is_none()
         && obj.status.observed_generation.is_none()
-        && matches!(ctx.leases.cached(key), Some(None));
-    if !new || ctx.executors.is_executing(key) {
+        && matches!(ctx.leases.cached(key), Some(cached) if lease::own(cached.as_deref(), uid).is_none());
+    if !new || ctx.executors.is_executing(key, uid) {
         ctx.spread.settled(key);
         return None;
     }
@@ -93,7 +98,7 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
     let peers = ctx.leases.holders_seen(now, super::spread::PEER_MEMORY);
     ctx.spread.defer(
         key,
-        obj.metadata.uid.as_deref().unwrap_or_default(),
+        uid,
         ctx.settings.holder.as_str(),
         &peers,
         now,
@@ -108,7 +113,8 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
         return None;
     }
     let lease = ctx.leases.cached(key)??;
-    let seen = ctx.observe_lease(key, Some(&lease));
+    let own = lease::own(Some(&lease), obj.metadata.uid.as_deref().unwrap_or_default())?;
+    let seen = ctx.observe_lease(key, Some(own));
     let watched = crate::engine::WatchedView {
         phase: obj.status.phase.as_deref(),
         generation: obj.metadata.generation,
@@ -153,10 +159,13 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
     let mut settled = false;
     'decide: for _ in 0..MAX_CONFLICTS {
         settled = true;
-        let executing = ctx.executors.is_executing(key);
+        let uid = state.run.snapshot.uid.clone();
+        let executing = ctx.executors.is_executing(key, &uid);
         // How long this replica has seen the Lease unchanged decides whether it is expired;
-        // never its renewTime against this replica's clock (docs/design.md section 4).
-        let seen = ctx.observe_lease(key, lease_read.as_deref());
+        // never its renewTime against this replica's clock (docs/design.md section 4). Only
+        // the run's own Lease counts: one owned by another uid (a deleted run of this name)
+        // is judged as absent and replaced on acquiring (docs/behaviours.md 79).
+        let seen = ctx.observe_lease(key, lease::own(lease_read.as_deref(), &uid));
         let observed = ctx.observe(&state, &seen);
         if let Some(status) = observed.write {
             match ctx.write_status(&state, &status).await? {
@@ -223,7 +232,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
                             // The version tried may have been the watch's, and stale: read it
                             // live, so the next try is on what is stored.
                             let fresh = ctx.api.get_lease(&key.namespace, &key.name).await?;
-                            ctx.observe_lease(key, fresh.as_ref());
+                            ctx.observe_lease(key, lease::own(fresh.as_ref(), &uid));
                             soonest(500);
                         }
                     }

@@ -1,6 +1,8 @@
 //! The sealed steps an executor hands the engine for an openai agent's conversation
 //! (docs/design.md section 4a, last bullet; docs/behaviours.md 59): the segments
-//! `engine::archive::context_segments` names, read once per executor and cached by sha256.
+//! `engine::archive::context_segments` names, and older ones found by walking back through each
+//! segment's `previous` while they are needed (`status.archive` keeps only the newest 8
+//! entries), read once per executor and cached by sha256.
 //!
 //! Owns: reading a segment (GET), checking it against the record's archive entry
 //! (`engine::archive::verify_segment`, the same check `agentrt verify` makes of each segment),
@@ -16,7 +18,9 @@ use serde_json::Value;
 
 use super::context::{Context, RunKey};
 use crate::api::{Archive, ArchivedSegment, Step};
-use crate::engine::archive::{context_segments, verify_segment, SealedHistory};
+use crate::engine::archive::{
+    context_segments, segment_name, verify_segment, SealedHistory, MIN_TURN_BYTES,
+};
 use crate::engine::RunSnapshot;
 
 /// How many bytes of segments (their `bytes` in `status.archive`) one executor's cache holds:
@@ -39,6 +43,18 @@ struct Cached {
     sha256: String,
     steps: Arc<Vec<Step>>,
     bytes: usize,
+    /// What the walk back needs of it: the sha256 of the segment before (empty for index 0)
+    /// and the run name its name was made from.
+    previous: String,
+    run_name: String,
+}
+
+/// A segment read (or cached): its steps and the link to the one before.
+#[derive(Debug, Clone)]
+struct Read {
+    steps: Arc<Vec<Step>>,
+    previous: String,
+    run_name: String,
 }
 
 impl SegmentCache {
@@ -58,10 +74,66 @@ impl SegmentCache {
         };
         let budget = usize::try_from(agent.max_context_bytes).unwrap_or(0);
         let mut history = SealedHistory::default();
-        for entry in context_segments(&archive, budget) {
-            match self.segment(ctx, key, run, entry).await {
-                Some(steps) => history.segments.push(steps),
+        let named = context_segments(&archive, budget);
+        let mut oldest: Option<(i64, Option<Read>)> = None;
+        let mut steps = 0usize;
+        for entry in named {
+            let read = self.segment(ctx, key, run, entry).await;
+            match &read {
+                Some(r) => {
+                    steps = steps.saturating_add(r.steps.len());
+                    history.segments.push(r.steps.clone());
+                }
                 None => history.unreadable.push((entry.first_step, entry.last_step)),
+            }
+            if oldest.is_none() {
+                oldest = Some((entry.first_step, read));
+            }
+        }
+        // The record keeps only the newest entries: when they do not hold enough steps to fill
+        // the budget, older segments are found through `previous`, newest first, until they do
+        // (or the chain reaches index 0, or a segment cannot be read: then what is older is
+        // left out, as the conversation says).
+        let enough = budget / MIN_TURN_BYTES;
+        let all_kept = named.len() == archive.segments.len();
+        let mut older: Vec<Arc<Vec<Step>>> = Vec::new();
+        let mut unreadable_older: Option<(i64, i64)> = None;
+        if let (true, Some((mut first_step, Some(mut read))), Some(mut index)) =
+            (all_kept, oldest, archive.segments.first().map(|e| e.index))
+        {
+            while steps < enough && index > 0 && !read.previous.is_empty() {
+                index -= 1;
+                let entry = ArchivedSegment {
+                    name: segment_name(&read.run_name, index, &read.previous),
+                    index,
+                    sha256: read.previous.clone(),
+                    // Not known before it is read: the steps before the newer one.
+                    first_step: 0,
+                    last_step: first_step - 1,
+                    first_seq: 0,
+                    last_seq: 0,
+                    bytes: 0,
+                };
+                match self.segment(ctx, key, run, &entry).await {
+                    Some(r) => {
+                        steps = steps.saturating_add(r.steps.len());
+                        first_step = r.steps.first().map_or(0, |s| s.index.get());
+                        older.push(r.steps.clone());
+                        read = r;
+                    }
+                    None => {
+                        unreadable_older = Some((0, first_step - 1));
+                        break;
+                    }
+                }
+            }
+        }
+        if !older.is_empty() || unreadable_older.is_some() {
+            older.reverse();
+            older.append(&mut history.segments);
+            history.segments = older;
+            if let Some(range) = unreadable_older {
+                history.unreadable.insert(0, range);
             }
         }
         history
@@ -72,7 +144,15 @@ impl SegmentCache {
     pub fn remember(&mut self, sha256: &str, spec: &Value, bytes: usize) {
         if let Ok(segment) = serde_json::from_value::<crate::api::AgentRunSegmentSpec>(spec.clone())
         {
-            self.insert(sha256, Arc::new(segment.steps), bytes);
+            self.insert(
+                sha256,
+                Read {
+                    steps: Arc::new(segment.steps),
+                    previous: segment.previous,
+                    run_name: segment.run_name,
+                },
+                bytes,
+            );
         }
     }
 
@@ -82,12 +162,16 @@ impl SegmentCache {
         key: &RunKey,
         run: &RunSnapshot,
         entry: &ArchivedSegment,
-    ) -> Option<Arc<Vec<Step>>> {
+    ) -> Option<Read> {
         if let Some(at) = self.entries.iter().position(|c| c.sha256 == entry.sha256) {
             let cached = self.entries.remove(at)?;
-            let steps = cached.steps.clone();
+            let read = Read {
+                steps: cached.steps.clone(),
+                previous: cached.previous.clone(),
+                run_name: cached.run_name.clone(),
+            };
             self.entries.push_back(cached);
-            return Some(steps);
+            return Some(read);
         }
         if self.warned.contains(&entry.name) {
             return None;
@@ -97,10 +181,14 @@ impl SegmentCache {
         let problem = match read {
             Ok(Some(object)) => match verify_segment(entry, &object["spec"]) {
                 Ok(segment) => {
-                    let steps = Arc::new(segment.steps);
-                    let bytes = usize::try_from(entry.bytes).unwrap_or(0);
-                    self.insert(&entry.sha256, steps.clone(), bytes);
-                    return Some(steps);
+                    let bytes = usize::try_from(segment.bytes).unwrap_or(0);
+                    let read = Read {
+                        steps: Arc::new(segment.steps),
+                        previous: segment.previous,
+                        run_name: segment.run_name,
+                    };
+                    self.insert(&entry.sha256, read.clone(), bytes);
+                    return Some(read);
                 }
                 Err(fault) => fault.to_string(),
             },
@@ -128,14 +216,16 @@ impl SegmentCache {
         None
     }
 
-    fn insert(&mut self, sha256: &str, steps: Arc<Vec<Step>>, bytes: usize) {
+    fn insert(&mut self, sha256: &str, read: Read, bytes: usize) {
         if self.entries.iter().any(|c| c.sha256 == sha256) {
             return;
         }
         self.entries.push_back(Cached {
             sha256: sha256.to_string(),
-            steps,
+            steps: read.steps,
             bytes,
+            previous: read.previous,
+            run_name: read.run_name,
         });
         self.bytes = self.bytes.saturating_add(bytes);
         // The newest always stays, even when it alone is over the bound.
@@ -206,6 +296,18 @@ mod tests {
         (spec, entry)
     }
 
+    /// Run `ns/r` with an openai agent, Running, with `archive` as its `status.archive`.
+    fn openai_run(archive: Value) -> RunSnapshot {
+        let mut object = run_object("ns", "r", 30);
+        object["metadata"]["resourceVersion"] = json!("1");
+        object["spec"]["agent"] =
+            json!({"openai": {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}});
+        object["status"] = json!({"phase": "Running", "archive": archive});
+        crate::controller::cluster::StoredRun::from_object(object)
+            .expect("a run")
+            .snapshot
+    }
+
     #[tokio::test]
     async fn each_segment_is_read_once_and_an_altered_one_is_named_unreadable_not_fatal() {
         let api = Arc::new(FakeApi::default());
@@ -221,17 +323,9 @@ mod tests {
                 json!({"metadata": {"name": entry.name}, "spec": spec}),
             );
         }
-        let mut object = run_object("ns", "r", 30);
-        object["metadata"]["resourceVersion"] = json!("1");
-        object["spec"]["agent"] =
-            json!({"openai": {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}});
-        object["status"] = json!({
-            "phase": "Running",
-            "archive": {"segments": [zero_entry, one_entry], "head": one_entry.sha256},
-        });
-        let run = crate::controller::cluster::StoredRun::from_object(object)
-            .expect("a run")
-            .snapshot;
+        let run = openai_run(json!({
+            "segments": [zero_entry, one_entry], "head": one_entry.sha256,
+        }));
         let ctx = context(api);
         let key = RunKey {
             namespace: "ns".into(),
@@ -254,15 +348,72 @@ mod tests {
         assert_eq!(ctx.metrics.segment_reads.get(), 2);
     }
 
+    fn empty() -> Read {
+        Read {
+            steps: Arc::new(Vec::new()),
+            previous: String::new(),
+            run_name: "r".into(),
+        }
+    }
+
+    /// `status.archive` keeps only the newest entries (here one of three): the segments before
+    /// it are found through each one's `previous`, read once, and handed in oldest first; a
+    /// missing one ends the walk with the steps before it named unreadable.
+    #[tokio::test]
+    async fn older_segments_than_the_record_keeps_are_found_through_previous() {
+        let api = Arc::new(FakeApi::default());
+        let (zero, zero_entry) = segment(0, 0, "");
+        let (one, one_entry) = segment(1, 2, &zero_entry.sha256);
+        let (two, two_entry) = segment(2, 4, &one_entry.sha256);
+        for (spec, entry) in [(&zero, &zero_entry), (&one, &one_entry), (&two, &two_entry)] {
+            api.state.lock().unwrap().segments.insert(
+                ("ns".into(), entry.name.clone()),
+                json!({"metadata": {"name": entry.name}, "spec": spec}),
+            );
+        }
+        let run = openai_run(json!({
+            "segments": [two_entry], "count": 3, "head": two_entry.sha256,
+        }));
+        let ctx = context(api.clone());
+        let key = RunKey {
+            namespace: "ns".into(),
+            name: "r".into(),
+        };
+        let mut cache = SegmentCache::default();
+        for _ in 0..2 {
+            let history = cache.history(&ctx, &key, &run).await;
+            let expected: Vec<Arc<Vec<Step>>> = [&zero, &one, &two]
+                .iter()
+                .map(|s| Arc::new(s.steps.clone()))
+                .collect();
+            assert_eq!(history.segments, expected);
+            assert!(history.unreadable.is_empty());
+        }
+        assert_eq!(ctx.metrics.segment_reads.get(), 3, "each segment read once");
+
+        api.state
+            .lock()
+            .unwrap()
+            .segments
+            .remove(&("ns".into(), zero_entry.name.clone()));
+        let mut cache = SegmentCache::default();
+        let history = cache.history(&ctx, &key, &run).await;
+        assert_eq!(
+            history.segments,
+            vec![Arc::new(one.steps.clone()), Arc::new(two.steps.clone())]
+        );
+        assert_eq!(
+            history.unreadable,
+            vec![(0, 1)],
+            "steps 0-1 could not be read"
+        );
+    }
+
     #[test]
     fn the_cache_is_bounded_by_bytes_keeping_the_newest() {
         let mut cache = SegmentCache::default();
         for i in 0..5 {
-            cache.insert(
-                &format!("sha256:{i}"),
-                Arc::new(Vec::new()),
-                CACHE_BYTES / 2,
-            );
+            cache.insert(&format!("sha256:{i}"), empty(), CACHE_BYTES / 2);
         }
         assert_eq!(cache.entries.len(), 2);
         assert!(cache.bytes <= CACHE_BYTES);
@@ -270,7 +421,7 @@ mod tests {
             cache.entries.back().map(|c| c.sha256.as_str()),
             Some("sha256:4")
         );
-        cache.insert("sha256:big", Arc::new(Vec::new()), CACHE_BYTES * 2);
+        cache.insert("sha256:big", empty(), CACHE_BYTES * 2);
         assert_eq!(
             cache.entries.len(),
             1,

@@ -416,6 +416,34 @@ async fn a_live_lease_held_by_another_replica_is_left_alone() {
     assert_eq!(seen("held"), ["observe"]);
 }
 
+#[tokio::test]
+async fn a_lease_owned_by_another_uid_is_replaced_not_adopted() {
+    // A run of this name was deleted while another replica held its Lease (live: seen just
+    // now); the run created again under the name (a new uid) must not wait for it, nor adopt it.
+    let tool = tool(Duration::ZERO).await;
+    let mut deleted = run_with_tool("again", tool.addr, 30);
+    deleted["metadata"]["uid"] = json!("uid-deleted");
+    let api = Arc::new(FakeApi::with_run(deleted));
+    held_by_other(&api, "again", Clock::default().now()).await;
+    assert_eq!(
+        super::lease::owner_uid(&api.lease("ns", "again").unwrap()),
+        Some("uid-deleted")
+    );
+    api.put_run(run_with_tool("again", tool.addr, 30));
+    let ctx = context(api.clone(), "a", 500);
+    observe(&ctx, &key("again")).await.unwrap();
+    until_idle(&ctx).await;
+    assert_eq!(api.run("ns", "again")["status"]["phase"], "Completed");
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    let lease = api.lease("ns", "again").expect("the run's own Lease");
+    assert_eq!(super::lease::owner_uid(&lease), Some("uid-again"));
+    assert_eq!(
+        lease.spec.unwrap().lease_transitions,
+        Some(0),
+        "a fresh Lease"
+    );
+}
+
 /// Another replica `other-…` holds `name`'s Lease, its renewTime `renewed_at` (by its clock).
 async fn held_by_other(api: &FakeApi, name: &str, renewed_at: Time) -> HolderId {
     let other = HolderId::with_random_suffix("other");
@@ -595,4 +623,69 @@ async fn a_failed_reconcile_is_counted_by_kind_and_backs_off_per_run_until_it_su
         error_policy(obj, &down(), ctx.clone()),
         Action::requeue(Duration::from_secs(2))
     );
+}
+
+/// docs/behaviours.md 67: a decision that lands on an Approval as its run ends (the Approval's
+/// resourceVersion moved since the engine read it) does not leave it `Pending` forever: the
+/// `Cancelled` status is written on a fresh read, still only forward and only on its request.
+#[tokio::test]
+async fn an_approval_status_that_meets_a_concurrent_decision_is_written_on_a_fresh_read() {
+    let api = Arc::new(FakeApi::default());
+    let hash = format!("sha256:{}", "a".repeat(64));
+    let approval = json!({
+        "metadata": {"name": "r-0-1", "namespace": "ns"},
+        "spec": {"hash": hash, "runUID": "u"},
+        "status": {"phase": "Pending"},
+    });
+    api.create_approval("ns", &approval).await.unwrap();
+    let read = api.get_approval("ns", "r-0-1").await.unwrap().unwrap();
+    let read_rv = read.object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    {
+        // A person's decision lands after the engine read the Approval.
+        let mut state = api.state.lock().unwrap();
+        state.version += 1;
+        let version = state.version.to_string();
+        let stored = state
+            .approvals
+            .get_mut(&("ns".to_string(), "r-0-1".to_string()))
+            .unwrap();
+        stored["spec"]["decision"] = json!({"verdict": "Approved", "hash": hash});
+        stored["metadata"]["resourceVersion"] = json!(version);
+    }
+    let ctx = context(api.clone(), "a", 500);
+    let cancelled = json!({"phase": "Cancelled", "reason": "run cancelled"});
+    ctx.write_approval_status("ns", "r-0-1", &cancelled, Some(read_rv), &hash)
+        .await;
+    let stored = api
+        .get_approval("ns", "r-0-1")
+        .await
+        .unwrap()
+        .unwrap()
+        .object;
+    assert_eq!(stored["status"], cancelled);
+    assert_eq!(
+        stored["spec"]["decision"]["verdict"], "Approved",
+        "the spec is untouched"
+    );
+
+    // Only forward: an Executed Approval is never made Cancelled, however fresh the read.
+    let executed = json!({"phase": "Executed"});
+    let rv = stored["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ctx.write_approval_status("ns", "r-0-1", &executed, Some(rv), &hash)
+        .await;
+    ctx.write_approval_status("ns", "r-0-1", &cancelled, Some("1".into()), &hash)
+        .await;
+    let stored = api
+        .get_approval("ns", "r-0-1")
+        .await
+        .unwrap()
+        .unwrap()
+        .object;
+    assert_eq!(stored["status"], executed);
 }

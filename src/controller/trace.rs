@@ -169,6 +169,9 @@ mod tests {
             next: Next::Call(crate::engine::ExternalCall::Agent {
                 step: crate::api::StepIndex(7),
                 request: json!({}),
+                attempt: 1,
+                delay_millis: 0,
+                timeout_millis: 1000,
             }),
             ..Transition::stop()
         };

@@ -165,6 +165,7 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
             }
         }
     }
+    selectable_field_errors(&versions, &mut errors);
     if !versions.iter().any(|v| v["served"].as_bool() == Some(true)) && !versions.is_empty() {
         errors.push(invalid(
             "spec.versions",
@@ -173,6 +174,114 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
         ));
     }
     errors
+}
+
+/// At most this many selectable fields per version (kube-apiserver's `maxSelectableFields`).
+const MAX_SELECTABLE_FIELDS: usize = 8;
+
+/// The refusals of the versions' `selectableFields`, as kube-apiserver words them: a
+/// `jsonPath` is required, must name a field of the version's schema by a simple path (no
+/// array notation), not one in `metadata`, of type string, integer or boolean, at most once,
+/// and at most 8 per version. Like the schema, identical selectable fields of every version are
+/// reported under `spec.selectableFields` (kube-apiserver validates its internal form, which
+/// hoists them), else under `spec.versions[i].selectableFields`.
+fn selectable_field_errors(versions: &[Value], errors: &mut Vec<FieldError>) {
+    let lists: Vec<&[Value]> = versions
+        .iter()
+        .map(|v| {
+            v["selectableFields"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+        })
+        .collect();
+    let hoisted =
+        lists.first().is_some_and(|l| !l.is_empty()) && lists.windows(2).all(|w| w[0] == w[1]);
+    for (i, (version, list)) in versions.iter().zip(&lists).enumerate() {
+        if hoisted && i > 0 {
+            break;
+        }
+        let at = if hoisted {
+            "spec.selectableFields".to_string()
+        } else {
+            format!("spec.versions[{i}].selectableFields")
+        };
+        let schema = &version["schema"]["openAPIV3Schema"];
+        let mut unique: Vec<String> = Vec::new();
+        for (j, field) in list.iter().enumerate() {
+            let here = format!("{at}[{j}].jsonPath");
+            let path = field["jsonPath"].as_str().unwrap_or("");
+            if path.is_empty() {
+                errors.push(required(&here));
+                continue;
+            }
+            let found = match field_schema(schema, path) {
+                Ok(found) => found,
+                Err(why) => {
+                    errors.push(invalid(
+                        &here,
+                        json!(path),
+                        &format!("is an invalid path: {why}"),
+                    ));
+                    continue;
+                }
+            };
+            if path.trim_start_matches('.').split('.').next() == Some("metadata") {
+                errors.push(invalid(
+                    &here,
+                    json!(path),
+                    "must not point to fields in metadata",
+                ));
+            }
+            if !matches!(
+                found["type"].as_str(),
+                Some("string" | "integer" | "boolean")
+            ) {
+                errors.push(invalid(
+                    &here,
+                    json!(path),
+                    "must point to a field of type string, boolean or integer. Enum string \
+                     fields and strings with formats are allowed",
+                ));
+            }
+            let key = path.trim_start_matches('.').to_string();
+            if unique.contains(&key) {
+                errors.push(FieldError {
+                    kind: FieldErrorKind::Duplicate,
+                    field: here,
+                    bad_value: Some(json!(path)),
+                    detail: String::new(),
+                });
+            } else {
+                unique.push(key);
+            }
+        }
+        if unique.len() > MAX_SELECTABLE_FIELDS {
+            errors.push(FieldError {
+                kind: FieldErrorKind::TooMany,
+                field: at,
+                bad_value: Some(json!(unique.len())),
+                detail: format!("must have at most {MAX_SELECTABLE_FIELDS} items"),
+            });
+        }
+    }
+}
+
+/// The schema node a simple JSON path (`.status.phase`) names in `schema`, or why not.
+fn field_schema<'a>(schema: &'a Value, path: &str) -> Result<&'a Value, String> {
+    let Some(rest) = path.strip_prefix('.') else {
+        return Err(format!("expected [ or . at 0 in {path:?}"));
+    };
+    if rest.contains('[') {
+        return Err("array notation is not allowed".into());
+    }
+    let mut node = schema;
+    for part in rest.split('.') {
+        match node["properties"].get(part) {
+            Some(child) if !part.is_empty() => node = child,
+            _ => return Err("does not refer to a valid field".into()),
+        }
+    }
+    Ok(node)
 }
 
 /// The refusals of one `openAPIV3Schema`: its CEL rules' under `rules_at` (kube-apiserver's field
@@ -357,6 +466,13 @@ pub fn resource_type(crd: &Value) -> Result<ResourceType, String> {
             shape: Arc::new(super::managed::from_crd_schema(
                 v["schema"].get("openAPIV3Schema"),
             )),
+            selectable_fields: v["selectableFields"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f["jsonPath"].as_str())
+                .map(|p| p.trim_start_matches('.').to_string())
+                .collect(),
             name,
         });
     }
@@ -440,5 +556,29 @@ mod tests {
         let mut crd = widget_crd();
         crd["spec"]["versions"][1]["storage"] = json!(true);
         assert!(validate(&crd).iter().any(|e| e.field == "spec.versions"));
+    }
+
+    #[test]
+    fn selectable_fields_are_served_and_checked_against_the_schema() {
+        let mut crd = widget_crd();
+        crd["spec"]["versions"][0]["schema"] = json!({"openAPIV3Schema": {"type": "object",
+            "properties": {"status": {"type": "object",
+                "properties": {"phase": {"type": "string"}, "steps": {"type": "object"}}}}}});
+        crd["spec"]["versions"][0]["selectableFields"] = json!([{"jsonPath": ".status.phase"}]);
+        prepare(&mut crd, None, "2025-01-01T00:00:00Z");
+        assert!(validate(&crd).is_empty());
+        let rt = resource_type(&crd).expect("type");
+        assert_eq!(rt.versions[0].selectable_fields, ["status.phase"]);
+        assert!(rt.versions[1].selectable_fields.is_empty(), "per version");
+        crd["spec"]["versions"][0]["selectableFields"] =
+            json!([{"jsonPath": ".status.steps"}, {"jsonPath": ".status.nope"}]);
+        let fields: Vec<String> = validate(&crd).into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.versions[0].selectableFields[0].jsonPath",
+                "spec.versions[0].selectableFields[1].jsonPath"
+            ]
+        );
     }
 }

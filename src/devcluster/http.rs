@@ -299,7 +299,7 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
         serde_json::to_value(yaml)
             .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))
     } else {
-        serde_json::from_slice(body).map_err(|e| {
+        super::depth::decode(body).map_err(|e| {
             ApiError::BadRequest(format!(
                 "the body of the request could not be decoded as JSON: {e}"
             ))
@@ -312,7 +312,7 @@ fn selectors(t: &Target, params: &Params) -> Result<(LabelSelector, FieldSelecto
         .map_err(ApiError::BadRequest)?;
     let fields = FieldSelector::parse(
         params.get("fieldSelector").map_or("", |s| s.as_str()),
-        &selectable_fields(&t.rt),
+        &selectable_fields(&t.rt, &t.version),
         |field| unknown_field_message(&t.rt, field),
     )
     .map_err(ApiError::BadRequest)?;

@@ -192,40 +192,59 @@ pub fn validate_labels(object: &Value) -> Vec<FieldError> {
         });
         return errors;
     };
-    let name_ok = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 63
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    // kube-apiserver's IsQualifiedName / IsValidLabelValue: the length and the characters are
+    // two checks, each with its own message (both reported when both fail).
+    let chars_ok = |s: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             && s.starts_with(|c: char| c.is_ascii_alphanumeric())
             && s.ends_with(|c: char| c.is_ascii_alphanumeric())
     };
+    let invalid = |bad: &Value, detail: &str| FieldError {
+        kind: FieldErrorKind::Invalid,
+        field: "metadata.labels".into(),
+        bad_value: Some(bad.clone()),
+        detail: detail.into(),
+    };
     for (k, v) in labels {
+        let key = Value::String(k.clone());
         let name = k.rsplit_once('/').map_or(k.as_str(), |(_, n)| n);
         let prefix_ok = k
             .rsplit_once('/')
             .is_none_or(|(p, _)| validate_name(p, false).is_empty());
-        if !prefix_ok || !name_ok(name) {
-            errors.push(FieldError {
-                kind: FieldErrorKind::Invalid,
-                field: "metadata.labels".into(),
-                bad_value: Some(Value::String(k.clone())),
-                detail: "name part must consist of alphanumeric characters, '-', '_' or '.', \
-                         and must start and end with an alphanumeric character"
-                    .into(),
-            });
+        if name.len() > 63 {
+            errors.push(invalid(
+                &key,
+                "name part must be no more than 63 characters",
+            ));
+        }
+        if !prefix_ok || name.is_empty() || !chars_ok(name) {
+            errors.push(invalid(
+                &key,
+                "name part must consist of alphanumeric characters, '-', '_' or '.', and must \
+                 start and end with an alphanumeric character",
+            ));
         }
         match v.as_str() {
-            Some(s) if s.is_empty() || name_ok(s) => {}
-            _ => errors.push(FieldError {
-                kind: FieldErrorKind::Invalid,
-                field: "metadata.labels".into(),
-                bad_value: Some(v.clone()),
-                detail: "a valid label must be an empty string or consist of alphanumeric \
+            Some("") => {}
+            Some(s) => {
+                if s.len() > 63 {
+                    errors.push(invalid(v, "must be no more than 63 characters"));
+                }
+                if !chars_ok(s) {
+                    errors.push(invalid(
+                        v,
+                        "a valid label must be an empty string or consist of alphanumeric \
                          characters, '-', '_' or '.', and must start and end with an \
-                         alphanumeric character"
-                    .into(),
-            }),
+                         alphanumeric character",
+                    ));
+                }
+            }
+            None => errors.push(invalid(
+                v,
+                "a valid label must be an empty string or consist of alphanumeric characters, \
+                 '-', '_' or '.', and must start and end with an alphanumeric character",
+            )),
         }
     }
     errors

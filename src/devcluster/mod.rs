@@ -36,6 +36,7 @@ mod audit;
 mod convert;
 mod crd;
 mod delete;
+mod depth;
 mod discovery;
 mod error;
 mod fields;
@@ -59,6 +60,7 @@ mod status;
 mod store;
 mod table;
 mod watch;
+mod webhook;
 mod write;
 
 use std::net::SocketAddr;
@@ -66,6 +68,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::DevClusterError;
 pub use server::{DevServer, DevServerConfig};
+pub use webhook::{Check, ValidatingWebhook};
 
 /// The server's arguments of `agentrt dev` (the rest of the command, the controller and the
 /// sample tools, is `controller::dev`'s, which wires the two together).
@@ -118,6 +121,7 @@ impl DevServerArgs {
             watch_history: self.watch_history,
             crds,
             audit_log: self.audit_log.clone(),
+            webhooks: Vec::new(),
         })
     }
 }

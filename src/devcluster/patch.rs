@@ -71,7 +71,8 @@ pub fn apply(kind: PatchKind, current: &Value, body: &[u8]) -> Result<Value, Api
                 .to_string(),
         )),
         PatchKind::Json => {
-            let patch: json_patch::Patch = serde_json::from_slice(body)
+            let patch: json_patch::Patch = super::depth::decode(body)
+                .and_then(|v| serde_json::from_value(v).map_err(|e| e.to_string()))
                 .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
             if patch.0.len() > 10_000 {
                 return Err(ApiError::TooLarge(format!(
@@ -94,7 +95,7 @@ pub fn apply(kind: PatchKind, current: &Value, body: &[u8]) -> Result<Value, Api
             Ok(doc)
         }
         PatchKind::Merge | PatchKind::Strategic => {
-            let mut patch: Value = serde_json::from_slice(body)
+            let mut patch: Value = super::depth::decode(body)
                 .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
             if !patch.is_object() {
                 return Err(ApiError::BadRequest(

@@ -48,6 +48,10 @@ pub struct VersionSpec {
     pub deprecation_warning: Option<String>,
     /// How server-side apply merges and managedFields track this version's objects.
     pub shape: Arc<super::managed::Shape>,
+    /// The fields a field selector may name besides `metadata.name` and `metadata.namespace`,
+    /// as selectors spell them (`status.phase`): a CRD version's `selectableFields[].jsonPath`
+    /// without the leading dot; empty for built-ins.
+    pub selectable_fields: Vec<String>,
 }
 
 /// The built-in resource types, each with its own small rules.
@@ -308,6 +312,7 @@ fn builtin(
             published: None,
             deprecation_warning: None,
             shape: Arc::new(super::managed::builtin_shape(kind)),
+            selectable_fields: Vec::new(),
         }],
         storage_version: "v1".to_string(),
         storage,

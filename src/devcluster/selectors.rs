@@ -5,9 +5,10 @@
 //! `k notin (a,b)` (also matches objects without `k`), `k` (exists), `!k` (does not exist),
 //! `k>n`, `k<n`; requirements are ANDed with commas. Fields: `f=v`, `f==v`, `f!=v` over the
 //! fields a resource supports (`metadata.name`, `metadata.namespace` everywhere; a few more on
-//! built-ins); any other field is refused as kube-apiserver does
-//! (`field label not supported: <f>`, or for kinds with only metadata fields `"<f>" is not a
-//! known field selector: ...`). Custom resources' `selectableFields` are not supported.
+//! built-ins; a custom resource's CRD `selectableFields` for the version asked, a field its
+//! object lacks reading as the empty string); any other field is refused as kube-apiserver
+//! does (`field label not supported: <f>`, or for kinds with only metadata fields `"<f>" is
+//! not a known field selector: ...`).
 
 use std::sync::LazyLock;
 
@@ -210,9 +211,14 @@ impl LabelSelector {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
-/// The fields `rt` can be selected on.
-pub fn selectable_fields(rt: &ResourceType) -> Vec<&'static str> {
+/// The fields `rt` can be selected on in `version`: the metadata ones, a built-in's own, and a
+/// custom resource's `selectableFields` (kube-apiserver's CustomResourceFieldSelectors, GA in
+/// 1.32).
+pub fn selectable_fields<'a>(rt: &'a ResourceType, version: &str) -> Vec<&'a str> {
     let mut fields = vec!["metadata.name", "metadata.namespace"];
+    if let Some(v) = rt.version(version) {
+        fields.extend(v.selectable_fields.iter().map(String::as_str));
+    }
     match rt.builtin() {
         Some(Builtin::Namespace) => fields.push("status.phase"),
         Some(Builtin::Secret) => fields.push("type"),

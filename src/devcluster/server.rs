@@ -37,6 +37,8 @@ pub struct DevServerConfig {
     pub crds: Vec<Value>,
     /// When set, one JSON line per resource request is appended here (see `audit.rs`).
     pub audit_log: Option<PathBuf>,
+    /// Validating admission webhooks asked on every create and update (`webhook.rs`).
+    pub webhooks: Vec<super::webhook::ValidatingWebhook>,
 }
 
 impl Default for DevServerConfig {
@@ -48,6 +50,7 @@ impl Default for DevServerConfig {
             watch_history: 1000,
             crds: Vec::new(),
             audit_log: None,
+            webhooks: Vec::new(),
         }
     }
 }
@@ -207,6 +210,7 @@ impl DevServer {
         .unwrap_or(0)
             + u64::from(restored.is_some() || reserved.is_some());
         let mut store = Store::new(config.watch_history, start);
+        store.set_webhooks(config.webhooks.clone());
         if let Some(dir) = &config.data_dir {
             let dir = dir.clone();
             store

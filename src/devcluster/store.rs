@@ -136,6 +136,8 @@ pub struct Store {
     notify: watch::Sender<u64>,
     /// With `--data-dir`: every change is appended here before it is answered.
     journal: Option<super::persist::Journal>,
+    /// The validating admission webhooks handed in (`webhook.rs`).
+    webhooks: Vec<super::webhook::ValidatingWebhook>,
 }
 
 impl Store {
@@ -161,7 +163,18 @@ impl Store {
             registry: Arc::new(Registry::builtins()),
             notify,
             journal: None,
+            webhooks: Vec::new(),
         }
+    }
+
+    /// The validating admission webhooks every create and update asks (`webhook.rs`).
+    pub fn set_webhooks(&mut self, webhooks: Vec<super::webhook::ValidatingWebhook>) {
+        self.webhooks = webhooks;
+    }
+
+    /// The validating admission webhooks.
+    pub fn webhooks(&self) -> &[super::webhook::ValidatingWebhook] {
+        &self.webhooks
     }
 
     /// From now on, appends every change to `journal` before the write returns (see

@@ -258,6 +258,7 @@ pub fn create(
     let tracked = super::apply::builtin_view(t, &mut obj);
     prepare_builtin(t, &mut obj, None, &now)?;
     let warnings = admit(t, &mut obj, None, opts)?;
+    super::webhook::admit(store.webhooks(), t, &obj, None)?;
     let mut request = json!({});
     set_meta(&mut request, "managedFields", request_fields);
     let view = super::apply::View {
@@ -429,6 +430,7 @@ pub(super) fn apply_update(
         }
     }
     let warnings = admit(t, &mut new, Some(&old), opts)?;
+    super::webhook::admit(store.webhooks(), t, &new, Some(&old))?;
     let view = super::apply::View {
         tracked: tracked.as_ref(),
         request: &request,

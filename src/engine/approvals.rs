@@ -330,7 +330,8 @@ pub(crate) fn write_status(txn: &mut Txn, name: &str, status: ApprovalStatus) {
 }
 
 /// Approvals the record names that can no longer grant but stand `Pending` or `Approved` end
-/// `Cancelled` with the reason (docs/design.md section 2; issue 16): the run ended, the step's call
+/// `Cancelled` with the reason (docs/design.md section 2; issue 16): the run ended
+/// ([`run_end_reason`]), the step's call
 /// was refused on re-check (its observation kind), or a later Approval of the step superseded
 /// it. An Approval the step may still act on (the latest of a step awaiting approval), one
 /// that was executed, one this transition already writes, and one not read are left alone.
@@ -359,7 +360,7 @@ pub(crate) fn cancel_spent(txn: &mut Txn) {
             let run_reason = txn
                 .status
                 .reason
-                .map(|r| to_value(&r).as_str().unwrap_or_default().to_string());
+                .map(|r| run_end_reason(txn.status.phase, r));
             let reason = if !is_latest {
                 "superseded".to_string()
             } else {
@@ -400,6 +401,20 @@ pub(crate) fn cancel_spent(txn: &mut Txn) {
     }
 }
 
+/// Why an Approval of a run that ended can no longer grant, as its `status.reason` says it
+/// (docs/design.md section 2): `run completed`, `run cancelled` (by an operator), `run
+/// cancelled: approval_rejected`, `run failed: limit_steps`, ... (the terminal reason as the
+/// record spells it).
+pub(crate) fn run_end_reason(phase: RunPhase, reason: TerminalReason) -> String {
+    let word = to_value(&reason).as_str().unwrap_or_default().to_string();
+    match (phase, reason) {
+        (RunPhase::Completed, _) => "run completed".to_string(),
+        (RunPhase::Cancelled, TerminalReason::OperatorCancelled) => "run cancelled".to_string(),
+        (RunPhase::Cancelled, _) => format!("run cancelled: {word}"),
+        _ => format!("run failed: {word}"),
+    }
+}
+
 /// The stored Approval object named `name`, as read.
 pub(crate) fn stored_object<'a>(txn: &'a Txn, name: &str) -> Option<&'a serde_json::Value> {
     txn.approvals
@@ -422,20 +437,102 @@ pub(crate) fn decision_time(object: Option<&serde_json::Value>) -> Option<crate:
 }
 
 /// Whether the stored Approval `name` is this run's own (or not read): only such an object's
-/// status is ever written.
+/// status is ever written ([`not_made_for`]).
 fn own(txn: &Txn, name: &str) -> bool {
     let Some(object) = stored_object(txn, name) else {
         return true;
     };
-    let recorded = txn
-        .status
-        .steps
-        .iter()
-        .flat_map(|s| s.approvals.iter())
-        .find(|a| a.name == name)
-        .map(|a| a.hash.as_str());
-    object.pointer("/spec/runUID").and_then(Value::as_str) == Some(txn.run.uid.as_str())
-        && recorded.is_none_or(|h| object.pointer("/spec/hash").and_then(Value::as_str) == Some(h))
+    let recorded = txn.status.steps.iter().find_map(|s| {
+        s.approvals
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| (s.index, a))
+    });
+    match recorded {
+        Some((step, approval)) => not_made_for(txn, object, step, &approval.hash).is_none(),
+        None => {
+            object.pointer("/spec/runUID").and_then(Value::as_str) == Some(txn.run.uid.as_str())
+        }
+    }
+}
+
+/// Why the stored Approval `object` was not made by this run for step `step`'s request with
+/// hash `hash` (docs/design.md section 2, issue 14): another run's uid (in `spec.runUID`, its
+/// controller ownerReference or its `agentrt.dev/run-uid` label), another run's name (in
+/// `spec.runName` or the `agentrt.dev/run` label), another step, another run or step in
+/// `spec.request`, or another hash. `None` when it is exactly what this run creates. Such an
+/// object is never adopted, decided on or written to.
+pub(crate) fn not_made_for(
+    txn: &Txn,
+    object: &Value,
+    step: StepIndex,
+    hash: &str,
+) -> Option<String> {
+    let run = txn.run;
+    let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str);
+    let spec_uid = text("/spec/runUID").unwrap_or_default();
+    if spec_uid != run.uid {
+        return Some(format!(
+            "belongs to another run named {} (uid {spec_uid})",
+            text("/spec/runName").unwrap_or_default()
+        ));
+    }
+    let owned = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|owners| {
+            owners.iter().any(|o| {
+                o["kind"] == "AgentRun"
+                    && o["uid"].as_str() == Some(run.uid.as_str())
+                    && o["controller"] == true
+            })
+        });
+    if !owned {
+        return Some(format!(
+            "is not owned by this run (no controller ownerReference to AgentRun {} uid {})",
+            run.name, run.uid
+        ));
+    }
+    let labels = (
+        text("/metadata/labels/agentrt.dev~1run"),
+        text("/metadata/labels/agentrt.dev~1run-uid"),
+    );
+    if labels != (Some(run.name.as_str()), Some(run.uid.as_str())) {
+        return Some(format!(
+            "carries other labels (agentrt.dev/run {:?}, agentrt.dev/run-uid {:?}; this run is {} uid {})",
+            labels.0.unwrap_or_default(),
+            labels.1.unwrap_or_default(),
+            run.name,
+            run.uid
+        ));
+    }
+    let request_run = object.pointer("/spec/request/run");
+    let same_run = request_run.is_some_and(|r| {
+        r["namespace"].as_str() == Some(run.namespace.as_str())
+            && r["name"].as_str() == Some(run.name.as_str())
+            && r["uid"].as_str() == Some(run.uid.as_str())
+    });
+    let steps = (
+        object.pointer("/spec/stepIndex").and_then(Value::as_i64),
+        object.pointer("/spec/request/step").and_then(Value::as_i64),
+    );
+    if text("/spec/runName") != Some(run.name.as_str())
+        || !same_run
+        || steps != (Some(step.get()), Some(step.get()))
+    {
+        return Some(format!(
+            "carries another request (for run {}, step {:?}; this run asked for step {step})",
+            request_run.map(Value::to_string).unwrap_or_default(),
+            steps.1
+        ));
+    }
+    let stored_hash = text("/spec/hash").unwrap_or_default();
+    if stored_hash != hash {
+        return Some(format!(
+            "carries another request (hash {stored_hash}, this run asked for {hash})"
+        ));
+    }
+    None
 }
 
 /// The data of the `approval.requested` event for `name`.
@@ -488,5 +585,28 @@ mod tests {
         ]});
         assert_eq!(recorded_approvals(&status), ["r-0-1", "r-0-2", "r-2-1"]);
         assert!(recorded_approvals(&Value::Null).is_empty());
+    }
+
+    #[test]
+    fn an_approval_of_a_run_that_ended_says_how_it_ended() {
+        use TerminalReason as R;
+        let cases = [
+            (RunPhase::Completed, R::GoalCompleted, "run completed"),
+            (RunPhase::Cancelled, R::OperatorCancelled, "run cancelled"),
+            (
+                RunPhase::Cancelled,
+                R::ApprovalExpired,
+                "run cancelled: approval_expired",
+            ),
+            (RunPhase::Failed, R::LimitSteps, "run failed: limit_steps"),
+            (
+                RunPhase::Failed,
+                R::InternalError,
+                "run failed: internal_error",
+            ),
+        ];
+        for (phase, reason, said) in cases {
+            assert_eq!(run_end_reason(phase, reason), said);
+        }
     }
 }

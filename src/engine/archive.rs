@@ -3,10 +3,13 @@
 //! `AgentRunSegment`, the segment's canonical sha256 and its name, and (in `chain`) checking a
 //! run's chain of segments and stitching them back into the whole history.
 //!
-//! Owns: the sealing rule as a pure function of the status ([`seal`]), what the window keeps
-//! for the engine's own rules ([`window_limits`]: the trailing identical calls and the
-//! trailing failures its loop detection and failure count look back on), the segment hash ([`segment_sha256`]), name
-//! ([`segment_name`]) and object ([`segment_object`]). Must not: do I/O, read a clock, or
+//! Owns: the sealing rule as a pure function of the status ([`seal`]; sealing by bytes goes on
+//! down to about a third of `seal_bytes`), what the window keeps for the engine's own rules
+//! ([`window_limits`]: the trailing identical calls and the trailing failures its loop
+//! detection and failure count look back on), the bounded index `status.archive` (the newest
+//! [`KEPT_ENTRIES`] entries and a count, [`segment_count`]; older segments are reached through
+//! each one's `previous`), the segment hash ([`segment_sha256`]), name ([`segment_name`]) and
+//! object ([`segment_object`]). Must not: do I/O, read a clock, or
 //! decide when a transition seals (the record's `finish` does, for an executor's write that
 //! settles a step; the executor creates the segment, then writes the status [`seal`]
 //! returned).
@@ -73,8 +76,14 @@ pub struct SealLimits {
     /// Seal when the window's steps and events pass this many bytes of compact JSON (default
     /// 128 KiB; the archive index is not counted).
     pub seal_bytes: usize,
-    /// Settled steps that always stay in the window, the most recent ones (default 8).
+    /// Settled steps that stay in the window when it seals by step count, the most recent ones
+    /// (default 8). When it seals by bytes, fewer may stay, down to `min_keep_steps`, so that
+    /// the window is left at about a third of `seal_bytes` and the next seal is several steps
+    /// away (with 16 KiB answers, 8 kept steps alone are `seal_bytes`).
     pub keep_steps: usize,
+    /// Settled steps that always stay in the window: what the engine's own rules look back on
+    /// ([`window_limits`] sets it), at least 1 (default 1).
+    pub min_keep_steps: usize,
     /// At most this many bytes of steps (canonical JSON) go into one segment, and always at
     /// least one step (default 512 KiB, half the object budget): a run from before sealing,
     /// with hundreds of steps in its status, is sealed a segment per transition as it goes.
@@ -104,13 +113,15 @@ impl Default for SealLimits {
             seal_steps: 64,
             seal_bytes: 128 * 1024,
             keep_steps: 8,
+            min_keep_steps: 1,
             segment_bytes: 512 * 1024,
         }
     }
 }
 
 /// The limits a run's window is sealed with (docs/design.md section 4a): `limits` with
-/// `keep_steps` raised to at least 1 and to what the engine's own rules look back on.
+/// `min_keep_steps` set to what the engine's own rules look back on (at least 1), and
+/// `keep_steps` raised to it.
 ///
 /// The engine decides from the window alone. Loop detection compares the last
 /// `spec.limits.loopThreshold` steps, which matter only while they are the same call with the
@@ -130,12 +141,14 @@ pub fn window_limits(limits: &SealLimits, run: &crate::api::Limits, steps: &[Ste
     let cap = |n: i64| usize::try_from(n).unwrap_or(0);
     let failures = usize::try_from(super::limits::consecutive_failures(settled)).unwrap_or(0);
     let repeats = super::limits::trailing_repeats(settled);
+    let needed = limits
+        .min_keep_steps
+        .max(1)
+        .max(failures.min(cap(run.max_consecutive_tool_failures)))
+        .max(repeats.min(cap(run.loop_threshold)));
     SealLimits {
-        keep_steps: limits
-            .keep_steps
-            .max(1)
-            .max(failures.min(cap(run.max_consecutive_tool_failures)))
-            .max(repeats.min(cap(run.loop_threshold))),
+        keep_steps: limits.keep_steps.max(needed),
+        min_keep_steps: needed,
         ..limits.clone()
     }
 }
@@ -163,6 +176,19 @@ pub fn segment_object(namespace: &str, owner: SegmentOwner<'_>, seal: &Seal) -> 
     })
 }
 
+/// How many entries of the archive's index `status.archive.segments` keeps: the newest ones
+/// (docs/design.md section 4a). Older segments are reached through each segment's `previous`,
+/// so the index's size does not grow with the run.
+pub const KEPT_ENTRIES: usize = 8;
+
+/// How many segments `archive` says the run has sealed: `count`, or in a record written before
+/// the index was bounded (no `count`), the number of its entries.
+pub fn segment_count(archive: &Archive) -> i64 {
+    archive
+        .count
+        .unwrap_or_else(|| i64::try_from(archive.segments.len()).unwrap_or(i64::MAX))
+}
+
 /// Which run a segment belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentOwner<'a> {
@@ -182,7 +208,8 @@ pub struct Seal {
     /// The segment's spec.
     pub segment: AgentRunSegmentSpec,
     /// The input status without the sealed steps and events, with the segment appended to
-    /// `archive` and `archive.head` set to its sha256. Every other field is unchanged.
+    /// `archive` (only the last [`KEPT_ENTRIES`] entries kept, `count` one more) and
+    /// `archive.head` set to its sha256. Every other field is unchanged.
     pub status: AgentRunStatus,
 }
 
@@ -280,10 +307,12 @@ fn sealable(steps: &[Step], position: usize) -> bool {
 /// What the window seals now, if anything (docs/design.md section 4a).
 ///
 /// Seals when the window holds more than `seal_steps` settled steps or the window's steps and
-/// events pass `seal_bytes` as compact JSON ([`window_len`]; the archive index is not counted). Then the oldest settled steps (a run of settled steps from the
-/// window's start: an unsettled step is never sealed, nor anything after it; an `interrupted`
-/// step the run went on past counts as settled), all but the last
-/// `keep_steps` settled ones and at most `segment_bytes` of them, go into the next segment with
+/// events pass `seal_bytes` as compact JSON ([`window_len`]; the archive index is not counted).
+/// Then the oldest settled steps (a run of settled steps from the window's start: an unsettled
+/// step is never sealed, nor anything after it; an `interrupted` step the run went on past
+/// counts as settled), all but the last `keep_steps` settled ones (sealing by bytes, more: until
+/// the window's steps are down to about `seal_bytes / 3`, keeping at least `min_keep_steps`),
+/// and at most `segment_bytes` of them, go into the next segment with
 /// their events: the events before the first event of the first step kept, a contiguous seq
 /// range (run-level events in it, such as `run.created`, go with the sealed steps). When an
 /// event of a sealed step comes after that point, fewer steps are sealed, so a segment always
@@ -302,7 +331,8 @@ pub fn seal(
     let settled = (0..status.steps.len())
         .filter(|p| sealable(&status.steps, *p))
         .count();
-    if settled <= limits.seal_steps && window_len(status) <= limits.seal_bytes {
+    let window_bytes = window_len(status);
+    if settled <= limits.seal_steps && window_bytes <= limits.seal_bytes {
         return Ok(None);
     }
     let archive = status.archive.clone().unwrap_or_default();
@@ -313,6 +343,22 @@ pub fn seal(
         .take_while(|p| sealable(&status.steps, *p))
         .count();
     let mut count = prefix.min(settled.saturating_sub(limits.keep_steps));
+    if window_bytes > limits.seal_bytes {
+        // By bytes: seal on down to about a third of `seal_bytes` (each step's size counted, its
+        // events not), keeping at least `min_keep_steps`.
+        let most = prefix.min(settled.saturating_sub(limits.min_keep_steps.max(1)));
+        let target = limits.seal_bytes / 3;
+        let mut left = status.steps[..count]
+            .iter()
+            .fold(window_bytes, |left, step| {
+                left.saturating_sub(super::record::encoded_len(step).saturating_add(1))
+            });
+        while count < most && left > target {
+            left = left
+                .saturating_sub(super::record::encoded_len(&status.steps[count]).saturating_add(1));
+            count += 1;
+        }
+    }
     // At most `segment_bytes` of steps, and at least one.
     let mut bytes = 0usize;
     for (i, step) in status.steps.iter().take(count).enumerate() {
@@ -351,7 +397,7 @@ pub fn seal(
     let events = status.events[..cut].to_vec();
     let first_seq = events.first().map_or(next_seq, |e| e.seq);
     let last_seq = events.last().map_or(first_seq - 1, |e| e.seq);
-    let index = archive.segments.len() as i64;
+    let index = segment_count(&archive);
     let segment = AgentRunSegmentSpec {
         run_name: owner.name.to_string(),
         run_uid: owner.uid.to_string(),
@@ -382,6 +428,9 @@ pub fn seal(
         bytes: segment.bytes,
         sha256: sha256.clone(),
     });
+    let drop = archive.segments.len().saturating_sub(KEPT_ENTRIES);
+    archive.segments.drain(..drop);
+    archive.count = Some(index + 1);
     archive.head = sha256.clone();
     after.archive = Some(archive);
     Ok(Some(Seal {
@@ -394,6 +443,21 @@ pub fn seal(
 
 /// The first step index and event seq the window must start with, given its archive.
 fn window_start(archive: &Archive) -> Result<(i64, i64), ArchiveError> {
+    let count = segment_count(archive);
+    let kept = i64::try_from(archive.segments.len()).unwrap_or(i64::MAX);
+    if count < kept
+        || archive
+            .segments
+            .iter()
+            .enumerate()
+            .any(|(i, e)| e.index != count - kept + i as i64)
+    {
+        return Err(ArchiveError::Window(format!(
+            "status.archive.segments do not number {}..{} (status.archive.count is {count})",
+            count - kept,
+            count - 1
+        )));
+    }
     match archive.segments.last() {
         None if archive.head.is_empty() => Ok((0, 1)),
         None => Err(ArchiveError::Window(format!(

@@ -3,8 +3,11 @@
 //! `step.policy` and `step.tool_started` in one write and only then asks for
 //! [`ExternalCall::Tool`]; `deny` fails the step `policy_denied` with `step.policy` in the same
 //! write and the loop goes on; `abort` ends the run `policy_abort`; `require_approval` pauses
-//! ([`approvals::pause`]). A policy error, or a capability or presentation the record cannot
-//! store, fails the run `internal_error` before anything executes or any Approval exists.
+//! ([`approvals::pause`]). A `when` that fails on these args pauses on a `policy_error`
+//! Approval (docs/behaviours.md 12); any other policy error (a `when` that cannot compile, an
+//! empty glob: a policy edited on a live run past admission), or a capability or presentation
+//! the record cannot store, fails the run `internal_error` before anything executes or any
+//! Approval exists.
 //!
 //! Re-evaluating for a grant: `allow`, or `require_approval` with the grant's own hash,
 //! executes the grant. An approval the policy did not ask for (an `interrupted_side_effect`
@@ -15,12 +18,13 @@ use serde_json::{json, Value};
 
 use super::approvals::{self, Origin, Requirement};
 use super::loop_::Flow;
-use super::policy::{self, PolicyDecision};
+use super::policy::{self, PolicyDecision, PolicyError};
 use super::record::{observation, Txn};
 use super::validate::check_storable;
 use super::{ExternalCall, ToolCall};
 use crate::api::{
     EventType, ObservationKind, PolicyDecisionKind, PolicyRecord, StepStatus, TerminalReason,
+    POLICY_ERROR,
 };
 
 /// The approval a re-evaluation is for.
@@ -45,9 +49,17 @@ pub(crate) fn evaluate(
     grant: Option<Grant>,
 ) -> Flow {
     let spec = &txn.run.spec;
-    let decided = policy::evaluate(&spec.policy, &spec.tools[tool], &args)
-        .map_err(|err| format!("policy error: {err}"))
-        .and_then(|d| check_policy_json(&d).map(|()| d));
+    let decided = match policy::evaluate(&spec.policy, &spec.tools[tool], &args) {
+        Err(PolicyError::Eval {
+            index: rule_index,
+            name,
+            detail,
+        }) => Ok(policy_error_decision(
+            txn, tool, &args, rule_index, name, detail,
+        )),
+        other => other.map_err(|err| format!("policy error: {err}")),
+    }
+    .and_then(|d| check_policy_json(&d).map(|()| d));
     let decision = match decided {
         Ok(decision) => decision,
         Err(detail) => {
@@ -139,6 +151,47 @@ pub(crate) fn evaluate(
             }
             approvals::pause(txn, index, tool, args, requirement)
         }
+    }
+}
+
+/// docs/behaviours.md 12: a rule whose `when` failed on these args (a missing key, a wrong
+/// type) neither allows nor denies: the call pauses on a `policy_error` Approval presenting the
+/// rule, its expression, the error and the args, so a person decides (nothing runs, the run is
+/// kept). The same error on re-evaluation gives the same requirement, hence the same hash, so
+/// an approved `policy_error` Approval executes its call.
+fn policy_error_decision(
+    txn: &Txn,
+    tool: usize,
+    args: &Value,
+    rule_index: usize,
+    name: String,
+    detail: String,
+) -> PolicyDecision {
+    let spec = &txn.run.spec;
+    let tool = &spec.tools[tool];
+    let when = spec
+        .policy
+        .rules
+        .get(rule_index)
+        .and_then(|r| r.when.clone());
+    let reason = format!(
+        "policy rule {name} could not be evaluated on these args ({detail}); decide the call \
+         yourself, or fix the rule"
+    );
+    PolicyDecision {
+        decision: PolicyDecisionKind::RequireApproval,
+        rule: Some(name.clone()),
+        reason: Some(reason.clone()),
+        approval_kind: Some(POLICY_ERROR.to_string()),
+        capability: None,
+        presentation: Some(json!({
+            "tool": tool.name,
+            "args": args,
+            "sideEffect": tool.side_effect,
+            "rule": {"index": rule_index, "name": name, "when": when},
+            "error": detail,
+            "reason": reason,
+        })),
     }
 }
 

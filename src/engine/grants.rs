@@ -81,12 +81,20 @@ pub(crate) fn execute_grant(
     };
     record_decision(txn, index, latest, decision);
     txn.status.phase = RunPhase::Running;
+    // docs/behaviours.md 81: who resumes, at which epoch, and who held the run before when
+    // that was another replica, in the write that records its first action.
+    let previous_holder = txn.holder().map(str::to_string);
     txn.take_lease();
-    txn.event(
-        EventType::RunResumed,
-        Some(txn.index_at(index)),
-        json!({"approval": latest.name}),
-    );
+    let epoch = txn.status.lease.as_ref().map_or(0, |l| l.epoch);
+    let mut resumed = json!({
+        "approval": latest.name,
+        "holder": txn.caller.holder,
+        "epoch": epoch,
+    });
+    if previous_holder.as_deref() != Some(txn.caller.holder.as_str()) {
+        resumed["previousHolder"] = json!(previous_holder);
+    }
+    txn.event(EventType::RunResumed, Some(txn.index_at(index)), resumed);
     let now = txn.now();
     txn.step_mut(index).started_at = Some(now);
     match check_args(txn, tool, &spec.request.args) {

@@ -7,7 +7,9 @@
 //! `spec.agent.scripted.decisions[i]`, a webhook agent is asked with [`ExternalCall::Agent`], a
 //! model with [`ExternalCall::Model`] ([`super::model_calls`]). The decision is recorded verbatim
 //! (`step.decided`, `steps[i].decision`, args that are not usable JSON in `invalidArgs`) before
-//! it is validated; an unusable one fails the step `invalid_decision` and the loop goes on. A started step is never started again of
+//! it is validated; an unusable one fails the step `invalid_decision` and the loop goes on,
+//! except a model's final answer in plain text, which completes the run with `{text}` unless
+//! `spec.agent.openai.textAnswer` is `Invalid`. A started step is never started again of
 //! its own accord (guarantee 1): an `executing` step found on the loop's way stops it.
 
 use serde_json::{json, Map, Value};
@@ -15,13 +17,13 @@ use serde_json::{json, Map, Value};
 use super::calls;
 use super::canonical::canonical_json;
 use super::limits;
-use super::record::{observation, to_value, Txn};
+use super::record::{observation, Txn};
 use super::takeover;
 use super::validate::{check_storable, ToolSchema};
-use super::{EngineError, ExternalCall};
+use super::{AgentFailure, EngineError};
 use crate::api::{
     DeciderFailure, DecisionKind, DecisionRecord, EventType, ObservationKind, Step, StepIndex,
-    StepStatus, TerminalReason,
+    StepStatus, TerminalReason, TextAnswer,
 };
 
 /// Whether a transition goes on deciding or has reached its external action (or its end).
@@ -115,12 +117,7 @@ fn decide(txn: &mut Txn) -> Flow {
         return super::model_calls::dispatch(txn, index, 0);
     }
     if agent.webhook.is_some() {
-        let request = agent_request(txn, index);
-        txn.call(ExternalCall::Agent {
-            step: txn.index_at(index),
-            request,
-        });
-        return Flow::Halt;
+        return super::agent_calls::dispatch(txn, index, 1, 0);
     }
     let detail = "spec.agent sets none of scripted, openai, webhook".to_string();
     txn.end_run(TerminalReason::AgentError, Some(detail), None);
@@ -131,7 +128,7 @@ fn decide(txn: &mut Txn) -> Flow {
 pub(crate) fn agent_answered(
     txn: &mut Txn,
     step: StepIndex,
-    decision: Result<Value, String>,
+    decision: Result<Value, AgentFailure>,
 ) -> Result<(), EngineError> {
     let index = txn
         .position(step)
@@ -145,9 +142,10 @@ pub(crate) fn agent_answered(
                     return Ok(());
                 }
             }
-            Err(error) => {
-                let detail = format!("the agent failed deciding step {step}: {error}");
-                txn.end_run(TerminalReason::AgentError, Some(detail), None);
+            Err(failure) => {
+                if super::agent_calls::failed(txn, index, failure) == Flow::Halt {
+                    return Ok(());
+                }
             }
         }
     }
@@ -164,42 +162,14 @@ pub(crate) fn unexpected(txn: &Txn, detail: String) -> EngineError {
     }
 }
 
-/// The body a webhook agent receives: the run, its goal, the step to decide, its tools (as
-/// specified), the window's steps, `archive` (the sealed segments, `null` when none; an agent
-/// that needs older steps reads them: docs/design.md section 4a) and its approvals.
-fn agent_request(txn: &Txn, index: usize) -> Value {
-    let run = txn.run;
-    let tools: Vec<Value> = run
-        .spec
-        .tools
-        .iter()
-        .map(|t| {
-            json!({
-                "name": t.name,
-                "description": t.description,
-                "inputSchema": t.input_schema,
-                "sideEffect": t.side_effect,
-                "timeoutSeconds": t.timeout_seconds,
-                "terminal": t.terminal,
-            })
-        })
-        .collect();
-    json!({
-        "run": {"namespace": run.namespace, "name": run.name, "uid": run.uid},
-        "goal": run.spec.goal,
-        "step": txn.index_at(index),
-        "tools": tools,
-        "steps": to_value(&txn.status.steps),
-        "archive": to_value(&txn.status.archive),
-        "approvals": takeover::approvals_view(txn),
-    })
-}
-
 /// Records `raw` as step `index`'s decision (verbatim, `step.decided`), then validates and
 /// acts on it (docs/behaviours.md 7-9).
 pub(crate) fn apply_decision(txn: &mut Txn, index: usize, raw: Value) -> Flow {
     let record = decision_record(&raw);
-    let data = json!({"kind": record.kind, "tool": record.tool});
+    let mut data = json!({"kind": record.kind, "tool": record.tool});
+    if text_answer(txn, &record).is_some() {
+        data["textAnswer"] = json!(true);
+    }
     txn.step_mut(index).decision = Some(record.clone());
     txn.event(EventType::StepDecided, Some(txn.index_at(index)), data);
     match validate(txn, &raw, &record) {
@@ -344,7 +314,10 @@ fn validate(txn: &Txn, raw: &Value, record: &DecisionRecord) -> Result<Valid, Re
         )));
     };
     match DecisionKind::parse(kind) {
-        None if kind == INVALID_REPLY => Err(Reject::Invalid(invalid_reply(record))),
+        None if kind == INVALID_REPLY => match text_answer(txn, record) {
+            Some(text) => Ok(Valid::Complete(Some(json!({"text": text})))),
+            None => Err(Reject::Invalid(invalid_reply(record))),
+        },
         None => Err(Reject::Invalid(Invalid::new(format!(
             "unknown decision kind {kind:?} (expected tool_call, complete or fail)"
         )))),
@@ -401,6 +374,25 @@ fn invalid_reply(record: &DecisionRecord) -> Invalid {
         failure: Some(failure.to_string()),
         ..Invalid::new(error)
     }
+}
+
+/// docs/behaviours.md 72: the text of a model's final answer in plain text, the ecosystem's
+/// convention: a reply with no tool call (`no_tool_call`) that ended `finish_reason: stop` with
+/// non-empty text, to an openai agent whose `textAnswer` is `Complete` (the default). `None`
+/// otherwise, and always under `textAnswer: Invalid`, which keeps it an `invalid_decision`.
+fn text_answer<'a>(txn: &Txn, record: &'a DecisionRecord) -> Option<&'a str> {
+    let openai = txn.run.spec.agent.openai.as_ref()?;
+    let said = |key: &str| record.extra.get(key).and_then(Value::as_str);
+    let answered = openai.text_answer == TextAnswer::Complete
+        && record.kind.as_deref() == Some(INVALID_REPLY)
+        && said("failure") == Some(DeciderFailure::NoToolCall.as_str())
+        && said("finishReason") == Some("stop");
+    record
+        .extra
+        .get("content")
+        .and_then(|message| message.get("content"))
+        .and_then(Value::as_str)
+        .filter(|text| answered && !text.trim().is_empty())
 }
 
 /// Why a recorded tool call cannot run.

@@ -65,6 +65,7 @@
 //! pure functions the machine calls (canonical JSON and hashes, schema checks, the policy,
 //! content budgets, model accounting).
 
+pub mod agent_calls;
 mod approvals;
 pub mod archive;
 mod calls;
@@ -262,6 +263,43 @@ pub enum ToolOutcome {
     },
 }
 
+/// Why one attempt of the webhook agent brought no decision (docs/design.md section 6;
+/// docs/behaviours.md 66). [`agent_calls`] retries a transient one within
+/// `spec.agent.webhook.timeoutSeconds`; anything else ends the run `agent_error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentFailure {
+    /// A sentence naming the URL and what happened (recorded in `agent.failed` and, when the
+    /// run ends, in its reasonDetail).
+    pub detail: String,
+    /// The HTTP status, `None` when no answer came (connection refused, timeout, lost
+    /// connection).
+    pub status: Option<u16>,
+    /// Whether asking again may help: no answer, 408, 425, 429 or 5xx. Asking again is safe:
+    /// nothing was executed.
+    pub transient: bool,
+    /// The server's `Retry-After` (or `retry-after-ms`), in milliseconds.
+    pub retry_after_millis: Option<u64>,
+}
+
+impl From<String> for AgentFailure {
+    /// A failure that is not retried.
+    fn from(detail: String) -> AgentFailure {
+        AgentFailure {
+            detail,
+            status: None,
+            transient: false,
+            retry_after_millis: None,
+        }
+    }
+}
+
+impl From<&str> for AgentFailure {
+    /// A failure that is not retried.
+    fn from(detail: &str) -> AgentFailure {
+        AgentFailure::from(detail.to_string())
+    }
+}
+
 /// How one model attempt ended, as the executor saw it (docs/design.md section 6; docs/behaviours.md
 /// 45-48). Charged by [`model::charge`], retried by [`model::retry_plan`].
 #[derive(Debug, Clone, PartialEq)]
@@ -322,8 +360,9 @@ pub enum Input {
     AgentAnswered {
         /// The step the decision is for.
         step: StepIndex,
-        /// The decision as received, or the agent's error (`agent_error`).
-        decision: Result<Value, String>,
+        /// The decision as received, or why this attempt brought none (retried while
+        /// transient and within the budget, else `agent_error`).
+        decision: Result<Value, AgentFailure>,
     },
     /// A tool call of `step` ended.
     ToolFinished {
@@ -455,6 +494,14 @@ pub enum ExternalCall {
         step: StepIndex,
         /// The JSON body (goal, tool specs, steps, approvals).
         request: Value,
+        /// 1 for the first attempt of this step's decision, then 2, 3, ... (each failed one
+        /// is in the journal as `agent.failed`).
+        attempt: u32,
+        /// How long to wait before sending, in milliseconds (a retry's backoff; 0 first).
+        delay_millis: u64,
+        /// How long this attempt may take once sent, in milliseconds: what is left of
+        /// `spec.agent.webhook.timeoutSeconds` after the wait.
+        timeout_millis: u64,
     },
     /// Ask the run's model (`spec.agent.openai`) for a step's decision: wait
     /// `delay_millis`, check the lease, then send `request`. The write before it recorded

@@ -133,6 +133,13 @@ impl ModelLimitHit {
     }
 }
 
+/// The words of the openai agent's refusal to send an API key over plain http to a host that
+/// is not a loopback address (`agents::openai`), part of the `modelEndpoint` detail it ends the
+/// run with; the Kubernetes Event of that refusal is a Warning `InsecureModelEndpoint`
+/// (docs/behaviours.md 77).
+pub const INSECURE_KEY_REFUSAL: &str =
+    "refusing to send the API key over plain http to a host that is not a loopback address";
+
 /// Checks the call, token and cost limits, in that order, before an attempt is sent
 /// (docs/behaviours.md 46), against the recorded `totals` plus this attempt's `projection`:
 /// - `maxModelCalls`: `totals.modelCalls + 1` may not exceed it;

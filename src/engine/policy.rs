@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use crate::api::{PolicyDecisionKind, PolicyOutcome, PolicyRule, PolicySpec, SideEffect, ToolSpec};
 pub use glob::glob_matches;
-use when::eval_when;
-pub use when::MAX_WHEN_CHARS;
+pub use when::{check_when, MAX_WHEN_CHARS};
+use when::{eval_when, WhenError};
 
 /// The approval kind when a rule names none, and for a class default.
 pub const DEFAULT_APPROVAL_KIND: &str = "policy";
@@ -39,7 +39,19 @@ pub struct PolicyDecision {
 /// Why the policy could not decide (the run fails `internal_error`; nothing executes).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PolicyError {
-    /// A rule's CEL `when` did not compile, failed at runtime, or did not return a bool.
+    /// A rule's CEL `when` failed on these args: a missing key, a wrong type, a result that
+    /// is not a bool (docs/behaviours.md 12: the call pauses on a `policy_error` Approval).
+    #[error("spec.policy.rules[{index}] ({name}).when: {detail}")]
+    Eval {
+        /// Rule index.
+        index: usize,
+        /// Rule name.
+        name: String,
+        /// What went wrong and the fix.
+        detail: String,
+    },
+    /// A rule's CEL `when` cannot be evaluated on any args: too long, not CEL, nested too
+    /// deeply (what [`check_when`] refuses; the spec is wrong).
     #[error("spec.policy.rules[{index}] ({name}).when: {detail}")]
     When {
         /// Rule index.
@@ -92,7 +104,7 @@ pub fn evaluate(
         let matched = match rule.when.as_deref() {
             None => true,
             Some(expression) => eval_when(expression, &tool.name, args, tool.side_effect)
-                .map_err(|detail| when_error(index, rule, detail))?,
+                .map_err(|err| when_error(index, rule, err))?,
         };
         if matched {
             return Ok(rule_decision(rule));
@@ -120,11 +132,19 @@ fn rule_tools_match(index: usize, rule: &PolicyRule, name: &str) -> Result<bool,
     Ok(any)
 }
 
-fn when_error(index: usize, rule: &PolicyRule, detail: String) -> PolicyError {
-    PolicyError::When {
-        index,
-        name: rule.name.clone(),
-        detail,
+fn when_error(index: usize, rule: &PolicyRule, err: WhenError) -> PolicyError {
+    let name = rule.name.clone();
+    match err {
+        WhenError::Compile(detail) => PolicyError::When {
+            index,
+            name,
+            detail,
+        },
+        WhenError::Eval(detail) => PolicyError::Eval {
+            index,
+            name,
+            detail,
+        },
     }
 }
 

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::model::INSECURE_KEY_REFUSAL;
 use crate::api::AgentRunStatus;
 
 /// A Kubernetes Event's type.
@@ -58,6 +59,46 @@ pub fn kube_events(old_status: &Value, new_status: &Value) -> Vec<KubeEventProje
         .filter(|e| e.get("seq").and_then(Value::as_i64).unwrap_or(0) > last_seq)
         .filter_map(project)
         .collect()
+}
+
+/// The model limits checked against a projection before an attempt (docs/behaviours.md 46):
+/// their `value` is what the attempt would bring the total to, not what was reached.
+const PROJECTED_LIMITS: [&str; 3] = ["maxModelCalls", "maxTotalTokens", "maxEstimatedCostMicros"];
+
+/// A `limit.exceeded` in words: a projected model limit "would be exceeded: 227 projected, limit
+/// 100"; a model endpoint that cannot be used names why (`InsecureModelEndpoint` when the key was
+/// kept from plain http); usage that cannot be trusted says so; any other "reached: 51 of 50".
+fn limit_exceeded(
+    data: &Value,
+    text: &dyn Fn(&str) -> String,
+) -> (KubeEventType, &'static str, String) {
+    let limit = text("limit");
+    let message = match limit.as_str() {
+        "modelEndpoint" => {
+            let detail = text("detail");
+            let reason = if detail.contains(INSECURE_KEY_REFUSAL) {
+                "InsecureModelEndpoint"
+            } else {
+                "ModelEndpointUnusable"
+            };
+            return (KubeEventType::Warning, reason, detail);
+        }
+        "reportedUsage" => format!(
+            "the model's reported usage cannot be trusted: {}",
+            text("detail")
+        ),
+        _ if data.get("missingOutputCap").is_some() => format!(
+            "{limit} is set, so every model call needs an output cap \
+             (spec.agent.openai.maxOutputTokens or spec.limits.maxOutputTokensPerCall)"
+        ),
+        _ if PROJECTED_LIMITS.contains(&limit.as_str()) => format!(
+            "{limit} would be exceeded: {} projected, limit {}",
+            text("value"),
+            text("max")
+        ),
+        _ => format!("{limit} reached: {} of {}", text("value"), text("max")),
+    };
+    (KubeEventType::Warning, "LimitExceeded", message)
 }
 
 fn events(status: &Value) -> &[Value] {
@@ -162,16 +203,7 @@ fn project(event: &Value) -> Option<KubeEventProjection> {
                 None => format!("the run resumed after {}", text("after")),
             },
         ),
-        "limit.exceeded" => (
-            KubeEventType::Warning,
-            "LimitExceeded",
-            format!(
-                "{} reached: {} of {}",
-                text("limit"),
-                text("value"),
-                text("max")
-            ),
-        ),
+        "limit.exceeded" => limit_exceeded(&data, &text),
         "tool.pinned" if data.get("hintsDisagree").is_some() => (
             KubeEventType::Warning,
             "ToolHintsDisagree",

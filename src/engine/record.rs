@@ -12,11 +12,13 @@
 //! that settles a step of a live run ([`Txn::finish`]). The conditions are `conditions`'.
 
 mod conditions;
+mod spec_changes;
 
 use serde_json::{json, Value};
 
 use conditions::{
-    approval_conflict_condition, hints_condition, ready_condition, waiting_condition,
+    approval_conflict_condition, hints_condition, ready_condition, terminal_condition,
+    waiting_condition,
 };
 
 use super::{
@@ -25,7 +27,7 @@ use super::{
 };
 use crate::api::{
     AgentRunStatus, Condition, EventType, LeaseRecord, Observation, ObservationKind, RunEvent,
-    Step, StepIndex, StepStatus, TerminalReason, Time,
+    RunPhase, Step, StepIndex, StepStatus, TerminalReason, Time,
 };
 
 /// Room left for the object's metadata and spec framing when the status is measured against
@@ -362,6 +364,7 @@ impl<'a> Txn<'a> {
         let mut write = None;
         let mut seal = None;
         if self.status != self.stored {
+            self.note_spec_change();
             self.sync_derived();
             seal = self.seal();
             // The object budget is checked on the status as written, the sealed one.
@@ -465,15 +468,40 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// docs/behaviours.md 73: in a write after `metadata.generation` moved past
+    /// `observedGeneration`, `spec.changed` {generation, fields} names the top-level spec
+    /// fields whose hash differs from `status.specHashes`, which then holds the new ones. The
+    /// first write of a run (or of a record from before `specHashes`) only sets them.
+    fn note_spec_change(&mut self) {
+        let generation = self.run.generation;
+        let seen = !self.status.spec_hashes.is_empty();
+        if seen && self.status.observed_generation == Some(generation) {
+            return;
+        }
+        let now = spec_changes::spec_hashes(&self.run.spec);
+        let fields = spec_changes::changed_fields(&self.status.spec_hashes, &now);
+        if seen && !fields.is_empty() {
+            let data = json!({"generation": generation, "fields": fields});
+            self.event(EventType::SpecChanged, None, data);
+        }
+        self.status.spec_hashes = now;
+    }
+
     /// Keeps the derived fields in step with the record: `stepCount`, `currentTool`,
     /// `observedGeneration`, conditions.
     pub fn sync_derived(&mut self) {
         let generation = self.run.generation;
         self.status.step_count = step_count(&self.status);
+        // A finished run has no current tool (docs/behaviours.md 74): the TOOL column is empty.
+        let finished = matches!(
+            self.status.phase,
+            RunPhase::Completed | RunPhase::Failed | RunPhase::Cancelled
+        );
         self.status.current_tool = self
             .status
             .steps
             .last()
+            .filter(|_| !finished)
             .and_then(|s| s.decision.as_ref())
             .and_then(|d| d.tool.clone());
         self.status.observed_generation = Some(generation);
@@ -484,7 +512,8 @@ impl<'a> Txn<'a> {
         let had_conflict = old.iter().any(|c| c.type_ == "ApprovalConflict");
         let conflict = approval_conflict_condition(&self.status, had_conflict);
         let hints = hints_condition(&self.status, &self.run.spec.tools);
-        self.status.conditions = [Some(ready), Some(waiting), conflict, hints]
+        let terminal = terminal_condition(&self.status);
+        self.status.conditions = [Some(ready), Some(waiting), conflict, hints, terminal]
             .into_iter()
             .flatten()
             .map(|(type_, status, reason, message)| {

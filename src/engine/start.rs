@@ -1,8 +1,10 @@
-//! A new run's first write (docs/behaviours.md 1-3): what only the controller can judge about the
-//! spec is checked before any step (each tool's inputSchema compiles, refers to nothing outside
-//! itself, nests at most 256 levels; otherwise `internal_error` naming the field), then phase
-//! `Running`, the lease record, `startedAt`, `run.created` {goal, limits, toolSpecHashes} and
-//! `run.started`, merged with the first step's start (docs/design.md section 4).
+//! A new run's first write (docs/behaviours.md 1-3): the spec is checked before any step by
+//! [`validate::spec`](super::validate::spec) (the rules `kubectl apply` and `agentrt lint`
+//! apply too); a run that slipped past them fails `invalid_spec` with every problem, each
+//! naming its field, before `run.started` (the spec as written before an MCP listing, the
+//! pinned one again after it). Then phase `Running`, the lease record, `startedAt`,
+//! `run.created` {goal, limits, toolSpecHashes} and `run.started`, merged with the first
+//! step's start (docs/design.md section 4).
 //!
 //! A spec with MCP tools or toolsets is listed first (docs/design.md section 6, pinning;
 //! docs/behaviours.md 60): the first transition writes nothing and asks for
@@ -20,12 +22,15 @@ use super::canonical::content_hash;
 use super::loop_::drive;
 use super::pins::{self, PinError};
 use super::record::{to_value, Txn};
-use super::validate::{check_storable_at, ToolSchema};
+use super::validate::spec as validate_spec;
 use super::{ExternalCall, ServerListing};
 use crate::api::{AgentRunSpec, EventType, RunPhase, TerminalReason, ToolDefinition, ToolPin};
 
 /// [`super::Input::LeaseAcquired`] for a `Pending` run.
 pub(crate) fn begin(txn: &mut Txn) {
+    if refuse_invalid_spec(txn) {
+        return;
+    }
     if pins::needs_pins(&txn.run.spec) && txn.status.tool_pins.is_empty() {
         if txn.caller.draining {
             txn.release_and_stop();
@@ -101,9 +106,12 @@ pub(crate) fn pin_listings(
 
 /// The first write of a run whose tools are known (pinned, when it has MCP tools).
 fn start(txn: &mut Txn) {
+    // The pinned tools' schemas are the servers': checked like the manifest's.
+    if !txn.status.tool_pins.is_empty() && refuse_invalid_spec(txn) {
+        return;
+    }
     let spec = &txn.run.spec;
-    let checked = check_spec(spec).and_then(|()| tool_spec_hashes(spec));
-    let hashes = match checked {
+    let hashes = match tool_spec_hashes(spec) {
         Ok(hashes) => hashes,
         Err(detail) => {
             let detail = format!("AgentRun {}/{}: {detail}", txn.run.namespace, txn.run.name);
@@ -155,51 +163,22 @@ fn start(txn: &mut Txn) {
     drive(txn);
 }
 
-/// What the API server's schema cannot refuse (docs/behaviours.md 1), checked again here so a run
-/// applied to a server without the CRD's validation still fails cleanly.
-fn check_spec(spec: &AgentRunSpec) -> Result<(), String> {
-    let limits = &spec.limits;
-    for (field, value) in [
-        ("maxSteps", limits.max_steps),
-        (
-            "maxConsecutiveToolFailures",
-            limits.max_consecutive_tool_failures,
-        ),
-        ("loopThreshold", limits.loop_threshold),
-    ] {
-        if value <= 0 {
-            return Err(format!("spec.limits.{field} must be > 0 (got {value})"));
-        }
+/// docs/behaviours.md 1 and 80: a spec (or a name) with problems ends the run `invalid_spec`
+/// before any step, its detail every problem (`field: message; ...`). Whether it did.
+fn refuse_invalid_spec(txn: &mut Txn) -> bool {
+    let problems = validate_spec::run(&txn.run.name, &txn.run.spec);
+    if problems.is_empty() {
+        return false;
     }
-    for (index, tool) in spec.tools.iter().enumerate() {
-        let field = format!("spec.tools[{index}]");
-        if tool.name.is_empty() {
-            return Err(format!("{field}.name must not be empty"));
-        }
-        if let Some(first) = spec.tools[..index].iter().position(|t| t.name == tool.name) {
-            return Err(format!(
-                "{field}.name {:?} repeats spec.tools[{first}].name; tool names must be unique",
-                tool.name
-            ));
-        }
-        if tool.timeout_seconds <= 0 {
-            return Err(format!(
-                "{field}.timeoutSeconds must be > 0 (got {})",
-                tool.timeout_seconds
-            ));
-        }
-        match &tool.input_schema {
-            Value::Object(map) if !map.is_empty() => {}
-            _ => {
-                return Err(format!(
-                    "{field}.inputSchema must be a non-empty JSON Schema object"
-                ))
-            }
-        }
-        check_storable_at(&tool.input_schema, &format!("{field}.inputSchema"))?;
-        ToolSchema::compile(index, tool)?;
-    }
-    Ok(())
+    let detail = format!(
+        "AgentRun {}/{}: {}",
+        txn.run.namespace,
+        txn.run.name,
+        validate_spec::render(&problems)
+    );
+    txn.end_run(TerminalReason::InvalidSpec, Some(detail), None);
+    drive(txn);
+    true
 }
 
 /// `{name: sha256 of the tool spec's canonical JSON}` for `run.created`.

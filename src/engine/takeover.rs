@@ -232,8 +232,9 @@ pub(crate) fn approvals_view(txn: &Txn) -> Vec<Value> {
 }
 
 /// What the reconcile hook receives: the run, a summary of its spec, the window's steps,
-/// `archive` (the sealed segments, `null` when none: a hook that needs older steps reads
-/// them; docs/design.md section 4a) and the approvals.
+/// `archive` (`status.archive` as stored, `null` when nothing is sealed: bounded, the newest 8
+/// index entries, `count` and `head`; a hook that needs older steps reads the segments, walking
+/// back through each one's `previous`: docs/design.md section 4a) and the approvals.
 fn run_view(txn: &Txn, index: usize) -> Value {
     let run = txn.run;
     let approvals = approvals_view(txn);

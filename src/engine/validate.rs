@@ -214,7 +214,9 @@ fn is_identifier(key: &str) -> bool {
 }
 
 mod schema;
+pub mod spec;
 pub use schema::{ToolSchema, MAX_VIOLATIONS, MAX_VIOLATION_CHARS};
+pub use spec::Problem;
 
 /// Helpers for tests that build very deep values.
 #[cfg(test)]

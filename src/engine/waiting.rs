@@ -71,7 +71,7 @@ fn settle_waiting(txn: &mut Txn) {
         }
         Found::Missing => {
             if latest.expires_at.is_some_and(|e| e <= now) {
-                expire(txn, index, &latest, None, None);
+                expire(txn, index, &latest, None, None, None);
                 return;
             }
             if let Err(detail) = recreate(txn, index, &latest) {
@@ -83,7 +83,7 @@ fn settle_waiting(txn: &mut Txn) {
         }
         Found::Present(approval) => approval,
     };
-    if let Some(why) = foreign(txn, &approval, &latest) {
+    if let Some(why) = foreign(txn, index, &latest) {
         rehome(txn, index, &latest, &why);
         return;
     }
@@ -101,7 +101,7 @@ fn settle_waiting(txn: &mut Txn) {
     match decision {
         None => {
             if latest.expires_at.is_some_and(|e| e <= now) {
-                expire(txn, index, &latest, Some(&status), None);
+                expire(txn, index, &latest, Some(&status), None, None);
                 return;
             }
             if approval.status.is_none() || status.phase != ApprovalPhase::Pending {
@@ -120,13 +120,28 @@ fn settle_waiting(txn: &mut Txn) {
                 .decided_at
                 .or_else(|| decision_time(stored_object(txn, &latest.name)));
             if decided_at.is_none() && latest.expires_at.is_some_and(|e| e <= now) {
-                expire(txn, index, &latest, Some(&status), Some(&decision));
+                // Undatable: first seen now, which is what `approval.decided` records.
+                expire(
+                    txn,
+                    index,
+                    &latest,
+                    Some(&status),
+                    Some(&decision),
+                    Some(now),
+                );
                 return;
             }
             let decided_at = decided_at.unwrap_or(now);
             let ttl = txn.run.spec.limits.grant_ttl_seconds;
             if ttl.is_some_and(|ttl| decided_at.plus_seconds(ttl) <= now) {
-                expire(txn, index, &latest, Some(&status), Some(&decision));
+                expire(
+                    txn,
+                    index,
+                    &latest,
+                    Some(&status),
+                    Some(&decision),
+                    Some(decided_at),
+                );
                 return;
             }
             let mut status = status;
@@ -167,23 +182,11 @@ fn park(txn: &mut Txn, expires_at: Option<crate::api::Time>) {
 }
 
 /// Why the stored Approval named like the record's `latest` is not the one this run asked for
-/// (issue 16: an object left by a deleted run of the same name, or created by someone else):
-/// another run's uid, another step, or another request's hash. `None` when it is this run's.
-fn foreign(txn: &Txn, approval: &Approval, latest: &StepApproval) -> Option<String> {
-    let spec = &approval.spec;
-    if spec.run_uid != txn.run.uid {
-        Some(format!(
-            "belongs to another run named {} (uid {})",
-            spec.run_name, spec.run_uid
-        ))
-    } else if spec.hash != latest.hash {
-        Some(format!(
-            "carries another request (hash {}, this run asked for {})",
-            spec.hash, latest.hash
-        ))
-    } else {
-        None
-    }
+/// for step `index` (issue 16: an object left by a deleted run of the same name, or created by
+/// someone else; [`super::approvals::not_made_for`]). `None` when it is this run's.
+fn foreign(txn: &Txn, index: usize, latest: &StepApproval) -> Option<String> {
+    let object = stored_object(txn, &latest.name)?;
+    super::approvals::not_made_for(txn, object, txn.index_at(index), &latest.hash)
 }
 
 /// The name a run pauses on when its Approval's name is taken by an object that is not its
@@ -201,10 +204,21 @@ fn fresh_name(txn: &Txn, taken: &str) -> Option<String> {
 /// The leftover object is left exactly as it is.
 fn rehome(txn: &mut Txn, index: usize, latest: &StepApproval, why: &str) {
     let Some(fresh) = fresh_name(txn, &latest.name) else {
+        // Both names are taken (the recorded one and the one it was moved to): the run has
+        // no name left to pause on and ends here, saying so truly (nothing of this step ran).
+        let first = requested_event(txn, &latest.name)
+            .and_then(|data| {
+                let replaced = data["replaces"].as_str()?.to_string();
+                let conflict = data["conflict"].as_str().unwrap_or("was taken").to_string();
+                Some(format!("Approval {replaced} {conflict}, and "))
+            })
+            .unwrap_or_default();
         let detail = format!(
-            "Approval {} {why}, and the run has no other name to pause on; delete that \
-             object to let the run go on",
-            latest.name
+            "{first}Approval {} {why}: both names this step's approval can take are held by \
+             objects not made for this run, so it cannot pause and ends without running step \
+             {}; delete those objects, then create the run again",
+            latest.name,
+            txn.index_at(index)
         );
         txn.end_run(TerminalReason::InternalError, Some(detail), None);
         return;
@@ -328,13 +342,15 @@ fn reject(
 }
 
 /// docs/behaviours.md 25: a pending approval past expiresAt, or a grant older than
-/// grantTTLSeconds, expires; nothing executes.
+/// grantTTLSeconds, expires; nothing executes. An expired grant's Approval keeps its
+/// `decidedAt` (`decided_at`: when it was decided, or first seen when that cannot be dated).
 fn expire(
     txn: &mut Txn,
     index: usize,
     latest: &StepApproval,
     status: Option<&ApprovalStatus>,
     granted: Option<&ApprovalDecision>,
+    decided_at: Option<crate::api::Time>,
 ) {
     if let Some(decision) = granted {
         record_decision(txn, index, latest, decision);
@@ -360,6 +376,10 @@ fn expire(
         let mut status = status.clone();
         status.phase = ApprovalPhase::Expired;
         status.short_hash = Some(short_hash(&latest.hash));
+        // An expired grant was decided: say when, as the journal's `approval.decided` does.
+        if granted.is_some() {
+            status.decided_at = status.decided_at.or(decided_at);
+        }
         write_status(txn, &latest.name, status);
     }
 }

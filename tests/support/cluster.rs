@@ -47,6 +47,11 @@ pub struct Options {
     /// Always the embedded server, even when `AGENTRT_TEST_KUBECONFIG` names a real cluster
     /// (the differential test talks to both).
     pub embedded_only: bool,
+    /// Keep `agentrt dev`'s in-process admission webhook (its default). Off otherwise
+    /// (`--no-webhook`), as on the real control plane, where no test registers the webhook
+    /// but `admission_webhook.rs`: scenarios that apply a bad spec see it fail `invalid_spec`
+    /// on both servers.
+    pub webhook: bool,
 }
 
 /// A Kubernetes API for one test.
@@ -91,9 +96,13 @@ fn spawn_dev(
                 .unwrap_or_else(|| dir.join("no-crds")),
         )
         .env_remove("AGENTRT_DEV_TOKEN")
+        .env_remove("AGENTRT_DEV_NO_WEBHOOK")
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr);
+    if !options.webhook {
+        cmd.arg("--no-webhook");
+    }
     if let Some(d) = &options.data_dir {
         cmd.arg("--data-dir").arg(d);
     }

@@ -554,7 +554,8 @@ pub async fn create_secret(client: &Client, namespace: &str, name: &str, key: &s
 /// Drives the runs of `tests/fixtures/rbac/runs.yaml` (`manifests`, its `${TOOLS}` filled in)
 /// to their ends, with kubectl only (so that an audit log tells the controller's calls from the
 /// test's by user agent): `lookup` completes, `refund` is approved and completes, `cancelled` is
-/// cancelled while it waits for a person.
+/// cancelled while it waits for a person, then `lookup` is deleted with its dependents orphaned
+/// and created again (its Lease is replaced).
 pub async fn drive_rbac_runs(cluster: &super::cluster::TestCluster, manifests: &str) {
     let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     cluster.kubectl_stdin(&["apply", "-f", "-"], manifests);
@@ -603,4 +604,23 @@ pub async fn drive_rbac_runs(cluster: &super::cluster::TestCluster, manifests: &
         Duration::from_secs(60),
     )
     .await;
+    // A run deleted with its dependents orphaned and created again under its name: the Lease
+    // left behind is not the new run's, so the controller replaces it (delete, then create;
+    // docs/behaviours.md 79).
+    cluster.kubectl_ok(&["delete", "agentrun", "lookup", "--cascade=orphan"]);
+    let lookup = manifests
+        .split("\n---\n")
+        .find(|doc| doc.contains("metadata: {name: lookup}"))
+        .expect("the lookup run in the manifests");
+    let created = cluster.kubectl_stdin(&["create", "-f", "-"], lookup);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let again = wait_phase(&client, &ns, "lookup", "Completed", Duration::from_secs(60)).await;
+    assert_eq!(
+        again["lease"]["epoch"], 1,
+        "a new run under a new Lease: {again}"
+    );
 }

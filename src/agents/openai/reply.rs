@@ -18,7 +18,9 @@ pub struct ParsedReply {
     /// - `{kind: fail, message}` (a call to `agentrt_fail`);
     /// - `{kind: invalid, failure: no_tool_call | truncated | unparseable, content}` where
     ///   `content` is the reply's message as received (the body as text when there is no
-    ///   message).
+    ///   message); a `no_tool_call` whose choice ended `finish_reason: stop` also carries
+    ///   `finishReason: stop`, so the engine can read a text in it as the final answer
+    ///   (`spec.agent.openai.textAnswer`, docs/behaviours.md 72).
     ///
     /// When the reply holds several calls the first is taken and
     /// `ignoredToolCalls: [names of the others]` is added.
@@ -67,7 +69,14 @@ pub fn parse_reply(body: &[u8], output_cap: Option<i64>) -> ParsedReply {
     let decision = if finish_reason == Some("length") || (finish_reason.is_none() && at_cap) {
         invalid(DeciderFailure::Truncated, message.clone())
     } else {
-        decide(message)
+        let mut decision = decide(message);
+        let no_tool_call = decision["failure"] == json!(DeciderFailure::NoToolCall);
+        if let (true, Some("stop"), Value::Object(fields)) =
+            (no_tool_call, finish_reason, &mut decision)
+        {
+            fields.insert("finishReason".into(), json!("stop"));
+        }
+        decision
     };
     ParsedReply { decision, usage }
 }

@@ -250,10 +250,30 @@ fn reply_cut_at_the_output_cap_is_truncated() {
 
 #[test]
 fn reply_without_a_tool_call_is_no_tool_call() {
-    let message = json!({"role": "assistant", "content": "I will refund 250."});
+    for (message, finish) in [
+        (
+            json!({"role": "assistant", "content": "I will refund 250."}),
+            "content_filter",
+        ),
+        (
+            json!({"role": "assistant", "content": "I will refund 250."}),
+            "function_call",
+        ),
+    ] {
+        assert_eq!(
+            parse(&completion(message.clone(), finish), None).decision,
+            json!({"kind": "invalid", "failure": "no_tool_call", "content": message})
+        );
+    }
+}
+
+#[test]
+fn reply_that_stopped_with_no_tool_call_says_so_for_the_engine_to_read_its_text() {
+    let message = json!({"role": "assistant", "content": "Refunded 250."});
     assert_eq!(
         parse(&completion(message.clone(), "stop"), None).decision,
-        json!({"kind": "invalid", "failure": "no_tool_call", "content": message})
+        json!({"kind": "invalid", "failure": "no_tool_call", "finishReason": "stop",
+               "content": message})
     );
 }
 
@@ -403,6 +423,21 @@ fn retry_after_is_read_from_retry_after_ms_seconds_or_a_date() {
         None
     );
     assert_eq!(retry_after_millis(&headers(&[])), None);
+    // Issue 14: too large to parse is longer than any budget, not "no Retry-After".
+    for huge in [
+        ("retry-after", "99999999999999999999"),
+        ("retry-after", "18446744073709551615"),
+    ] {
+        assert_eq!(
+            retry_after_millis(&headers(&[huge])),
+            Some(super::RETRY_AFTER_SATURATED_MILLIS),
+            "{huge:?}"
+        );
+    }
+    assert_eq!(
+        retry_after_millis(&headers(&[("retry-after-ms", "1e30")])),
+        Some(super::RETRY_AFTER_SATURATED_MILLIS)
+    );
 }
 
 mod attempts;

@@ -115,6 +115,35 @@ async fn a_renewal_that_finds_another_holder_reports_the_lease_lost() {
     );
 }
 
+/// A renewal that meets a 409 on every attempt while the Lease is still its holder's is a
+/// renewal that failed (an error: the holder's monotonic clock decides), never a lost lease:
+/// CI saw a busy replica report "another holder" naming itself and give a run up mid-call.
+#[tokio::test]
+async fn conflicts_on_a_lease_still_ours_are_a_failed_renewal_not_a_lost_lease() {
+    let api = FakeApi::with_run(run_object("ns", "r", 3));
+    let a = HolderId::with_random_suffix("a");
+    let held = acquire(&api, &stored(&api), None, &absent(), &a, t(0))
+        .await
+        .unwrap()
+        .unwrap();
+    api.state.lock().unwrap().fail_lease_writes = (0..SWAP_ATTEMPTS)
+        .map(|_| ApiError::Conflict("touched".into()))
+        .collect();
+    let renewed = renew(&api, &held, &a, t(1000)).await;
+    assert!(
+        matches!(renewed, Err(ApiError::Conflict(_))),
+        "not lost: {renewed:?}"
+    );
+    // One conflict fewer: the last attempt, on the fresh version, renews.
+    api.state.lock().unwrap().fail_lease_writes = (1..SWAP_ATTEMPTS)
+        .map(|_| ApiError::Conflict("touched".into()))
+        .collect();
+    assert!(matches!(
+        renew(&api, &held, &a, t(2000)).await,
+        Ok(Renewal::Renewed(_))
+    ));
+}
+
 #[tokio::test]
 async fn releasing_clears_the_holder() {
     let api = FakeApi::with_run(run_object("ns", "r", 3));

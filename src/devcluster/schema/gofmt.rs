@@ -1,6 +1,7 @@
 //! How Go prints values inside kube-apiserver's messages: `%q` for strings, `%v` for numbers
-//! (float64 in `strconv` 'g' form, `1e+06`), `%#v` for maps and lists
-//! (`map[string]interface {}{"name":"a"}`), and field.Error's `field: Type: value: detail` layout.
+//! (float64 in `strconv` 'g' form, `1e+06`), `encoding/json` text, and field.Error's
+//! `field: Type: value: detail` layout (whose maps and lists kube-apiserver v1.34 prints as
+//! JSON: `{"name":"a"}`).
 //! It owns the spelling of messages, not when they are raised.
 
 use std::fmt::Write as _;
@@ -92,36 +93,16 @@ pub(super) fn number(n: &Number) -> String {
     }
 }
 
-/// Go's `%#v` of a decoded JSON value held in an `interface{}`.
-pub(super) fn go_syntax(v: &Value) -> String {
-    match v {
-        Value::Null => "interface {}(nil)".to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => number(n),
-        Value::String(s) => quote(s),
-        Value::Array(items) => {
-            let inner: Vec<String> = items.iter().map(go_syntax).collect();
-            format!("[]interface {{}}{{{}}}", inner.join(", "))
-        }
-        Value::Object(map) => {
-            let inner: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{}:{}", quote(k), go_syntax(v)))
-                .collect();
-            format!("map[string]interface {{}}{{{}}}", inner.join(", "))
-        }
-    }
-}
-
-/// How field.Error prints a bad value: `%q` strings, `%v` scalars, `%#v` compounds, and no value
-/// as the string `"null"`.
+/// How field.Error prints a bad value: `%q` strings, `%v` scalars, compounds as their JSON
+/// (`Duplicate value: {"name":"a"}`, as kube-apiserver v1.34 answers; older ones printed Go's
+/// `%#v`), and no value as `null` (v1.34: `Invalid value: null`; older ones quoted it).
 pub(super) fn bad_value(v: Option<&Value>) -> String {
     match v {
-        None | Some(Value::Null) => quote("null"),
+        None | Some(Value::Null) => "null".to_string(),
         Some(Value::String(s)) => quote(s),
         Some(Value::Bool(b)) => b.to_string(),
         Some(Value::Number(n)) => number(n),
-        Some(other) => go_syntax(other),
+        Some(other) => json(other),
     }
 }
 
@@ -270,14 +251,11 @@ mod tests {
     }
 
     #[test]
-    fn compound_values_print_like_go_percent_sharp_v() {
+    fn a_field_errors_compound_value_prints_as_json_like_kube_apiserver() {
+        assert_eq!(bad_value(Some(&json!({"name": "a"}))), r#"{"name":"a"}"#);
         assert_eq!(
-            go_syntax(&json!({"name": "a"})),
-            r#"map[string]interface {}{"name":"a"}"#
-        );
-        assert_eq!(
-            go_syntax(&json!({"b": 1, "a": [true, null]})),
-            r#"map[string]interface {}{"a":[]interface {}{true, interface {}(nil)}, "b":1}"#
+            bad_value(Some(&json!({"b": 1, "a": [true, null]}))),
+            r#"{"a":[true,null],"b":1}"#
         );
     }
 

@@ -18,16 +18,17 @@ use crate::engine::canonical::content_hash;
 /// Why a run's history is not intact: the first problem found, oldest segment first.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ChainFault {
-    /// The record names a segment that was not found.
+    /// The record, or the segment after it, names a segment that was not found.
     #[error("segment {name} (index {index}) is missing")]
     Missing {
-        /// Its index in `status.archive.segments`.
+        /// Its index in the chain.
         index: i64,
         /// Its name.
         name: String,
     },
-    /// The segment found under the name does not hash to the sha256 the record names (it was
-    /// edited, or replaced by other content).
+    /// The segment found under the name does not hash to the sha256 the record (or, for one
+    /// older than the record's kept entries, the segment after it) names: it was edited, or
+    /// replaced by other content.
     #[error("segment {name} (index {index}) was altered: its sha256 is {found}, the record names {expected}")]
     Altered {
         /// Its index.
@@ -115,15 +116,22 @@ pub struct Verified {
 /// Checks the chain `archive` names against the segments fetched (name → `spec` exactly as
 /// read from the API server; the sha256 is computed over that, never over a re-encoding).
 ///
-/// Each segment in order must be present ([`ChainFault::Missing`]), hash to the sha256 the
-/// record names ([`ChainFault::Altered`]), and fit the chain ([`ChainFault::Broken`]): belong to
-/// run `run_uid`, carry its index and name, point at the previous segment's sha256 (empty for
-/// 0), continue its steps and seqs without gaps, and match the record's entry. The head must be
-/// the last sha256 ([`ChainFault::Record`]). Fetched segments the record does not name (an
-/// orphan left by a crash between create and status write) are ignored.
+/// The record keeps only the newest entries of its index (`status.archive.segments`, at most
+/// [`super::KEPT_ENTRIES`]) and `count`; the older segments are found by walking back from the
+/// oldest kept entry: each segment's `spec.previous` is the sha256 of the one before it, whose
+/// name follows from it ([`segment_name`]). Each segment, newest reachable first on the walk and
+/// then all of them in order, must be present ([`ChainFault::Missing`]), hash to the sha256 the
+/// record or the next segment names ([`ChainFault::Altered`]), and fit the chain
+/// ([`ChainFault::Broken`]): belong to run `run_uid`, carry its index and name, point at the
+/// previous segment's sha256 (empty for 0), continue its steps and seqs without gaps from step
+/// 0 and seq 1, and match the record's entry where it keeps one. The kept entries must number
+/// `count - kept .. count - 1` and the head must be the last sha256 ([`ChainFault::Record`]).
+/// Fetched segments the chain does not reach (an orphan left by a crash between create and
+/// status write) are ignored.
 ///
 /// # Errors
-/// The first fault, oldest segment first.
+/// The first fault, oldest segment first (a segment missing on the walk hides those before it,
+/// so it is the oldest that can be named).
 pub fn verify_chain(
     run_uid: &str,
     archive: Option<&Archive>,
@@ -131,34 +139,106 @@ pub fn verify_chain(
 ) -> Result<Verified, ChainFault> {
     let empty = Archive::default();
     let archive = archive.unwrap_or(&empty);
-    let mut segments: Vec<AgentRunSegmentSpec> = Vec::with_capacity(archive.segments.len());
-    let (mut next_step, mut next_seq, mut previous) = (0i64, 1i64, String::new());
+    let count = super::segment_count(archive);
+    let kept = archive.segments.len() as i64;
+    if count < kept {
+        return Err(ChainFault::Record(format!(
+            "status.archive.count is {count} but status.archive.segments keeps {kept} entries"
+        )));
+    }
+    let first_kept = count - kept;
     for (position, entry) in archive.segments.iter().enumerate() {
-        let index = position as i64;
-        let name = entry.name.clone();
-        let broken = |detail: String| ChainFault::Broken {
-            index,
-            name: name.clone(),
-            detail,
-        };
-        if entry.index != index {
-            return Err(broken(format!(
-                "status.archive.segments[{position}] has index {}",
-                entry.index
-            )));
+        if entry.index != first_kept + position as i64 {
+            return Err(ChainFault::Broken {
+                index: first_kept + position as i64,
+                name: entry.name.clone(),
+                detail: format!(
+                    "status.archive.segments[{position}] has index {}, expected {} (count {count})",
+                    entry.index,
+                    first_kept + position as i64
+                ),
+            });
         }
-        let Some(raw) = fetched.get(&entry.name) else {
-            return Err(ChainFault::Missing { index, name });
+    }
+    let decode =
+        |index: i64, name: &str, sha256: &str| -> Result<AgentRunSegmentSpec, ChainFault> {
+            let Some(raw) = fetched.get(name) else {
+                return Err(ChainFault::Missing {
+                    index,
+                    name: name.to_string(),
+                });
+            };
+            let found = content_hash(raw).unwrap_or_else(|e| format!("(none: {e})"));
+            if found != sha256 {
+                return Err(ChainFault::Altered {
+                    index,
+                    name: name.to_string(),
+                    expected: sha256.to_string(),
+                    found,
+                });
+            }
+            serde_json::from_value(raw.clone()).map_err(|e| ChainFault::Altered {
+                index,
+                name: name.to_string(),
+                expected: sha256.to_string(),
+                found: format!("{found}, and it does not decode: {e}"),
+            })
         };
-        let spec = verify_segment(entry, raw)?;
+    // (index, name, sha256, spec) of every segment: the walk back from the oldest kept entry
+    // (faults there are older than any in the kept entries), then the other kept entries.
+    let mut chain: Vec<(i64, String, String, AgentRunSegmentSpec)> = Vec::new();
+    if let Some(oldest) = archive.segments.first() {
+        let (mut index, mut name, mut sha256) =
+            (oldest.index, oldest.name.clone(), oldest.sha256.clone());
+        loop {
+            let spec = decode(index, &name, &sha256)?;
+            let previous = spec.previous.clone();
+            let run_name = spec.run_name.clone();
+            chain.push((index, name.clone(), sha256, spec));
+            if index == 0 {
+                break;
+            }
+            if previous.is_empty() {
+                return Err(ChainFault::Broken {
+                    index,
+                    name,
+                    detail: format!("its spec.previous is empty, but it is segment {index}"),
+                });
+            }
+            index -= 1;
+            name = segment_name(&run_name, index, &previous);
+            sha256 = previous;
+        }
+        chain.reverse();
+        for entry in &archive.segments[1..] {
+            let spec = decode(entry.index, &entry.name, &entry.sha256)?;
+            chain.push((entry.index, entry.name.clone(), entry.sha256.clone(), spec));
+        }
+    }
+    let mut segments: Vec<AgentRunSegmentSpec> = Vec::with_capacity(chain.len());
+    let (mut next_step, mut next_seq, mut previous) = (0i64, 1i64, String::new());
+    for (index, name, sha256, spec) in chain {
+        let entry = usize::try_from(index - first_kept)
+            .ok()
+            .and_then(|p| archive.segments.get(p).map(|e| (p, e)));
+        let describes = entry.is_none_or(|(_, e)| {
+            (e.first_step, e.last_step, e.first_seq, e.last_seq, e.bytes)
+                == (
+                    spec.first_step,
+                    spec.last_step,
+                    spec.first_seq,
+                    spec.last_seq,
+                    spec.bytes,
+                )
+        });
         let checks = [
             (spec.run_uid == run_uid, format!("it belongs to run uid {}", spec.run_uid)),
             (spec.index == index, format!("its spec.index is {}", spec.index)),
             (
-                segment_name(&spec.run_name, index, &entry.sha256) == entry.name,
+                segment_name(&spec.run_name, index, &sha256) == name,
                 format!(
                     "its name should be {}",
-                    segment_name(&spec.run_name, index, &entry.sha256)
+                    segment_name(&spec.run_name, index, &sha256)
                 ),
             ),
             (
@@ -184,22 +264,28 @@ pub fn verify_chain(
                 "its steps or events do not run firstStep..lastStep and firstSeq..lastSeq without gaps".to_string(),
             ),
             (
-                (entry.first_step, entry.last_step, entry.first_seq, entry.last_seq, entry.bytes)
-                    == (spec.first_step, spec.last_step, spec.first_seq, spec.last_seq, spec.bytes),
-                format!("status.archive.segments[{position}] does not describe it"),
+                describes,
+                format!(
+                    "status.archive.segments[{}] does not describe it",
+                    entry.map_or(0, |(p, _)| p)
+                ),
             ),
         ];
         if let Some((_, detail)) = checks.into_iter().find(|(ok, _)| !ok) {
-            return Err(broken(detail));
+            return Err(ChainFault::Broken {
+                index,
+                name,
+                detail,
+            });
         }
         next_step = spec.last_step + 1;
         next_seq = spec.last_seq + 1;
-        previous = entry.sha256.clone();
+        previous = sha256;
         segments.push(spec);
     }
-    if archive.head != previous {
+    if archive.head != previous || (count > 0 && archive.segments.is_empty()) {
         return Err(ChainFault::Record(format!(
-            "status.archive.head is {:?}, the last segment's sha256 is {previous:?}",
+            "status.archive.head is {:?} (count {count}), the last segment's sha256 is {previous:?}",
             archive.head
         )));
     }

@@ -22,6 +22,7 @@ fn small(seal_steps: usize, keep_steps: usize) -> SealLimits {
         seal_steps,
         seal_bytes: usize::MAX,
         keep_steps,
+        min_keep_steps: 1,
         segment_bytes: usize::MAX,
     }
 }
@@ -277,6 +278,7 @@ fn a_segment_holds_at_most_segment_bytes_of_steps_and_at_least_one() {
         seal_steps: 1,
         seal_bytes: usize::MAX,
         keep_steps: 0,
+        min_keep_steps: 0,
         segment_bytes: 2500,
     };
     let sealed = seal(OWNER, &r.status, &limits)
@@ -534,6 +536,7 @@ proptest! {
             seal_steps,
             seal_bytes: seal_bytes.unwrap_or(usize::MAX),
             keep_steps,
+            min_keep_steps: keep_steps,
             segment_bytes: segment_bytes.unwrap_or(usize::MAX),
         };
         let mut full = Record::new();
@@ -613,4 +616,173 @@ fn the_sha256_of_a_fixed_segment_is_that_of_its_hand_written_canonical_text() {
         segment_sha256(&spec).expect("sha256"),
         crate::engine::canonical::sha256_tagged(PINNED_SEGMENT_TEXT.as_bytes())
     );
+}
+
+/// A run sealed `n` times, one step per segment: the window and every seal.
+fn many_segments(n: usize) -> (AgentRunStatus, Vec<Seal>) {
+    let mut window = Record::settled_steps(n + 2).status;
+    let mut seals = Vec::new();
+    for _ in 0..n {
+        let s = seal(
+            OWNER,
+            &window,
+            &SealLimits {
+                segment_bytes: 1,
+                ..small(1, 2)
+            },
+        )
+        .expect("seal")
+        .expect("a seal");
+        window = s.status.clone();
+        seals.push(s);
+    }
+    (window, seals)
+}
+
+#[test]
+fn the_archive_index_keeps_the_newest_entries_and_a_count_whatever_the_length() {
+    let (window, seals) = many_segments(30);
+    let archive = window.archive.as_ref().expect("archive");
+    assert_eq!(archive.segments.len(), KEPT_ENTRIES);
+    assert_eq!(archive.count, Some(30));
+    assert_eq!(archive.head, seals[29].sha256);
+    let indices: Vec<i64> = archive.segments.iter().map(|e| e.index).collect();
+    assert_eq!(indices, (22..30).collect::<Vec<_>>());
+    for (i, s) in seals.iter().enumerate() {
+        assert_eq!(
+            s.segment.index, i as i64,
+            "numbered by the count, not the entries"
+        );
+    }
+    // The index's size does not grow with the run.
+    let size = |n: usize| {
+        serde_json::to_string(&many_segments(n).0.archive)
+            .unwrap()
+            .len()
+    };
+    // (The same number of entries; only their numbers' digits differ.)
+    assert!(size(40) <= size(12) + 8 * 8, "{} vs {}", size(40), size(12));
+    // The whole history walks back from the oldest kept entry through each `previous`.
+    let verified = verify_chain(OWNER.uid, Some(archive), &fetched_of(&seals)).expect("intact");
+    assert_eq!(verified.report.segments, 30);
+    assert_eq!(verified.report.sealed_steps, Some((0, 29)));
+}
+
+#[test]
+fn a_segment_older_than_the_kept_entries_is_named_when_missing_or_altered() {
+    let (window, seals) = many_segments(20);
+    let archive = window.archive.as_ref().expect("archive");
+    let mut fetched = fetched_of(&seals);
+    fetched.remove(&seals[5].name);
+    let fault = verify_chain(OWNER.uid, Some(archive), &fetched).expect_err("missing");
+    assert_eq!(
+        fault,
+        ChainFault::Missing {
+            index: 5,
+            name: seals[5].name.clone()
+        }
+    );
+    let mut fetched = fetched_of(&seals);
+    fetched.get_mut(&seals[3].name).expect("fetched")["steps"][0]["observation"]["summary"] =
+        json!("rewritten");
+    let fault = verify_chain(OWNER.uid, Some(archive), &fetched).expect_err("altered");
+    assert!(
+        matches!(&fault, ChainFault::Altered { index: 3, name, .. } if *name == seals[3].name),
+        "{fault}"
+    );
+    // A count that says more segments than the chain reaches back to step 0 is broken.
+    let mut edited = archive.clone();
+    edited.count = Some(25);
+    for (i, e) in edited.segments.iter_mut().enumerate() {
+        e.index = 17 + i as i64;
+    }
+    let fault = verify_chain(OWNER.uid, Some(&edited), &fetched_of(&seals)).expect_err("count");
+    assert!(fault.segment().is_some(), "{fault}");
+}
+
+#[test]
+fn a_record_from_before_the_index_was_bounded_seals_on_with_the_next_index() {
+    let (mut window, seals) = many_segments(10);
+    // Re-create the unbounded index an older controller wrote: every entry, no count.
+    let archive = window.archive.as_mut().expect("archive");
+    archive.count = None;
+    archive.segments = seals
+        .iter()
+        .map(|s| crate::api::ArchivedSegment {
+            name: s.name.clone(),
+            index: s.segment.index,
+            first_step: s.segment.first_step,
+            last_step: s.segment.last_step,
+            first_seq: s.segment.first_seq,
+            last_seq: s.segment.last_seq,
+            bytes: s.segment.bytes,
+            sha256: s.sha256.clone(),
+        })
+        .collect();
+    verify_chain(OWNER.uid, Some(archive), &fetched_of(&seals)).expect("the old index verifies");
+    let next = seal(
+        OWNER,
+        &window,
+        &SealLimits {
+            segment_bytes: 1,
+            ..small(1, 1)
+        },
+    )
+    .expect("seal")
+    .expect("a seal");
+    assert_eq!(next.segment.index, 10);
+    let archive = next.status.archive.as_ref().expect("archive");
+    assert_eq!(archive.count, Some(11));
+    assert_eq!(archive.segments.len(), KEPT_ENTRIES);
+    let mut all = seals;
+    all.push(next.clone());
+    verify_chain(OWNER.uid, Some(archive), &fetched_of(&all)).expect("intact");
+}
+
+#[test]
+fn sealing_by_bytes_leaves_the_window_at_about_a_third_of_seal_bytes() {
+    // 16 KiB answers, 128 KiB seal_bytes, 8 kept: the 8 kept steps alone pass seal_bytes.
+    let mut r = Record::new();
+    for _ in 0..9 {
+        let i = r.start(16 * 1024);
+        r.settle(i);
+    }
+    let limits = SealLimits {
+        seal_steps: 64,
+        seal_bytes: 128 * 1024,
+        keep_steps: 8,
+        min_keep_steps: 1,
+        segment_bytes: usize::MAX,
+    };
+    let sealed = seal(OWNER, &r.status, &limits)
+        .expect("seal")
+        .expect("a seal");
+    let left = window_len(&sealed.status);
+    assert!(left <= 128 * 1024 / 3 + 16 * 1024, "{left} bytes left");
+    assert!(
+        left >= 128 * 1024 / 3 - 16 * 1024,
+        "not more than needed: {left} bytes left"
+    );
+    assert!(sealed.status.steps.len() < 8, "fewer than keep_steps stay");
+    // The next seal is several steps away: adding steps until the window passes seal_bytes.
+    let mut window = sealed.status.clone();
+    let mut added = 0;
+    while window_len(&window) <= limits.seal_bytes {
+        let i = r.start(16 * 1024);
+        r.settle(i);
+        let sealed_steps = sealed.segment.steps.len();
+        window.steps = r.status.steps[sealed_steps..].to_vec();
+        window.events = r.status.events[sealed.segment.events.len()..].to_vec();
+        added += 1;
+    }
+    assert!(added >= 5, "a seal again after {added} steps");
+    // The floor the engine's rules need still stays.
+    let floor = SealLimits {
+        min_keep_steps: 6,
+        ..limits
+    };
+    let sealed = seal(OWNER, &r.status, &floor)
+        .expect("seal")
+        .expect("a seal");
+    assert!(sealed.status.steps.len() >= 6);
 }

@@ -74,18 +74,162 @@ const CEL_STACK_BYTES: usize = 256 << 20;
 /// Compiles and runs one `when` over `tool`, `args`, `sideEffect`; `Ok(bool)` or what went
 /// wrong and the fix. Runs on a thread of its own with a [`CEL_STACK_BYTES`] stack, so no
 /// expression can overflow the caller's stack, and a panic in the interpreter is an error.
+///
+/// # Errors
+/// [`WhenError::Compile`] when the expression cannot be evaluated on any args (too long, not
+/// CEL, nested too deeply: what [`check_when`] refuses); [`WhenError::Eval`] when it failed on
+/// these args (a missing key, a wrong type, a result that is not a bool).
 pub(super) fn eval_when(
     expression: &str,
     tool: &str,
     args: &Value,
     side_effect: SideEffect,
-) -> Result<bool, String> {
+) -> Result<bool, WhenError> {
+    check_length(expression).map_err(WhenError::Compile)?;
+    on_cel_thread(|| eval_when_here(expression, tool, args, side_effect))
+        .unwrap_or_else(|detail| Err(WhenError::Eval(detail)))
+}
+
+/// Why a `when` did not give a bool.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum WhenError {
+    /// The expression itself is unusable (the spec is wrong, whatever the args).
+    Compile(String),
+    /// It failed on these args.
+    Eval(String),
+}
+
+#[cfg(test)]
+impl WhenError {
+    /// What went wrong and the fix.
+    pub(super) fn detail(&self) -> &str {
+        match self {
+            WhenError::Compile(d) | WhenError::Eval(d) => d,
+        }
+    }
+}
+
+/// Whether `expression` is a `when` the policy can evaluate: at most [`MAX_WHEN_CHARS`]
+/// characters, CEL that parses, comprehensions nested at most [`MAX_COMPREHENSION_DEPTH`]
+/// deep (docs/behaviours.md 1). Whether it holds, or fails, on some args is not judged.
+///
+/// # Errors
+/// What is wrong and the fix, e.g. `does not compile: ...; fix its CEL syntax`.
+pub fn check_when(expression: &str) -> Result<(), String> {
+    check_length(expression)?;
+    on_cel_thread(|| {
+        let program = compile(expression)?;
+        let mut unknown = std::collections::BTreeSet::new();
+        undeclared(program.expression(), &mut Vec::new(), &mut unknown);
+        match unknown.into_iter().next() {
+            None => Ok(()),
+            Some(name) => Err(format!(
+                "refers to `{name}`, which is not defined; only `tool`, `args` and \
+                 `sideEffect` are (write e.g. `args.{name}`)"
+            )),
+        }
+    })?
+}
+
+/// The variables a `when` is given.
+const WHEN_VARIABLES: [&str; 3] = ["tool", "args", "sideEffect"];
+
+/// Identifiers CEL itself defines (type names, usable as values: `type(x) == int`).
+const CEL_IDENTIFIERS: [&str; 11] = [
+    "int",
+    "uint",
+    "double",
+    "bool",
+    "string",
+    "bytes",
+    "list",
+    "map",
+    "null_type",
+    "type",
+    "dyn",
+];
+
+/// Collects into `out` every identifier in `e` that is neither a `when` variable, a CEL
+/// identifier, nor bound by an enclosing comprehension (`bound`).
+fn undeclared<'e>(
+    e: &'e cel::common::ast::IdedExpr,
+    bound: &mut Vec<&'e str>,
+    out: &mut std::collections::BTreeSet<String>,
+) {
+    use cel::common::ast::{EntryExpr, Expr};
+    match &e.expr {
+        Expr::Ident(name) => {
+            let name = name.as_str();
+            if !name.starts_with('@')
+                && !WHEN_VARIABLES.contains(&name)
+                && !CEL_IDENTIFIERS.contains(&name)
+                && !bound.contains(&name)
+            {
+                out.insert(name.to_string());
+            }
+        }
+        Expr::Comprehension(c) => {
+            undeclared(&c.iter_range, bound, out);
+            undeclared(&c.accu_init, bound, out);
+            let before = bound.len();
+            bound.push(&c.iter_var);
+            bound.extend(c.iter_var2.as_deref());
+            bound.push(&c.accu_var);
+            for part in [&c.loop_cond, &c.loop_step, &c.result] {
+                undeclared(part, bound, out);
+            }
+            bound.truncate(before);
+        }
+        Expr::Call(call) => {
+            for part in call.target.iter().map(|t| &**t).chain(call.args.iter()) {
+                undeclared(part, bound, out);
+            }
+        }
+        Expr::List(list) => {
+            for item in &list.elements {
+                undeclared(item, bound, out);
+            }
+        }
+        Expr::Map(map) => {
+            for entry in &map.entries {
+                match &entry.expr {
+                    EntryExpr::MapEntry(m) => {
+                        undeclared(&m.key, bound, out);
+                        undeclared(&m.value, bound, out);
+                    }
+                    EntryExpr::StructField(f) => undeclared(&f.value, bound, out),
+                }
+            }
+        }
+        Expr::Struct(st) => {
+            for entry in &st.entries {
+                match &entry.expr {
+                    EntryExpr::MapEntry(m) => {
+                        undeclared(&m.key, bound, out);
+                        undeclared(&m.value, bound, out);
+                    }
+                    EntryExpr::StructField(f) => undeclared(&f.value, bound, out),
+                }
+            }
+        }
+        Expr::Select(select) => undeclared(&select.operand, bound, out),
+        _ => {}
+    }
+}
+
+fn check_length(expression: &str) -> Result<(), String> {
     let chars = expression.chars().count();
     if chars > MAX_WHEN_CHARS {
         return Err(format!(
             "is {chars} characters long; at most {MAX_WHEN_CHARS} are evaluated: shorten it"
         ));
     }
+    Ok(())
+}
+
+/// Runs `work` on a thread with a [`CEL_STACK_BYTES`] stack (smaller ones if that is refused),
+/// a panic caught as an error.
+fn on_cel_thread<T: Send>(work: impl FnOnce() -> T + Send + Copy) -> Result<T, String> {
     std::thread::scope(|scope| {
         // Should the address space for the large stack be refused (strict overcommit), smaller
         // ones still serve every ordinary expression.
@@ -94,15 +238,11 @@ pub(super) fn eval_when(
             let spawned = std::thread::Builder::new()
                 .name("agentrt-cel".into())
                 .stack_size(stack)
-                .spawn_scoped(scope, || {
-                    catch_unwind(AssertUnwindSafe(|| {
-                        eval_when_here(expression, tool, args, side_effect)
-                    }))
-                });
+                .spawn_scoped(scope, move || catch_unwind(AssertUnwindSafe(work)));
             match spawned {
                 Ok(worker) => {
                     return match worker.join() {
-                        Ok(Ok(result)) => result,
+                        Ok(Ok(result)) => Ok(result),
                         Ok(Err(_)) | Err(_) => {
                             Err("the CEL interpreter panicked evaluating it; simplify it".into())
                         }
@@ -118,15 +258,14 @@ pub(super) fn eval_when(
     })
 }
 
-/// [`eval_when`] on the current thread.
-fn eval_when_here(
-    expression: &str,
-    tool: &str,
-    args: &Value,
-    side_effect: SideEffect,
-) -> Result<bool, String> {
-    let program = cel::Program::compile(expression)
-        .map_err(|e| format!("{e}; the expression does not compile: fix its CEL syntax"))?;
+/// The compiled program, or why it cannot be one.
+fn compile(expression: &str) -> Result<cel::Program, String> {
+    let program = cel::Program::compile(expression).map_err(|e| {
+        // The parser's message spans lines (the source and a caret); the first says where.
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or_default().trim().to_string();
+        format!("{first}; the expression does not compile: fix its CEL syntax")
+    })?;
     let depth = comprehension_depth(program.expression());
     if depth > MAX_COMPREHENSION_DEPTH {
         return Err(format!(
@@ -135,18 +274,29 @@ fn eval_when_here(
              busy: flatten it"
         ));
     }
+    Ok(program)
+}
+
+/// [`eval_when`] on the current thread.
+fn eval_when_here(
+    expression: &str,
+    tool: &str,
+    args: &Value,
+    side_effect: SideEffect,
+) -> Result<bool, WhenError> {
+    let program = compile(expression).map_err(WhenError::Compile)?;
     let mut context = cel::Context::default();
     context.add_variable_from_value("tool", tool.to_string());
-    context.add_variable_from_value("args", json_to_cel(args)?);
+    context.add_variable_from_value("args", json_to_cel(args).map_err(WhenError::Eval)?);
     context.add_variable_from_value("sideEffect", side_effect.as_str().to_string());
     match program.execute(&context) {
         Ok(cel::Value::Bool(b)) => Ok(b),
-        Ok(other) => Err(format!(
+        Ok(other) => Err(WhenError::Eval(format!(
             "returned {} instead of a bool; make the expression a condition (e.g. \
              `args.amount <= 100`)",
             cel_type_name(&other)
-        )),
-        Err(e) => Err(format!("{e}; {}", runtime_fix(&e))),
+        ))),
+        Err(e) => Err(WhenError::Eval(format!("{e}; {}", runtime_fix(&e)))),
     }
 }
 
@@ -269,6 +419,8 @@ mod tests {
         }
         let started = std::time::Instant::now();
         let err = eval_when(&deep, "t", &json!({}), SideEffect::ReadOnly).expect_err("refused");
+        assert!(matches!(err, WhenError::Compile(_)), "{err:?}");
+        let err = err.detail();
         assert!(err.contains("nests 9 comprehensions"), "{err}");
         assert!(
             started.elapsed() < std::time::Duration::from_secs(60),
@@ -281,7 +433,28 @@ mod tests {
             format!("size({list}.filter(a, {list}.exists(b, {list}.all(c, c > 0)))) > 0");
         assert!(eval_when(&in_a_call, "t", &args, SideEffect::ReadOnly)
             .expect_err("refused")
+            .detail()
             .contains("nests 3"));
+        assert!(check_when(&in_a_call).is_err());
+        assert_eq!(check_when(two), Ok(()));
+    }
+
+    #[test]
+    fn check_when_refuses_what_no_args_can_evaluate_and_accepts_what_some_can() {
+        let err = check_when("args.amount <=> 100 &&").expect_err("not CEL");
+        assert!(err.contains("does not compile"), "{err}");
+        let err = check_when("amount <= 100").expect_err("undeclared");
+        assert!(err.contains("refers to `amount`"), "{err}");
+        assert!(check_when(&"x".repeat(MAX_WHEN_CHARS + 1)).is_err());
+        for ok in [
+            "args.amount <= 100",
+            "has(args.amount) && args.amount <= 100",
+            "args.items.exists(i, i.sku == 'x') && tool == 'refund'",
+            "args.m.all(k, args.m[k] > 0) || sideEffect == 'ReadOnly'",
+            "type(args.n) == int",
+        ] {
+            assert_eq!(check_when(ok), Ok(()), "{ok}");
+        }
     }
 
     #[test]

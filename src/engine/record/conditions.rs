@@ -1,6 +1,7 @@
 //! The run's conditions (`Ready`, `WaitingForApproval`, `ApprovalConflict`,
-//! `ToolHintsDisagree`), derived from the record on every write (docs/design.md section 2):
-//! type, status, CamelCase reason and message.
+//! `ToolHintsDisagree`, and a finished run's `Complete` or `Failed` as a Job has them),
+//! derived from the record on every write (docs/design.md section 2): type, status, CamelCase
+//! reason and message.
 
 use serde_json::Value;
 
@@ -125,6 +126,35 @@ pub(super) fn hints_condition(
             ),
         )
     })
+}
+
+/// A finished run's Job-like condition (docs/design.md section 2, docs/behaviours.md 70), so
+/// `kubectl wait --for=condition=Complete` (or `=Failed`) works: `Complete` True on
+/// `Completed`; `Failed` True on `Failed` or `Cancelled`, with the terminal reason in
+/// CamelCase and the record's `reasonDetail` as its message. Absent while the run is live, as
+/// a Job's are.
+pub(super) fn terminal_condition(status: &AgentRunStatus) -> Option<ConditionParts> {
+    match status.phase {
+        RunPhase::Completed => Some((
+            "Complete",
+            "True",
+            TerminalReason::GoalCompleted.condition_reason().into(),
+            "the run completed its goal".into(),
+        )),
+        RunPhase::Failed | RunPhase::Cancelled => {
+            let reason = status.reason.unwrap_or(TerminalReason::InternalError);
+            Some((
+                "Failed",
+                "True",
+                reason.condition_reason().into(),
+                status
+                    .reason_detail
+                    .clone()
+                    .unwrap_or_else(|| format!("the run ended {}", phase_word(status.phase))),
+            ))
+        }
+        RunPhase::Pending | RunPhase::Running | RunPhase::WaitingForApproval => None,
+    }
 }
 
 pub(super) fn waiting_condition(status: &AgentRunStatus) -> ConditionParts {

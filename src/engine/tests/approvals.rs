@@ -244,7 +244,10 @@ fn an_approval_whose_stored_fields_do_not_hash_to_its_hash_is_never_executed() {
             "Stop"
         ]
     );
-    assert_eq!(h.approval(NAME)["status"]["reason"], "internal_error");
+    assert_eq!(
+        h.approval(NAME)["status"]["reason"],
+        "run failed: internal_error"
+    );
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Failed);
     assert_eq!(status.reason, Some(TerminalReason::InternalError));
@@ -432,6 +435,32 @@ fn an_approval_left_by_another_run_is_never_adopted_and_the_run_pauses_on_a_fres
 }
 
 #[test]
+fn both_approval_names_taken_ends_the_run_with_a_message_that_is_true() {
+    // docs/behaviours.md 82: `<run>-1-1` and `<run>-1-1-<uid8>` both held by objects not made
+    // for this run; the run ends, and its detail names both and promises nothing it cannot do.
+    let mut h = paused();
+    leftover(&mut h);
+    h.reconcile("b");
+    let fresh = format!("{NAME}-uid-1");
+    let squat = h.approvals.get_mut(&fresh).unwrap();
+    squat["spec"]["runUID"] = json!("uid-of-someone-else");
+    squat["spec"]["request"]["run"]["uid"] = json!("uid-of-someone-else");
+    h.reconcile("c");
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::Failed);
+    assert_eq!(status.reason, Some(TerminalReason::InternalError));
+    let detail = status.reason_detail.unwrap_or_default();
+    assert!(
+        detail.contains(&format!("Approval {NAME} "))
+            && detail.contains(&format!("Approval {fresh} ")),
+        "{detail}"
+    );
+    assert!(!detail.contains("let the run go on"), "{detail}");
+    assert!(detail.contains("create the run again"), "{detail}");
+    assert!(h.tool_calls.iter().all(|c| c.tool.name != "issue_refund"));
+}
+
+#[test]
 fn an_approval_for_another_request_under_the_runs_name_is_not_adopted_either() {
     let mut h = paused();
     let object = h.approvals.get_mut(NAME).unwrap();
@@ -470,4 +499,79 @@ fn a_status_write_lands_only_on_the_runs_own_request_and_only_forward() {
         crate::engine::status_write_version(&pending, &cancelled, "sha256:bb"),
         None
     );
+}
+
+/// docs/behaviours.md 69: an Approval under the recorded name whose spec names this run and
+/// hash but whose owner, labels or request do not is not this run's: it is never adopted, the
+/// run pauses on a fresh name with `ApprovalConflict`, and the object is left untouched.
+#[test]
+fn an_approval_with_another_owner_labels_or_request_is_not_adopted() {
+    type Change = fn(&mut Value);
+    let cases: [(&str, Change, &str); 5] = [
+        (
+            "owner uid",
+            |o| o["metadata"]["ownerReferences"][0]["uid"] = json!("uid-9"),
+            "is not owned by this run",
+        ),
+        (
+            "no owner",
+            |o| o["metadata"]["ownerReferences"] = json!([]),
+            "is not owned by this run",
+        ),
+        (
+            "run-uid label",
+            |o| o["metadata"]["labels"]["agentrt.dev/run-uid"] = json!("uid-9"),
+            "carries other labels",
+        ),
+        (
+            "request's run",
+            |o| o["spec"]["request"]["run"]["uid"] = json!("uid-9"),
+            "carries another request",
+        ),
+        (
+            "request's step",
+            |o| o["spec"]["request"]["step"] = json!(7),
+            "carries another request",
+        ),
+    ];
+    for (what, change, said) in cases {
+        let mut h = paused();
+        let object = h.approvals.get_mut(NAME).unwrap();
+        change(object);
+        let left = object.clone();
+        h.reconcile("b");
+        let fresh = format!("{NAME}-uid-1");
+        assert_eq!(
+            h.approval(NAME),
+            &left,
+            "{what}: the object is never written to"
+        );
+        let status = h.status();
+        assert_eq!(status.phase, RunPhase::WaitingForApproval, "{what}");
+        assert_eq!(
+            status.steps[1].approvals.last().unwrap().name,
+            fresh,
+            "{what}"
+        );
+        let requested = h.last_event("approval.requested");
+        assert!(
+            requested["conflict"].as_str().unwrap().contains(said),
+            "{what}: {requested}"
+        );
+        let conflict = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "ApprovalConflict")
+            .expect("an ApprovalConflict condition");
+        assert_eq!(conflict.status, "True", "{what}");
+        let created = h.approval(&fresh).clone();
+        assert_eq!(
+            created["metadata"]["ownerReferences"][0]["uid"],
+            json!("uid-1")
+        );
+        assert_eq!(
+            created["metadata"]["labels"]["agentrt.dev/run-uid"],
+            json!("uid-1")
+        );
+    }
 }

@@ -9,6 +9,17 @@ use crate::api::{ObservationKind, PolicyOutcome, RunPhase, StepStatus, TerminalR
 use crate::engine::Input;
 
 #[test]
+fn a_grant_executed_by_the_holder_that_paused_names_it_and_no_previous_holder() {
+    let mut h = paused();
+    h.approve(NAME);
+    h.reconcile("a");
+    assert_eq!(
+        h.last_event("run.resumed"),
+        json!({"approval": NAME, "holder": "a", "epoch": 2})
+    );
+}
+
+#[test]
 fn executing_a_grant_writes_resumed_policy_and_tool_started_together() {
     let mut h = paused();
     h.advance(600);
@@ -49,7 +60,11 @@ fn executing_a_grant_writes_resumed_policy_and_tool_started_together() {
         h.last_event("approval.decided"),
         json!({"approval": NAME, "verdict": "Approved", "approver": "alice"})
     );
-    assert_eq!(h.last_event("run.resumed"), json!({"approval": NAME}));
+    // Holder b takes the run over from a at epoch 2: the journal says so in this write.
+    assert_eq!(
+        h.last_event("run.resumed"),
+        json!({"approval": NAME, "holder": "b", "epoch": 2, "previousHolder": "a"})
+    );
     assert_eq!(
         h.last_event("step.tool_started"),
         json!({"tool": "issue_refund", "args": {"amount": 250, "order": 1042}, "attempt": 1, "approval": NAME})
@@ -372,5 +387,32 @@ fn the_api_servers_managed_fields_time_dates_a_decision() {
         kinds(&effects).contains(&"CallTool(issue_refund#1)".to_string()),
         "decided before the expiry, it grants: {:?}",
         kinds(&effects)
+    );
+}
+
+/// Issue 14: a grant approved while no controller ran and found past grantTTLSeconds expired
+/// with no `decidedAt`, although the journal records `approval.decided`.
+#[test]
+fn a_grant_expired_unseen_keeps_when_it_was_decided() {
+    let mut h = paused();
+    h.spec_mut().limits.grant_ttl_seconds = Some(3);
+    let decided = h.now.plus_seconds(1);
+    h.approve(NAME);
+    h.approvals.get_mut(NAME).expect("approval")["metadata"]["managedFields"] = json!([
+        {"manager": "kubectl-patch", "operation": "Update", "time": decided,
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:decision": {".": {}}}}}
+    ]);
+    h.advance(30);
+    let effects = h.reconcile("b");
+    assert!(
+        kinds(&effects).contains(&"WriteApprovalStatus(refund-1042-1-1:Expired)".to_string()),
+        "{:?}",
+        kinds(&effects)
+    );
+    assert_eq!(h.approval(NAME)["status"]["phase"], json!("Expired"));
+    assert_eq!(h.approval(NAME)["status"]["decidedAt"], json!(decided));
+    assert_words!(
+        h.journal_tail(3),
+        ["approval.decided@1", "step.failed@1", "run.finished"]
     );
 }

@@ -67,6 +67,9 @@ pub enum Effect {
     CallAgent {
         step: StepIndex,
         request: Value,
+        attempt: u32,
+        delay_millis: u64,
+        timeout_millis: u64,
     },
     CallModel {
         step: StepIndex,
@@ -130,7 +133,19 @@ pub fn transition_effects(transition: Transition) -> Vec<Effect> {
     effects.push(match transition.next {
         Next::Stop => Effect::Stop,
         Next::Call(ExternalCall::Tool(call)) => Effect::CallTool(call),
-        Next::Call(ExternalCall::Agent { step, request }) => Effect::CallAgent { step, request },
+        Next::Call(ExternalCall::Agent {
+            step,
+            request,
+            attempt,
+            delay_millis,
+            timeout_millis,
+        }) => Effect::CallAgent {
+            step,
+            request,
+            attempt,
+            delay_millis,
+            timeout_millis,
+        },
         Next::Call(ExternalCall::Model(ModelCall {
             step,
             attempt,
@@ -451,7 +466,7 @@ impl Harness {
                 self.tool_calls.push(call.clone());
                 self.pending_tool = Some(call.clone());
             }
-            Effect::CallAgent { step, request } => {
+            Effect::CallAgent { step, request, .. } => {
                 self.pending_agent = Some((*step, request.clone()));
             }
             Effect::CallReconcileHook { view } => self.pending_hook = Some(view.clone()),

@@ -21,9 +21,11 @@ macro_rules! assert_words {
     };
 }
 
+mod agent_calls;
 mod approvals;
 mod calls;
 mod grants;
+mod habits;
 mod harness;
 mod mcp;
 mod model;

@@ -320,27 +320,26 @@ fn pending_approval(h: &Harness) -> Option<String> {
     object["spec"].get("decision").is_none().then_some(name)
 }
 
-/// A written status's whole journal: the events of the segments its archive names, then its
+/// A written status's whole journal: the events of the segments its chain reaches (its archive
+/// keeps only the newest entries; the older ones are walked through `previous`), then its
 /// window's.
 fn whole_events(h: &Harness, write: &Value) -> Vec<Value> {
-    let mut events = Vec::new();
-    for entry in write["archive"]["segments"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let name = entry["name"].as_str().expect("a segment name");
-        let segment = h
-            .segments
-            .get(name)
-            .expect("a named segment was created first");
-        events.extend(
-            segment["spec"]["events"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default(),
-        );
-    }
+    let status: crate::api::AgentRunStatus =
+        serde_json::from_value(write.clone()).expect("a written status decodes");
+    let fetched = h
+        .segments
+        .iter()
+        .map(|(name, object)| (name.clone(), object["spec"].clone()))
+        .collect();
+    let verified =
+        crate::engine::archive::verify_chain(&h.run.uid, status.archive.as_ref(), &fetched)
+            .expect("every segment the chain names was created first");
+    let mut events: Vec<Value> = verified
+        .segments
+        .iter()
+        .flat_map(|s| s.events.iter())
+        .map(|e| serde_json::to_value(e).expect("an event encodes"))
+        .collect();
     events.extend(write["events"].as_array().cloned().unwrap_or_default());
     events
 }

@@ -172,7 +172,7 @@ fn cancel_ends_a_pending_approval_cancelled_with_the_runs_reason() {
     let after = h.approval("refund-1042-1-1");
     assert_eq!(after["spec"], before["spec"], "the spec is never touched");
     assert_eq!(after["status"]["phase"], "Cancelled");
-    assert_eq!(after["status"]["reason"], "operator_cancelled");
+    assert_eq!(after["status"]["reason"], "run cancelled");
     assert_eq!(after["status"]["shortHash"], before["status"]["shortHash"]);
     assert!(
         h.reconcile("c").is_empty(),

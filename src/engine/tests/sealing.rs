@@ -508,3 +508,31 @@ fn an_openai_agents_request_stops_growing_at_max_context_bytes() {
     assert!(last.contains("marker-59"), "the newest step is whole");
     assert!(!last.contains("marker-0\\"), "the oldest is left out");
 }
+
+#[test]
+fn a_long_sealing_run_keeps_a_bounded_archive_index_in_every_write() {
+    let mut h = Harness::scripted(reads(200));
+    h.spec_mut().limits.max_steps = 300;
+    h.seal_often(4, 1);
+    run_to_end(&mut h, |i| json!({"v": i}));
+    assert_eq!(h.status().phase, RunPhase::Completed);
+    assert!(h.segments.len() > 20, "{} segments", h.segments.len());
+    let mut largest = 0;
+    for write in &h.writes {
+        let entries = write["archive"]["segments"].as_array().map_or(0, Vec::len);
+        assert!(
+            entries <= crate::engine::archive::KEPT_ENTRIES,
+            "{entries} entries"
+        );
+        largest = largest.max(serde_json::to_string(&write["archive"]).unwrap().len());
+    }
+    assert!(
+        largest < 4096,
+        "status.archive stays small: {largest} bytes"
+    );
+    let archive = h.status().archive.expect("sealed");
+    assert_eq!(archive.count, Some(h.segments.len() as i64));
+    // The whole history is still read back, walking the chain from the kept entries.
+    let whole = h.whole();
+    assert_eq!(whole.steps.len(), 201);
+}

@@ -86,34 +86,69 @@ fn assert_fails_before_any_step(h: &mut Harness, field: &str) {
     assert_effects!(effects, ["WriteStatus", "ReleaseLease", "Stop"]);
     let status = h.status();
     assert_eq!(status.phase, RunPhase::Failed);
-    assert_eq!(status.reason, Some(TerminalReason::InternalError));
+    assert_eq!(status.reason, Some(TerminalReason::InvalidSpec));
     let detail = status.reason_detail.unwrap_or_default();
     assert!(detail.contains(field), "{detail:?} names {field}");
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.message, detail);
     assert!(status.steps.is_empty());
     assert!(h.tool_calls.is_empty());
     assert_words!(h.journal(), ["run.finished"]);
 }
 
 #[test]
-fn an_input_schema_with_an_external_ref_fails_the_run_internal_error_before_any_step() {
+fn an_input_schema_with_an_external_ref_fails_the_run_invalid_spec_before_any_step() {
     let mut h = with_schema(json!({"$ref": "https://example.com/schema.json"}));
     assert_fails_before_any_step(&mut h, "spec.tools[2].inputSchema");
 }
 
 #[test]
-fn an_input_schema_that_does_not_compile_fails_the_run_internal_error_before_any_step() {
+fn an_input_schema_that_does_not_compile_fails_the_run_invalid_spec_before_any_step() {
     let mut h = with_schema(json!({"type": "no-such-type"}));
     assert_fails_before_any_step(&mut h, "spec.tools[2].inputSchema");
 }
 
 #[test]
-fn an_input_schema_nested_past_256_levels_fails_the_run_internal_error_before_any_step() {
+fn an_input_schema_nested_past_256_levels_fails_the_run_invalid_spec_before_any_step() {
     let mut schema = json!({"type": "object"});
     for _ in 0..300 {
         schema = json!({"type": "object", "properties": {"a": schema}});
     }
     let mut h = with_schema(schema);
     assert_fails_before_any_step(&mut h, "spec.tools[2].inputSchema");
+}
+
+#[test]
+fn a_spec_with_several_problems_fails_invalid_spec_naming_every_field_before_any_step() {
+    let mut h = Harness::scripted(vec![call("read", json!({}))]);
+    h.spec_mut().tools[0].name = "get weather!".into();
+    h.spec_mut().tools[1].http = None;
+    h.spec_mut().tools[1].mcp = None;
+    h.spec_mut().policy.rules = vec![crate::api::PolicyRule {
+        name: "broken".into(),
+        tools: vec![],
+        when: Some("args.amount <=> 100 &&".into()),
+        outcome: crate::api::PolicyOutcome::Allow,
+        reason: None,
+        kind: None,
+        capability: None,
+        presentation: None,
+    }];
+    assert_fails_before_any_step(
+        &mut h,
+        "spec.tools[0].name: \"get weather!\" is not a valid",
+    );
+    let detail = h.status().reason_detail.unwrap_or_default();
+    assert!(
+        detail.contains("; spec.tools[1]: has no executor"),
+        "{detail}"
+    );
+    assert!(detail.contains("; spec.policy.rules[0].when: "), "{detail}");
 }
 
 #[test]
@@ -124,6 +159,19 @@ fn a_spec_the_api_server_should_have_refused_fails_the_run_naming_the_field() {
     let mut h = Harness::scripted(vec![]);
     h.spec_mut().limits.max_steps = 0;
     assert_fails_before_any_step(&mut h, "spec.limits.maxSteps");
+}
+
+#[test]
+fn a_run_named_longer_than_63_characters_fails_invalid_spec_before_any_step() {
+    // Created before the CRD's rule (or past it): it would wait for ever at its first
+    // Approval, whose label agentrt.dev/run cannot hold the name (docs/behaviours.md 80).
+    let mut h = Harness::scripted(vec![call("read", json!({}))]);
+    h.run.name = "r".repeat(64);
+    assert_fails_before_any_step(&mut h, "metadata.name: must be no more than 63 characters");
+    let mut h = Harness::scripted(vec![call("read", json!({}))]);
+    h.run.name = "r".repeat(63);
+    h.reconcile("a");
+    assert_ne!(h.status().reason, Some(TerminalReason::InvalidSpec));
 }
 
 #[test]

@@ -243,7 +243,10 @@ fn the_decision_is_recorded_verbatim_before_it_is_validated() {
 fn args_that_are_not_usable_json_are_kept_in_invalid_args() {
     let mut h = Harness::scripted(vec![]);
     h.spec_mut().agent.scripted = None;
-    h.spec_mut().agent.webhook = Some(Default::default());
+    h.spec_mut().agent.webhook = Some(crate::api::WebhookAgent {
+        url: "http://127.0.0.1:1/agent".into(),
+        ..Default::default()
+    });
     let effects = h.reconcile("a");
     assert_effects!(effects, ["WriteStatus", "CallAgent(0)"]);
     let answer = json!({"kind": "tool_call", "tool": "read", "args": {"n": u64::MAX}});

@@ -58,7 +58,12 @@ impl ToolSchema {
             .map_err(|e| {
                 let at = e.instance_path().as_str();
                 let at = if at.is_empty() { "/" } else { at };
-                format!("{root}: is not a valid JSON Schema (at {at}): {e}; fix the schema")
+                let hint = if at.ends_with("/type") {
+                    " (a type is one of array, boolean, integer, null, number, object, string)"
+                } else {
+                    ""
+                };
+                format!("{root}: is not a valid JSON Schema (at {at}): {e}{hint}; fix the schema")
             })?;
         Ok(ToolSchema { validator })
     }

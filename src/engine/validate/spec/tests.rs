@@ -1,0 +1,289 @@
+//! One test per rule of [`super::spec`] (docs/behaviours.md 1).
+
+use serde_json::json;
+
+use super::{render, spec, Problem};
+use crate::api::AgentRunSpec;
+
+/// docs/design.md section 2's minimal run, with a policy rule.
+const GOOD: &str = r#"
+goal: Refund order 1042 if it arrived damaged.
+agent:
+  scripted:
+    decisions:
+    - {kind: complete, result: {}}
+tools:
+- name: lookup_order
+  sideEffect: ReadOnly
+  timeoutSeconds: 10
+  inputSchema: {type: object, required: [order], properties: {order: {type: integer}}}
+  http: {url: "http://127.0.0.1:8089/lookup_order"}
+- name: issue_refund
+  sideEffect: RemoteMutation
+  inputSchema: {type: object, properties: {amount: {type: number}}}
+  http: {url: "https://tools.example.com/issue_refund"}
+policy:
+  rules:
+  - name: small-refunds
+    tools: [issue_refund]
+    when: "has(args.amount) && args.amount <= 100"
+    outcome: Allow
+"#;
+
+fn good() -> AgentRunSpec {
+    serde_yaml::from_str(GOOD).expect("the good spec decodes")
+}
+
+fn fields(problems: &[Problem]) -> Vec<&str> {
+    problems.iter().map(|p| p.field.as_str()).collect()
+}
+
+/// The one problem of `s`, asserting there is exactly one and it is at `field`.
+fn only(s: &AgentRunSpec, field: &str) -> String {
+    let problems = spec(s);
+    assert_eq!(fields(&problems), vec![field], "{problems:?}");
+    problems[0].message.clone()
+}
+
+#[test]
+fn the_minimal_run_of_the_design_has_no_problem() {
+    assert_eq!(spec(&good()), vec![]);
+}
+
+#[test]
+fn a_tool_name_a_model_api_refuses_is_a_problem_naming_the_fix() {
+    let mut s = good();
+    s.tools[0].name = "get weather!".into();
+    assert_eq!(
+        spec(&s)[0].to_string(),
+        "spec.tools[0].name: \"get weather!\" is not a valid function name; use letters, digits, \
+         _ and - (1-64 characters)"
+    );
+    for bad in ["", &"a".repeat(65), "naïve", "a.b"] {
+        s.tools[0].name = bad.to_string();
+        only(&s, "spec.tools[0].name");
+    }
+    s.tools[0].name = "a".repeat(64);
+    assert_eq!(spec(&s), vec![]);
+}
+
+#[test]
+fn a_repeated_tool_name_or_one_taken_by_a_toolset_is_a_problem() {
+    let mut s = good();
+    s.tools[1].name = "lookup_order".into();
+    assert!(only(&s, "spec.tools[1].name").contains("repeats spec.tools[0].name"));
+    let mut s = good();
+    s.tool_sets = serde_yaml::from_str(r#"[{name: lookup_order, mcp: {url: "http://m/mcp"}}]"#)
+        .expect("toolset");
+    assert!(only(&s, "spec.tools[0].name").contains("spec.toolSets[0].name"));
+}
+
+#[test]
+fn a_tool_timeout_of_zero_is_a_problem() {
+    let mut s = good();
+    s.tools[1].timeout_seconds = 0;
+    assert!(only(&s, "spec.tools[1].timeoutSeconds").contains("must be > 0 (got 0)"));
+}
+
+#[test]
+fn a_tool_with_no_executor_or_two_is_a_problem() {
+    let mut s = good();
+    s.tools[0].http = None;
+    assert!(only(&s, "spec.tools[0]").contains("has no executor"));
+    let mut s = good();
+    s.tools[0].mcp = Some(Box::new(
+        serde_json::from_value(json!({"url": "http://m/mcp"})).expect("mcp"),
+    ));
+    assert!(only(&s, "spec.tools[0]").contains("both http and mcp"));
+}
+
+#[test]
+fn an_http_url_that_is_not_http_or_https_is_a_problem() {
+    for bad in [
+        "ftp://x/y",
+        "localhost:8080/x",
+        "/relative",
+        "not a url",
+        "",
+        "http://",
+    ] {
+        let mut s = good();
+        s.tools[0].http.as_mut().expect("http").url = bad.into();
+        let message = only(&s, "spec.tools[0].http.url");
+        assert!(
+            message.contains("https://tools.example.com"),
+            "{bad}: {message}"
+        );
+    }
+}
+
+#[test]
+fn agent_and_hook_urls_must_be_http_or_https_too() {
+    let mut s = good();
+    s.agent = serde_yaml::from_str("{webhook: {url: 'tcp://agent'}}").expect("agent");
+    s.reconcile = serde_yaml::from_str("{webhook: {url: 'hook'}}").expect("hook");
+    assert_eq!(
+        fields(&spec(&s)),
+        vec!["spec.agent.webhook.url", "spec.reconcile.webhook.url"]
+    );
+    let mut s = good();
+    s.agent =
+        serde_yaml::from_str("{openai: {baseURL: 'api.openai.com/v1', model: m}}").expect("openai");
+    only(&s, "spec.agent.openai.baseURL");
+}
+
+#[test]
+fn an_agent_that_sets_none_or_two_of_its_kinds_is_a_problem() {
+    let mut s = good();
+    s.agent.scripted = None;
+    assert!(only(&s, "spec.agent").contains("sets 0"));
+    let mut s = good();
+    s.agent.webhook = Some(serde_yaml::from_str("{url: 'http://a/b'}").expect("webhook"));
+    assert!(only(&s, "spec.agent").contains("sets 2"));
+}
+
+#[test]
+fn an_input_schema_that_is_not_a_json_schema_is_a_problem() {
+    let mut s = good();
+    s.tools[0].input_schema = json!({"type": "objekt"});
+    let message = only(&s, "spec.tools[0].inputSchema");
+    assert!(message.contains("not a valid JSON Schema"), "{message}");
+    s.tools[0].input_schema = json!({});
+    only(&s, "spec.tools[0].inputSchema");
+    s.tools[0].input_schema = json!(null);
+    only(&s, "spec.tools[0].inputSchema");
+    s.tools[0].input_schema = json!("object");
+    only(&s, "spec.tools[0].inputSchema");
+    s.tools[0].input_schema = json!({"$ref": "https://example.com/s.json"});
+    assert!(only(&s, "spec.tools[0].inputSchema").contains("outside the schema"));
+}
+
+#[test]
+fn an_mcp_tool_may_leave_its_input_schema_to_the_server() {
+    let mut s = good();
+    s.tools[0].http = None;
+    s.tools[0].mcp = Some(Box::new(
+        serde_json::from_value(json!({"url": "http://m/mcp"})).expect("mcp"),
+    ));
+    s.tools[0].input_schema = json!(null);
+    assert_eq!(spec(&s), vec![]);
+}
+
+#[test]
+fn a_when_that_is_not_cel_is_a_problem() {
+    let mut s = good();
+    s.policy.rules[0].when = Some("args.amount <=> 100 &&".into());
+    assert!(only(&s, "spec.policy.rules[0].when").contains("does not compile"));
+    s.policy.rules[0].when = Some("amount <= 100".into());
+    assert!(only(&s, "spec.policy.rules[0].when").contains("`amount`"));
+}
+
+#[test]
+fn an_empty_glob_or_a_capability_that_is_not_an_object_is_a_problem() {
+    let mut s = good();
+    s.policy.rules[0].tools = vec![String::new()];
+    only(&s, "spec.policy.rules[0].tools[0]");
+    let mut s = good();
+    s.policy.rules[0].presentation = Some(json!([1]));
+    only(&s, "spec.policy.rules[0].presentation");
+    let mut s = good();
+    s.policy.rules[0].capability = Some(json!({"max": u64::MAX}));
+    only(&s, "spec.policy.rules[0].capability.max");
+}
+
+#[test]
+fn limits_at_zero_or_below_are_problems() {
+    let mut s = good();
+    s.limits.max_steps = 0;
+    s.limits.loop_threshold = -1;
+    s.limits.max_model_calls = Some(0);
+    assert_eq!(
+        fields(&spec(&s)),
+        vec![
+            "spec.limits.maxSteps",
+            "spec.limits.loopThreshold",
+            "spec.limits.maxModelCalls"
+        ]
+    );
+    let mut s = good();
+    s.lease_duration_seconds = 1;
+    only(&s, "spec.leaseDurationSeconds");
+    let mut s = good();
+    s.goal = " ".into();
+    only(&s, "spec.goal");
+}
+
+#[test]
+fn a_toolset_with_a_bad_name_url_or_glob_is_a_problem() {
+    let mut s = good();
+    s.tool_sets = serde_yaml::from_str(&format!(
+        "[{{name: '{}', mcp: {{url: 'mcp'}}, include: ['']}}]",
+        "s".repeat(62)
+    ))
+    .expect("toolset");
+    assert_eq!(
+        fields(&spec(&s)),
+        vec![
+            "spec.toolSets[0].name",
+            "spec.toolSets[0].mcp.url",
+            "spec.toolSets[0].include[0]"
+        ]
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let mut s = good();
+    s.tools[0].name = "get weather!".into();
+    s.tools[1].input_schema = json!({"type": "objekt"});
+    s.tools[1].http.as_mut().expect("http").url = "file:///etc/passwd".into();
+    s.policy.rules[0].when = Some("args.amount <=> 100 &&".into());
+    let problems = spec(&s);
+    assert_eq!(
+        fields(&problems),
+        vec![
+            "spec.tools[0].name",
+            "spec.tools[1].http.url",
+            "spec.tools[1].inputSchema",
+            "spec.policy.rules[0].when"
+        ]
+    );
+    let all = render(&problems);
+    assert!(
+        all.starts_with("spec.tools[0].name: \"get weather!\""),
+        "{all}"
+    );
+    assert_eq!(all.matches("; spec.").count(), 3, "{all}");
+}
+
+#[test]
+fn a_header_with_neither_value_nor_secret_or_both_is_a_problem() {
+    let mut s = good();
+    s.tools[0].http.as_mut().expect("http").headers = serde_yaml::from_str(
+        "[{name: A, value: x}, {name: B}, {name: C, value: y, secretKeyRef: {name: s, key: k}}]",
+    )
+    .expect("headers");
+    let problems = spec(&s);
+    assert_eq!(
+        fields(&problems),
+        vec![
+            "spec.tools[0].http.headers[1]",
+            "spec.tools[0].http.headers[2]"
+        ],
+        "{problems:?}"
+    );
+    assert!(problems[0]
+        .message
+        .contains("neither value nor secretKeyRef"));
+    assert!(problems[1].message.contains("both value and secretKeyRef"));
+}
+
+#[test]
+fn a_tool_named_like_a_built_in_function_is_a_problem() {
+    for name in ["agentrt_complete", "agentrt_fail"] {
+        let mut s = good();
+        s.tools[0].name = name.to_string();
+        let message = only(&s, "spec.tools[0].name");
+        assert!(message.contains("built-in function"), "{message}");
+    }
+}
