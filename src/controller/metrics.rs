@@ -157,6 +157,9 @@ pub struct Metrics {
     pub leases_acquired: Counter,
     /// Leases lost (another holder, or expired unrenewed).
     pub leases_lost: Counter,
+    /// Kubernetes Events by outcome: `published`, `failed` (the API server refused it),
+    /// `dropped` (the queue behind `--event-qps` was full; `controller::projection`).
+    pub kube_events: Family<Outcome, Counter>,
     /// Runs this replica executes now.
     pub executors: Gauge,
     /// Watches synced (1) or not (0), by watch and scope.
@@ -191,6 +194,7 @@ impl Default for Metrics {
             lease_renew_failures: Counter::default(),
             leases_acquired: Counter::default(),
             leases_lost: Counter::default(),
+            kube_events: Family::default(),
             executors: Gauge::default(),
             watches_synced: Family::default(),
             run_stores: Mutex::new(Vec::new()),
@@ -232,6 +236,11 @@ impl Default for Metrics {
             m.segment_reads.clone(),
         );
         registry.register("tool_calls", "Tool calls by outcome", m.tool_calls.clone());
+        registry.register(
+            "kube_events",
+            "Kubernetes Events by outcome (published, failed, dropped: the queue behind --event-qps was full)",
+            m.kube_events.clone(),
+        );
         registry.register_with_unit(
             "tool_call_duration",
             "Tool call durations by tool",
@@ -338,6 +347,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one Kubernetes Event: `published`, `failed` or `dropped`.
+    pub fn kube_event(&self, outcome: &str) {
+        self.kube_events.get_or_create(&Outcome::of(outcome)).inc();
+    }
+
     /// Counts one status write.
     pub fn status_write(&self, outcome: &str) {
         self.status_writes

@@ -93,6 +93,14 @@ pub struct ControllerOptions {
     /// limit.
     #[arg(long, default_value_t = 32)]
     pub reconcile_concurrency: u16,
+    /// Kubernetes Events this replica publishes per second at most (0: no limit); more wait in
+    /// a queue of 1000, and what finds it full is dropped and counted in
+    /// `agentrt_kube_events_total{outcome="dropped"}`. The record is never affected.
+    #[arg(long, default_value_t = 10.0)]
+    pub event_qps: f64,
+    /// Kubernetes Events published at once before `--event-qps` applies.
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u32).range(1..))]
+    pub event_burst: u32,
     /// Milliseconds subtracted from a held lease's life when checking, before each side effect,
     /// that it is still held; and added to leaseDurationSeconds of unchanged observation before
     /// another replica's Lease is taken over.
@@ -153,6 +161,8 @@ impl Default for ControllerOptions {
             webhook_cert_dir: std::path::PathBuf::from("/etc/agentrt/webhook"),
             max_concurrent_runs: 256,
             reconcile_concurrency: 32,
+            event_qps: 10.0,
+            event_burst: 25,
             lease_skew_margin_ms: 500,
             shutdown_grace_seconds: 20,
             seal_steps: 64,
@@ -291,7 +301,15 @@ pub async fn run_with_engine(
             savings: context::Savings::from_env(),
             ..Settings::new(holder.clone())
         },
-        events: EventSink::start(client.clone(), holder.as_str().to_string()),
+        events: EventSink::start(
+            client.clone(),
+            holder.as_str().to_string(),
+            projection::EventRate {
+                per_second: options.event_qps,
+                burst: options.event_burst,
+            },
+            metrics.clone(),
+        ),
         metrics: metrics.clone(),
         http: crate::tools::http::client()?,
         shutdown: shutdown.clone(),

@@ -91,39 +91,137 @@ fn snapshot_reference(run: &crate::engine::RunSnapshot) -> ObjectReference {
     }
 }
 
-/// Where Events go: a channel to one publishing task, so a slow events endpoint never slows a
+/// How fast one replica publishes Kubernetes Events (`--event-qps`, `--event-burst`, named
+/// and meant as the kubelet's flags of those names): a token bucket of `burst` Events refilled
+/// at `per_second` Events per second. Events beyond it wait in a queue of [`EVENT_QUEUE`]
+/// Events; one that finds the queue full is dropped and counted (`agentrt_kube_events_total`
+/// `outcome="dropped"`). The record is never affected: Events are its projection, best effort
+/// (docs/design.md section 4), and a limit keeps them from competing with the record's writes
+/// for the API server (docs/performance.md, issue 15).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EventRate {
+    /// Events per second; 0 (or less): no limit.
+    pub per_second: f64,
+    /// Events published at once before the rate applies (at least 1).
+    pub burst: u32,
+}
+
+impl Default for EventRate {
+    fn default() -> Self {
+        EventRate {
+            per_second: 10.0,
+            burst: 25,
+        }
+    }
+}
+
+/// Events a replica keeps waiting for the rate before it drops new ones (the kubelet keeps
+/// 1000 too).
+pub const EVENT_QUEUE: usize = 1000;
+
+/// A token bucket on the monotonic clock: [`TokenBucket::take`] says how long to wait before
+/// the next Event may go. Tokens go negative while Events wait, so waiters are spaced by
+/// `1 / per_second` seconds.
+#[derive(Debug)]
+struct TokenBucket {
+    rate: EventRate,
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: EventRate, now: std::time::Instant) -> TokenBucket {
+        TokenBucket {
+            rate,
+            tokens: f64::from(rate.burst.max(1)),
+            at: now,
+        }
+    }
+
+    /// Takes a token at `now`: the time to wait before using it (zero: at once).
+    fn take(&mut self, now: std::time::Instant) -> std::time::Duration {
+        if self.rate.per_second <= 0.0 {
+            return std::time::Duration::ZERO;
+        }
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = now;
+        let burst = f64::from(self.rate.burst.max(1));
+        self.tokens = (self.tokens + elapsed * self.rate.per_second).min(burst);
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_secs_f64(-self.tokens / self.rate.per_second)
+        }
+    }
+}
+
+/// Where Events go: a bounded queue to one publishing task that posts them at most at the
+/// replica's [`EventRate`], so neither a slow events endpoint nor a burst of Events slows a
 /// run down.
 #[derive(Clone)]
 pub struct EventSink {
     tx: Option<mpsc::Sender<(ObjectReference, Event)>>,
+    metrics: Option<std::sync::Arc<super::metrics::Metrics>>,
 }
 
 impl EventSink {
     /// A sink that drops everything (unit tests).
     pub fn disabled() -> EventSink {
-        EventSink { tx: None }
+        EventSink {
+            tx: None,
+            metrics: None,
+        }
     }
 
-    /// A sink publishing as `agentrt-controller` (instance: the holder).
-    pub fn start(client: kube::Client, instance: String) -> EventSink {
-        let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(4096);
+    /// A sink publishing as `agentrt-controller` (instance: the holder) at most at `rate`,
+    /// counting each Event's outcome in `metrics`.
+    pub fn start(
+        client: kube::Client,
+        instance: String,
+        rate: EventRate,
+        metrics: std::sync::Arc<super::metrics::Metrics>,
+    ) -> EventSink {
+        let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(EVENT_QUEUE);
+        let counted = metrics.clone();
         tokio::spawn(async move {
+            let mut bucket = TokenBucket::new(rate, std::time::Instant::now());
             while let Some((reference, event)) = rx.recv().await {
+                let wait = bucket.take(std::time::Instant::now());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
                 let namespace = reference.namespace.clone().unwrap_or_default();
                 let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
                 let object = k8s_event(&event, reference, &instance);
-                if let Err(err) = api.create(&PostParams::default(), &object).await {
-                    tracing::debug!(%err, reason = %event.reason, "cannot publish a Kubernetes Event");
+                match api.create(&PostParams::default(), &object).await {
+                    Ok(_) => counted.kube_event("published"),
+                    Err(err) => {
+                        counted.kube_event("failed");
+                        tracing::debug!(%err, reason = %event.reason, "cannot publish a Kubernetes Event");
+                    }
                 }
             }
         });
-        EventSink { tx: Some(tx) }
+        EventSink {
+            tx: Some(tx),
+            metrics: Some(metrics),
+        }
+    }
+
+    /// Queues one Event; counts it dropped when the queue is full.
+    fn queue(&self, reference: ObjectReference, event: Event) {
+        let Some(tx) = &self.tx else { return };
+        if tx.try_send((reference, event)).is_err() {
+            if let Some(metrics) = &self.metrics {
+                metrics.kube_event("dropped");
+            }
+        }
     }
 
     /// Queues a Warning Event about `run` that no write projects (a sealed segment the
     /// executor could not read; dropped when the queue is full).
     pub fn warn(&self, run: &crate::engine::RunSnapshot, reason: &str, note: String) {
-        let Some(tx) = &self.tx else { return };
         let event = Event {
             type_: EventType::Warning,
             reason: reason.into(),
@@ -131,19 +229,21 @@ impl EventSink {
             action: "Reconcile".into(),
             secondary: None,
         };
-        let _ = tx.try_send((snapshot_reference(run), event));
+        self.queue(snapshot_reference(run), event);
     }
 
     /// Queues the Events of one write (dropped when the queue is full).
     pub fn write_landed(&self, before: &Value, after: &StoredRun) {
-        let Some(tx) = &self.tx else { return };
+        if self.tx.is_none() {
+            return;
+        }
         let events = events_for_write(before, &after.snapshot.status);
         if events.is_empty() {
             return;
         }
         let reference = reference(after);
         for event in events {
-            let _ = tx.try_send((reference.clone(), event));
+            self.queue(reference.clone(), event);
         }
     }
 }
@@ -152,6 +252,48 @@ impl EventSink {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_bucket_lets_a_burst_through_then_spaces_events_by_the_rate() {
+        let start = Instant::now();
+        let rate = EventRate {
+            per_second: 4.0,
+            burst: 3,
+        };
+        let mut bucket = TokenBucket::new(rate, start);
+        for _ in 0..3 {
+            assert_eq!(bucket.take(start), Duration::ZERO, "the burst goes at once");
+        }
+        // The next ones wait a quarter of a second each, one after the other.
+        assert_eq!(bucket.take(start), Duration::from_millis(250));
+        assert_eq!(bucket.take(start), Duration::from_millis(500));
+        // A second later four tokens came back, of which two paid the waiters above.
+        let later = start + Duration::from_secs(1);
+        assert_eq!(bucket.take(later), Duration::ZERO);
+        assert_eq!(bucket.take(later), Duration::ZERO);
+        assert_eq!(bucket.take(later), Duration::from_millis(250));
+        // A long quiet refills no more than the burst.
+        let quiet = later + Duration::from_secs(60);
+        let mut at_once = 0;
+        while bucket.take(quiet).is_zero() {
+            at_once += 1;
+        }
+        assert_eq!(at_once, 3);
+    }
+
+    #[test]
+    fn a_rate_of_zero_is_no_limit() {
+        let now = Instant::now();
+        let mut bucket = TokenBucket::new(
+            EventRate {
+                per_second: 0.0,
+                burst: 1,
+            },
+            now,
+        );
+        assert!((0..10_000).all(|_| bucket.take(now).is_zero()));
+    }
 
     #[test]
     fn a_write_projects_its_takeover_interruption_and_approval() {

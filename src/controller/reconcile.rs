@@ -96,13 +96,8 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
     }
     let now = std::time::Instant::now();
     let peers = ctx.leases.holders_seen(now, super::spread::PEER_MEMORY);
-    ctx.spread.defer(
-        key,
-        uid,
-        ctx.settings.holder.as_str(),
-        &peers,
-        now,
-    )
+    ctx.spread
+        .defer(key, uid, ctx.settings.holder.as_str(), &peers, now)
 }
 
 /// When the watch saw `obj` held by another replica whose Lease, as the Lease watch delivered
@@ -113,7 +108,10 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
         return None;
     }
     let lease = ctx.leases.cached(key)??;
-    let own = lease::own(Some(&lease), obj.metadata.uid.as_deref().unwrap_or_default())?;
+    let own = lease::own(
+        Some(&lease),
+        obj.metadata.uid.as_deref().unwrap_or_default(),
+    )?;
     let seen = ctx.observe_lease(key, Some(own));
     let watched = crate::engine::WatchedView {
         phase: obj.status.phase.as_deref(),
