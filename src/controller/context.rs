@@ -233,9 +233,6 @@ impl Context {
         }
     }
 
-    /// The run `key`'s Lease as just read (`None`: absent), as the engine judges it: recorded
-    /// in this replica's observations, with how long it has been seen unchanged on the
-    /// monotonic clock and the margin (docs/design.md section 4).
     /// The run `key`'s Lease: as the Lease watch last delivered it once that watch has listed
     /// ([`LeaseObservations::cached`]; a stale version only makes the compare-and-set that
     /// follows fail, the CAS is the fence), else read live (and observed).
@@ -257,10 +254,19 @@ impl Context {
             .map(Arc::new))
     }
 
-    pub fn observe_lease(&self, key: &RunKey, read: Option<&Lease>) -> LeaseView {
+    /// The Lease named after run `key` as just read (`None`: absent), as the engine judges it
+    /// for the run of uid `run_uid`: recorded as it is stored in this replica's observations
+    /// (which the Lease watch also feeds, so they must hold what is stored, whoever owns it),
+    /// and judged with how long it has been seen unchanged on the monotonic clock and the
+    /// margin (docs/design.md section 4). A Lease another run of this name owns (a deleted
+    /// run's, [`lease::own`]) is judged as absent (docs/behaviours.md 79).
+    pub fn observe_lease(&self, key: &RunKey, read: Option<&Lease>, run_uid: &str) -> LeaseView {
         let unchanged_for_ms = self.leases.observe(key, read, std::time::Instant::now());
         let margin_ms = u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX);
-        lease::observed(read, unchanged_for_ms, margin_ms)
+        match lease::own(read, run_uid) {
+            Some(own) => lease::observed(Some(own), unchanged_for_ms, margin_ms),
+            None => lease::observed(None, 0, margin_ms),
+        }
     }
 
     /// Asks the engine what the executor does next.

@@ -108,11 +108,9 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
         return None;
     }
     let lease = ctx.leases.cached(key)??;
-    let own = lease::own(
-        Some(&lease),
-        obj.metadata.uid.as_deref().unwrap_or_default(),
-    )?;
-    let seen = ctx.observe_lease(key, Some(own));
+    let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+    lease::own(Some(&lease), uid)?;
+    let seen = ctx.observe_lease(key, Some(&lease), uid);
     let watched = crate::engine::WatchedView {
         phase: obj.status.phase.as_deref(),
         generation: obj.metadata.generation,
@@ -163,7 +161,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
         // never its renewTime against this replica's clock (docs/design.md section 4). Only
         // the run's own Lease counts: one owned by another uid (a deleted run of this name)
         // is judged as absent and replaced on acquiring (docs/behaviours.md 79).
-        let seen = ctx.observe_lease(key, lease::own(lease_read.as_deref(), &uid));
+        let seen = ctx.observe_lease(key, lease_read.as_deref(), &uid);
         let observed = ctx.observe(&state, &seen);
         if let Some(status) = observed.write {
             match ctx.write_status(&state, &status).await? {
@@ -230,7 +228,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
                             // The version tried may have been the watch's, and stale: read it
                             // live, so the next try is on what is stored.
                             let fresh = ctx.api.get_lease(&key.namespace, &key.name).await?;
-                            ctx.observe_lease(key, lease::own(fresh.as_ref(), &uid));
+                            ctx.observe_lease(key, fresh.as_ref(), &uid);
                             soonest(500);
                         }
                     }

@@ -444,6 +444,38 @@ async fn a_lease_owned_by_another_uid_is_replaced_not_adopted() {
     );
 }
 
+#[tokio::test]
+async fn a_lease_of_another_uid_is_judged_absent_but_kept_as_stored_in_the_observations() {
+    // The Lease watch listed a deleted run's Lease; judging it for the run created again under
+    // the name must not forget it: a reconcile reads what the watch delivered, and the watch
+    // delivers it only again when it changes (a replica once retried a create on a Lease it
+    // had forgotten, forever).
+    let mut deleted = run_object("ns", "again", 30);
+    deleted["metadata"]["uid"] = json!("uid-deleted");
+    let api = Arc::new(FakeApi::with_run(deleted));
+    held_by_other(&api, "again", Clock::default().now()).await;
+    let foreign = api.lease("ns", "again").expect("the deleted run's Lease");
+    let ctx = context(api.clone(), "a", 500);
+    let now = std::time::Instant::now();
+    ctx.leases
+        .watched(Some("ns"), &kube::runtime::watcher::Event::Init, now);
+    ctx.leases.watched(
+        Some("ns"),
+        &kube::runtime::watcher::Event::InitApply(foreign.clone()),
+        now,
+    );
+    ctx.leases
+        .watched(Some("ns"), &kube::runtime::watcher::Event::InitDone, now);
+    let seen = ctx.observe_lease(&key("again"), Some(&foreign), "uid-again");
+    assert_eq!(seen.holder, None, "another run's Lease is judged absent");
+    let cached = ctx.leases.cached(&key("again")).expect("the watch listed");
+    assert_eq!(
+        cached.as_deref(),
+        Some(&foreign),
+        "the observations still hold the Lease as stored"
+    );
+}
+
 /// Another replica `other-…` holds `name`'s Lease, its renewTime `renewed_at` (by its clock).
 async fn held_by_other(api: &FakeApi, name: &str, renewed_at: Time) -> HolderId {
     let other = HolderId::with_random_suffix("other");
