@@ -100,12 +100,41 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         .collect();
     row.notes.push(format!("controllers: {}", each.join("; ")));
     row.bench_cpu = super::own_cpu_seconds() - bench_before;
+    // Kubernetes Events wait behind each controller's --event-qps: let the queues drain (at
+    // most 60 s) so the requests counted below include every Event the workload made.
+    let drained = Instant::now();
+    loop {
+        let mut queued = 0.0;
+        for controller in &controllers {
+            if let Ok(text) = controller.metrics(&bench.http).await {
+                queued += metric_sum(&text, "agentrt_kube_events_queued");
+            }
+        }
+        if queued <= 0.0 || drained.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let mut metric_writes = 0.0;
+    let mut events = [0.0; 3];
     for controller in &controllers {
         if let Ok(text) = controller.metrics(&bench.http).await {
             metric_writes += metric_sum(&text, "agentrt_status_writes_total");
+            for (i, outcome) in ["published", "failed", "dropped"].iter().enumerate() {
+                events[i] += metric_value(
+                    &text,
+                    &format!("agentrt_kube_events_total{{outcome=\"{outcome}\"}}"),
+                );
+            }
         }
     }
+    row.notes.push(format!(
+        "Kubernetes Events: {} published, {} refused, {} dropped (queue full); {:.1} s waited after the last run for the queues behind --event-qps to drain",
+        events[0],
+        events[1],
+        events[2],
+        drained.elapsed().as_secs_f64()
+    ));
     for controller in &mut controllers {
         controller.stop(Duration::from_secs(10));
     }

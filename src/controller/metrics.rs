@@ -160,6 +160,8 @@ pub struct Metrics {
     /// Kubernetes Events by outcome: `published`, `failed` (the API server refused it),
     /// `dropped` (the queue behind `--event-qps` was full; `controller::projection`).
     pub kube_events: Family<Outcome, Counter>,
+    /// Kubernetes Events queued and not yet published (waiting for `--event-qps`).
+    pub kube_events_queued: Gauge,
     /// Runs this replica executes now.
     pub executors: Gauge,
     /// Watches synced (1) or not (0), by watch and scope.
@@ -195,6 +197,7 @@ impl Default for Metrics {
             leases_acquired: Counter::default(),
             leases_lost: Counter::default(),
             kube_events: Family::default(),
+            kube_events_queued: Gauge::default(),
             executors: Gauge::default(),
             watches_synced: Family::default(),
             run_stores: Mutex::new(Vec::new()),
@@ -240,6 +243,11 @@ impl Default for Metrics {
             "kube_events",
             "Kubernetes Events by outcome (published, failed, dropped: the queue behind --event-qps was full)",
             m.kube_events.clone(),
+        );
+        registry.register(
+            "kube_events_queued",
+            "Kubernetes Events queued and not yet published (waiting for --event-qps)",
+            m.kube_events_queued.clone(),
         );
         registry.register_with_unit(
             "tool_call_duration",

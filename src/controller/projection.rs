@@ -187,6 +187,7 @@ impl EventSink {
         tokio::spawn(async move {
             let mut bucket = TokenBucket::new(rate, std::time::Instant::now());
             while let Some((reference, event)) = rx.recv().await {
+                counted.kube_events_queued.dec();
                 let wait = bucket.take(std::time::Instant::now());
                 if !wait.is_zero() {
                     tokio::time::sleep(wait).await;
@@ -212,8 +213,13 @@ impl EventSink {
     /// Queues one Event; counts it dropped when the queue is full.
     fn queue(&self, reference: ObjectReference, event: Event) {
         let Some(tx) = &self.tx else { return };
+        // Counted before it is sent, so the publisher never takes it off below zero.
+        if let Some(metrics) = &self.metrics {
+            metrics.kube_events_queued.inc();
+        }
         if tx.try_send((reference, event)).is_err() {
             if let Some(metrics) = &self.metrics {
+                metrics.kube_events_queued.dec();
                 metrics.kube_event("dropped");
             }
         }
