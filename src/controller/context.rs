@@ -96,10 +96,14 @@ pub struct Savings {
     /// `spread`: new runs are tried first by the replica their uid ranks first
     /// ([`super::spread`]).
     pub spread: bool,
+    /// `event-limit`: Kubernetes Events go out at `--event-qps` at most (off: as fast as they
+    /// come, `controller::projection::EventRate`).
+    pub event_limit: bool,
 }
 
 /// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
-/// `keep-terminal-lease`, `observer-skip`, `spread`, or `all`); for measuring only.
+/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, or `all`); for measuring
+/// only.
 pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
 
 impl Savings {
@@ -109,6 +113,7 @@ impl Savings {
         keep_terminal_lease: true,
         observer_skip: true,
         spread: true,
+        event_limit: true,
     };
 
     /// [`Savings::ALL`] less those `off` names (comma-separated; unknown names are ignored).
@@ -120,6 +125,7 @@ impl Savings {
             keep_terminal_lease: on("keep-terminal-lease"),
             observer_skip: on("observer-skip"),
             spread: on("spread"),
+            event_limit: on("event-limit"),
         }
     }
 

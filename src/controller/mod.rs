@@ -276,6 +276,7 @@ pub async fn run_with_engine(
         .unwrap_or_else(identity::default_prefix);
     let holder = HolderId::with_random_suffix(&prefix);
     let metrics = Arc::new(Metrics::default());
+    let savings = context::Savings::from_env();
     if let Some(addr) = options.metrics_addr {
         let bound = metrics::serve(addr, metrics.clone(), shutdown.clone()).await?;
         tracing::info!(addr = %bound, "serving metrics");
@@ -298,14 +299,18 @@ pub async fn run_with_engine(
                 seal: options.seal_limits(),
                 ..crate::engine::Budgets::default()
             },
-            savings: context::Savings::from_env(),
+            savings,
             ..Settings::new(holder.clone())
         },
         events: EventSink::start(
             client.clone(),
             holder.as_str().to_string(),
             projection::EventRate {
-                per_second: options.event_qps,
+                per_second: if savings.event_limit {
+                    options.event_qps
+                } else {
+                    0.0
+                },
                 burst: options.event_burst,
             },
             metrics.clone(),
