@@ -127,17 +127,24 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
         missing.is_empty(),
         "the controller makes calls the ClusterRole does not grant: {missing:?}\nused: {used:#?}"
     );
-    // Granted for a path no scenario here takes: a segment create that finds its name taken
-    // GETs the object to compare its content (a holder that died between a segment's create
-    // and its status write, whose successor seals the very same steps again).
-    let unprovoked: Call = (
-        "agentrt.dev".into(),
-        "agentrunsegments".into(),
-        "get".into(),
-    );
+    // Granted for paths this scenario may not take:
+    // - a segment create that finds its name taken GETs the object to compare its content (a
+    //   holder that died between a segment's create and its status write, whose successor
+    //   seals the very same steps again);
+    // - a Lease GET: a reconcile reads the Lease from the Lease watch once that has listed,
+    //   live only before then or after losing an acquisition (timing decides whether it
+    //   happens here; issue 15).
+    let unprovoked: [Call; 2] = [
+        (
+            "agentrt.dev".into(),
+            "agentrunsegments".into(),
+            "get".into(),
+        ),
+        ("coordination.k8s.io".into(), "leases".into(), "get".into()),
+    ];
     let unused: Vec<&Call> = granted
         .iter()
-        .filter(|c| !used.contains(*c) && **c != unprovoked)
+        .filter(|c| !used.contains(*c) && !unprovoked.contains(*c))
         .collect();
     assert!(
         unused.is_empty(),

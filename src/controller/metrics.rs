@@ -160,7 +160,8 @@ pub struct Metrics {
     /// Kubernetes Events by outcome: `published`, `failed` (the API server refused it),
     /// `dropped` (the queue behind `--event-qps` was full; `controller::projection`).
     pub kube_events: Family<Outcome, Counter>,
-    /// Kubernetes Events queued and not yet published (waiting for `--event-qps`).
+    /// Kubernetes Events queued or being published (waiting for `--event-qps`, or for the API
+    /// server's answer).
     pub kube_events_queued: Gauge,
     /// Runs this replica executes now.
     pub executors: Gauge,

@@ -187,7 +187,6 @@ impl EventSink {
         tokio::spawn(async move {
             let mut bucket = TokenBucket::new(rate, std::time::Instant::now());
             while let Some((reference, event)) = rx.recv().await {
-                counted.kube_events_queued.dec();
                 let wait = bucket.take(std::time::Instant::now());
                 if !wait.is_zero() {
                     tokio::time::sleep(wait).await;
@@ -202,6 +201,7 @@ impl EventSink {
                         tracing::debug!(%err, reason = %event.reason, "cannot publish a Kubernetes Event");
                     }
                 }
+                counted.kube_events_queued.dec();
             }
         });
         EventSink {

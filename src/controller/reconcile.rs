@@ -87,9 +87,10 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
     }
     let uid = obj.metadata.uid.as_deref().unwrap_or_default();
     // A Lease another run of this name left (owned by another uid) counts as none.
-    let new = obj.status.phase.is_none()
-        && obj.status.observed_generation.is_none()
-        && matches!(ctx.leases.cached(key), Some(cached) if lease::own(cached.as_deref(), uid).is_none());
+    let new = crate::engine::is_new_run(
+        obj.status.phase.as_deref(),
+        obj.status.observed_generation,
+    ) && matches!(ctx.leases.cached(key), Some(cached) if lease::own(cached.as_deref(), uid).is_none());
     if !new || ctx.executors.is_executing(key, uid) {
         ctx.spread.settled(key);
         return None;

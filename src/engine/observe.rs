@@ -47,6 +47,14 @@ pub fn lease_release_needed(phase: Option<&str>) -> bool {
     observe_needed(phase)
 }
 
+/// Whether a run whose status says `phase` and `observed_generation` is new: no controller has
+/// written its status yet. Its status is absent, or only what the CRD defaults put there
+/// (`phase: Pending`, docs/design.md section 2); the first write of a controller records
+/// `observedGeneration`.
+pub fn is_new_run(phase: Option<&str>, observed_generation: Option<i64>) -> bool {
+    matches!(phase, None | Some("Pending")) && observed_generation.is_none()
+}
+
 /// What a replica's watch last saw of a run, for [`observer_wait`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WatchedView<'a> {
@@ -65,14 +73,14 @@ pub struct WatchedView<'a> {
 /// is a run whose Lease another replica holds, live as this replica has observed it (`lease`),
 /// and that is either `Running` under that recorded holder with its last status write decided
 /// on its current spec (`generation` = `observedGeneration`: no cancel or policy change since),
-/// or new (no status yet: its holder is starting it and sees its spec as it is). For both,
+/// or new ([`is_new_run`]: its holder is starting it and sees its spec as it is). For both,
 /// [`super::observe`] would only wait for that Lease's expiry (docs/behaviours.md 30), so the
 /// wait is the same and the reads are saved (issue 15).
 pub fn observer_wait(watched: &WatchedView, lease: &LeaseView, caller_holder: &str) -> Option<u64> {
     let holder = lease.holder.as_deref()?;
     let current = watched.generation.is_some() && watched.generation == watched.observed_generation;
     let running = watched.phase == Some("Running") && current && watched.holder == Some(holder);
-    let new = watched.phase.is_none() && watched.observed_generation.is_none();
+    let new = is_new_run(watched.phase, watched.observed_generation);
     if holder == caller_holder || !(running || new) {
         return None;
     }
@@ -155,6 +163,13 @@ mod tests {
             ..WatchedView::default()
         };
         assert_eq!(observer_wait(&new, &lease, "b-2"), Some(20_500));
+        // New also when the API server defaulted its status (`phase: Pending`, no
+        // observedGeneration), as kube-apiserver and the embedded server do.
+        let defaulted = WatchedView {
+            phase: Some("Pending"),
+            ..new
+        };
+        assert_eq!(observer_wait(&defaulted, &lease, "b-2"), Some(20_500));
         // Its holder, a spec the holder has not decided on (a cancel), another phase, a Lease
         // held by someone else than the record says, or one seen unchanged too long: read it.
         assert_eq!(observer_wait(&watched, &lease, "a-1"), None);
@@ -178,6 +193,14 @@ mod tests {
             ..lease
         };
         assert_eq!(observer_wait(&watched, &stale, "b-2"), None);
+    }
+
+    #[test]
+    fn a_run_is_new_until_a_controller_wrote_its_status() {
+        assert!(is_new_run(None, None));
+        assert!(is_new_run(Some("Pending"), None));
+        assert!(!is_new_run(Some("Pending"), Some(1)));
+        assert!(!is_new_run(Some("Running"), None));
     }
 
     #[test]
