@@ -112,6 +112,23 @@ impl Resource for WatchedRun {
     }
 }
 
+/// kubectl's annotation holding a copy of the whole manifest it last applied (client-side).
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a watched run's metadata what no reconcile reads and what grows with its
+/// writers and its manifest: `managedFields` and kubectl's [`LAST_APPLIED`] annotation, so a
+/// replica's memory per watched run stays small (issue 15; kube-rs's advice for reflector
+/// stores). The run's store is never written back.
+pub fn trim_run_metadata(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
 /// The first wait after a watch fails (200 ms), doubled after each failure in a row.
 pub const BACKOFF_INITIAL: Duration = Duration::from_millis(200);
 /// The longest wait between a watch's attempts (4 s), so it recovers within this of the API
@@ -270,6 +287,7 @@ pub async fn controller(
     let scope_name = scope.as_deref();
     let run_watch = recovering(ctx.metrics.watch("agentruns", scope_name), move || {
         watcher(runs.clone(), watcher::Config::default())
+            .modify(|run: &mut WatchedRun| trim_run_metadata(&mut run.metadata))
     });
     let run_stream = reflector::reflector(writer, run_watch)
         .applied_objects()
@@ -280,7 +298,11 @@ pub async fn controller(
         lease::MANAGED_BY
     ));
     let lease_stream = recovering(ctx.metrics.watch("leases", scope_name), move || {
+        // A Lease kept in the observations is written back on acquiring it (its
+        // resourceVersion is the CAS), so only managedFields go: an update without them keeps
+        // the stored ones.
         watcher(leases.clone(), lease_config.clone())
+            .modify(|lease: &mut Lease| lease.metadata.managed_fields = None)
     })
     .inspect({
         // Every renewal is seen here, before the predicate drops it: the observation of each
@@ -446,6 +468,39 @@ mod tests {
         assert_eq!(backoff.step(), Duration::ZERO, "a 410 relists at once");
         health.failed(true, &"410 Gone");
         assert!(backoff.step() > Duration::ZERO, "but not twice in a row");
+    }
+
+    #[test]
+    fn a_watched_runs_metadata_loses_managed_fields_and_the_last_applied_manifest_only() {
+        let mut meta: ObjectMeta = serde_json::from_value(serde_json::json!({
+            "name": "r",
+            "namespace": "ns",
+            "uid": "u",
+            "generation": 2,
+            "labels": {"team": "a"},
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}",
+                "note": "kept"
+            },
+            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+        }))
+        .expect("metadata decodes");
+        trim_run_metadata(&mut meta);
+        assert_eq!(meta.managed_fields, None);
+        let annotations = meta
+            .annotations
+            .clone()
+            .expect("the other annotation stays");
+        assert_eq!(annotations.len(), 1);
+        assert_eq!(annotations["note"], "kept");
+        assert_eq!(meta.labels.expect("labels")["team"], "a");
+        assert_eq!((meta.uid.as_deref(), meta.generation), (Some("u"), Some(2)));
+        let mut only_last_applied = ObjectMeta {
+            annotations: Some([(LAST_APPLIED.to_string(), "{}".to_string())].into()),
+            ..ObjectMeta::default()
+        };
+        trim_run_metadata(&mut only_last_applied);
+        assert_eq!(only_last_applied.annotations, None);
     }
 
     #[test]
