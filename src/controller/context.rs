@@ -32,6 +32,16 @@ pub struct RunKey {
     pub name: String,
 }
 
+impl RunKey {
+    /// The run `name` in `namespace`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> RunKey {
+        RunKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
 impl std::fmt::Display for RunKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)

@@ -140,10 +140,7 @@ mod tests {
     use super::*;
 
     fn key(name: &str) -> RunKey {
-        RunKey {
-            namespace: "ns".into(),
-            name: name.into(),
-        }
+        RunKey::new("ns", name)
     }
 
     #[test]

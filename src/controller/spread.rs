@@ -88,10 +88,7 @@ mod tests {
     use super::*;
 
     fn key(name: &str) -> RunKey {
-        RunKey {
-            namespace: "ns".into(),
-            name: name.into(),
-        }
+        RunKey::new("ns", name)
     }
 
     #[test]
@@ -123,30 +120,18 @@ mod tests {
             .find(|uid| !first_for(uid, "b-2", &peers))
             .expect("a run b-2 is not first for");
         let t0 = Instant::now();
-        assert_eq!(
-            spread.defer(&key("r"), &uid, "b-2", &peers, t0),
-            Some(SPREAD_MILLIS)
-        );
-        assert_eq!(
+        let b_at = |millis: u64| {
             spread.defer(
                 &key("r"),
                 &uid,
                 "b-2",
                 &peers,
-                t0 + Duration::from_millis(500)
-            ),
-            Some(SPREAD_MILLIS - 500)
-        );
-        assert_eq!(
-            spread.defer(
-                &key("r"),
-                &uid,
-                "b-2",
-                &peers,
-                t0 + Duration::from_millis(SPREAD_MILLIS)
-            ),
-            None
-        );
+                t0 + Duration::from_millis(millis),
+            )
+        };
+        assert_eq!(b_at(0), Some(SPREAD_MILLIS));
+        assert_eq!(b_at(500), Some(SPREAD_MILLIS - 500));
+        assert_eq!(b_at(SPREAD_MILLIS), None);
         assert_eq!(spread.defer(&key("r"), &uid, "a-1", &peers, t0), None);
     }
 }

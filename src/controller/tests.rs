@@ -244,10 +244,7 @@ async fn until_idle(ctx: &Context) {
 }
 
 fn key(name: &str) -> RunKey {
-    RunKey {
-        namespace: "ns".into(),
-        name: name.into(),
-    }
+    RunKey::new("ns", name)
 }
 
 #[tokio::test]
