@@ -26,6 +26,8 @@ pub struct State {
     /// Errors the next lease writes return, in order.
     pub fail_lease_writes: Vec<ApiError>,
     pub status_writes: u64,
+    /// Runs read (`get_run`).
+    pub run_reads: u64,
 }
 
 #[derive(Default)]
@@ -78,7 +80,8 @@ fn key_of(object: &Value) -> (String, String) {
 #[async_trait]
 impl ClusterApi for FakeApi {
     async fn get_run(&self, namespace: &str, name: &str) -> Result<Option<StoredRun>, RunError> {
-        let state = self.state.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
+        state.run_reads += 1;
         match state.runs.get(&(namespace.to_string(), name.to_string())) {
             None => Ok(None),
             Some(object) => Ok(Some(StoredRun::from_object(object.clone())?)),

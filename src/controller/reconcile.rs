@@ -67,6 +67,11 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
             wait.saturating_add(50),
         )));
     }
+    if waits_for_a_slot(&obj, &key, &ctx) {
+        // Every slot is taken and the run is as it was created: reading it could only end in
+        // waiting for a slot, so it waits without the read (a freed slot kicks it).
+        return Ok(Action::requeue(Duration::from_millis(SLOT_WAIT_MILLIS)));
+    }
     let span = super::trace::reconcile_span(&key, obj.metadata.uid.as_deref());
     let started = std::time::Instant::now();
     let action = observe(&ctx, &key).instrument(span).await;
@@ -99,6 +104,29 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
     let peers = ctx.leases.holders_seen(now, super::spread::PEER_MEMORY);
     ctx.spread
         .defer(key, uid, ctx.settings.holder.as_str(), &peers, now)
+}
+
+/// Whether `obj` is a new run ([`crate::engine::is_new_run`]) unchanged since it was created
+/// (generation 1: no cancel), not executing here, while every executor slot of this replica is
+/// taken (`--max-concurrent-runs`): then it is registered to be kicked when a slot frees, and
+/// left unread until then. At scale on a slow API server, thousands of new runs waiting for
+/// slots were otherwise each read again at every wake (issue 15: 6 GETs per run).
+fn waits_for_a_slot(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> bool {
+    let untouched =
+        crate::engine::is_new_run(obj.status.phase.as_deref(), obj.status.observed_generation)
+            && obj.metadata.generation == Some(1);
+    if !ctx.settings.savings.observer_skip
+        || !untouched
+        || !ctx.executors.is_full()
+        || ctx.executors.shutdown.is_cancelled()
+        || ctx
+            .executors
+            .is_executing(key, obj.metadata.uid.as_deref().unwrap_or_default())
+    {
+        return false;
+    }
+    ctx.executors.wait_for_slot(key);
+    true
 }
 
 /// When the watch saw `obj` held by another replica whose Lease, as the Lease watch delivered

@@ -209,13 +209,17 @@ async fn tool(delay: Duration) -> Tool {
 }
 
 fn context(api: Arc<FakeApi>, prefix: &str, skew_ms: u64) -> Arc<Context> {
+    context_with_slots(api, prefix, skew_ms, 8)
+}
+
+fn context_with_slots(api: Arc<FakeApi>, prefix: &str, skew_ms: u64, slots: usize) -> Arc<Context> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
     tokio::spawn(async move { while rx.recv().await.is_some() {} });
     Arc::new(Context::new(ContextParts {
         api,
         settings: Settings {
             engine: FAKE,
-            max_concurrent_runs: 8,
+            max_concurrent_runs: slots,
             skew_margin: Duration::from_millis(skew_ms),
             ..Settings::new(HolderId::with_random_suffix(prefix))
         },
@@ -471,6 +475,46 @@ async fn a_lease_of_another_uid_is_judged_absent_but_kept_as_stored_in_the_obser
         Some(&foreign),
         "the observations still hold the Lease as stored"
     );
+}
+
+#[tokio::test]
+async fn a_new_run_is_not_read_while_every_slot_is_taken_and_a_cancelled_one_is() {
+    // One slot, taken by a run whose tool takes its time.
+    let slow = tool(Duration::from_secs(5)).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("busy", slow.addr, 30)));
+    api.put_run(run_object("ns", "queued", 30));
+    let ctx = context_with_slots(api.clone(), "a", 500, 1);
+    observe(&ctx, &key("busy")).await.unwrap();
+    for _ in 0..200 {
+        if slow.calls.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(ctx.executors.is_full(), "the one slot is taken");
+    api.state.lock().unwrap().run_reads = 0;
+    let watched = |generation: i64| {
+        let run: super::watches::WatchedRun = serde_json::from_value(json!({
+            "metadata": {"name": "queued", "namespace": "ns", "uid": "uid-queued",
+                         "generation": generation},
+            "status": {"phase": "Pending"},
+        }))
+        .unwrap();
+        Arc::new(run)
+    };
+    super::reconcile::reconcile(watched(1), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        api.state.lock().unwrap().run_reads,
+        0,
+        "as created, it waits for a slot unread"
+    );
+    // A cancel (a new generation) is read at once, slots or not.
+    super::reconcile::reconcile(watched(2), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(api.state.lock().unwrap().run_reads, 1);
 }
 
 /// Another replica `other-…` holds `name`'s Lease, its renewTime `renewed_at` (by its clock).
