@@ -106,17 +106,14 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
         .defer(key, uid, ctx.settings.holder.as_str(), &peers, now)
 }
 
-/// Whether `obj` is a new run ([`crate::engine::is_new_run`]) unchanged since it was created
-/// (generation 1: no cancel), not executing here, while every executor slot of this replica is
-/// taken (`--max-concurrent-runs`): then it is registered to be kicked when a slot frees, and
-/// left unread until then. At scale on a slow API server, thousands of new runs waiting for
-/// slots were otherwise each read again at every wake (issue 15: 6 GETs per run).
+/// Whether `obj` may wait for a slot unread ([`crate::engine::slot_wait_unread`]: new and as
+/// created) while every executor slot of this replica is taken (`--max-concurrent-runs`) and it
+/// is not executing here: then it is registered to be kicked when a slot frees, and left unread
+/// until then. At scale on a slow API server, thousands of new runs waiting for slots were
+/// otherwise each read again at every wake (issue 15).
 fn waits_for_a_slot(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> bool {
-    let untouched =
-        crate::engine::is_new_run(obj.status.phase.as_deref(), obj.status.observed_generation)
-            && obj.metadata.generation == Some(1);
     if !ctx.settings.savings.observer_skip
-        || !untouched
+        || !crate::engine::slot_wait_unread(&watched_view(obj))
         || !ctx.executors.is_full()
         || ctx.executors.shutdown.is_cancelled()
         || ctx
@@ -140,7 +137,12 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
     let uid = obj.metadata.uid.as_deref().unwrap_or_default();
     lease::own(Some(&lease), uid)?;
     let seen = ctx.observe_lease(key, Some(&lease), uid);
-    let watched = crate::engine::WatchedView {
+    crate::engine::observer_wait(&watched_view(obj), &seen, ctx.settings.holder.as_str())
+}
+
+/// What the engine's observer rules see of a watched run.
+fn watched_view(obj: &WatchedRun) -> crate::engine::WatchedView<'_> {
+    crate::engine::WatchedView {
         phase: obj.status.phase.as_deref(),
         generation: obj.metadata.generation,
         observed_generation: obj.status.observed_generation,
@@ -149,8 +151,7 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
             .lease
             .as_ref()
             .and_then(|lease| lease.holder.as_deref()),
-    };
-    crate::engine::observer_wait(&watched, &seen, ctx.settings.holder.as_str())
+    }
 }
 
 /// One Observe pass over `key`; the action says when to look again.

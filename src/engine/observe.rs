@@ -55,6 +55,14 @@ pub fn is_new_run(phase: Option<&str>, observed_generation: Option<i64>) -> bool
     matches!(phase, None | Some("Pending")) && observed_generation.is_none()
 }
 
+/// Whether a replica whose executor slots are all taken may leave the run it watched unread
+/// until a slot frees: the run is new ([`is_new_run`]) and unchanged since it was created
+/// (`generation` 1: no cancel or policy change a reconcile must act on without a slot). Reading
+/// it could only end in waiting for a slot (issue 15).
+pub fn slot_wait_unread(watched: &WatchedView) -> bool {
+    is_new_run(watched.phase, watched.observed_generation) && watched.generation == Some(1)
+}
+
 /// What a replica's watch last saw of a run, for [`observer_wait`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WatchedView<'a> {
@@ -201,6 +209,26 @@ mod tests {
         assert!(is_new_run(Some("Pending"), None));
         assert!(!is_new_run(Some("Pending"), Some(1)));
         assert!(!is_new_run(Some("Running"), None));
+    }
+
+    #[test]
+    fn only_a_new_run_as_created_waits_for_a_slot_unread() {
+        let created = WatchedView {
+            phase: Some("Pending"),
+            generation: Some(1),
+            ..WatchedView::default()
+        };
+        assert!(slot_wait_unread(&created));
+        let cancelled = WatchedView {
+            generation: Some(2),
+            ..created
+        };
+        assert!(!slot_wait_unread(&cancelled));
+        let started = WatchedView {
+            observed_generation: Some(1),
+            ..created
+        };
+        assert!(!slot_wait_unread(&started));
     }
 
     #[test]
