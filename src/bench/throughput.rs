@@ -47,6 +47,10 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
             }
         })
         .collect();
+    // Each controller's resident memory with its watches listed and nothing to watch yet: the
+    // baseline the `idle` workload's memory per waiting run is measured above.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_empty: Vec<u64> = controllers.iter().map(|c| c.rss().0).collect();
     let cpu_each: Vec<f64> = controllers.iter().map(|c| c.cpu_seconds()).collect();
     let cpu_before: f64 = cpu_each.iter().sum();
     let bench_before = super::own_cpu_seconds();
@@ -70,19 +74,31 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let mut now_rss = 0;
         let mut peak = 0;
-        for controller in &controllers {
+        let mut per_run = Vec::new();
+        for (controller, empty) in controllers.iter().zip(&rss_empty) {
             let (now, high) = controller.rss();
             now_rss = now_rss.max(now);
             peak = peak.max(high);
+            per_run.push(now.saturating_sub(*empty) as f64 / plan.runs.max(1) as f64);
         }
         row.peak_rss = Some(peak);
         row.notes.push(format!(
-            "{} runs parked on an Approval in {:.1} s ({:.0} runs/s); controller RSS now {:.1} MiB, peak {:.1} MiB",
+            "{} runs parked on an Approval in {:.1} s ({:.0} runs/s); controller RSS now {:.1} MiB, peak {:.1} MiB; above the empty baseline ({}) per waiting run: {}",
             plan.runs,
             elapsed.as_secs_f64(),
             plan.runs as f64 / elapsed.as_secs_f64().max(1e-9),
             now_rss as f64 / 1048576.0,
-            peak as f64 / 1048576.0
+            peak as f64 / 1048576.0,
+            rss_empty
+                .iter()
+                .map(|bytes| format!("{:.1} MiB", *bytes as f64 / 1048576.0))
+                .collect::<Vec<_>>()
+                .join(", "),
+            per_run
+                .iter()
+                .map(|bytes| format!("{:.2} KiB", bytes / 1024.0))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     row.controller_cpu = controllers.iter().map(|c| c.cpu_seconds()).sum::<f64>() - cpu_before;

@@ -78,7 +78,8 @@ pub struct Settings {
     pub clock: Clock,
     /// The engine (tests may script one).
     pub engine: Engine,
-    /// `--max-concurrent-runs`: most runs executed at once by this replica (at least 1).
+    /// `--max-concurrent-runs`: most runs executed at once by this replica (at least 1; fewer
+    /// while the API server answers slowly, [`super::pacing`]).
     pub max_concurrent_runs: usize,
     /// `--reconcile-concurrency`: most reconciles kube-runtime runs at once (0: unbounded).
     pub reconcile_concurrency: u16,
@@ -109,10 +110,13 @@ pub struct Savings {
     /// `event-limit`: Kubernetes Events go out at `--event-qps` at most (off: as fast as they
     /// come, `controller::projection::EventRate`).
     pub event_limit: bool,
+    /// `pacing`: the executor slots follow the API server's pace ([`super::pacing`]; off:
+    /// always `--max-concurrent-runs`).
+    pub pacing: bool,
 }
 
 /// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
-/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, or `all`); for measuring
+/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, or `all`); for measuring
 /// only.
 pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
 
@@ -124,6 +128,7 @@ impl Savings {
         observer_skip: true,
         spread: true,
         event_limit: true,
+        pacing: true,
     };
 
     /// [`Savings::ALL`] less those `off` names (comma-separated; unknown names are ignored).
@@ -136,6 +141,7 @@ impl Savings {
             observer_skip: on("observer-skip"),
             spread: on("spread"),
             event_limit: on("event-limit"),
+            pacing: on("pacing"),
         }
     }
 
@@ -224,9 +230,13 @@ impl Context {
         let executors = Executors::new(
             http,
             shutdown,
-            settings.max_concurrent_runs,
+            super::executors::Slots {
+                max: settings.max_concurrent_runs,
+                paced: settings.savings.pacing,
+                executing: metrics.executors.clone(),
+                limit: metrics.executor_slots.clone(),
+            },
             kicks,
-            metrics.executors.clone(),
         );
         Context {
             api,
@@ -381,7 +391,13 @@ impl Context {
         status: &Value,
     ) -> Result<Written, RunError> {
         let before = &state.run.snapshot.status;
-        match self.api.replace_run_status(&state.run, status).await {
+        let sent = std::time::Instant::now();
+        let written = self.api.replace_run_status(&state.run, status).await;
+        // A conflict or a gone run is an answer; any other error is a failed write.
+        let failed = matches!(&written, Err(err)
+            if !matches!(err, RunError::Api(ApiError::Conflict(_) | ApiError::NotFound(_))));
+        self.executors.record_write(sent.elapsed(), !failed);
+        match written {
             Ok(run) => {
                 self.metrics.status_write("ok");
                 self.landed(before, &run);

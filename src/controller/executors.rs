@@ -4,20 +4,23 @@
 //! (the HTTP client for tool, agent and hook calls; the shutdown token).
 //!
 //! It decides nothing about a run: it only answers "is this run executed here, at which
-//! generation" and hands out slots (docs/design.md section 7). A run is one object, one uid:
+//! generation" and hands out slots (docs/design.md section 7), as many as the API server's pace
+//! allows ([`super::pacing`]), the runs this replica ranks first for before the others
+//! ([`super::spread`]). A run is one object, one uid:
 //! a run deleted and created again under its name is another run, so an executor still
 //! finishing the deleted one's call is told to stop and never holds the new one back
 //! (docs/behaviours.md 79).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::context::RunKey;
+use super::pacing::{Pace, Verdict};
 
 /// One executor in the registry.
 struct Running {
@@ -37,35 +40,105 @@ pub struct Executors {
     pub shutdown: CancellationToken,
     /// Most runs executed at once (`--max-concurrent-runs`, at least 1).
     slots: usize,
+    /// The slots the API server's pace allows now (`None`: pacing is off, all of `slots`).
+    pace: Option<Mutex<Pace>>,
     /// The runs this replica executes, by name: the run's uid, its executor's stop token and
     /// the run's generation when it started.
     running: Mutex<HashMap<RunKey, Running>>,
-    /// Runs that found every executor slot taken, oldest first; kicked as slots free up.
-    slot_waiters: Mutex<VecDeque<RunKey>>,
+    /// Runs that found every executor slot taken; kicked as slots free up, those this replica
+    /// ranks first for before the others, oldest first within a rank.
+    slot_waiters: Mutex<SlotWaiters>,
     /// Reconcile requests (routed to the Controller watching the run's namespace).
     kicks: mpsc::UnboundedSender<RunKey>,
     /// `agentrt_executors`: how many runs execute now.
     gauge: Gauge,
+    /// `agentrt_executor_slots`: the slots runs may take now.
+    slots_gauge: Gauge,
+}
+
+/// The runs waiting for a slot, by (this replica's rank for the run, arrival), and those kicked
+/// for a free slot whose reconcile has not ended yet.
+#[derive(Default)]
+struct SlotWaiters {
+    order: BTreeMap<(usize, u64), RunKey>,
+    places: HashMap<RunKey, (usize, u64)>,
+    arrivals: u64,
+    kicked: HashMap<RunKey, Instant>,
+}
+
+/// How long a run kicked for a free slot counts against the free slots before its reconcile
+/// ends (after that, the slot is offered again: a kicked run may be gone and never reconciled).
+pub const KICK_PATIENCE: Duration = Duration::from_secs(10);
+
+/// What builds an [`Executors`] besides its HTTP client and shutdown token.
+pub struct Slots {
+    /// `--max-concurrent-runs` (at least 1).
+    pub max: usize,
+    /// Whether the slots follow the API server's pace ([`super::pacing`]); else always `max`.
+    pub paced: bool,
+    /// `agentrt_executors`.
+    pub executing: Gauge,
+    /// `agentrt_executor_slots`.
+    pub limit: Gauge,
 }
 
 impl Executors {
-    /// An empty registry with `slots` executor slots; reconcile requests go to `kicks`, the
-    /// number executing is reported on `gauge`.
+    /// An empty registry with the executor slots of `slots`; reconcile requests go to `kicks`.
     pub fn new(
         http: reqwest::Client,
         shutdown: CancellationToken,
-        slots: usize,
+        slots: Slots,
         kicks: mpsc::UnboundedSender<RunKey>,
-        gauge: Gauge,
     ) -> Executors {
+        let max = slots.max.max(1);
+        slots.limit.set(i64::try_from(max).unwrap_or(i64::MAX));
         Executors {
             http,
             shutdown,
-            slots: slots.max(1),
+            slots: max,
+            pace: slots.paced.then(|| Mutex::new(Pace::new(max))),
             running: Mutex::new(HashMap::new()),
-            slot_waiters: Mutex::new(VecDeque::new()),
+            slot_waiters: Mutex::new(SlotWaiters::default()),
             kicks,
-            gauge,
+            gauge: slots.executing,
+            slots_gauge: slots.limit,
+        }
+    }
+
+    /// The slots runs may take now: `--max-concurrent-runs`, or less while the API server
+    /// answers slowly ([`super::pacing`]).
+    pub fn limit(&self) -> usize {
+        match &self.pace {
+            Some(pace) => lock(pace).limit(),
+            None => self.slots,
+        }
+    }
+
+    /// Records a status write that took `latency` (`ok` false: it failed; a conflict is an
+    /// answer) for the pace of the slots; a window that lets more runs in kicks the waiters.
+    pub fn record_write(&self, latency: Duration, ok: bool) {
+        let Some(pace) = &self.pace else {
+            return;
+        };
+        let executing = self.executing();
+        let (before, after, verdict) = {
+            let mut pace = lock(pace);
+            let before = pace.limit();
+            let verdict = pace.sample(latency, ok, executing, Instant::now());
+            (before, pace.limit(), verdict)
+        };
+        if before != after {
+            self.slots_gauge
+                .set(i64::try_from(after).unwrap_or(i64::MAX));
+            tracing::debug!(
+                before,
+                after,
+                ?verdict,
+                "executor slots follow the API server's pace"
+            );
+        }
+        if verdict == Some(Verdict::Quick) && after > before {
+            self.kick_slot_waiters();
         }
     }
 
@@ -99,9 +172,9 @@ impl Executors {
         lock(&self.running).len()
     }
 
-    /// Whether every executor slot is taken.
+    /// Whether every executor slot is taken ([`Executors::limit`]).
     pub fn is_full(&self) -> bool {
-        self.executing() >= self.slots
+        self.executing() >= self.limit()
     }
 
     /// The generation the executor of the run `key` with uid `uid` started with, while this
@@ -160,30 +233,71 @@ impl Executors {
         self.kick_slot_waiters();
     }
 
-    /// Remembers that `key` needs an executor slot and found none free (`--max-concurrent-runs`):
-    /// it is reconciled again when one frees, instead of polling for one.
-    pub fn wait_for_slot(&self, key: &RunKey) {
+    /// Remembers that `key` needs an executor slot and found none free ([`Executors::limit`]):
+    /// it is reconciled again when one frees, instead of polling for one. `rank` is this
+    /// replica's place among the replicas for the run (0: first, [`super::spread::place`]):
+    /// a freed slot goes to the waiters this replica ranks first for before the others, so the
+    /// replicas, which all see every new run, do not all kick the same one.
+    pub fn wait_for_slot(&self, key: &RunKey, rank: usize) {
         let mut waiters = lock(&self.slot_waiters);
-        if !waiters.contains(key) {
-            waiters.push_back(key.clone());
-        }
-    }
-
-    /// Kicks as many runs waiting for a slot as there are free slots (a kicked run that no
-    /// longer needs one leaves it to the next, at the end of its reconcile).
-    pub fn kick_slot_waiters(&self) {
-        let free = self.slots.saturating_sub(self.executing());
-        if free == 0 {
+        if waiters.places.contains_key(key) {
             return;
         }
+        waiters.arrivals += 1;
+        let place = (rank, waiters.arrivals);
+        waiters.order.insert(place, key.clone());
+        waiters.places.insert(key.clone(), place);
+    }
+
+    /// How many runs wait for a slot here.
+    pub fn slot_waiting(&self) -> usize {
+        lock(&self.slot_waiters).order.len()
+    }
+
+    /// Kicks as many runs waiting for a slot as there are free slots, best ranked first. A
+    /// kicked run holds its slot until its reconcile ends ([`Executors::reconciled`]) or for
+    /// [`KICK_PATIENCE`], so one freed slot is offered to one run at a time; one that no longer
+    /// needs it passes it on when its reconcile ends.
+    pub fn kick_slot_waiters(&self) {
+        let limit = self.limit();
+        let executing = self.executing();
+        let now = Instant::now();
         let kicked: Vec<RunKey> = {
             let mut waiters = lock(&self.slot_waiters);
-            let n = free.min(waiters.len());
-            waiters.drain(..n).collect()
+            if waiters.order.is_empty() {
+                return;
+            }
+            waiters
+                .kicked
+                .retain(|_, at| now.saturating_duration_since(*at) < KICK_PATIENCE);
+            let free = limit.saturating_sub(executing + waiters.kicked.len());
+            let mut kicked = Vec::new();
+            while kicked.len() < free {
+                let Some((_, key)) = waiters.order.pop_first() else {
+                    break;
+                };
+                waiters.places.remove(&key);
+                waiters.kicked.insert(key.clone(), now);
+                kicked.push(key);
+            }
+            kicked
         };
         for key in kicked {
             self.kick(&key);
         }
+    }
+
+    /// A reconcile of `key` ended (whatever it did): a slot it was kicked for and did not take
+    /// goes to the next run waiting for one.
+    pub fn reconciled(&self, key: &RunKey) {
+        {
+            let mut waiters = lock(&self.slot_waiters);
+            if waiters.kicked.is_empty() && waiters.order.is_empty() {
+                return;
+            }
+            waiters.kicked.remove(key);
+        }
+        self.kick_slot_waiters();
     }
 }
 
@@ -191,4 +305,86 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn executors(max: usize, paced: bool) -> (Executors, mpsc::UnboundedReceiver<RunKey>) {
+        let (kicks, rx) = mpsc::unbounded_channel();
+        let executors = Executors::new(
+            reqwest::Client::new(),
+            CancellationToken::new(),
+            Slots {
+                max,
+                paced,
+                executing: Gauge::default(),
+                limit: Gauge::default(),
+            },
+            kicks,
+        );
+        (executors, rx)
+    }
+
+    fn kicked(rx: &mut mpsc::UnboundedReceiver<RunKey>) -> Vec<String> {
+        let mut names = Vec::new();
+        while let Ok(key) = rx.try_recv() {
+            names.push(key.name);
+        }
+        names
+    }
+
+    #[test]
+    fn freed_slots_go_to_the_runs_this_replica_ranks_first_then_to_the_oldest() {
+        let (executors, mut rx) = executors(2, false);
+        let key = |name: &str| RunKey::new("ns", name);
+        assert!(executors.register(&key("a"), "ua", CancellationToken::new(), 1));
+        assert!(executors.register(&key("b"), "ub", CancellationToken::new(), 1));
+        assert!(executors.is_full());
+        executors.wait_for_slot(&key("second-old"), 1);
+        executors.wait_for_slot(&key("first-old"), 0);
+        executors.wait_for_slot(&key("second-new"), 1);
+        executors.wait_for_slot(&key("first-new"), 0);
+        executors.wait_for_slot(&key("first-old"), 0);
+        assert_eq!(executors.slot_waiting(), 4);
+        executors.unregister(&key("a"), "ua");
+        assert_eq!(kicked(&mut rx), ["first-old"]);
+        // The kicked run holds the freed slot until its reconcile ends: nothing more is kicked.
+        executors.kick_slot_waiters();
+        assert!(kicked(&mut rx).is_empty());
+        // It did not take the slot (another replica held it): the next one gets it.
+        executors.reconciled(&key("first-old"));
+        assert_eq!(kicked(&mut rx), ["first-new"]);
+        executors.unregister(&key("b"), "ub");
+        assert_eq!(kicked(&mut rx), ["second-old"]);
+        assert_eq!(executors.slot_waiting(), 1);
+    }
+
+    #[test]
+    fn slow_status_writes_lower_the_slots_and_pacing_off_keeps_them() {
+        for paced in [true, false] {
+            let (executors, _rx) = executors(64, paced);
+            for n in 0..64 {
+                let key = RunKey::new("ns", format!("r{n}"));
+                executors.register(&key, &format!("u{n}"), CancellationToken::new(), 1);
+            }
+            let deadline = Instant::now() + Duration::from_millis(1_300);
+            while Instant::now() < deadline {
+                executors.record_write(Duration::from_millis(20), true);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let deadline = Instant::now() + Duration::from_millis(2_300);
+            while Instant::now() < deadline {
+                executors.record_write(Duration::from_secs(2), true);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if paced {
+                assert!(executors.limit() < 64, "{}", executors.limit());
+                assert!(executors.is_full());
+            } else {
+                assert_eq!(executors.limit(), 64);
+            }
+        }
+    }
 }

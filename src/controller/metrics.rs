@@ -165,6 +165,9 @@ pub struct Metrics {
     pub kube_events_queued: Gauge,
     /// Runs this replica executes now.
     pub executors: Gauge,
+    /// The executor slots runs may take now (`--max-concurrent-runs`, or fewer while the API
+    /// server answers slowly: `controller::pacing`).
+    pub executor_slots: Gauge,
     /// Watches synced (1) or not (0), by watch and scope.
     pub watches_synced: Family<WatchLabel, Gauge>,
     run_stores: Mutex<Vec<Store<WatchedRun>>>,
@@ -200,6 +203,7 @@ impl Default for Metrics {
             kube_events: Family::default(),
             kube_events_queued: Gauge::default(),
             executors: Gauge::default(),
+            executor_slots: Gauge::default(),
             watches_synced: Family::default(),
             run_stores: Mutex::new(Vec::new()),
             watches: Mutex::new(Vec::new()),
@@ -320,6 +324,11 @@ impl Default for Metrics {
             "executors",
             "Runs this replica is executing",
             m.executors.clone(),
+        );
+        registry.register(
+            "executor_slots",
+            "Executor slots runs may take now: --max-concurrent-runs, or fewer while the API server answers slowly",
+            m.executor_slots.clone(),
         );
         registry.register(
             "watches_synced",

@@ -35,6 +35,7 @@ pub mod fault;
 pub mod identity;
 pub mod lease;
 pub mod metrics;
+pub mod pacing;
 pub mod projection;
 pub mod reconcile;
 pub mod segments;
@@ -85,7 +86,10 @@ pub struct ControllerOptions {
     /// The directory holding the webhook's `tls.crt` and `tls.key` (PEM).
     #[arg(long, default_value = "/etc/agentrt/webhook")]
     pub webhook_cert_dir: std::path::PathBuf,
-    /// Most runs this replica executes at once.
+    /// Most runs this replica executes at once. While the API server answers status writes
+    /// slowly (a median over 100 ms and over 4 times the quickest seen), fewer (down to 8):
+    /// the slots follow the server's pace and grow back when it answers quickly again; the
+    /// gauge agentrt_executor_slots shows the number now (docs/design.md section 7).
     #[arg(long, default_value_t = 256)]
     pub max_concurrent_runs: usize,
     /// Most reconciles (reads of a run and its Lease, and the writes that need no side

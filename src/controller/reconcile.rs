@@ -38,6 +38,18 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
         namespace: obj.metadata.namespace.clone().unwrap_or_default(),
         name: obj.metadata.name.clone().unwrap_or_default(),
     };
+    let action = reconcile_run(&obj, &key, &ctx).await;
+    // A slot this run was kicked for and did not take goes to the next run waiting for one.
+    ctx.executors.reconciled(&key);
+    action
+}
+
+/// [`reconcile`] of the run `key` as the watch delivered it (`obj`).
+async fn reconcile_run(
+    obj: &WatchedRun,
+    key: &RunKey,
+    ctx: &Arc<Context>,
+) -> Result<Action, ReconcileError> {
     if ctx.executors.shutdown.is_cancelled() {
         return Ok(Action::await_change());
     }
@@ -48,39 +60,37 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
     if obj.metadata.generation.is_some()
         && ctx
             .executors
-            .executing_generation(&key, obj.metadata.uid.as_deref().unwrap_or_default())
+            .executing_generation(key, obj.metadata.uid.as_deref().unwrap_or_default())
             == obj.metadata.generation
     {
         // This replica's executor works on the run and its spec did not change (no cancel): the
         // change that woke us is the executor's own; it kicks a reconcile when it stops.
         return Ok(Action::await_change());
     }
-    if let Some(wait) = left_to_another(&obj, &key, &ctx) {
+    if let Some(wait) = left_to_another(obj, key, ctx) {
         // A new run another replica ranks first for: it tries the Lease; this one after a
         // while, if the run is still new then.
         return Ok(Action::requeue(Duration::from_millis(wait)));
     }
-    if let Some(wait) = held_elsewhere(&obj, &key, &ctx) {
+    if let Some(wait) = held_elsewhere(obj, key, ctx) {
         // Another replica holds it, live, on its current spec: nothing to read until the
         // Lease could have expired (a cancel, a release or a takeover wakes us sooner).
         return Ok(Action::requeue(Duration::from_millis(
             wait.saturating_add(50),
         )));
     }
-    if waits_for_a_slot(&obj, &key, &ctx) {
+    if waits_for_a_slot(obj, key, ctx) {
         // Every slot is taken and the run is as it was created: reading it could only end in
         // waiting for a slot, so it waits without the read (a freed slot kicks it).
         return Ok(Action::requeue(Duration::from_millis(SLOT_WAIT_MILLIS)));
     }
-    let span = super::trace::reconcile_span(&key, obj.metadata.uid.as_deref());
+    let span = super::trace::reconcile_span(key, obj.metadata.uid.as_deref());
     let started = std::time::Instant::now();
-    let action = observe(&ctx, &key).instrument(span).await;
+    let action = observe(ctx, key).instrument(span).await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
-    // A slot this run was kicked for and did not take goes to the next run waiting for one.
-    ctx.executors.kick_slot_waiters();
-    action.map_err(|err| ReconcileError::new(key, err))
+    action.map_err(|err| ReconcileError::new(key.clone(), err))
 }
 
 /// When `obj` is new (no status; the Lease watch has listed and holds no Lease for it) and
@@ -122,8 +132,23 @@ fn waits_for_a_slot(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> bool {
     {
         return false;
     }
-    ctx.executors.wait_for_slot(key);
+    ctx.executors.wait_for_slot(
+        key,
+        slot_rank(ctx, obj.metadata.uid.as_deref().unwrap_or_default()),
+    );
     true
+}
+
+/// This replica's place among the replicas it knows for the run `uid` ([`super::spread::place`];
+/// 0 when the spread is off): the order in which its runs waiting for a slot get one.
+fn slot_rank(ctx: &Context, uid: &str) -> usize {
+    if !ctx.settings.savings.spread {
+        return 0;
+    }
+    let peers = ctx
+        .leases
+        .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);
+    super::spread::place(uid, ctx.settings.holder.as_str(), &peers)
 }
 
 /// When the watch saw `obj` held by another replica whose Lease, as the Lease watch delivered
@@ -221,7 +246,8 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
                 } else if ctx.executors.is_full() {
                     // Looked at again when a slot frees (or after the safety net).
                     tracing::debug!(run = %key, "at --max-concurrent-runs; waiting for a slot");
-                    ctx.executors.wait_for_slot(key);
+                    ctx.executors
+                        .wait_for_slot(key, slot_rank(ctx, &state.run.snapshot.uid));
                     soonest(SLOT_WAIT_MILLIS);
                 } else if let Some(wait) = lease::held_by_another(
                     &seen,

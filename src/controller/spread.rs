@@ -41,6 +41,17 @@ pub fn first_for(uid: &str, me: &str, peers: &[String]) -> bool {
         .all(|peer| (rank(uid, peer), peer.as_str()) < (mine, me))
 }
 
+/// `me`'s place for the run `uid` among `me` and `peers`: how many of the others rank before it
+/// (0: first).
+pub fn place(uid: &str, me: &str, peers: &[String]) -> usize {
+    let mine = (rank(uid, me), me);
+    peers
+        .iter()
+        .filter(|peer| peer.as_str() != me)
+        .filter(|peer| (rank(uid, peer), peer.as_str()) > mine)
+        .count()
+}
+
 impl Spread {
     fn lock(&self) -> MutexGuard<'_, HashMap<RunKey, Instant>> {
         match self.deferred.lock() {
@@ -109,6 +120,21 @@ mod tests {
         }
         // Alone, a replica is first for every run.
         assert!(first_for("uid-0", "a-1", &[]));
+        // The places of the replicas for a run are 0, 1 and 2, the first's being 0.
+        for n in 0..50 {
+            let uid = format!("uid-{n}");
+            let mut places: Vec<usize> = replicas
+                .iter()
+                .map(|me| place(&uid, me, &replicas))
+                .collect();
+            let first = replicas
+                .iter()
+                .position(|me| first_for(&uid, me, &replicas));
+            assert_eq!(first.map(|i| places[i]), Some(0), "{uid}");
+            places.sort();
+            assert_eq!(places, vec![0, 1, 2], "{uid}");
+        }
+        assert_eq!(place("uid-0", "a-1", &[]), 0);
     }
 
     #[test]

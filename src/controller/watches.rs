@@ -29,7 +29,6 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
-use kube::core::DynamicResourceScope;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::utils::Backoff;
@@ -79,28 +78,32 @@ pub struct WatchedLease {
     pub holder: Option<String>,
 }
 
+/// The AgentRun's own group, version, kind and plural, known at compile time: a watched run's
+/// keys ([`ObjectRef`], held by the store, the Controller's queue and its scheduler) then carry
+/// no copy of an [`ApiResource`] (five strings) each, which at 100,000 watched runs is most of
+/// what a replica holds per run (issue 15).
 impl Resource for WatchedRun {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
+    type DynamicType = ();
+    type Scope = kube::core::NamespaceResourceScope;
 
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
+    fn group(dt: &()) -> Cow<'_, str> {
+        AgentRun::group(dt)
     }
 
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
+    fn version(dt: &()) -> Cow<'_, str> {
+        AgentRun::version(dt)
     }
 
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
+    fn kind(dt: &()) -> Cow<'_, str> {
+        AgentRun::kind(dt)
     }
 
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
+    fn plural(dt: &()) -> Cow<'_, str> {
+        AgentRun::plural(dt)
     }
 
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        AgentRun::api_version(dt)
     }
 
     fn meta(&self) -> &ObjectMeta {
@@ -271,17 +274,17 @@ pub async fn controller(
         Api<Lease>,
     ) = match &scope {
         Some(ns) => (
-            Api::namespaced_with(client.clone(), ns, &runs_type),
+            Api::namespaced(client.clone(), ns),
             Api::namespaced_with(client.clone(), ns, &approvals_type),
             Api::namespaced(client.clone(), ns),
         ),
         None => (
-            Api::all_with(client.clone(), &runs_type),
+            Api::all(client.clone()),
             Api::all_with(client.clone(), &approvals_type),
             Api::all(client.clone()),
         ),
     };
-    let writer = reflector::store::Writer::new(runs_type.clone());
+    let writer = reflector::store::Writer::new(());
     let reader = writer.as_reader();
     ctx.metrics.watch_runs(reader.clone());
     let scope_name = scope.as_deref();
@@ -325,15 +328,11 @@ pub async fn controller(
     })
     .touched_objects();
     let approval_runs_type = runs_type.clone();
-    let lease_runs_type = runs_type.clone();
-    let kick_runs_type = runs_type.clone();
-    let kicks =
-        tokio_stream::wrappers::UnboundedReceiverStream::new(kicks).map(move |key: RunKey| {
-            ObjectRef::new_with(&key.name, kick_runs_type.clone()).within(&key.namespace)
-        });
+    let kicks = tokio_stream::wrappers::UnboundedReceiverStream::new(kicks)
+        .map(move |key: RunKey| ObjectRef::new(&key.name).within(&key.namespace));
     let shutdown = ctx.executors.shutdown.clone();
     let deadline = ctx.executors.shutdown.clone();
-    let controller = Controller::for_stream_with(run_stream, reader, runs_type)
+    let controller = Controller::for_stream_with(run_stream, reader, ())
         .watches_stream_with(
             approval_stream,
             move |approval: PartialObjectMeta<DynamicObject>| {
@@ -347,10 +346,7 @@ pub async fn controller(
                         owner.kind == approval_runs_type.kind
                             && owner.api_version == approval_runs_type.api_version
                     })
-                    .map(|owner| {
-                        ObjectRef::new_with(&owner.name, approval_runs_type.clone())
-                            .within(&namespace)
-                    })
+                    .map(|owner| ObjectRef::new(&owner.name).within(&namespace))
                     .collect();
                 owners
             },
@@ -367,8 +363,7 @@ pub async fn controller(
                     .any(|owner| owner.kind == "AgentRun");
                 let name = lease.metadata.name.clone().unwrap_or_default();
                 let namespace = lease.metadata.namespace.clone().unwrap_or_default();
-                owned_by_run
-                    .then(|| ObjectRef::new_with(&name, lease_runs_type.clone()).within(&namespace))
+                owned_by_run.then(|| ObjectRef::new(&name).within(&namespace))
             },
             (),
         )

@@ -1,0 +1,257 @@
+//! How many runs this replica executes at once when the API server is its bottleneck (issue 15;
+//! docs/design.md section 7): the executor slots follow the server's pace, between
+//! [`MIN_SLOTS`] and `--max-concurrent-runs`.
+//!
+//! On a server that answers slowly, every run in flight waits in the same queue. By Little's
+//! law the runs finished per second stay what the server can take whatever the number in
+//! flight, so more in flight only makes each run live longer, and a run that lives longer costs
+//! more: its Lease is renewed every third of its duration, and new runs wait for a slot while
+//! the server's queue grows. So the limit is cut when the status writes answer slowly and grown
+//! back when they answer quickly again (additive increase, multiplicative decrease, as TCP
+//! congestion control does with delay as its signal, as in TCP Vegas):
+//!
+//! - Each status write's latency is a sample; the median of each window of [`WINDOW`] (with at
+//!   least [`MIN_SAMPLES`] samples) is compared to the quickest median seen (the baseline, which
+//!   drifts up by [`BASELINE_DRIFT`] per window so a server that became slower for good is
+//!   followed).
+//! - Congested when the median exceeds both [`CONGESTED_FACTOR`] × the baseline and
+//!   [`CONGESTED_FLOOR_MS`]: the limit is multiplied by [`DECREASE`], but not below half the
+//!   runs executing (those finish on their own: cutting below them only stops new ones) nor
+//!   [`MIN_SLOTS`]. A failed write (the server errored or timed out) counts as congestion.
+//! - Quick when the median is under both [`QUICK_FACTOR`] × the baseline or
+//!   [`QUICK_FLOOR_MS`]: the limit grows by its square root (at least 1), when the slots are in
+//!   use (at least [`UTILISED`] of them).
+//!
+//! A server answering within [`CONGESTED_FLOOR_MS`] is never judged congested, so a quick
+//! cluster (or the embedded server) keeps `--max-concurrent-runs`. Nothing here decides what a
+//! run does: a run in flight is never stopped, only new runs wait (the slot wait of
+//! [`super::executors`]).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The fewest slots the pace may leave (or `--max-concurrent-runs`, when that is lower).
+pub const MIN_SLOTS: usize = 8;
+/// How long one window of samples lasts.
+pub const WINDOW: Duration = Duration::from_secs(1);
+/// The fewest samples a window needs to count.
+pub const MIN_SAMPLES: usize = 5;
+/// The baseline rises by this factor per window, so it follows a server that slowed for good.
+pub const BASELINE_DRIFT: f64 = 1.01;
+/// A window's median above this many baselines (and above [`CONGESTED_FLOOR_MS`]) is congestion.
+pub const CONGESTED_FACTOR: f64 = 4.0;
+/// A window's median at or under this many milliseconds is never congestion.
+pub const CONGESTED_FLOOR_MS: f64 = 100.0;
+/// A window's median under this many baselines, or under [`QUICK_FLOOR_MS`], is quick.
+pub const QUICK_FACTOR: f64 = 2.0;
+/// A window's median under this many milliseconds is quick.
+pub const QUICK_FLOOR_MS: f64 = 50.0;
+/// What a congested window multiplies the limit by.
+pub const DECREASE: f64 = 0.8;
+/// The share of the slots that must be in use for a quick window to grow them.
+pub const UTILISED: f64 = 0.8;
+
+/// What a window concluded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// The server answered slowly (or failed): the limit was cut.
+    Congested,
+    /// The server answered quickly: the limit grew (if the slots were in use).
+    Quick,
+    /// Between the two, or too few samples: the limit stays.
+    Steady,
+}
+
+/// The pace of one replica: the current slot limit and the window being filled.
+#[derive(Debug)]
+pub struct Pace {
+    max: usize,
+    min: usize,
+    limit: f64,
+    baseline_ms: Option<f64>,
+    window_start: Option<Instant>,
+    window: Vec<f64>,
+    failed: bool,
+    /// The last windows' verdicts and medians (milliseconds), newest last, for the metrics and
+    /// tests.
+    history: VecDeque<(Verdict, f64)>,
+}
+
+impl Pace {
+    /// A pace with `max` slots at most (`--max-concurrent-runs`, at least 1), starting at `max`.
+    pub fn new(max: usize) -> Pace {
+        let max = max.max(1);
+        Pace {
+            max,
+            min: MIN_SLOTS.min(max),
+            limit: max as f64,
+            baseline_ms: None,
+            window_start: None,
+            window: Vec::new(),
+            failed: false,
+            history: VecDeque::new(),
+        }
+    }
+
+    /// The slots runs may take now (between the minimum and the maximum).
+    pub fn limit(&self) -> usize {
+        (self.limit.floor() as usize).clamp(self.min, self.max)
+    }
+
+    /// The quickest window median seen, drifted (milliseconds); `None` before the first window.
+    pub fn baseline_ms(&self) -> Option<f64> {
+        self.baseline_ms
+    }
+
+    /// The last window's verdict and median (milliseconds).
+    pub fn last(&self) -> Option<(Verdict, f64)> {
+        self.history.back().copied()
+    }
+
+    /// Records one status write that took `latency` (`ok` false: it failed, not a conflict) at
+    /// `at`, with `executing` runs in flight here. Returns the verdict when it closed a window.
+    pub fn sample(
+        &mut self,
+        latency: Duration,
+        ok: bool,
+        executing: usize,
+        at: Instant,
+    ) -> Option<Verdict> {
+        let start = *self.window_start.get_or_insert(at);
+        self.window.push(latency.as_secs_f64() * 1000.0);
+        self.failed |= !ok;
+        if at.saturating_duration_since(start) < WINDOW {
+            return None;
+        }
+        let verdict = self.close(executing);
+        self.window_start = Some(at);
+        Some(verdict)
+    }
+
+    fn close(&mut self, executing: usize) -> Verdict {
+        let mut window = std::mem::take(&mut self.window);
+        let failed = std::mem::take(&mut self.failed);
+        if window.len() < MIN_SAMPLES && !failed {
+            return Verdict::Steady;
+        }
+        window.sort_by(f64::total_cmp);
+        let median = window[window.len() / 2];
+        let baseline = match self.baseline_ms {
+            Some(baseline) => (baseline * BASELINE_DRIFT).min(median),
+            None => median,
+        };
+        self.baseline_ms = Some(baseline);
+        let verdict =
+            if failed || (median > baseline * CONGESTED_FACTOR && median > CONGESTED_FLOOR_MS) {
+                let floor = (executing as f64 / 2.0).max(self.min as f64);
+                self.limit = (self.limit * DECREASE).max(floor.min(self.limit));
+                Verdict::Congested
+            } else if median < baseline * QUICK_FACTOR || median < QUICK_FLOOR_MS {
+                if executing as f64 >= self.limit() as f64 * UTILISED {
+                    self.limit = (self.limit + self.limit.sqrt().max(1.0)).min(self.max as f64);
+                }
+                Verdict::Quick
+            } else {
+                Verdict::Steady
+            };
+        self.limit = self.limit.clamp(self.min as f64, self.max as f64);
+        if self.history.len() == 16 {
+            self.history.pop_front();
+        }
+        self.history.push_back((verdict, median));
+        verdict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `windows` windows of `per` samples of `ms` milliseconds each, `executing` in flight.
+    fn feed(pace: &mut Pace, t: &mut Instant, windows: usize, ms: u64, executing: usize) {
+        for _ in 0..windows {
+            for _ in 0..10 {
+                pace.sample(Duration::from_millis(ms), true, executing, *t);
+                *t += WINDOW / 10;
+            }
+        }
+    }
+
+    #[test]
+    fn a_quick_server_keeps_every_slot() {
+        let mut pace = Pace::new(256);
+        let mut t = Instant::now();
+        feed(&mut pace, &mut t, 30, 6, 256);
+        assert_eq!(pace.limit(), 256);
+        // Even a median many baselines above the quickest stays under the floor of congestion.
+        feed(&mut pace, &mut t, 30, 60, 256);
+        assert_eq!(pace.limit(), 256);
+        assert_ne!(
+            pace.last().map(|(verdict, _)| verdict),
+            Some(Verdict::Congested)
+        );
+    }
+
+    #[test]
+    fn a_slow_server_cuts_the_slots_down_to_the_minimum_and_a_quick_one_grows_them_back() {
+        let mut pace = Pace::new(256);
+        let mut t = Instant::now();
+        feed(&mut pace, &mut t, 5, 20, 256);
+        assert_eq!(pace.limit(), 256);
+        // Seconds per write: cut, but never below half of what is executing.
+        feed(&mut pace, &mut t, 3, 3_000, 256);
+        assert_eq!(
+            pace.last().map(|(verdict, _)| verdict),
+            Some(Verdict::Congested)
+        );
+        assert!(
+            pace.limit() >= 128 && pace.limit() < 256,
+            "{}",
+            pace.limit()
+        );
+        // The runs in flight drain as no new one starts; the cut follows them to the minimum.
+        feed(&mut pace, &mut t, 40, 3_000, 4);
+        assert_eq!(pace.limit(), MIN_SLOTS);
+        // The server recovers: the slots grow back while they are in use, and only then.
+        feed(&mut pace, &mut t, 5, 20, 1);
+        assert_eq!(pace.limit(), MIN_SLOTS, "unused slots do not grow");
+        let mut last = pace.limit();
+        for _ in 0..40 {
+            let executing = pace.limit();
+            feed(&mut pace, &mut t, 1, 20, executing);
+            assert!(pace.limit() >= last);
+            last = pace.limit();
+        }
+        assert_eq!(pace.limit(), 256);
+    }
+
+    #[test]
+    fn failed_writes_count_as_congestion_and_few_samples_as_nothing() {
+        let mut pace = Pace::new(100);
+        let mut t = Instant::now();
+        pace.sample(Duration::from_millis(5), false, 100, t);
+        t += WINDOW;
+        assert_eq!(
+            pace.sample(Duration::from_millis(5), true, 100, t),
+            Some(Verdict::Congested)
+        );
+        assert_eq!(pace.limit(), 80);
+        // Two samples in a window decide nothing.
+        t += WINDOW;
+        pace.sample(Duration::from_secs(5), true, 100, t);
+        t += WINDOW;
+        assert_eq!(
+            pace.sample(Duration::from_secs(5), true, 100, t),
+            Some(Verdict::Steady)
+        );
+        assert_eq!(pace.limit(), 80);
+    }
+
+    #[test]
+    fn a_low_maximum_is_also_the_minimum() {
+        let mut pace = Pace::new(2);
+        let mut t = Instant::now();
+        feed(&mut pace, &mut t, 10, 5_000, 2);
+        assert_eq!(pace.limit(), 2);
+    }
+}
