@@ -132,11 +132,14 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let mut metric_writes = 0.0;
-    let mut events = [0.0; 3];
+    let mut events = [0.0; 4];
     for controller in &controllers {
         if let Ok(text) = controller.metrics(&bench.http).await {
             metric_writes += metric_sum(&text, "agentrt_status_writes_total");
-            for (i, outcome) in ["published", "failed", "dropped"].iter().enumerate() {
+            for (i, outcome) in ["published", "failed", "folded", "dropped"]
+                .iter()
+                .enumerate()
+            {
                 events[i] += metric_value(
                     &text,
                     &format!("agentrt_kube_events_total{{outcome=\"{outcome}\"}}"),
@@ -145,10 +148,11 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         }
     }
     row.notes.push(format!(
-        "Kubernetes Events: {} published, {} refused, {} dropped (queue full); {:.1} s waited after the last run for the queues behind --event-qps to drain",
+        "Kubernetes Events: {} published, {} refused, {} folded into another of the same run while waiting, {} dropped (queue full); {:.1} s waited after the last run for the queues behind --event-qps to drain",
         events[0],
         events[1],
         events[2],
+        events[3],
         drained.elapsed().as_secs_f64()
     ));
     for controller in &mut controllers {

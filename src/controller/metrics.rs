@@ -158,7 +158,8 @@ pub struct Metrics {
     /// Leases lost (another holder, or expired unrenewed).
     pub leases_lost: Counter,
     /// Kubernetes Events by outcome: `published`, `failed` (the API server refused it),
-    /// `dropped` (the queue behind `--event-qps` was full; `controller::projection`).
+    /// `folded` (into a waiting Event of the same run), `dropped` (the queue behind
+    /// `--event-qps` was full; `controller::projection`).
     pub kube_events: Family<Outcome, Counter>,
     /// Kubernetes Events queued or being published (waiting for `--event-qps`, or for the API
     /// server's answer).
@@ -246,7 +247,7 @@ impl Default for Metrics {
         registry.register("tool_calls", "Tool calls by outcome", m.tool_calls.clone());
         registry.register(
             "kube_events",
-            "Kubernetes Events by outcome (published, failed, dropped: the queue behind --event-qps was full)",
+            "Kubernetes Events by outcome (published, failed, folded into a waiting Event of the same run, dropped: the queue behind --event-qps was full)",
             m.kube_events.clone(),
         );
         registry.register(
@@ -365,7 +366,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Counts one Kubernetes Event: `published`, `failed` or `dropped`.
+    /// Counts one Kubernetes Event: `published`, `failed`, `folded` or `dropped`.
     pub fn kube_event(&self, outcome: &str) {
         self.kube_events.get_or_create(&Outcome::of(outcome)).inc();
     }

@@ -138,6 +138,12 @@ impl TokenBucket {
         }
     }
 
+    /// Gives back the token of a take whose Event waited and was put back in the queue (it
+    /// takes one again when it goes).
+    fn refund(&mut self) {
+        self.tokens += 1.0;
+    }
+
     /// Takes a token at `now`: the time to wait before using it (zero: at once).
     fn take(&mut self, now: std::time::Instant) -> std::time::Duration {
         if self.rate.per_second <= 0.0 {
@@ -154,6 +160,95 @@ impl TokenBucket {
             std::time::Duration::from_secs_f64(-self.tokens / self.rate.per_second)
         }
     }
+}
+
+/// The most bytes an Event's note may hold (the events.k8s.io/v1 API refuses longer ones).
+pub const NOTE_LIMIT: usize = 1024;
+
+/// What [`WaitingEvents::push`] did with an Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queued {
+    /// It waits at the end of the queue.
+    Added,
+    /// It was folded into an Event of the same run already waiting.
+    Folded,
+    /// The queue holds [`EVENT_QUEUE`] Events: dropped.
+    Full,
+}
+
+/// The Events waiting for the rate, oldest first. A Normal Event about a run that already has
+/// a Normal Event waiting is folded into it (the later reason, both notes: "RunFinished: …
+/// (earlier, RunStarted: …)"), so a run that starts and ends while the Events wait costs one
+/// Event, not two (issue 15: Events batched); Warnings are never folded. On a quiet cluster
+/// nothing waits and every Event goes on its own.
+#[derive(Default)]
+pub struct WaitingEvents {
+    queue: std::collections::VecDeque<(ObjectReference, Event)>,
+}
+
+impl WaitingEvents {
+    /// Queues `event` about `reference`.
+    pub fn push(&mut self, reference: ObjectReference, event: Event) -> Queued {
+        if matches!(event.type_, EventType::Normal) {
+            if let Some((_, waiting)) = self.queue.iter_mut().find(|(waiting_for, waiting)| {
+                matches!(waiting.type_, EventType::Normal)
+                    && waiting_for.uid.is_some()
+                    && waiting_for.uid == reference.uid
+            }) {
+                let earlier = format!(
+                    "{}: {}",
+                    waiting.reason,
+                    waiting.note.as_deref().unwrap_or_default()
+                );
+                let mut note = match event.note.as_deref() {
+                    Some(note) if !note.is_empty() => format!("{note} (earlier, {earlier})"),
+                    _ => format!("(earlier, {earlier})"),
+                };
+                truncate_note(&mut note);
+                waiting.reason = event.reason;
+                waiting.note = Some(note);
+                return Queued::Folded;
+            }
+        }
+        if self.queue.len() >= EVENT_QUEUE {
+            return Queued::Full;
+        }
+        self.queue.push_back((reference, event));
+        Queued::Added
+    }
+
+    /// Puts `event` back at the head of the queue (it was taken and must wait).
+    fn push_front(&mut self, reference: ObjectReference, event: Event) {
+        self.queue.push_front((reference, event));
+    }
+
+    /// Takes the oldest Event.
+    pub fn pop(&mut self) -> Option<(ObjectReference, Event)> {
+        self.queue.pop_front()
+    }
+
+    /// How many Events wait.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
+/// Cuts `note` to [`NOTE_LIMIT`] bytes at a character boundary, ending it with "…".
+fn truncate_note(note: &mut String) {
+    if note.len() <= NOTE_LIMIT {
+        return;
+    }
+    let mut end = NOTE_LIMIT - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    note.push('…');
 }
 
 /// Where Events go: a bounded queue to one publishing task that posts them at most at the
@@ -186,10 +281,39 @@ impl EventSink {
         let counted = metrics.clone();
         tokio::spawn(async move {
             let mut bucket = TokenBucket::new(rate, std::time::Instant::now());
-            while let Some((reference, event)) = rx.recv().await {
+            let mut waiting = WaitingEvents::default();
+            loop {
+                // Everything sent meanwhile joins the queue (folded where it can be) before
+                // the next Event goes.
+                while let Ok((reference, event)) = rx.try_recv() {
+                    match waiting.push(reference, event) {
+                        Queued::Added => {}
+                        Queued::Folded => {
+                            counted.kube_event("folded");
+                            counted.kube_events_queued.dec();
+                        }
+                        Queued::Full => {
+                            counted.kube_event("dropped");
+                            counted.kube_events_queued.dec();
+                        }
+                    }
+                }
+                let Some((reference, event)) = waiting.pop() else {
+                    match rx.recv().await {
+                        Some((reference, event)) => {
+                            waiting.push(reference, event);
+                            continue;
+                        }
+                        None => break,
+                    }
+                };
                 let wait = bucket.take(std::time::Instant::now());
                 if !wait.is_zero() {
+                    // Put back while it waits, so what arrives meanwhile can still fold into it.
+                    waiting.push_front(reference, event);
                     tokio::time::sleep(wait).await;
+                    bucket.refund();
+                    continue;
                 }
                 let namespace = reference.namespace.clone().unwrap_or_default();
                 let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
@@ -286,6 +410,96 @@ mod tests {
             at_once += 1;
         }
         assert_eq!(at_once, 3);
+    }
+
+    fn normal(reason: &str, note: &str) -> Event {
+        Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note.into()),
+            action: "Reconcile".into(),
+            secondary: None,
+        }
+    }
+
+    fn about(uid: &str) -> ObjectReference {
+        ObjectReference {
+            name: Some(format!("run-{uid}")),
+            namespace: Some("ns".into()),
+            uid: Some(uid.into()),
+            ..ObjectReference::default()
+        }
+    }
+
+    #[test]
+    fn a_runs_normal_events_that_wait_together_fold_into_one_and_warnings_never_do() {
+        let mut waiting = WaitingEvents::default();
+        assert_eq!(
+            waiting.push(about("a"), normal("RunStarted", "started by c0")),
+            Queued::Added
+        );
+        assert_eq!(
+            waiting.push(about("b"), normal("RunStarted", "started by c1")),
+            Queued::Added
+        );
+        let mut warning = normal("TakenOver", "taken over");
+        warning.type_ = EventType::Warning;
+        assert_eq!(waiting.push(about("a"), warning), Queued::Added);
+        assert_eq!(
+            waiting.push(
+                about("a"),
+                normal("RunFinished", "completed after 10 steps")
+            ),
+            Queued::Folded
+        );
+        assert_eq!(waiting.len(), 3);
+        let (reference, first) = waiting.pop().expect("a's folded Event");
+        assert_eq!(reference.uid.as_deref(), Some("a"));
+        assert_eq!(first.reason, "RunFinished");
+        assert_eq!(
+            first.note.as_deref(),
+            Some("completed after 10 steps (earlier, RunStarted: started by c0)")
+        );
+        assert_eq!(
+            waiting.pop().map(|(_, e)| e.reason),
+            Some("RunStarted".to_string())
+        );
+        assert_eq!(
+            waiting.pop().map(|(_, e)| e.reason),
+            Some("TakenOver".to_string())
+        );
+        assert!(waiting.is_empty());
+        // Once published, an Event is not folded into: the next one waits on its own.
+        assert_eq!(
+            waiting.push(about("a"), normal("RunFinished", "again")),
+            Queued::Added
+        );
+    }
+
+    #[test]
+    fn folded_notes_stay_within_the_api_limit_and_a_full_queue_drops() {
+        let mut waiting = WaitingEvents::default();
+        waiting.push(about("a"), normal("RunStarted", &"é".repeat(600)));
+        waiting.push(about("a"), normal("RunFinished", &"x".repeat(600)));
+        let (_, folded) = waiting.pop().expect("folded");
+        let note = folded.note.expect("a note");
+        assert!(note.len() <= NOTE_LIMIT, "{}", note.len());
+        assert!(note.ends_with('…'));
+        for n in 0..EVENT_QUEUE {
+            assert_eq!(
+                waiting.push(about(&n.to_string()), normal("RunStarted", "")),
+                Queued::Added
+            );
+        }
+        assert_eq!(
+            waiting.push(about("late"), normal("RunStarted", "")),
+            Queued::Full
+        );
+        // A run already waiting still folds into its Event when the queue is full.
+        assert_eq!(
+            waiting.push(about("7"), normal("RunFinished", "")),
+            Queued::Folded
+        );
     }
 
     #[test]
