@@ -48,8 +48,9 @@ use crate::api::{AgentRun, Approval};
 /// while parsing, without being built.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct WatchedRun {
-    /// `metadata`.
-    #[serde(default)]
+    /// `metadata`: only its name, namespace, uid, resourceVersion, generation and
+    /// deletionTimestamp ([`watched_metadata`]).
+    #[serde(default, deserialize_with = "watched_metadata")]
     pub metadata: ObjectMeta,
     /// `status.phase`, `status.lease.holder` and `status.observedGeneration`.
     #[serde(default)]
@@ -115,21 +116,34 @@ impl Resource for WatchedRun {
     }
 }
 
-/// kubectl's annotation holding a copy of the whole manifest it last applied (client-side).
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+/// The metadata fields a replica reads of a watched run (and kube-runtime's keys: name,
+/// namespace, uid, resourceVersion); labels, annotations, managedFields, ownerReferences and
+/// the rest are skipped while parsing, so they are never built: each label or annotation map
+/// alone costs about half a KiB per run (issue 15: memory per waiting run).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct WatchedMetadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
 
-/// Drops from a watched run's metadata what no reconcile reads and what grows with its
-/// writers and its manifest: `managedFields` and kubectl's [`LAST_APPLIED`] annotation, so a
-/// replica's memory per watched run stays small (issue 15; kube-rs's advice for reflector
-/// stores). The run's store is never written back.
-pub fn trim_run_metadata(meta: &mut ObjectMeta) {
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-        if annotations.is_empty() {
-            meta.annotations = None;
-        }
-    }
+fn watched_metadata<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<ObjectMeta, D::Error> {
+    let meta = WatchedMetadata::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        generation: meta.generation,
+        deletion_timestamp: meta.deletion_timestamp,
+        ..ObjectMeta::default()
+    })
 }
 
 /// The first wait after a watch fails (200 ms), doubled after each failure in a row.
@@ -290,7 +304,6 @@ pub async fn controller(
     let scope_name = scope.as_deref();
     let run_watch = recovering(ctx.metrics.watch("agentruns", scope_name), move || {
         watcher(runs.clone(), watcher::Config::default())
-            .modify(|run: &mut WatchedRun| trim_run_metadata(&mut run.metadata))
     });
     let run_stream = reflector::reflector(writer, run_watch)
         .applied_objects()
@@ -466,39 +479,6 @@ mod tests {
     }
 
     #[test]
-    fn a_watched_runs_metadata_loses_managed_fields_and_the_last_applied_manifest_only() {
-        let mut meta: ObjectMeta = serde_json::from_value(serde_json::json!({
-            "name": "r",
-            "namespace": "ns",
-            "uid": "u",
-            "generation": 2,
-            "labels": {"team": "a"},
-            "annotations": {
-                "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}",
-                "note": "kept"
-            },
-            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
-        }))
-        .expect("metadata decodes");
-        trim_run_metadata(&mut meta);
-        assert_eq!(meta.managed_fields, None);
-        let annotations = meta
-            .annotations
-            .clone()
-            .expect("the other annotation stays");
-        assert_eq!(annotations.len(), 1);
-        assert_eq!(annotations["note"], "kept");
-        assert_eq!(meta.labels.expect("labels")["team"], "a");
-        assert_eq!((meta.uid.as_deref(), meta.generation), (Some("u"), Some(2)));
-        let mut only_last_applied = ObjectMeta {
-            annotations: Some([(LAST_APPLIED.to_string(), "{}".to_string())].into()),
-            ..ObjectMeta::default()
-        };
-        trim_run_metadata(&mut only_last_applied);
-        assert_eq!(only_last_applied.annotations, None);
-    }
-
-    #[test]
     fn a_watched_run_keeps_metadata_phase_holder_and_observed_generation_only() {
         let run: WatchedRun = serde_json::from_value(serde_json::json!({
             "apiVersion": "agentrt.dev/v1alpha1",
@@ -512,6 +492,26 @@ mod tests {
         .expect("a run decodes");
         assert_eq!(run.metadata.uid.as_deref(), Some("u"));
         assert_eq!(run.status.phase.as_deref(), Some("Running"));
+        // Only the metadata a replica reads is kept.
+        let labelled: WatchedRun = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "r", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                         "generation": 3, "labels": {"team": "a"},
+                         "annotations": {"agentrt.dev/created-by": "alice"},
+                         "managedFields": [{"manager": "kubectl"}],
+                         "creationTimestamp": "2026-12-01T00:00:00Z"},
+        }))
+        .expect("a run decodes");
+        assert_eq!(
+            labelled.metadata,
+            ObjectMeta {
+                name: Some("r".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u".into()),
+                resource_version: Some("7".into()),
+                generation: Some(3),
+                ..ObjectMeta::default()
+            }
+        );
         assert_eq!(run.status.observed_generation, Some(2));
         let moved = WatchedRun {
             status: WatchedStatus {

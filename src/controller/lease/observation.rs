@@ -55,9 +55,54 @@ fn key_of(lease: &Lease) -> RunKey {
 struct Entry {
     seen: Seen,
     since: Instant,
+    /// The Lease as stored, less its labels when they are only agentrt's own
+    /// ([`stored_compactly`]; [`LeaseObservations::cached`] puts them back).
     lease: Arc<Lease>,
+    /// Whether its labels were taken off.
+    unlabelled: bool,
     /// The [`State::touches`] count when it was last seen: a relist drops what it did not touch.
     touched: u64,
+}
+
+/// Whether `lease`'s labels are exactly the one every agentrt Lease carries
+/// (`app.kubernetes.io/managed-by: agentrt`).
+fn only_managed_by(lease: &Lease) -> bool {
+    lease.metadata.labels.as_ref().is_some_and(|labels| {
+        labels.len() == 1
+            && labels
+                .get(crate::controller::lease::MANAGED_BY_LABEL)
+                .map(String::as_str)
+                == Some(crate::controller::lease::MANAGED_BY)
+    })
+}
+
+/// `lease` as kept, and whether its labels were taken off: they go when they are only
+/// agentrt's own, since a label map costs about half a KiB per Lease and every run has one
+/// (issue 15: memory per waiting run).
+fn stored_compactly(lease: &Lease) -> (Lease, bool) {
+    let mut kept = lease.clone();
+    let unlabelled = only_managed_by(lease);
+    if unlabelled {
+        kept.metadata.labels = None;
+    }
+    (kept, unlabelled)
+}
+
+/// The Lease of `entry` as it is stored: agentrt's own label back on one kept without it.
+fn as_stored(entry: &Entry) -> Arc<Lease> {
+    let kept = &entry.lease;
+    if !entry.unlabelled {
+        return kept.clone();
+    }
+    let mut lease = Lease::clone(kept);
+    lease.metadata.labels = Some(
+        [(
+            crate::controller::lease::MANAGED_BY_LABEL.to_string(),
+            crate::controller::lease::MANAGED_BY.to_string(),
+        )]
+        .into(),
+    );
+    Arc::new(lease)
 }
 
 /// A watch scope: a namespace, or `None` for all.
@@ -127,12 +172,14 @@ impl LeaseObservations {
                     .unwrap_or(u64::MAX)
             }
             _ => {
+                let (kept, unlabelled) = stored_compactly(lease);
                 state.seen.insert(
                     key.clone(),
                     Entry {
                         seen: now_seen,
                         since: at,
-                        lease: Arc::new(lease.clone()),
+                        lease: Arc::new(kept),
+                        unlabelled,
                         touched,
                     },
                 );
@@ -180,7 +227,7 @@ impl LeaseObservations {
         if !state.listed.keys().any(|scope| in_scope(scope, key)) {
             return None;
         }
-        Some(state.seen.get(key).map(|entry| entry.lease.clone()))
+        Some(state.seen.get(key).map(as_stored))
     }
 
     /// The holders seen holding a Lease within `within` before `at` (monotonic): the replicas
@@ -239,6 +286,44 @@ mod tests {
                 lease_duration_seconds: Some(2),
                 ..LeaseSpec::default()
             }),
+        }
+    }
+
+    #[test]
+    fn a_lease_is_kept_without_agentrts_own_label_and_handed_out_with_it() {
+        let seen = LeaseObservations::default();
+        let t0 = Instant::now();
+        let mut ours = lease("a", 0, "1");
+        ours.metadata.namespace = Some("ns".into());
+        ours.metadata.name = Some("r".into());
+        ours.metadata.labels = Some(
+            [(
+                crate::controller::lease::MANAGED_BY_LABEL.to_string(),
+                crate::controller::lease::MANAGED_BY.to_string(),
+            )]
+            .into(),
+        );
+        seen.watched(None, &watcher::Event::Init, t0);
+        seen.watched(None, &watcher::Event::InitApply(ours.clone()), t0);
+        seen.watched(None, &watcher::Event::InitDone, t0);
+        assert!(seen.lock().seen[&key()].lease.metadata.labels.is_none());
+        assert_eq!(
+            *seen.cached(&key()).expect("listed").expect("a lease"),
+            ours
+        );
+        // A Lease with other labels (or none) is handed out exactly as it was seen.
+        for (version, labels) in [
+            ("2", None),
+            ("3", Some([("team".to_string(), "a".to_string())].into())),
+        ] {
+            let mut theirs = ours.clone();
+            theirs.metadata.labels = labels;
+            theirs.metadata.resource_version = Some(version.into());
+            seen.observe(&key(), Some(&theirs), t0);
+            assert_eq!(
+                *seen.cached(&key()).expect("listed").expect("a lease"),
+                theirs
+            );
         }
     }
 
