@@ -28,6 +28,30 @@ pub struct Plan {
     pub waiting: bool,
 }
 
+/// Every object of `api`, listed 500 at a time (one unpaged LIST of 10,000 finished runs is
+/// more than a loaded kube-apiserver answers within its 60 s).
+///
+/// # Errors
+/// When a page is refused.
+async fn list_paged(
+    api: &kube::Api<kube::api::DynamicObject>,
+) -> anyhow::Result<Vec<kube::api::DynamicObject>> {
+    let mut items = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = kube::api::ListParams::default().limit(500);
+        if let Some(token) = &token {
+            params = params.continue_token(token);
+        }
+        let page = api.list(&params).await?;
+        items.extend(page.items);
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(next) => token = Some(next),
+            None => return Ok(items),
+        }
+    }
+}
+
 /// Runs `plan` and measures it.
 ///
 /// # Errors
@@ -205,10 +229,7 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         ));
     }
 
-    let finished = runs_api(&bench.target.client, &ns)
-        .list(&Default::default())
-        .await?
-        .items;
+    let finished = list_paged(&runs_api(&bench.target.client, &ns)).await?;
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     for run in &finished {
         let status = &run.data["status"];

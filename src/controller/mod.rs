@@ -87,7 +87,8 @@ pub struct ControllerOptions {
     #[arg(long, default_value = "/etc/agentrt/webhook")]
     pub webhook_cert_dir: std::path::PathBuf,
     /// Most runs this replica executes at once. While the API server answers status writes
-    /// slowly (a median over 100 ms and over 4 times the quickest seen), fewer (down to 8):
+    /// slowly (a median over 4 times the quickest seen; always over 1 s, never under 100 ms),
+    /// fewer (down to 8):
     /// the slots follow the server's pace and grow back when it answers quickly again; the
     /// gauge agentrt_executor_slots shows the number now (docs/design.md section 7).
     #[arg(long, default_value_t = 256)]

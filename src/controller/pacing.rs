@@ -14,12 +14,15 @@
 //!   least [`MIN_SAMPLES`] samples) is compared to the quickest median seen (the baseline, which
 //!   drifts up by [`BASELINE_DRIFT`] per window so a server that became slower for good is
 //!   followed).
-//! - Congested when the median exceeds both [`CONGESTED_FACTOR`] × the baseline and
-//!   [`CONGESTED_FLOOR_MS`]: the limit is multiplied by [`DECREASE`], but not below half the
+//! - Congested when the median exceeds [`CONGESTED_FACTOR`] × the baseline, held between
+//!   [`CONGESTED_FLOOR_MS`] and [`CONGESTED_CEILING_MS`] (a replica that starts on a server
+//!   already overloaded never sees a quick baseline; a write slower than the ceiling, the
+//!   Kubernetes API's latency objective for a mutating call, is congestion whatever the
+//!   baseline): the limit is multiplied by [`DECREASE`], but not below half the
 //!   runs executing (those finish on their own: cutting below them only stops new ones) nor
 //!   [`MIN_SLOTS`]. A failed write (the server errored or timed out) counts as congestion.
-//! - Quick when the median is under both [`QUICK_FACTOR`] × the baseline or
-//!   [`QUICK_FLOOR_MS`]: the limit grows by its square root (at least 1), when the slots are in
+//! - Quick when the median is under [`QUICK_FACTOR`] × the baseline, held between
+//!   [`QUICK_FLOOR_MS`] and half the ceiling: the limit grows by its square root (at least 1), when the slots are in
 //!   use (at least [`UTILISED`] of them).
 //!
 //! A server answering within [`CONGESTED_FLOOR_MS`] is never judged congested, so a quick
@@ -42,6 +45,9 @@ pub const BASELINE_DRIFT: f64 = 1.01;
 pub const CONGESTED_FACTOR: f64 = 4.0;
 /// A window's median at or under this many milliseconds is never congestion.
 pub const CONGESTED_FLOOR_MS: f64 = 100.0;
+/// A window's median over this many milliseconds is congestion whatever the baseline (the
+/// Kubernetes API's latency objective for a mutating call of one object: 1 s).
+pub const CONGESTED_CEILING_MS: f64 = 1_000.0;
 /// A window's median under this many baselines, or under [`QUICK_FLOOR_MS`], is quick.
 pub const QUICK_FACTOR: f64 = 2.0;
 /// A window's median under this many milliseconds is quick.
@@ -141,19 +147,21 @@ impl Pace {
             None => median,
         };
         self.baseline_ms = Some(baseline);
-        let verdict =
-            if failed || (median > baseline * CONGESTED_FACTOR && median > CONGESTED_FLOOR_MS) {
-                let floor = (executing as f64 / 2.0).max(self.min as f64);
-                self.limit = (self.limit * DECREASE).max(floor.min(self.limit));
-                Verdict::Congested
-            } else if median < baseline * QUICK_FACTOR || median < QUICK_FLOOR_MS {
-                if executing as f64 >= self.limit() as f64 * UTILISED {
-                    self.limit = (self.limit + self.limit.sqrt().max(1.0)).min(self.max as f64);
-                }
-                Verdict::Quick
-            } else {
-                Verdict::Steady
-            };
+        let congested =
+            (baseline * CONGESTED_FACTOR).clamp(CONGESTED_FLOOR_MS, CONGESTED_CEILING_MS);
+        let quick = (baseline * QUICK_FACTOR).clamp(QUICK_FLOOR_MS, CONGESTED_CEILING_MS / 2.0);
+        let verdict = if failed || median > congested {
+            let floor = (executing as f64 / 2.0).max(self.min as f64);
+            self.limit = (self.limit * DECREASE).max(floor.min(self.limit));
+            Verdict::Congested
+        } else if median < quick {
+            if executing as f64 >= self.limit() as f64 * UTILISED {
+                self.limit = (self.limit + self.limit.sqrt().max(1.0)).min(self.max as f64);
+            }
+            Verdict::Quick
+        } else {
+            Verdict::Steady
+        };
         self.limit = self.limit.clamp(self.min as f64, self.max as f64);
         if self.history.len() == 16 {
             self.history.pop_front();
@@ -223,6 +231,23 @@ mod tests {
             last = pace.limit();
         }
         assert_eq!(pace.limit(), 256);
+    }
+
+    #[test]
+    fn a_server_slow_from_the_start_is_congested_past_the_ceiling() {
+        let mut pace = Pace::new(256);
+        let mut t = Instant::now();
+        // Never a quick window: the baseline is slow too, yet over a second is congestion.
+        feed(&mut pace, &mut t, 30, 2_500, 8);
+        assert_eq!(pace.limit(), MIN_SLOTS);
+        // Under half the ceiling, on that baseline, counts as quick again.
+        let executing = pace.limit();
+        feed(&mut pace, &mut t, 2, 400, executing);
+        assert_eq!(
+            pace.last().map(|(verdict, _)| verdict),
+            Some(Verdict::Quick)
+        );
+        assert!(pace.limit() > MIN_SLOTS);
     }
 
     #[test]
