@@ -533,7 +533,9 @@ impl LeaseCell {
         }
     }
 
-    /// Renews the lease every third of its duration (writing `clock`'s time as renewTime) until
+    /// Renews the lease a third of its duration after its last acknowledged renewal, its own
+    /// or the executor's before a call (writing `clock`'s time as renewTime), always on the
+    /// resourceVersion held at that moment, until
     /// it is lost or released, or `stop` fires. A renewal that finds another holder, or that
     /// fails until the lease has expired on this replica's monotonic clock (the last
     /// acknowledged renewal's send instant + duration), marks it lost and calls `on_lost`; each
@@ -547,17 +549,34 @@ impl LeaseCell {
         on_lost: impl Fn() + Send,
         on_renew_failed: impl Fn() + Send,
     ) {
+        let mut failed = false;
         loop {
-            let held = self.held();
-            let period = Duration::from_millis(
-                u64::try_from(held.duration_seconds.max(1)).unwrap_or(1) * 1000 / 3,
-            );
+            let period = {
+                let held = self.held();
+                Duration::from_millis(
+                    u64::try_from(held.duration_seconds.max(1)).unwrap_or(1) * 1000 / 3,
+                )
+            };
+            // A third of the duration after the last acknowledged renewal, whoever made it (the
+            // executor renews too, before a call when half is spent); after a failure, a third
+            // of the duration after it.
+            let wait = if failed {
+                period
+            } else {
+                period.saturating_sub(self.held().sent_at.elapsed())
+            };
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(period) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
             if self.is_lost() || self.is_released() {
                 return;
+            }
+            // The lease as held now, not as it was before the wait: a renewal made meanwhile
+            // moved its resourceVersion, and renewing the older one could only conflict.
+            let held = self.held();
+            if !failed && held.sent_at.elapsed() < period {
+                continue;
             }
             let now = clock.now();
             match renew(api.as_ref(), &held, &holder, now).await {
@@ -565,6 +584,7 @@ impl LeaseCell {
                     if self.is_released() {
                         return;
                     }
+                    failed = false;
                     self.set(*renewed);
                 }
                 Ok(Renewal::Lost { holder: other }) => {
@@ -574,6 +594,7 @@ impl LeaseCell {
                     return;
                 }
                 Err(err) => {
+                    failed = true;
                     on_renew_failed();
                     if !held.may_start_side_effect(Instant::now(), Duration::ZERO) {
                         tracing::warn!(lease = ?held.lease.metadata.name, %err, "lease lost: renewals failed past its expiry");
