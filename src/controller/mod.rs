@@ -88,7 +88,7 @@ pub struct ControllerOptions {
     pub webhook_cert_dir: std::path::PathBuf,
     /// Most runs this replica executes at once. While the API server answers status writes
     /// slowly (a median over 4 times the quickest seen; always over 1 s, never under 100 ms),
-    /// fewer (down to 8):
+    /// fewer (down to 32):
     /// the slots follow the server's pace and grow back when it answers quickly again; the
     /// gauge agentrt_executor_slots shows the number now (docs/design.md section 7).
     #[arg(long, default_value_t = 256)]

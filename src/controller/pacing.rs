@@ -33,8 +33,12 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// The fewest slots the pace may leave (or `--max-concurrent-runs`, when that is lower).
-pub const MIN_SLOTS: usize = 8;
+/// The fewest slots the pace may leave (or `--max-concurrent-runs`, when that is lower). Not
+/// fewer: a server can be slow for reasons other than this replica's runs (other clients, a
+/// starved machine), and then fewer runs in flight only make fewer runs finish; 32 still keeps
+/// a server that takes 30 ms per write busy, as a 10-step run needs about a third of a second
+/// of its time.
+pub const MIN_SLOTS: usize = 32;
 /// How long one window of samples lasts.
 pub const WINDOW: Duration = Duration::from_secs(1);
 /// The fewest samples a window needs to count.
