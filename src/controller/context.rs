@@ -206,6 +206,78 @@ pub struct Context {
     pub executors: Executors,
     /// Reconcile failures in a row, per run: [`super::failures::error_policy`]'s backoff.
     pub failures: FailureBackoff,
+    /// The runs this replica has seen ended, in a read or a write ([`EndedRuns`]).
+    pub ended: EndedRuns,
+}
+
+/// How many ended runs [`EndedRuns`] remembers (the oldest are forgotten first; about 150 bytes
+/// each).
+pub const ENDED_MEMORY: usize = 16_384;
+
+/// The runs (name and uid) this replica has read or written in a terminal phase, newest last,
+/// at most [`ENDED_MEMORY`]. A terminal phase never changes (`engine::observe_needed`), so a
+/// reconcile woken by a watch that still shows such a run going (a watch minutes behind on a
+/// loaded API server, delivering the run's earlier writes one by one) has nothing to read: at
+/// scale on kube-apiserver, 3.5 reads per run came after the run had ended (issue 15). A run
+/// created again under the name has another uid and is not skipped.
+#[derive(Debug, Default)]
+pub struct EndedRuns {
+    state: std::sync::Mutex<(
+        std::collections::HashMap<RunKey, String>,
+        std::collections::VecDeque<RunKey>,
+    )>,
+}
+
+impl EndedRuns {
+    /// Remembers that the run `key` with `uid` ended.
+    pub fn ended(&self, key: &RunKey, uid: &str) {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (runs, order) = &mut *state;
+        if runs.insert(key.clone(), uid.to_string()).is_none() {
+            order.push_back(key.clone());
+        }
+        while order.len() > ENDED_MEMORY {
+            if let Some(oldest) = order.pop_front() {
+                runs.remove(&oldest);
+            }
+        }
+    }
+
+    /// Whether the run `key` with `uid` is known to have ended.
+    pub fn has_ended(&self, key: &RunKey, uid: &str) -> bool {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        state.0.get(key).is_some_and(|ended| ended == uid)
+    }
+
+    /// How many ended runs are remembered.
+    pub fn len(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .1
+            .len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Remembers `run` if its status is in a terminal phase.
+    fn note(&self, run: &StoredRun) {
+        if !crate::engine::observe_needed(run.snapshot.status["phase"].as_str()) {
+            self.ended(
+                &RunKey::new(run.snapshot.namespace.clone(), run.snapshot.name.clone()),
+                &run.snapshot.uid,
+            );
+        }
+    }
 }
 
 /// Up to this many Approvals named by a record are read one by one; more, by label.
@@ -245,6 +317,7 @@ impl Context {
             metrics,
             leases: LeaseObservations::default(),
             spread: super::spread::Spread::default(),
+            ended: EndedRuns::default(),
             executors,
             failures: FailureBackoff::default(),
         }
@@ -345,6 +418,7 @@ impl Context {
         let Some(run) = self.api.get_run(&key.namespace, &key.name).await? else {
             return Ok(None);
         };
+        self.ended.note(&run);
         let names = crate::engine::recorded_approvals(&run.snapshot.status);
         let approvals = if names.len() > MAX_APPROVAL_GETS {
             let mut listed = self
@@ -437,6 +511,7 @@ impl Context {
     }
 
     fn landed(&self, before: &Value, after: &StoredRun) {
+        self.ended.note(after);
         self.events.write_landed(before, after);
         self.metrics.observe_write(before, &after.snapshot.status);
         fault::after_write(before, &after.snapshot.status);
@@ -534,5 +609,31 @@ pub fn same_json(a: &Value, b: &Value) -> bool {
                     .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
         }
         _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod ended_tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_run_is_known_by_name_and_uid_and_the_oldest_are_forgotten_first() {
+        let ended = EndedRuns::default();
+        let key = |n: usize| RunKey::new("ns", format!("r{n}"));
+        ended.ended(&key(0), "u0");
+        assert!(ended.has_ended(&key(0), "u0"));
+        // The same name created again is another run.
+        assert!(!ended.has_ended(&key(0), "u0-again"));
+        assert!(!ended.has_ended(&key(1), "u1"));
+        for n in 1..=ENDED_MEMORY {
+            ended.ended(&key(n), &format!("u{n}"));
+        }
+        assert_eq!(ended.len(), ENDED_MEMORY);
+        assert!(!ended.has_ended(&key(0), "u0"), "the oldest is forgotten");
+        assert!(ended.has_ended(&key(1), "u1"));
+        assert!(ended.has_ended(&key(ENDED_MEMORY), &format!("u{ENDED_MEMORY}")));
+        // Noting it again does not count twice.
+        ended.ended(&key(1), "u1");
+        assert_eq!(ended.len(), ENDED_MEMORY);
     }
 }

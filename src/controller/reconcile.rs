@@ -57,6 +57,13 @@ async fn reconcile_run(
         // Terminal (for good): nothing to read, nothing to do.
         return Ok(Action::await_change());
     }
+    if ctx
+        .ended
+        .has_ended(key, obj.metadata.uid.as_deref().unwrap_or_default())
+    {
+        // Read or written terminal already; the watch is behind.
+        return Ok(Action::await_change());
+    }
     if obj.metadata.generation.is_some()
         && ctx
             .executors
