@@ -222,46 +222,44 @@ pub const ENDED_MEMORY: usize = 16_384;
 /// created again under the name has another uid and is not skipped.
 #[derive(Debug, Default)]
 pub struct EndedRuns {
-    state: std::sync::Mutex<(
-        std::collections::HashMap<RunKey, String>,
-        std::collections::VecDeque<RunKey>,
-    )>,
+    state: std::sync::Mutex<Ended>,
+}
+
+/// [`EndedRuns`]' state: each run's uid by name, and the names oldest first.
+#[derive(Debug, Default)]
+struct Ended {
+    uids: std::collections::HashMap<RunKey, String>,
+    order: std::collections::VecDeque<RunKey>,
 }
 
 impl EndedRuns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ended> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Remembers that the run `key` with `uid` ended.
     pub fn ended(&self, key: &RunKey, uid: &str) {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (runs, order) = &mut *state;
-        if runs.insert(key.clone(), uid.to_string()).is_none() {
-            order.push_back(key.clone());
+        let mut ended = self.lock();
+        if ended.uids.insert(key.clone(), uid.to_string()).is_none() {
+            ended.order.push_back(key.clone());
         }
-        while order.len() > ENDED_MEMORY {
-            if let Some(oldest) = order.pop_front() {
-                runs.remove(&oldest);
+        while ended.order.len() > ENDED_MEMORY {
+            if let Some(oldest) = ended.order.pop_front() {
+                ended.uids.remove(&oldest);
             }
         }
     }
 
     /// Whether the run `key` with `uid` is known to have ended.
     pub fn has_ended(&self, key: &RunKey, uid: &str) -> bool {
-        let state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        state.0.get(key).is_some_and(|ended| ended == uid)
+        self.lock().uids.get(key).is_some_and(|ended| ended == uid)
     }
 
     /// How many ended runs are remembered.
     pub fn len(&self) -> usize {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .1
-            .len()
+        self.lock().order.len()
     }
 
     /// Whether none is.

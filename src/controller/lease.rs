@@ -143,15 +143,19 @@ fn micro(time: Time) -> MicroTime {
     MicroTime(time.0)
 }
 
+/// The labels every agentrt Lease carries: [`MANAGED_BY_LABEL`] = [`MANAGED_BY`] (what the
+/// Lease watch selects on).
+pub fn managed_by_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())])
+}
+
 fn fresh_lease(run: &StoredRun, holder: &HolderId, now: Time, duration_seconds: i64) -> Lease {
     let snapshot = &run.snapshot;
-    let mut labels = BTreeMap::new();
-    labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string());
     Lease {
         metadata: ObjectMeta {
             name: Some(snapshot.name.clone()),
             namespace: Some(snapshot.namespace.clone()),
-            labels: Some(labels),
+            labels: Some(managed_by_labels()),
             owner_references: Some(vec![OwnerReference {
                 api_version: "agentrt.dev/v1alpha1".into(),
                 kind: "AgentRun".into(),
@@ -551,11 +555,12 @@ impl LeaseCell {
     ) {
         let mut failed = false;
         loop {
-            let period = {
+            let (period, since_renewed) = {
                 let held = self.held();
-                Duration::from_millis(
+                let period = Duration::from_millis(
                     u64::try_from(held.duration_seconds.max(1)).unwrap_or(1) * 1000 / 3,
-                )
+                );
+                (period, held.sent_at.elapsed())
             };
             // A third of the duration after the last acknowledged renewal, whoever made it (the
             // executor renews too, before a call when half is spent); after a failure, a third
@@ -563,7 +568,7 @@ impl LeaseCell {
             let wait = if failed {
                 period
             } else {
-                period.saturating_sub(self.held().sent_at.elapsed())
+                period.saturating_sub(since_renewed)
             };
             tokio::select! {
                 _ = stop.cancelled() => return,

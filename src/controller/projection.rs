@@ -138,12 +138,6 @@ impl TokenBucket {
         }
     }
 
-    /// Gives back the token of a take whose Event waited and was put back in the queue (it
-    /// takes one again when it goes).
-    fn refund(&mut self) {
-        self.tokens += 1.0;
-    }
-
     /// Takes a token at `now`: the time to wait before using it (zero: at once).
     fn take(&mut self, now: std::time::Instant) -> std::time::Duration {
         if self.rate.per_second <= 0.0 {
@@ -217,11 +211,6 @@ impl WaitingEvents {
         Queued::Added
     }
 
-    /// Puts `event` back at the head of the queue (it was taken and must wait).
-    fn push_front(&mut self, reference: ObjectReference, event: Event) {
-        self.queue.push_front((reference, event));
-    }
-
     /// Takes the oldest Event.
     pub fn pop(&mut self) -> Option<(ObjectReference, Event)> {
         self.queue.pop_front()
@@ -282,39 +271,35 @@ impl EventSink {
         tokio::spawn(async move {
             let mut bucket = TokenBucket::new(rate, std::time::Instant::now());
             let mut waiting = WaitingEvents::default();
-            loop {
-                // Everything sent meanwhile joins the queue (folded where it can be) before
-                // the next Event goes.
+            // Everything sent so far joins the queue, folded where it can be.
+            let drain = |waiting: &mut WaitingEvents, rx: &mut mpsc::Receiver<_>| {
                 while let Ok((reference, event)) = rx.try_recv() {
-                    match waiting.push(reference, event) {
-                        Queued::Added => {}
-                        Queued::Folded => {
-                            counted.kube_event("folded");
-                            counted.kube_events_queued.dec();
-                        }
-                        Queued::Full => {
-                            counted.kube_event("dropped");
-                            counted.kube_events_queued.dec();
-                        }
-                    }
+                    let outcome = match waiting.push(reference, event) {
+                        Queued::Added => continue,
+                        Queued::Folded => "folded",
+                        Queued::Full => "dropped",
+                    };
+                    counted.kube_event(outcome);
+                    counted.kube_events_queued.dec();
                 }
-                let Some((reference, event)) = waiting.pop() else {
+            };
+            loop {
+                drain(&mut waiting, &mut rx);
+                if waiting.is_empty() {
                     match rx.recv().await {
-                        Some((reference, event)) => {
-                            waiting.push(reference, event);
-                            continue;
-                        }
+                        Some((reference, event)) => waiting.push(reference, event),
                         None => break,
-                    }
-                };
+                    };
+                }
                 let wait = bucket.take(std::time::Instant::now());
                 if !wait.is_zero() {
-                    // Put back while it waits, so what arrives meanwhile can still fold into it.
-                    waiting.push_front(reference, event);
                     tokio::time::sleep(wait).await;
-                    bucket.refund();
-                    continue;
+                    // What arrived while it waited can still fold into the Event at the head.
+                    drain(&mut waiting, &mut rx);
                 }
+                let Some((reference, event)) = waiting.pop() else {
+                    continue;
+                };
                 let namespace = reference.namespace.clone().unwrap_or_default();
                 let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
                 let object = k8s_event(&event, reference, &instance);

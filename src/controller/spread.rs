@@ -32,13 +32,9 @@ fn rank(uid: &str, holder: &str) -> u64 {
     hasher.finish()
 }
 
-/// Whether `me` ranks first for the run `uid` among `me` and `peers`.
+/// Whether `me` ranks first for the run `uid` among `me` and `peers` (its [`place`] is 0).
 pub fn first_for(uid: &str, me: &str, peers: &[String]) -> bool {
-    let mine = rank(uid, me);
-    peers
-        .iter()
-        .filter(|peer| peer.as_str() != me)
-        .all(|peer| (rank(uid, peer), peer.as_str()) < (mine, me))
+    place(uid, me, peers) == 0
 }
 
 /// `me`'s place for the run `uid` among `me` and `peers`: how many of the others rank before it

@@ -67,13 +67,7 @@ struct Entry {
 /// Whether `lease`'s labels are exactly the one every agentrt Lease carries
 /// (`app.kubernetes.io/managed-by: agentrt`).
 fn only_managed_by(lease: &Lease) -> bool {
-    lease.metadata.labels.as_ref().is_some_and(|labels| {
-        labels.len() == 1
-            && labels
-                .get(crate::controller::lease::MANAGED_BY_LABEL)
-                .map(String::as_str)
-                == Some(crate::controller::lease::MANAGED_BY)
-    })
+    lease.metadata.labels.as_ref() == Some(&crate::controller::lease::managed_by_labels())
 }
 
 /// `lease` as kept, and whether its labels were taken off: they go when they are only
@@ -95,13 +89,7 @@ fn as_stored(entry: &Entry) -> Arc<Lease> {
         return kept.clone();
     }
     let mut lease = Lease::clone(kept);
-    lease.metadata.labels = Some(
-        [(
-            crate::controller::lease::MANAGED_BY_LABEL.to_string(),
-            crate::controller::lease::MANAGED_BY.to_string(),
-        )]
-        .into(),
-    );
+    lease.metadata.labels = Some(crate::controller::lease::managed_by_labels());
     Arc::new(lease)
 }
 
@@ -296,13 +284,7 @@ mod tests {
         let mut ours = lease("a", 0, "1");
         ours.metadata.namespace = Some("ns".into());
         ours.metadata.name = Some("r".into());
-        ours.metadata.labels = Some(
-            [(
-                crate::controller::lease::MANAGED_BY_LABEL.to_string(),
-                crate::controller::lease::MANAGED_BY.to_string(),
-            )]
-            .into(),
-        );
+        ours.metadata.labels = Some(crate::controller::lease::managed_by_labels());
         seen.watched(None, &watcher::Event::Init, t0);
         seen.watched(None, &watcher::Event::InitApply(ours.clone()), t0);
         seen.watched(None, &watcher::Event::InitDone, t0);
