@@ -9,7 +9,9 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc instead of the system allocator: the controller and the embedded API server build
 /// and drop many short-lived JSON trees per request, where glibc's malloc spent a fifth of their
-/// CPU time (docs/performance.md).
+/// CPU time (docs/performance.md). The `system-allocator` feature leaves the system's in place
+/// for heap profilers that hook `malloc`.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -58,7 +58,17 @@ impl Controller {
         let file = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
         let metrics_addr = free_port()?;
-        let child = Command::new(&launch.exe)
+        // AGENTRT_BENCH_CONTROLLER_WRAPPER (e.g. `heaptrack`) starts each controller under
+        // that program (docs/performance.md, "Profiling memory").
+        let mut command = match std::env::var_os("AGENTRT_BENCH_CONTROLLER_WRAPPER") {
+            Some(wrapper) if !wrapper.is_empty() => {
+                let mut command = Command::new(wrapper);
+                command.arg(&launch.exe);
+                command
+            }
+            _ => Command::new(&launch.exe),
+        };
+        let child = command
             .arg("controller")
             .arg("--kubeconfig")
             .arg(&launch.kubeconfig)

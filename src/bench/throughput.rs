@@ -96,6 +96,10 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     if plan.waiting {
         // Let the executors that parked the last runs wind down, then read the memory.
         tokio::time::sleep(Duration::from_secs(3)).await;
+        if std::env::var_os("AGENTRT_PROFILE_HOLD").is_some() {
+            eprintln!("PROFILE HOLD: all parked; kill the controllers now");
+            tokio::time::sleep(Duration::from_secs(600)).await;
+        }
         let mut now_rss = 0;
         let mut peak = 0;
         let mut per_run = Vec::new();

@@ -18,9 +18,10 @@ use super::lease;
 use super::watches::WatchedRun;
 use crate::engine::{ApprovalWrite, Input, ObserveNext};
 
-/// How long a run the engine has nothing to do for (terminal, or waiting for a person without
-/// an expiry) is left before it is looked at again; its own changes, its Approvals' and its
-/// Lease's wake it sooner. Only a safety net against a missed watch event.
+/// How long a run the engine has nothing to do for (waiting for a person without an expiry) is
+/// left before it is looked at again; its own changes, its Approvals' and its Lease's wake it
+/// sooner. Only a safety net against a missed watch event, kept by one sweep over the watched
+/// runs rather than a timer per run (`watches::resync_sweep`).
 pub const RESYNC: Duration = Duration::from_secs(3600);
 
 /// How long a run that found every executor slot taken waits at most before it is looked at
@@ -306,7 +307,8 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
     }
     Ok(match requeue {
         Some(millis) => Action::requeue(Duration::from_millis(millis.max(50))),
-        None => Action::requeue(RESYNC),
+        // The resync sweep looks at it again within RESYNC.
+        None => Action::await_change(),
     })
 }
 

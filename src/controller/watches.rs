@@ -40,6 +40,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::context::{Context, RunKey};
 use super::metrics::WatchHealth;
+use super::reconcile::RESYNC;
 use super::{failures, lease};
 use crate::api::{AgentRun, Approval};
 
@@ -343,6 +344,7 @@ pub async fn controller(
     let approval_runs_type = runs_type.clone();
     let kicks = tokio_stream::wrappers::UnboundedReceiverStream::new(kicks)
         .map(move |key: RunKey| ObjectRef::new(&key.name).within(&key.namespace));
+    let kicks = futures::stream::select(kicks, resync_sweep(reader.clone(), RESYNC, RESYNC_TICK));
     let shutdown = ctx.executors.shutdown.clone();
     let deadline = ctx.executors.shutdown.clone();
     let controller = Controller::for_stream_with(run_stream, reader, ())
@@ -406,6 +408,49 @@ pub async fn controller(
             tracing::warn!("the watches did not stop within {WATCH_SHUTDOWN_GRACE:?} of shutdown; dropping them");
         }
     }
+}
+
+/// How often the resync sweep ([`resync_sweep`]) looks at its next share of the runs.
+const RESYNC_TICK: Duration = Duration::from_secs(10);
+
+/// The safety net against a missed watch event (docs/design.md section 7): every run that is not
+/// terminal is reconciled once per `period` ([`RESYNC`]), whatever woke it meanwhile. One sweep
+/// over the watch's store does it, a share of the runs each `tick` (the runs whose uid hashes
+/// into that tick's bucket of `period / tick`), so the reconciles spread evenly over the period and no
+/// run carries a timer of its own: a scheduled requeue per waiting run kept about half a KiB
+/// in the Controller's scheduler (issue 15: memory per waiting run). A terminal run is left
+/// out (its reconcile has nothing to do).
+fn resync_sweep(
+    store: reflector::Store<WatchedRun>,
+    period: Duration,
+    tick: Duration,
+) -> impl Stream<Item = ObjectRef<WatchedRun>> + Send {
+    let buckets = u64::try_from(period.as_millis() / tick.as_millis().max(1))
+        .unwrap_or(u64::MAX)
+        .max(1);
+    futures::stream::unfold(0_u64, move |bucket| {
+        let store = store.clone();
+        async move {
+            tokio::time::sleep(tick).await;
+            let due = resync_due(&store.state(), bucket % buckets, buckets);
+            Some((futures::stream::iter(due), bucket.wrapping_add(1)))
+        }
+    })
+    .flatten()
+}
+
+/// The runs of `runs` that are not terminal and whose uid hashes into `bucket` of `buckets`:
+/// what the resync sweep reconciles at that tick ([`resync_sweep`]).
+fn resync_due(runs: &[Arc<WatchedRun>], bucket: u64, buckets: u64) -> Vec<ObjectRef<WatchedRun>> {
+    runs.iter()
+        .filter(|run| crate::engine::observe_needed(run.status.phase.as_deref()))
+        .filter(|run| hash_of(&[run.metadata.uid.as_deref()]) % buckets.max(1) == bucket)
+        .filter_map(|run| {
+            let name = run.metadata.name.as_deref()?;
+            let namespace = run.metadata.namespace.as_deref().unwrap_or_default();
+            Some(ObjectRef::new(name).within(namespace))
+        })
+        .collect()
 }
 
 /// How long the watches may take to stop after shutdown begins.
@@ -476,6 +521,49 @@ mod tests {
         assert_eq!(backoff.step(), Duration::ZERO, "a 410 relists at once");
         health.failed(true, &"410 Gone");
         assert!(backoff.step() > Duration::ZERO, "but not twice in a row");
+    }
+
+    #[tokio::test]
+    async fn the_resync_sweep_visits_every_waiting_run_once_per_period_and_no_ended_one() {
+        let mut writer = reflector::store::Writer::<WatchedRun>::new(());
+        let phases = ["WaitingForApproval", "Running", "Completed", "Failed"];
+        for i in 0..200 {
+            let run: WatchedRun = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("run-{i}"), "namespace": "ns",
+                             "uid": format!("uid-{i}")},
+                "status": {"phase": phases[i % phases.len()]},
+            }))
+            .expect("a run decodes");
+            writer.apply_watcher_event(&Event::Apply(run));
+        }
+        let runs = writer.as_reader().state();
+        let buckets = 6;
+        let mut seen: Vec<String> = (0..buckets)
+            .flat_map(|bucket| resync_due(&runs, bucket, buckets))
+            .map(|run| run.name)
+            .collect();
+        let mut expected: Vec<String> = (0..200)
+            .filter(|i| i % phases.len() < 2)
+            .map(|i| format!("run-{i}"))
+            .collect();
+        seen.sort();
+        expected.sort();
+        assert_eq!(
+            seen, expected,
+            "each waiting or running run once, no ended one"
+        );
+        assert!(
+            (0..buckets).all(|bucket| resync_due(&runs, bucket, buckets).len() < 50),
+            "the runs spread over the buckets"
+        );
+        // The stream: the first tick's share after one tick.
+        let tick = Duration::from_millis(20);
+        let mut sweep = Box::pin(resync_sweep(writer.as_reader(), tick * 6, tick));
+        let first = tokio::time::timeout(Duration::from_secs(30), sweep.next())
+            .await
+            .expect("the sweep yields within a tick or so")
+            .expect("the sweep never ends");
+        assert!(expected.contains(&first.name));
     }
 
     #[test]
