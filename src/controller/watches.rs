@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
@@ -33,7 +33,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::Event;
-use kube::runtime::{watcher, Controller, PredicateConfig, WatchStreamExt};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -56,6 +56,10 @@ pub struct WatchedRun {
     /// `status.phase`, `status.lease.holder` and `status.observedGeneration`.
     #[serde(default)]
     pub status: WatchedStatus,
+    /// Whether the watch event that delivered it wakes its reconcile ([`wakes`]); not part of
+    /// the object.
+    #[serde(skip)]
+    pub wakes: bool,
 }
 
 /// The part of a run's status a watch keeps.
@@ -305,10 +309,22 @@ pub async fn controller(
     let scope_name = scope.as_deref();
     let run_watch = recovering(ctx.metrics.watch("agentruns", scope_name), move || {
         watcher(runs.clone(), watcher::Config::default())
+    })
+    .map({
+        // The watch's predicate, judged against the run as the store holds it before this
+        // event is applied, so that a run costs no second cache entry (issue 15: memory per
+        // waiting run).
+        let store = reader.clone();
+        move |mut event| {
+            if let Ok(Event::Apply(run) | Event::InitApply(run)) = &mut event {
+                run.wakes = wakes(store.get(&key_of_run(run)).as_deref(), run);
+            }
+            event
+        }
     });
     let run_stream = reflector::reflector(writer, run_watch)
         .applied_objects()
-        .predicate_filter(run_predicate, PredicateConfig::default());
+        .try_filter(|run| std::future::ready(run.wakes));
     let lease_config = watcher::Config::default().labels(&format!(
         "{}={}",
         lease::MANAGED_BY_LABEL,
@@ -321,20 +337,28 @@ pub async fn controller(
         watcher(leases.clone(), lease_config.clone())
             .modify(|lease: &mut Lease| lease.metadata.managed_fields = None)
     })
-    .inspect({
-        // Every renewal is seen here, before the predicate drops it: the observation of each
-        // Lease (what it is and since when) stays current without a reconcile per renewal.
+    .filter_map({
+        // Every renewal is seen here: the observation of each Lease (what it is and since
+        // when) stays current without a reconcile per renewal; only a Lease whose holder is new
+        // to this replica goes on to wake its run (the observation is the predicate).
         let ctx = ctx.clone();
         let scope = scope.clone();
         move |event| {
-            if let Ok(event) = event {
-                ctx.leases
-                    .watched(scope.as_deref(), event, std::time::Instant::now());
-            }
+            let woken = match event {
+                Ok(event) => {
+                    let wakes =
+                        ctx.leases
+                            .watched(scope.as_deref(), &event, std::time::Instant::now());
+                    match event {
+                        Event::Apply(lease) | Event::InitApply(lease) if wakes => Some(Ok(lease)),
+                        _ => None,
+                    }
+                }
+                Err(err) => Some(Err(err)),
+            };
+            std::future::ready(woken)
         }
-    })
-    .applied_objects()
-    .predicate_filter(lease_predicate, PredicateConfig::default());
+    });
     // An Approval wakes the run that owns it (what `Controller::owns` does, here with the
     // recovering watch).
     let approval_stream = recovering(ctx.metrics.watch("approvals", scope_name), move || {
@@ -463,26 +487,30 @@ fn hash_of(parts: &[Option<&str>]) -> u64 {
     hasher.finish()
 }
 
-/// What a replica must wake for on an AgentRun: its generation (spec changes: cancel, policy),
-/// phase and recorded holder.
-fn run_predicate(run: &WatchedRun) -> Option<u64> {
-    let generation = run.metadata.generation.map(|g| g.to_string());
-    let phase = run.status.phase.as_deref();
-    let holder = run
-        .status
-        .lease
-        .as_ref()
-        .and_then(|lease| lease.holder.as_deref());
-    Some(hash_of(&[generation.as_deref(), phase, holder]))
+/// The store's key of `run`.
+fn key_of_run(run: &WatchedRun) -> ObjectRef<WatchedRun> {
+    ObjectRef::new(run.metadata.name.as_deref().unwrap_or_default())
+        .within(run.metadata.namespace.as_deref().unwrap_or_default())
 }
 
-/// A Lease matters when its holder changes.
-fn lease_predicate(lease: &Lease) -> Option<u64> {
-    let holder = lease
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.holder_identity.as_deref());
-    Some(hash_of(&[holder]))
+/// Whether a watch event that shows `run` must wake its reconcile, given the run as the watch
+/// last showed it (`before`, `None` when it had not): a new run (or a new one of the same name),
+/// a new generation (a spec change: cancel, policy), phase or recorded holder. Nothing else a
+/// status write changes wakes it.
+fn wakes(before: Option<&WatchedRun>, run: &WatchedRun) -> bool {
+    let Some(before) = before else {
+        return true;
+    };
+    let holder = |run: &WatchedRun| {
+        run.status
+            .lease
+            .as_ref()
+            .and_then(|lease| lease.holder.clone())
+    };
+    before.metadata.uid != run.metadata.uid
+        || before.metadata.generation != run.metadata.generation
+        || before.status.phase != run.status.phase
+        || holder(before) != holder(run)
 }
 
 #[cfg(test)]
@@ -611,7 +639,24 @@ mod tests {
             },
             ..run.clone()
         };
-        assert_ne!(run_predicate(&run), run_predicate(&moved));
+        assert!(wakes(Some(&run), &moved), "a new holder wakes");
+        assert!(wakes(None, &run), "a run not seen before wakes");
+        let mut rewritten = run.clone();
+        rewritten.metadata.resource_version = Some("8".into());
+        rewritten.status.observed_generation = Some(3);
+        assert!(
+            !wakes(Some(&run), &rewritten),
+            "a status write that moves nothing"
+        );
+        let mut cancelled = run.clone();
+        cancelled.metadata.generation = Some(4);
+        assert!(wakes(Some(&run), &cancelled), "a spec change");
+        let mut ended = run.clone();
+        ended.status.phase = Some("Completed".into());
+        assert!(wakes(Some(&run), &ended), "a phase change");
+        let mut again = run.clone();
+        again.metadata.uid = Some("u2".into());
+        assert!(wakes(Some(&run), &again), "a new run of the same name");
         // A new run without a status yet decodes too.
         let fresh: WatchedRun =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}, "spec": {}}))

@@ -17,30 +17,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::runtime::watcher;
+use kube::Resource;
 
+use crate::api::AgentRun;
 use crate::controller::context::RunKey;
-
-/// The version of a Lease that, unchanged, lets its observation age.
-#[derive(Debug, Clone, PartialEq)]
-struct Seen {
-    holder: Option<String>,
-    renew_time: Option<MicroTime>,
-    resource_version: Option<String>,
-}
-
-impl Seen {
-    fn of(lease: &Lease) -> Seen {
-        let spec = lease.spec.as_ref();
-        Seen {
-            holder: spec.and_then(|spec| spec.holder_identity.clone()),
-            renew_time: spec.and_then(|spec| spec.renew_time.clone()),
-            resource_version: lease.metadata.resource_version.clone(),
-        }
-    }
-}
 
 /// The run a Lease belongs to: the Lease is named after its run, in its namespace.
 fn key_of(lease: &Lease) -> RunKey {
@@ -50,47 +33,147 @@ fn key_of(lease: &Lease) -> RunKey {
     }
 }
 
+/// A Lease of exactly the shape agentrt writes ([`crate::controller::lease`]: agentrt's own
+/// label, one controller owner that is the AgentRun of the Lease's own name, nothing else in
+/// its metadata but what the API server sets), kept as only the fields that vary: about a
+/// third of a whole [`Lease`] (issue 15: memory per waiting run, every run has a Lease).
+#[derive(Debug, Clone, PartialEq)]
+struct CompactLease {
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    creation_timestamp: Option<Time>,
+    /// The owning run's uid.
+    owner_uid: Box<str>,
+    holder: Option<Box<str>>,
+    lease_duration_seconds: Option<i32>,
+    acquire_time: Option<MicroTime>,
+    renew_time: Option<MicroTime>,
+    lease_transitions: Option<i32>,
+}
+
+impl CompactLease {
+    /// `lease` compacted, when the compact form gives back exactly `lease`; `None` for any
+    /// other Lease (kept whole).
+    fn of(lease: &Lease) -> Option<CompactLease> {
+        let spec = lease.spec.as_ref()?;
+        let owner = lease.metadata.owner_references.as_deref()?.first()?;
+        let compact = CompactLease {
+            uid: lease.metadata.uid.as_deref().map(Box::from),
+            resource_version: lease.metadata.resource_version.as_deref().map(Box::from),
+            creation_timestamp: lease.metadata.creation_timestamp.clone(),
+            owner_uid: owner.uid.as_str().into(),
+            holder: spec.holder_identity.as_deref().map(Box::from),
+            lease_duration_seconds: spec.lease_duration_seconds,
+            acquire_time: spec.acquire_time.clone(),
+            renew_time: spec.renew_time.clone(),
+            lease_transitions: spec.lease_transitions,
+        };
+        (compact.lease(&key_of(lease)) == *lease).then_some(compact)
+    }
+
+    /// The whole Lease of the run `key` this stands for.
+    fn lease(&self, key: &RunKey) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(key.name.clone()),
+                namespace: Some(key.namespace.clone()),
+                uid: self.uid.as_deref().map(str::to_string),
+                resource_version: self.resource_version.as_deref().map(str::to_string),
+                creation_timestamp: self.creation_timestamp.clone(),
+                labels: Some(crate::controller::lease::managed_by_labels()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: AgentRun::api_version(&()).into_owned(),
+                    kind: AgentRun::kind(&()).into_owned(),
+                    name: key.name.clone(),
+                    uid: self.owner_uid.to_string(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: self.holder.as_deref().map(str::to_string),
+                lease_duration_seconds: self.lease_duration_seconds,
+                acquire_time: self.acquire_time.clone(),
+                renew_time: self.renew_time.clone(),
+                lease_transitions: self.lease_transitions,
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+}
+
+/// A Lease as kept: compactly when it has agentrt's shape, else whole.
+#[derive(Debug)]
+enum Kept {
+    Compact(CompactLease),
+    Whole(Arc<Lease>),
+}
+
+impl Kept {
+    /// `lease` as kept, without its managedFields (as the Lease watch delivers it): a Lease
+    /// written back without them keeps the stored ones.
+    fn of(lease: &Lease) -> Kept {
+        let mut lease = lease.clone();
+        lease.metadata.managed_fields = None;
+        match CompactLease::of(&lease) {
+            Some(compact) => Kept::Compact(compact),
+            None => Kept::Whole(Arc::new(lease)),
+        }
+    }
+
+    /// The Lease of the run `key` as it was seen.
+    fn lease(&self, key: &RunKey) -> Arc<Lease> {
+        match self {
+            Kept::Compact(compact) => Arc::new(compact.lease(key)),
+            Kept::Whole(lease) => lease.clone(),
+        }
+    }
+
+    /// `spec.holderIdentity` of the Lease kept.
+    fn holder(&self) -> Option<&str> {
+        match self {
+            Kept::Compact(kept) => kept.holder.as_deref(),
+            Kept::Whole(kept) => kept
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.holder_identity.as_deref()),
+        }
+    }
+
+    /// Whether `lease` is the version of the Lease kept (holder, renewTime and
+    /// resourceVersion the same), which, unchanged, lets its observation age.
+    fn same_version(&self, lease: &Lease) -> bool {
+        let spec = lease.spec.as_ref();
+        let (holder, renew_time, resource_version) = (
+            spec.and_then(|spec| spec.holder_identity.as_deref()),
+            spec.and_then(|spec| spec.renew_time.as_ref()),
+            lease.metadata.resource_version.as_deref(),
+        );
+        match self {
+            Kept::Compact(kept) => {
+                kept.holder.as_deref() == holder
+                    && kept.renew_time.as_ref() == renew_time
+                    && kept.resource_version.as_deref() == resource_version
+            }
+            Kept::Whole(kept) => {
+                let kept_spec = kept.spec.as_ref();
+                kept_spec.and_then(|spec| spec.holder_identity.as_deref()) == holder
+                    && kept_spec.and_then(|spec| spec.renew_time.as_ref()) == renew_time
+                    && kept.metadata.resource_version.as_deref() == resource_version
+            }
+        }
+    }
+}
+
 /// One run's Lease as last seen.
 #[derive(Debug)]
 struct Entry {
-    seen: Seen,
+    kept: Kept,
+    /// When it was first seen as it is (monotonic).
     since: Instant,
-    /// The Lease as stored, less its labels when they are only agentrt's own
-    /// ([`stored_compactly`]; [`LeaseObservations::cached`] puts them back).
-    lease: Arc<Lease>,
-    /// Whether its labels were taken off.
-    unlabelled: bool,
     /// The [`State::touches`] count when it was last seen: a relist drops what it did not touch.
     touched: u64,
-}
-
-/// Whether `lease`'s labels are exactly the one every agentrt Lease carries
-/// (`app.kubernetes.io/managed-by: agentrt`).
-fn only_managed_by(lease: &Lease) -> bool {
-    lease.metadata.labels.as_ref() == Some(&crate::controller::lease::managed_by_labels())
-}
-
-/// `lease` as kept, and whether its labels were taken off: they go when they are only
-/// agentrt's own, since a label map costs about half a KiB per Lease and every run has one
-/// (issue 15: memory per waiting run).
-fn stored_compactly(lease: &Lease) -> (Lease, bool) {
-    let mut kept = lease.clone();
-    let unlabelled = only_managed_by(lease);
-    if unlabelled {
-        kept.metadata.labels = None;
-    }
-    (kept, unlabelled)
-}
-
-/// The Lease of `entry` as it is stored: agentrt's own label back on one kept without it.
-fn as_stored(entry: &Entry) -> Arc<Lease> {
-    let kept = &entry.lease;
-    if !entry.unlabelled {
-        return kept.clone();
-    }
-    let mut lease = Lease::clone(kept);
-    lease.metadata.labels = Some(crate::controller::lease::managed_by_labels());
-    Arc::new(lease)
 }
 
 /// A watch scope: a namespace, or `None` for all.
@@ -132,11 +215,17 @@ impl LeaseObservations {
     /// clock; `None` when absent) and returns for how many milliseconds it has been seen
     /// unchanged: 0 when it is new or changed, and for an absent Lease (which is forgotten).
     pub fn observe(&self, key: &RunKey, lease: Option<&Lease>, at: Instant) -> u64 {
-        let mut state = self.lock();
         let Some(lease) = lease else {
-            state.seen.remove(key);
+            self.lock().seen.remove(key);
             return 0;
         };
+        self.record(key, lease, at).0
+    }
+
+    /// [`LeaseObservations::observe`] of a Lease that is there, and whether its holder is new
+    /// to this replica: it had no Lease for the run, or one of another holder.
+    fn record(&self, key: &RunKey, lease: &Lease, at: Instant) -> (u64, bool) {
+        let mut state = self.lock();
         state.touches = state.touches.wrapping_add(1);
         let touched = state.touches;
         if let Some(holder) = lease
@@ -152,26 +241,28 @@ impl LeaseObservations {
                 }
             }
         }
-        let now_seen = Seen::of(lease);
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.holder_identity.as_deref());
         match state.seen.get_mut(key) {
-            Some(entry) if entry.seen == now_seen => {
+            Some(entry) if entry.kept.same_version(lease) => {
                 entry.touched = touched;
-                u64::try_from(at.saturating_duration_since(entry.since).as_millis())
-                    .unwrap_or(u64::MAX)
+                let millis = u64::try_from(at.saturating_duration_since(entry.since).as_millis())
+                    .unwrap_or(u64::MAX);
+                (millis, false)
             }
-            _ => {
-                let (kept, unlabelled) = stored_compactly(lease);
+            seen => {
+                let new_holder = seen.is_none_or(|entry| entry.kept.holder() != holder);
                 state.seen.insert(
                     key.clone(),
                     Entry {
-                        seen: now_seen,
+                        kept: Kept::of(lease),
                         since: at,
-                        lease: Arc::new(kept),
-                        unlabelled,
                         touched,
                     },
                 );
-                0
+                (0, new_holder)
             }
         }
     }
@@ -180,18 +271,28 @@ impl LeaseObservations {
     /// (monotonic): an applied Lease is observed as [`LeaseObservations::observe`] does, a
     /// deleted one forgotten; a relist ([`watcher::Event::Init`]) makes the scope's Leases
     /// read live again until it is done, and then forgets what it did not list.
-    pub fn watched(&self, scope: Option<&str>, event: &watcher::Event<Lease>, at: Instant) {
+    ///
+    /// Returns whether the event wakes the run's reconcile: an applied Lease whose holder is
+    /// new to this replica (no Lease was seen for the run, or one of another holder, whether
+    /// by this watch or by a live read); a renewal does not, nor a deletion (a run's Lease goes
+    /// with the run). This is the Lease watch's predicate, kept in the observation itself so
+    /// that a Lease costs no second cache entry (issue 15: memory per waiting run).
+    pub fn watched(&self, scope: Option<&str>, event: &watcher::Event<Lease>, at: Instant) -> bool {
         match event {
             watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
-                self.observe(&key_of(lease), Some(lease), at);
+                self.record(&key_of(lease), lease, at).1
             }
-            watcher::Event::Delete(lease) => self.forget(&key_of(lease)),
+            watcher::Event::Delete(lease) => {
+                self.forget(&key_of(lease));
+                false
+            }
             watcher::Event::Init => {
                 let mut state = self.lock();
                 let scope: Scope = scope.map(str::to_string);
                 state.listed.remove(&scope);
                 let touches = state.touches;
                 state.relisting.insert(scope, touches);
+                false
             }
             watcher::Event::InitDone => {
                 let mut state = self.lock();
@@ -203,6 +304,7 @@ impl LeaseObservations {
                 }
                 let touches = state.touches;
                 state.listed.insert(scope, touches);
+                false
             }
         }
     }
@@ -215,7 +317,7 @@ impl LeaseObservations {
         if !state.listed.keys().any(|scope| in_scope(scope, key)) {
             return None;
         }
-        Some(state.seen.get(key).map(as_stored))
+        Some(state.seen.get(key).map(|entry| entry.kept.lease(key)))
     }
 
     /// The holders seen holding a Lease within `within` before `at` (monotonic): the replicas
@@ -248,9 +350,6 @@ impl LeaseObservations {
 mod tests {
     use std::time::Duration;
 
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
     use super::*;
 
     fn key() -> RunKey {
@@ -278,35 +377,120 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_is_kept_without_agentrts_own_label_and_handed_out_with_it() {
+    fn a_lease_of_agentrts_shape_is_kept_compactly_and_handed_out_exactly_as_seen() {
         let seen = LeaseObservations::default();
         let t0 = Instant::now();
         let mut ours = lease("a", 0, "1");
         ours.metadata.namespace = Some("ns".into());
         ours.metadata.name = Some("r".into());
+        ours.metadata.uid = Some("lease-uid".into());
+        ours.metadata.creation_timestamp = Some(Time(jiff::Timestamp::from_second(7).unwrap()));
         ours.metadata.labels = Some(crate::controller::lease::managed_by_labels());
+        ours.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "agentrt.dev/v1alpha1".into(),
+            kind: "AgentRun".into(),
+            name: "r".into(),
+            uid: "run-uid".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }]);
+        if let Some(spec) = ours.spec.as_mut() {
+            spec.acquire_time = spec.renew_time.clone();
+            spec.lease_transitions = Some(3);
+        }
         seen.watched(None, &watcher::Event::Init, t0);
         seen.watched(None, &watcher::Event::InitApply(ours.clone()), t0);
         seen.watched(None, &watcher::Event::InitDone, t0);
-        assert!(seen.lock().seen[&key()].lease.metadata.labels.is_none());
+        assert!(matches!(seen.lock().seen[&key()].kept, Kept::Compact(_)));
         assert_eq!(
             *seen.cached(&key()).expect("listed").expect("a lease"),
             ours
         );
-        // A Lease with other labels (or none) is handed out exactly as it was seen.
-        for (version, labels) in [
-            ("2", None),
-            ("3", Some([("team".to_string(), "a".to_string())].into())),
+        // A Lease read live comes with managedFields: kept (and handed out) without them.
+        let mut read_live = ours.clone();
+        read_live.metadata.resource_version = Some("1a".into());
+        let mut bare = read_live.clone();
+        read_live.metadata.managed_fields = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry {
+                manager: Some("agentrt".into()),
+                ..Default::default()
+            },
+        ]);
+        seen.observe(&key(), Some(&read_live), t0);
+        assert!(matches!(seen.lock().seen[&key()].kept, Kept::Compact(_)));
+        bare.metadata.managed_fields = None;
+        assert_eq!(
+            *seen.cached(&key()).expect("listed").expect("a lease"),
+            bare
+        );
+        // Any other Lease (other labels or none, another owner, a field agentrt does not
+        // write) is kept whole and handed out exactly as it was seen.
+        let mut relabelled = ours.clone();
+        relabelled.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        let mut unlabelled = ours.clone();
+        unlabelled.metadata.labels = None;
+        let mut adopted = ours.clone();
+        if let Some(owners) = adopted.metadata.owner_references.as_mut() {
+            owners[0].name = "another".into();
+        }
+        let mut annotated = ours.clone();
+        annotated.metadata.annotations = Some([("note".to_string(), "x".to_string())].into());
+        let mut preferred = ours.clone();
+        if let Some(spec) = preferred.spec.as_mut() {
+            spec.preferred_holder = Some("b".into());
+        }
+        for (version, theirs) in [
+            ("2", relabelled),
+            ("3", unlabelled),
+            ("4", adopted),
+            ("5", annotated),
+            ("6", preferred),
         ] {
-            let mut theirs = ours.clone();
-            theirs.metadata.labels = labels;
+            let mut theirs = theirs;
             theirs.metadata.resource_version = Some(version.into());
             seen.observe(&key(), Some(&theirs), t0);
+            assert!(
+                matches!(seen.lock().seen[&key()].kept, Kept::Whole(_)),
+                "{theirs:?}"
+            );
             assert_eq!(
                 *seen.cached(&key()).expect("listed").expect("a lease"),
                 theirs
             );
         }
+    }
+
+    #[test]
+    fn the_lease_watch_wakes_a_run_only_for_a_holder_new_to_this_replica() {
+        let seen = LeaseObservations::default();
+        let t0 = Instant::now();
+        let named = |mut lease: Lease| {
+            lease.metadata.namespace = Some("ns".into());
+            lease.metadata.name = Some("r".into());
+            lease
+        };
+        let apply = |lease: Lease| seen.watched(None, &watcher::Event::Apply(named(lease)), t0);
+        assert!(apply(lease("a", 0, "1")), "a new Lease");
+        assert!(!apply(lease("a", 1, "2")), "a renewal");
+        assert!(apply(lease("b", 2, "3")), "a takeover");
+        assert!(apply(lease("", 2, "4")), "a release");
+        // A holder this replica already read live does not wake it again.
+        seen.observe(&key(), Some(&named(lease("c", 3, "5"))), t0);
+        assert!(!apply(lease("c", 3, "5")));
+        assert!(!apply(lease("c", 4, "6")));
+        // A relist of what is known wakes nothing; a deletion wakes nothing and forgets.
+        seen.watched(None, &watcher::Event::Init, t0);
+        assert!(!seen.watched(
+            None,
+            &watcher::Event::InitApply(named(lease("c", 4, "6"))),
+            t0
+        ));
+        seen.watched(None, &watcher::Event::InitDone, t0);
+        assert!(!seen.watched(None, &watcher::Event::Delete(named(lease("c", 4, "6"))), t0));
+        assert!(
+            apply(lease("c", 5, "7")),
+            "a Lease made again after a deletion"
+        );
     }
 
     #[test]
