@@ -96,9 +96,21 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     if plan.waiting {
         // Let the executors that parked the last runs wind down, then read the memory.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        if std::env::var_os("AGENTRT_PROFILE_HOLD").is_some() {
-            eprintln!("PROFILE HOLD: all parked; kill the controllers now");
-            tokio::time::sleep(Duration::from_secs(600)).await;
+        // AGENTRT_BENCH_HOLD_SECONDS holds the controllers this long with every run waiting,
+        // for a heap profiler to be read (docs/performance.md, "Profiling memory").
+        if let Some(hold) = std::env::var("AGENTRT_BENCH_HOLD_SECONDS")
+            .ok()
+            .and_then(|seconds| seconds.parse::<u64>().ok())
+        {
+            eprintln!(
+                "agentrt bench: every run waits; holding the controllers for {hold} s ({})",
+                controllers
+                    .iter()
+                    .map(|c| format!("pid {}", c.pid()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            tokio::time::sleep(Duration::from_secs(hold)).await;
         }
         let mut now_rss = 0;
         let mut peak = 0;

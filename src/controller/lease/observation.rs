@@ -103,10 +103,12 @@ impl CompactLease {
     }
 }
 
-/// A Lease as kept: compactly when it has agentrt's shape, else whole.
+/// A Lease as kept: compactly when it has agentrt's shape, else whole. Both behind a pointer,
+/// so the observations' table (whose slots stay allocated for the most runs it ever held)
+/// costs little per slot.
 #[derive(Debug)]
 enum Kept {
-    Compact(CompactLease),
+    Compact(Box<CompactLease>),
     Whole(Arc<Lease>),
 }
 
@@ -117,7 +119,7 @@ impl Kept {
         let mut lease = lease.clone();
         lease.metadata.managed_fields = None;
         match CompactLease::of(&lease) {
-            Some(compact) => Kept::Compact(compact),
+            Some(compact) => Kept::Compact(Box::new(compact)),
             None => Kept::Whole(Arc::new(lease)),
         }
     }
