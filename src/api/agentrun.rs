@@ -550,3 +550,63 @@ pub struct ReconcileSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<WebhookAgent>,
 }
+
+/// A spec decoded by [`decode_spec`]: the spec, and the fields it had that no AgentRun has.
+#[derive(Debug)]
+pub struct DecodedSpec {
+    /// The spec.
+    pub spec: AgentRunSpec,
+    /// Each field of the manifest the spec does not have, by its path (`spec.limits.maxStep`):
+    /// what `kubectl apply` refuses as `strict decoding error: unknown field` (the API server
+    /// prunes it when validation is off).
+    pub unknown_fields: Vec<String>,
+}
+
+/// Decodes `spec` (an AgentRun's `spec`, as JSON) as [`AgentRunSpec`].
+///
+/// # Errors
+/// When it does not decode: the message names the field by its path from `spec`
+/// (`spec.limits.maxSteps: invalid type: string "ten", expected an integer`), as the API
+/// server's schema check would.
+pub fn decode_spec(spec: &serde_json::Value) -> Result<DecodedSpec, String> {
+    let mut unknown_fields = Vec::new();
+    let mut track = serde_path_to_error::Track::new();
+    let decoded = {
+        let tracked = serde_path_to_error::Deserializer::new(spec, &mut track);
+        serde_ignored::deserialize(tracked, |path| {
+            unknown_fields.push(format!("spec.{path}"));
+        })
+    };
+    match decoded {
+        Ok(spec) => Ok(DecodedSpec {
+            spec,
+            unknown_fields,
+        }),
+        Err(err) => {
+            let path = track.path().to_string();
+            let field = if path == "." || path.is_empty() {
+                "spec".to_string()
+            } else {
+                format!("spec.{path}")
+            };
+            Err(format!("{field}: {}", in_api_words(&err.to_string())))
+        }
+    }
+}
+
+/// A serde message in the API's words: `expected i64` says `expected an integer`.
+fn in_api_words(message: &str) -> String {
+    let mut words = message.to_string();
+    for (rust, api) in [
+        ("expected i64", "expected an integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected i32", "expected an integer"),
+        ("expected u32", "expected a non-negative integer"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected f64", "expected a number"),
+        ("expected u8", "expected a small non-negative integer"),
+    ] {
+        words = words.replace(rust, api);
+    }
+    words
+}

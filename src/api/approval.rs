@@ -167,7 +167,8 @@ pub struct ApprovalDecision {
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalStatus {
     /// `Pending`, `Approved`, `Rejected`, `Expired`, `Executed`, `Cancelled`; only moves
-    /// forward ([`ApprovalPhase::may_become`]).
+    /// forward: from `Pending` to any other, from `Approved` to `Executed`, `Expired` or
+    /// `Cancelled`, never back.
     #[serde(default)]
     pub phase: ApprovalPhase,
     /// Why it is `Cancelled`: its run ended (`run completed`, `run cancelled`, `run failed:

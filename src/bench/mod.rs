@@ -42,7 +42,7 @@ use throughput::Plan;
 pub enum Workload {
     /// One run of many steps with small tool answers (default 1 × 2000; `--steps 400` for the
     /// older figure). Beyond 2,000 steps its agent is the tool server's webhook agent, not a
-    /// scripted one (`manifests::MAX_SCRIPTED_STEPS`).
+    /// scripted one (a scripted agent lists every decision in the run's spec).
     Long,
     /// One run of many steps with large tool answers (default 1 × 2000, 8 KiB answers).
     LongLarge,

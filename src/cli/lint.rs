@@ -14,7 +14,6 @@ use anyhow::Context as _;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::api::AgentRunSpec;
 use crate::engine::validate::spec;
 
 /// What linting the files found.
@@ -88,15 +87,24 @@ pub fn lint_text(file: &str, text: &str, report: &mut Report) -> anyhow::Result<
                 "{file}: {object}: metadata.name: must be set; name the run"
             ));
         }
-        match serde_json::from_value::<AgentRunSpec>(value["spec"].clone()) {
-            Ok(decoded) => report.problems.extend(
-                spec::run(name, &decoded)
-                    .into_iter()
-                    .map(|p| format!("{file}: {object}: {p}")),
-            ),
+        match crate::api::decode_spec(&value["spec"]) {
+            Ok(decoded) => {
+                report
+                    .problems
+                    .extend(decoded.unknown_fields.iter().map(|field| {
+                        format!(
+                            "{file}: {object}: {field}: unknown field; kubectl apply refuses it \
+                             (`kubectl explain agentrun.spec` lists the fields)"
+                        )
+                    }));
+                report.problems.extend(
+                    spec::run(name, &decoded.spec)
+                        .into_iter()
+                        .map(|p| format!("{file}: {object}: {p}")),
+                );
+            }
             Err(err) => report.problems.push(format!(
-                "{file}: {object}: spec: does not decode as an AgentRun spec: {err}; compare it \
-                 with `kubectl explain agentrun.spec`"
+                "{file}: {object}: {err}; compare it with `kubectl explain agentrun.spec`"
             )),
         }
     }
@@ -141,11 +149,41 @@ spec:
     }
 
     #[test]
-    fn a_spec_that_does_not_decode_is_a_problem_naming_the_spec() {
+    fn a_spec_that_does_not_decode_is_a_problem_naming_the_field_by_its_path() {
         let mut report = Report::default();
         let text = RUN.replace("sideEffect: ReadOnly", "sideEffect: Harmless");
         lint_text("b.yaml", &text, &mut report).expect("lints");
         assert_eq!(report.problems.len(), 1);
-        assert!(report.problems[0].starts_with("b.yaml: demo/weather: spec: does not decode"));
+        assert!(
+            report.problems[0].starts_with("b.yaml: demo/weather: spec.tools[0].sideEffect: "),
+            "{:?}",
+            report.problems
+        );
+        let mut report = Report::default();
+        let text = RUN.replace("  tools:\n", "  limits: {maxSteps: ten}\n  tools:\n");
+        lint_text("c.yaml", &text, &mut report).expect("lints");
+        assert_eq!(report.problems.len(), 1);
+        assert!(
+            report.problems[0].starts_with(
+                "c.yaml: demo/weather: spec.limits.maxSteps: invalid type: string \"ten\", \
+                 expected an integer"
+            ),
+            "{:?}",
+            report.problems
+        );
+    }
+
+    #[test]
+    fn a_field_no_agentrun_has_is_a_problem_as_kubectl_apply_refuses_it() {
+        let mut report = Report::default();
+        let text = RUN.replace("  tools:\n", "  limit: {maxSteps: 3}\n  tools:\n");
+        lint_text("d.yaml", &text, &mut report).expect("lints");
+        assert!(
+            report.problems[0].starts_with("d.yaml: demo/weather: spec.limit: unknown field"),
+            "{:?}",
+            report.problems
+        );
+        // The other problems are still reported.
+        assert_eq!(report.problems.len(), 4, "{:?}", report.problems);
     }
 }

@@ -78,7 +78,7 @@ pub enum OperatorCommand {
         #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
-    /// List Approvals (pending only unless --all) in the namespace (as kubectl: -n, else the
+    /// List Approvals (pending only unless --all-phases) in the namespace (as kubectl: -n, else the
     /// kubeconfig context's, else `default`), or in all with -A.
     Approvals {
         #[command(flatten)]

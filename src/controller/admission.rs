@@ -22,7 +22,6 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::AgentRunSpec;
 use crate::engine::validate::spec;
 
 /// The webhook's name in `agentrt dev` (the chart names its own after the release; the one in
@@ -60,12 +59,15 @@ pub fn refusal(object: &Value, old: Option<&Value>) -> Option<String> {
 
 /// Each problem of `object`'s spec as `field: message`.
 fn problems(object: &Value) -> Vec<String> {
-    match serde_json::from_value::<AgentRunSpec>(object["spec"].clone()) {
-        Ok(decoded) => spec::run(object["metadata"]["name"].as_str().unwrap_or(""), &decoded)
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        Err(err) => vec![format!("spec: does not decode as an AgentRun spec: {err}")],
+    match crate::api::decode_spec(&object["spec"]) {
+        Ok(decoded) => spec::run(
+            object["metadata"]["name"].as_str().unwrap_or(""),
+            &decoded.spec,
+        )
+        .iter()
+        .map(ToString::to_string)
+        .collect(),
+        Err(err) => vec![err],
     }
 }
 

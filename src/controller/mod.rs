@@ -80,7 +80,9 @@ pub struct ControllerOptions {
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
     /// Serve the validating admission webhook for AgentRuns (HTTPS, path
-    /// `/validate-agentrun`) on this address; off when not given (docs/behaviours.md 1).
+    /// `/validate-agentrun`) on this address, for a real API server to call; not served when
+    /// not given (docs/behaviours.md 1). `agentrt dev` validates AgentRuns in its own process
+    /// whether or not this is given.
     #[arg(long)]
     pub webhook_addr: Option<SocketAddr>,
     /// The directory holding the webhook's `tls.crt` and `tls.key` (PEM).
