@@ -234,11 +234,14 @@ mod tests {
     }
 
     #[test]
-    fn a_spec_that_does_not_decode_is_refused_naming_spec() {
+    fn a_spec_that_does_not_decode_is_refused_naming_the_field_by_its_path() {
         let mut object = run("ok");
         object["spec"]["tools"][0]["sideEffect"] = json!("Harmless");
         let message = refusal(&object, None).expect("refused");
-        assert!(message.starts_with("AgentRun demo/weather: spec: does not decode"));
+        assert!(
+            message.starts_with("AgentRun demo/weather: spec.tools[0].sideEffect: unknown variant"),
+            "{message}"
+        );
         assert_eq!(refusal(&json!({"kind": "ConfigMap"}), None), None);
     }
 
