@@ -506,12 +506,12 @@ fn wakes(before: Option<&WatchedRun>, run: &WatchedRun) -> bool {
     let Some(before) = before else {
         return true;
     };
-    let holder = |run: &WatchedRun| {
+    fn holder(run: &WatchedRun) -> Option<&str> {
         run.status
             .lease
             .as_ref()
-            .and_then(|lease| lease.holder.clone())
-    };
+            .and_then(|lease| lease.holder.as_deref())
+    }
     before.metadata.uid != run.metadata.uid
         || before.metadata.generation != run.metadata.generation
         || before.status.phase != run.status.phase

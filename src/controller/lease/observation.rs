@@ -143,28 +143,27 @@ impl Kept {
         }
     }
 
+    /// `spec.renewTime` and `metadata.resourceVersion` of the Lease kept.
+    fn renew_time_and_version(&self) -> (Option<&MicroTime>, Option<&str>) {
+        match self {
+            Kept::Compact(kept) => (kept.renew_time.as_ref(), kept.resource_version.as_deref()),
+            Kept::Whole(kept) => (
+                kept.spec.as_ref().and_then(|spec| spec.renew_time.as_ref()),
+                kept.metadata.resource_version.as_deref(),
+            ),
+        }
+    }
+
     /// Whether `lease` is the version of the Lease kept (holder, renewTime and
     /// resourceVersion the same), which, unchanged, lets its observation age.
     fn same_version(&self, lease: &Lease) -> bool {
         let spec = lease.spec.as_ref();
-        let (holder, renew_time, resource_version) = (
-            spec.and_then(|spec| spec.holder_identity.as_deref()),
-            spec.and_then(|spec| spec.renew_time.as_ref()),
-            lease.metadata.resource_version.as_deref(),
-        );
-        match self {
-            Kept::Compact(kept) => {
-                kept.holder.as_deref() == holder
-                    && kept.renew_time.as_ref() == renew_time
-                    && kept.resource_version.as_deref() == resource_version
-            }
-            Kept::Whole(kept) => {
-                let kept_spec = kept.spec.as_ref();
-                kept_spec.and_then(|spec| spec.holder_identity.as_deref()) == holder
-                    && kept_spec.and_then(|spec| spec.renew_time.as_ref()) == renew_time
-                    && kept.metadata.resource_version.as_deref() == resource_version
-            }
-        }
+        self.holder() == spec.and_then(|spec| spec.holder_identity.as_deref())
+            && self.renew_time_and_version()
+                == (
+                    spec.and_then(|spec| spec.renew_time.as_ref()),
+                    lease.metadata.resource_version.as_deref(),
+                )
     }
 }
 
