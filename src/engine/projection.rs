@@ -170,12 +170,19 @@ fn project(event: &Value) -> Option<KubeEventProjection> {
         "approval.decided" => (
             KubeEventType::Normal,
             "ApprovalDecided",
-            format!(
-                "Approval {} was {} by {}",
-                text("approval"),
-                text("verdict"),
-                text("approver")
-            ),
+            match data.get("approver").and_then(Value::as_str) {
+                Some(approver) if !approver.is_empty() => format!(
+                    "Approval {} was {} by {approver}",
+                    text("approval"),
+                    text("verdict")
+                ),
+                // No approver named (spec.decision.approver is optional).
+                _ => format!(
+                    "Approval {} was {} (no approver named)",
+                    text("approval"),
+                    text("verdict")
+                ),
+            },
         ),
         "lease.taken_over" => (
             KubeEventType::Warning,

@@ -352,6 +352,23 @@ fn kubernetes_events_project_phase_changes_approvals_and_takeovers() {
         reasons,
         vec!["ApprovalDecided".to_string(), "Resumed".to_string()]
     );
+    assert_eq!(
+        kube_events(&paused, &resumed)[0].message,
+        "Approval refund-1042-1-1 was Approved by alice"
+    );
+    // A decision that names no approver (it is optional) says so, not "by -".
+    let mut anonymous = resumed.clone();
+    for event in anonymous["events"].as_array_mut().into_iter().flatten() {
+        if event["type"] == "approval.decided" {
+            if let Some(data) = event["data"].as_object_mut() {
+                data.remove("approver");
+            }
+        }
+    }
+    assert_eq!(
+        kube_events(&paused, &anonymous)[0].message,
+        "Approval refund-1042-1-1 was Approved (no approver named)"
+    );
     h.expire_lease();
     h.reconcile("c");
     let taken = kube_events(&resumed, &h.run.status);
