@@ -29,9 +29,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 
+use kube::Resource;
+
 use super::cluster::{ApiError, ClusterApi, StoredRun};
 use super::identity::{Clock, HolderId};
-use crate::api::Time;
+use crate::api::{AgentRun, Time};
 use crate::engine::{lease_liveness, LeaseLiveness, LeaseView};
 
 pub mod observation;
@@ -149,6 +151,19 @@ pub fn managed_by_labels() -> BTreeMap<String, String> {
     BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())])
 }
 
+/// The ownerReference of a run's Lease: the AgentRun `name` with `uid`, as its controller (so
+/// the Lease is deleted with the run; docs/design.md section 2, Lease).
+pub fn run_owner(name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: AgentRun::api_version(&()).into_owned(),
+        kind: AgentRun::kind(&()).into_owned(),
+        name: name.to_string(),
+        uid: uid.to_string(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
+}
+
 fn fresh_lease(run: &StoredRun, holder: &HolderId, now: Time, duration_seconds: i64) -> Lease {
     let snapshot = &run.snapshot;
     Lease {
@@ -156,14 +171,7 @@ fn fresh_lease(run: &StoredRun, holder: &HolderId, now: Time, duration_seconds: 
             name: Some(snapshot.name.clone()),
             namespace: Some(snapshot.namespace.clone()),
             labels: Some(managed_by_labels()),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "agentrt.dev/v1alpha1".into(),
-                kind: "AgentRun".into(),
-                name: snapshot.name.clone(),
-                uid: snapshot.uid.clone(),
-                controller: Some(true),
-                block_owner_deletion: None,
-            }]),
+            owner_references: Some(vec![run_owner(&snapshot.name, &snapshot.uid)]),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {

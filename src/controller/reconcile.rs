@@ -18,12 +18,6 @@ use super::lease;
 use super::watches::WatchedRun;
 use crate::engine::{ApprovalWrite, Input, ObserveNext};
 
-/// How long a run the engine has nothing to do for (waiting for a person without an expiry) is
-/// left before it is looked at again; its own changes, its Approvals' and its Lease's wake it
-/// sooner. Only a safety net against a missed watch event, kept by one sweep over the watched
-/// runs rather than a timer per run (`watches::resync_sweep`).
-pub const RESYNC: Duration = Duration::from_secs(3600);
-
 /// How long a run that found every executor slot taken waits at most before it is looked at
 /// again; a slot that frees wakes it sooner.
 const SLOT_WAIT_MILLIS: u64 = 30_000;
@@ -58,18 +52,12 @@ async fn reconcile_run(
         // Terminal (for good): nothing to read, nothing to do.
         return Ok(Action::await_change());
     }
-    if ctx
-        .ended
-        .has_ended(key, obj.metadata.uid.as_deref().unwrap_or_default())
-    {
+    if ctx.ended.has_ended(key, obj.uid()) {
         // Read or written terminal already; the watch is behind.
         return Ok(Action::await_change());
     }
     if obj.metadata.generation.is_some()
-        && ctx
-            .executors
-            .executing_generation(key, obj.metadata.uid.as_deref().unwrap_or_default())
-            == obj.metadata.generation
+        && ctx.executors.executing_generation(key, obj.uid()) == obj.metadata.generation
     {
         // This replica's executor works on the run and its spec did not change (no cancel): the
         // change that woke us is the executor's own; it kicks a reconcile when it stops.
@@ -108,7 +96,7 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
     if !ctx.settings.savings.spread {
         return None;
     }
-    let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+    let uid = obj.uid();
     // A Lease another run of this name left (owned by another uid) counts as none.
     let new = crate::engine::is_new_run(
         obj.status.phase.as_deref(),
@@ -134,16 +122,11 @@ fn waits_for_a_slot(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> bool {
         || !crate::engine::slot_wait_unread(&watched_view(obj))
         || !ctx.executors.is_full()
         || ctx.executors.shutdown.is_cancelled()
-        || ctx
-            .executors
-            .is_executing(key, obj.metadata.uid.as_deref().unwrap_or_default())
+        || ctx.executors.is_executing(key, obj.uid())
     {
         return false;
     }
-    ctx.executors.wait_for_slot(
-        key,
-        slot_rank(ctx, obj.metadata.uid.as_deref().unwrap_or_default()),
-    );
+    ctx.executors.wait_for_slot(key, slot_rank(ctx, obj.uid()));
     true
 }
 
@@ -167,7 +150,7 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
         return None;
     }
     let lease = ctx.leases.cached(key)??;
-    let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+    let uid = obj.uid();
     lease::own(Some(&lease), uid)?;
     let seen = ctx.observe_lease(key, Some(&lease), uid);
     crate::engine::observer_wait(&watched_view(obj), &seen, ctx.settings.holder.as_str())
@@ -307,7 +290,7 @@ pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunErro
     }
     Ok(match requeue {
         Some(millis) => Action::requeue(Duration::from_millis(millis.max(50))),
-        // The resync sweep looks at it again within RESYNC.
+        // The resync sweep looks at it again within `watches::RESYNC`.
         None => Action::await_change(),
     })
 }

@@ -40,7 +40,6 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::context::{Context, RunKey};
 use super::metrics::WatchHealth;
-use super::reconcile::RESYNC;
 use super::{failures, lease};
 use crate::api::{AgentRun, Approval};
 
@@ -61,6 +60,13 @@ pub struct WatchedRun {
     /// the object.
     #[serde(skip)]
     pub wakes: bool,
+}
+
+impl WatchedRun {
+    /// `metadata.uid` (empty when absent, which the API server never leaves it).
+    pub fn uid(&self) -> &str {
+        self.metadata.uid.as_deref().unwrap_or_default()
+    }
 }
 
 /// The part of a run's status a watch keeps.
@@ -286,7 +292,6 @@ pub async fn controller(
     ctx: Arc<Context>,
     kicks: UnboundedReceiver<RunKey>,
 ) {
-    let runs_type = ApiResource::erase::<AgentRun>(&());
     let approvals_type = ApiResource::erase::<Approval>(&());
     let (runs, approvals, leases): (
         Api<WatchedRun>,
@@ -370,7 +375,6 @@ pub async fn controller(
         watcher(approvals.clone(), watcher::Config::default())
     })
     .touched_objects();
-    let approval_runs_type = runs_type.clone();
     let kicks = tokio_stream::wrappers::UnboundedReceiverStream::new(kicks)
         .map(move |key: RunKey| ObjectRef::new(&key.name).within(&key.namespace));
     let kicks = futures::stream::select(kicks, resync_sweep(reader.clone(), RESYNC, RESYNC_TICK));
@@ -387,8 +391,8 @@ pub async fn controller(
                     .iter()
                     .flatten()
                     .filter(|owner| {
-                        owner.kind == approval_runs_type.kind
-                            && owner.api_version == approval_runs_type.api_version
+                        owner.kind == AgentRun::kind(&())
+                            && owner.api_version == AgentRun::api_version(&())
                     })
                     .map(|owner| ObjectRef::new(&owner.name).within(&namespace))
                     .collect();
@@ -404,7 +408,7 @@ pub async fn controller(
                     .owner_references
                     .iter()
                     .flatten()
-                    .any(|owner| owner.kind == "AgentRun");
+                    .any(|owner| owner.kind == AgentRun::kind(&()));
                 let name = lease.metadata.name.clone().unwrap_or_default();
                 let namespace = lease.metadata.namespace.clone().unwrap_or_default();
                 owned_by_run.then(|| ObjectRef::new(&name).within(&namespace))
@@ -438,6 +442,12 @@ pub async fn controller(
         }
     }
 }
+
+/// How long a run the engine has nothing to do for (waiting for a person without an expiry) is
+/// left before it is looked at again; its own changes, its Approvals' and its Lease's wake it
+/// sooner. Only a safety net against a missed watch event, kept by one sweep over the watched
+/// runs rather than a timer per run ([`resync_sweep`]).
+pub const RESYNC: Duration = Duration::from_secs(3600);
 
 /// How often the resync sweep ([`resync_sweep`]) looks at its next share of the runs.
 const RESYNC_TICK: Duration = Duration::from_secs(10);

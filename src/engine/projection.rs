@@ -170,19 +170,16 @@ fn project(event: &Value) -> Option<KubeEventProjection> {
         "approval.decided" => (
             KubeEventType::Normal,
             "ApprovalDecided",
-            match data.get("approver").and_then(Value::as_str) {
-                Some(approver) if !approver.is_empty() => format!(
-                    "Approval {} was {} by {approver}",
-                    text("approval"),
-                    text("verdict")
-                ),
-                // No approver named (spec.decision.approver is optional).
-                _ => format!(
-                    "Approval {} was {} (no approver named)",
-                    text("approval"),
-                    text("verdict")
-                ),
-            },
+            format!(
+                "Approval {} was {} {}",
+                text("approval"),
+                text("verdict"),
+                // spec.decision.approver is optional.
+                match data.get("approver").and_then(Value::as_str) {
+                    Some(approver) if !approver.is_empty() => format!("by {approver}"),
+                    _ => "(no approver named)".to_string(),
+                }
+            ),
         ),
         "lease.taken_over" => (
             KubeEventType::Warning,

@@ -18,11 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::runtime::watcher;
-use kube::Resource;
 
-use crate::api::AgentRun;
 use crate::controller::context::RunKey;
 
 /// The run a Lease belongs to: the Lease is named after its run, in its namespace.
@@ -81,14 +79,10 @@ impl CompactLease {
                 resource_version: self.resource_version.as_deref().map(str::to_string),
                 creation_timestamp: self.creation_timestamp.clone(),
                 labels: Some(crate::controller::lease::managed_by_labels()),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: AgentRun::api_version(&()).into_owned(),
-                    kind: AgentRun::kind(&()).into_owned(),
-                    name: key.name.clone(),
-                    uid: self.owner_uid.to_string(),
-                    controller: Some(true),
-                    block_owner_deletion: None,
-                }]),
+                owner_references: Some(vec![crate::controller::lease::run_owner(
+                    &key.name,
+                    &self.owner_uid,
+                )]),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -229,12 +223,11 @@ impl LeaseObservations {
         let mut state = self.lock();
         state.touches = state.touches.wrapping_add(1);
         let touched = state.touches;
-        if let Some(holder) = lease
+        let holder = lease
             .spec
             .as_ref()
-            .and_then(|spec| spec.holder_identity.as_deref())
-            .filter(|holder| !holder.is_empty())
-        {
+            .and_then(|spec| spec.holder_identity.as_deref());
+        if let Some(holder) = holder.filter(|holder| !holder.is_empty()) {
             match state.holders.get_mut(holder) {
                 Some(last) => *last = (*last).max(at),
                 None => {
@@ -242,10 +235,6 @@ impl LeaseObservations {
                 }
             }
         }
-        let holder = lease
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.holder_identity.as_deref());
         match state.seen.get_mut(key) {
             Some(entry) if entry.kept.same_version(lease) => {
                 entry.touched = touched;
@@ -350,6 +339,8 @@ impl LeaseObservations {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
 
