@@ -113,10 +113,14 @@ pub struct Savings {
     /// `pacing`: the executor slots follow the API server's pace ([`super::pacing`]; off:
     /// always `--max-concurrent-runs`).
     pub pacing: bool,
+    /// `watched-spec`: a new run's reconcile takes the run from the watch event that delivered
+    /// it ([`super::watches::FreshRun`]) instead of reading it.
+    pub watched_spec: bool,
 }
 
 /// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
-/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, or `all`); for measuring
+/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, `watched-spec`, or
+/// `all`); for measuring
 /// only.
 pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
 
@@ -129,6 +133,7 @@ impl Savings {
         spread: true,
         event_limit: true,
         pacing: true,
+        watched_spec: true,
     };
 
     /// [`Savings::ALL`] less those `off` names (comma-separated; unknown names are ignored).
@@ -142,6 +147,7 @@ impl Savings {
             spread: on("spread"),
             event_limit: on("event-limit"),
             pacing: on("pacing"),
+            watched_spec: on("watched-spec"),
         }
     }
 

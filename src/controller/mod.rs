@@ -108,6 +108,11 @@ pub struct ControllerOptions {
     /// Kubernetes Events published at once before `--event-qps` applies.
     #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u32).range(1..))]
     pub event_burst: u32,
+    /// Seconds a run's Started Event is held before it is published (0: not held); a run
+    /// that ends, or asks for an Approval, within them gets one Event saying both
+    /// ("Completed: ... (earlier, Started: ...)") instead of two.
+    #[arg(long, default_value_t = 5)]
+    pub event_batch_seconds: u64,
     /// Milliseconds subtracted from a held lease's life when checking, before each side effect,
     /// that it is still held; and added to leaseDurationSeconds of unchanged observation before
     /// another replica's Lease is taken over.
@@ -170,6 +175,7 @@ impl Default for ControllerOptions {
             reconcile_concurrency: 32,
             event_qps: 10.0,
             event_burst: 25,
+            event_batch_seconds: 5,
             lease_skew_margin_ms: 500,
             shutdown_grace_seconds: 20,
             seal_steps: 64,
@@ -319,6 +325,11 @@ pub async fn run_with_engine(
                     0.0
                 },
                 burst: options.event_burst,
+                batch: if savings.event_limit {
+                    Duration::from_secs(options.event_batch_seconds)
+                } else {
+                    Duration::ZERO
+                },
             },
             metrics.clone(),
         ),

@@ -104,6 +104,11 @@ pub struct EventRate {
     pub per_second: f64,
     /// Events published at once before the rate applies (at least 1).
     pub burst: u32,
+    /// How long a run's `Started` Event is held before it is published
+    /// (`--event-batch-seconds`; zero: not held), so that the run's next Normal Event within
+    /// that time (most often its end) is folded into it: a run that ends within it costs one
+    /// Event, not two (issue 15: Events batched). Any Event folded into it is due at once.
+    pub batch: std::time::Duration,
 }
 
 impl Default for EventRate {
@@ -111,9 +116,14 @@ impl Default for EventRate {
         EventRate {
             per_second: 10.0,
             burst: 25,
+            batch: std::time::Duration::from_secs(5),
         }
     }
 }
+
+/// The reason of the Event held for [`EventRate::batch`] (the engine's projection of
+/// `run.started`).
+const HELD_REASON: &str = "Started";
 
 /// Events a replica keeps waiting for the rate before it drops new ones (the kubelet keeps
 /// 1000 too).
@@ -170,50 +180,76 @@ pub enum Queued {
     Full,
 }
 
-/// The Events waiting for the rate, oldest first. A Normal Event about a run that already has
-/// a Normal Event waiting is folded into it (the later reason, both notes: "RunFinished: …
-/// (earlier, RunStarted: …)"), so a run that starts and ends while the Events wait costs one
-/// Event, not two (issue 15: Events batched); Warnings are never folded. On a quiet cluster
-/// nothing waits and every Event goes on its own.
+/// The Events waiting for the rate or for their batch, oldest first, each with the instant it
+/// is due. A Normal Event about a run that already has a Normal Event waiting is folded into
+/// it (the later reason, both notes: "Completed: … (earlier, Started: …)", due at the earlier
+/// of the two instants), so a run that starts and ends while its Events wait costs one Event,
+/// not two (issue 15: Events batched); Warnings are never folded. On a quiet cluster only a
+/// run's `Started` waits ([`EventRate::batch`]).
 #[derive(Default)]
 pub struct WaitingEvents {
-    queue: std::collections::VecDeque<(ObjectReference, Event)>,
+    queue: std::collections::VecDeque<Waiting>,
+}
+
+/// One Event waiting in [`WaitingEvents`].
+struct Waiting {
+    reference: ObjectReference,
+    event: Event,
+    due: std::time::Instant,
 }
 
 impl WaitingEvents {
-    /// Queues `event` about `reference`.
-    pub fn push(&mut self, reference: ObjectReference, event: Event) -> Queued {
+    /// Queues `event` about `reference`, due at `due` (or at the earlier instant of the Event
+    /// it folds into).
+    pub fn push(
+        &mut self,
+        reference: ObjectReference,
+        event: Event,
+        due: std::time::Instant,
+    ) -> Queued {
         if matches!(event.type_, EventType::Normal) {
-            if let Some((_, waiting)) = self.queue.iter_mut().find(|(waiting_for, waiting)| {
-                matches!(waiting.type_, EventType::Normal)
-                    && waiting_for.uid.is_some()
-                    && waiting_for.uid == reference.uid
+            if let Some(waiting) = self.queue.iter_mut().find(|waiting| {
+                matches!(waiting.event.type_, EventType::Normal)
+                    && waiting.reference.uid.is_some()
+                    && waiting.reference.uid == reference.uid
             }) {
                 let earlier = format!(
                     "{}: {}",
-                    waiting.reason,
-                    waiting.note.as_deref().unwrap_or_default()
+                    waiting.event.reason,
+                    waiting.event.note.as_deref().unwrap_or_default()
                 );
                 let mut note = match event.note.as_deref() {
                     Some(note) if !note.is_empty() => format!("{note} (earlier, {earlier})"),
                     _ => format!("(earlier, {earlier})"),
                 };
                 truncate_note(&mut note);
-                waiting.reason = event.reason;
-                waiting.note = Some(note);
+                waiting.event.reason = event.reason;
+                waiting.event.note = Some(note);
+                waiting.due = waiting.due.min(due);
                 return Queued::Folded;
             }
         }
         if self.queue.len() >= EVENT_QUEUE {
             return Queued::Full;
         }
-        self.queue.push_back((reference, event));
+        self.queue.push_back(Waiting {
+            reference,
+            event,
+            due,
+        });
         Queued::Added
     }
 
-    /// Takes the oldest Event.
-    pub fn pop(&mut self) -> Option<(ObjectReference, Event)> {
-        self.queue.pop_front()
+    /// Takes the oldest Event due at `now`.
+    pub fn pop_due(&mut self, now: std::time::Instant) -> Option<(ObjectReference, Event)> {
+        let index = self.queue.iter().position(|waiting| waiting.due <= now)?;
+        let waiting = self.queue.remove(index)?;
+        Some((waiting.reference, waiting.event))
+    }
+
+    /// The soonest instant an Event waiting is due (`None`: none waits).
+    pub fn next_due(&self) -> Option<std::time::Instant> {
+        self.queue.iter().map(|waiting| waiting.due).min()
     }
 
     /// How many Events wait.
@@ -224,6 +260,19 @@ impl WaitingEvents {
     /// Whether none waits.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+}
+
+/// When `event`, queued at `now`, is due: a Normal `Started` after `batch`, any other at once.
+fn due_at(
+    event: &Event,
+    now: std::time::Instant,
+    batch: std::time::Duration,
+) -> std::time::Instant {
+    if matches!(event.type_, EventType::Normal) && event.reason == HELD_REASON {
+        now + batch
+    } else {
+        now
     }
 }
 
@@ -271,33 +320,61 @@ impl EventSink {
         tokio::spawn(async move {
             let mut bucket = TokenBucket::new(rate, std::time::Instant::now());
             let mut waiting = WaitingEvents::default();
+            let mut closed = false;
+            let queue = |waiting: &mut WaitingEvents, reference, event: Event| {
+                let due = due_at(&event, std::time::Instant::now(), rate.batch);
+                let outcome = match waiting.push(reference, event, due) {
+                    Queued::Added => return,
+                    Queued::Folded => "folded",
+                    Queued::Full => "dropped",
+                };
+                counted.kube_event(outcome);
+                counted.kube_events_queued.dec();
+            };
             // Everything sent so far joins the queue, folded where it can be.
             let drain = |waiting: &mut WaitingEvents, rx: &mut mpsc::Receiver<_>| {
                 while let Ok((reference, event)) = rx.try_recv() {
-                    let outcome = match waiting.push(reference, event) {
-                        Queued::Added => continue,
-                        Queued::Folded => "folded",
-                        Queued::Full => "dropped",
-                    };
-                    counted.kube_event(outcome);
-                    counted.kube_events_queued.dec();
+                    queue(waiting, reference, event);
                 }
             };
             loop {
                 drain(&mut waiting, &mut rx);
-                if waiting.is_empty() {
-                    match rx.recv().await {
-                        Some((reference, event)) => waiting.push(reference, event),
-                        None => break,
-                    };
+                let now = std::time::Instant::now();
+                match waiting.next_due() {
+                    None if closed => break,
+                    // Once the sink is gone (shutdown), what waits goes now.
+                    Some(_) if closed => {}
+                    Some(due) if due <= now => {}
+                    soonest => {
+                        // Nothing is due: wait for the next Event, or for the soonest due.
+                        let until = soonest.map(tokio::time::Instant::from_std);
+                        tokio::select! {
+                            received = rx.recv() => match received {
+                                Some((reference, event)) => queue(&mut waiting, reference, event),
+                                None => closed = true,
+                            },
+                            () = async {
+                                match until {
+                                    Some(until) => tokio::time::sleep_until(until).await,
+                                    None => std::future::pending().await,
+                                }
+                            } => {}
+                        }
+                        continue;
+                    }
                 }
-                let wait = bucket.take(std::time::Instant::now());
+                let wait = bucket.take(now);
                 if !wait.is_zero() {
                     tokio::time::sleep(wait).await;
                     // What arrived while it waited can still fold into the Event at the head.
                     drain(&mut waiting, &mut rx);
                 }
-                let Some((reference, event)) = waiting.pop() else {
+                let due = if closed {
+                    waiting.next_due()
+                } else {
+                    Some(std::time::Instant::now())
+                };
+                let Some((reference, event)) = due.and_then(|due| waiting.pop_due(due)) else {
                     continue;
                 };
                 let namespace = reference.namespace.clone().unwrap_or_default();
@@ -375,6 +452,7 @@ mod tests {
         let rate = EventRate {
             per_second: 4.0,
             burst: 3,
+            batch: Duration::ZERO,
         };
         let mut bucket = TokenBucket::new(rate, start);
         for _ in 0..3 {
@@ -418,27 +496,29 @@ mod tests {
 
     #[test]
     fn a_runs_normal_events_that_wait_together_fold_into_one_and_warnings_never_do() {
+        let now = Instant::now();
         let mut waiting = WaitingEvents::default();
         assert_eq!(
-            waiting.push(about("a"), normal("RunStarted", "started by c0")),
+            waiting.push(about("a"), normal("RunStarted", "started by c0"), now),
             Queued::Added
         );
         assert_eq!(
-            waiting.push(about("b"), normal("RunStarted", "started by c1")),
+            waiting.push(about("b"), normal("RunStarted", "started by c1"), now),
             Queued::Added
         );
         let mut warning = normal("TakenOver", "taken over");
         warning.type_ = EventType::Warning;
-        assert_eq!(waiting.push(about("a"), warning), Queued::Added);
+        assert_eq!(waiting.push(about("a"), warning, now), Queued::Added);
         assert_eq!(
             waiting.push(
                 about("a"),
-                normal("RunFinished", "completed after 10 steps")
+                normal("RunFinished", "completed after 10 steps"),
+                now
             ),
             Queued::Folded
         );
         assert_eq!(waiting.len(), 3);
-        let (reference, first) = waiting.pop().expect("a's folded Event");
+        let (reference, first) = waiting.pop_due(now).expect("a's folded Event");
         assert_eq!(reference.uid.as_deref(), Some("a"));
         assert_eq!(first.reason, "RunFinished");
         assert_eq!(
@@ -446,43 +526,98 @@ mod tests {
             Some("completed after 10 steps (earlier, RunStarted: started by c0)")
         );
         assert_eq!(
-            waiting.pop().map(|(_, e)| e.reason),
+            waiting.pop_due(now).map(|(_, e)| e.reason),
             Some("RunStarted".to_string())
         );
         assert_eq!(
-            waiting.pop().map(|(_, e)| e.reason),
+            waiting.pop_due(now).map(|(_, e)| e.reason),
             Some("TakenOver".to_string())
         );
         assert!(waiting.is_empty());
         // Once published, an Event is not folded into: the next one waits on its own.
         assert_eq!(
-            waiting.push(about("a"), normal("RunFinished", "again")),
+            waiting.push(about("a"), normal("RunFinished", "again"), now),
             Queued::Added
         );
     }
 
     #[test]
-    fn folded_notes_stay_within_the_api_limit_and_a_full_queue_drops() {
+    fn a_started_event_is_held_for_the_batch_and_what_folds_into_it_goes_at_once() {
+        let now = Instant::now();
+        let batch = Duration::from_secs(5);
+        let started = normal(HELD_REASON, "the run started (holder c0)");
+        assert_eq!(due_at(&started, now, batch), now + batch);
+        assert_eq!(
+            due_at(&normal("ApprovalRequested", "step 1 waits"), now, batch),
+            now,
+            "only Started is held"
+        );
+        let mut warning = normal(HELD_REASON, "");
+        warning.type_ = EventType::Warning;
+        assert_eq!(due_at(&warning, now, batch), now, "a Warning is never held");
+
         let mut waiting = WaitingEvents::default();
-        waiting.push(about("a"), normal("RunStarted", &"é".repeat(600)));
-        waiting.push(about("a"), normal("RunFinished", &"x".repeat(600)));
-        let (_, folded) = waiting.pop().expect("folded");
+        waiting.push(about("a"), started, now + batch);
+        let started = normal(HELD_REASON, "the run started (holder c0)");
+        waiting.push(about("b"), started, now + batch);
+        let mut taken = normal("TakenOver", "b-2 took the run over");
+        taken.type_ = EventType::Warning;
+        waiting.push(about("c"), taken, now);
+        // The Warning behind the held Events goes first; the held ones are not due yet.
+        assert_eq!(
+            waiting.pop_due(now).map(|(r, _)| r.uid),
+            Some(Some("c".to_string()))
+        );
+        assert!(waiting.pop_due(now).is_none());
+        assert_eq!(waiting.next_due(), Some(now + batch));
+        // b's run ends within the batch: one Event, due at once, saying both.
+        let later = now + Duration::from_secs(2);
+        assert_eq!(
+            waiting.push(
+                about("b"),
+                normal("Completed", "the run ended Completed"),
+                later
+            ),
+            Queued::Folded
+        );
+        let (reference, folded) = waiting.pop_due(later).expect("b's folded Event is due");
+        assert_eq!(reference.uid.as_deref(), Some("b"));
+        assert_eq!(folded.reason, "Completed");
+        assert_eq!(
+            folded.note.as_deref(),
+            Some("the run ended Completed (earlier, Started: the run started (holder c0))")
+        );
+        // a's Started goes alone once the batch has passed.
+        assert!(waiting.pop_due(later).is_none());
+        assert_eq!(
+            waiting.pop_due(now + batch).map(|(_, e)| e.reason),
+            Some(HELD_REASON.to_string())
+        );
+    }
+
+    #[test]
+    fn folded_notes_stay_within_the_api_limit_and_a_full_queue_drops() {
+        let now = Instant::now();
+        let mut waiting = WaitingEvents::default();
+        waiting.push(about("a"), normal("RunStarted", &"é".repeat(600)), now);
+        waiting.push(about("a"), normal("RunFinished", &"x".repeat(600)), now);
+        let (_, folded) = waiting.pop_due(now).expect("folded");
         let note = folded.note.expect("a note");
         assert!(note.len() <= NOTE_LIMIT, "{}", note.len());
         assert!(note.ends_with('…'));
         for n in 0..EVENT_QUEUE {
             assert_eq!(
-                waiting.push(about(&n.to_string()), normal("RunStarted", "")),
+                waiting.push(about(&n.to_string()), normal("RunStarted", ""), now),
                 Queued::Added
             );
         }
         assert_eq!(
-            waiting.push(about("late"), normal("RunStarted", "")),
+            waiting.push(about("late"), normal("RunStarted", ""), now),
             Queued::Full
         );
         // A run already waiting still folds into its Event when the queue is full.
         assert_eq!(
-            waiting.push(about("7"), normal("RunFinished", "")),
+            waiting.push(about("7"), normal("RunFinished", ""), now),
             Queued::Folded
         );
     }
@@ -494,6 +629,7 @@ mod tests {
             EventRate {
                 per_second: 0.0,
                 burst: 1,
+                batch: Duration::ZERO,
             },
             now,
         );

@@ -11,11 +11,11 @@ use kube::runtime::controller::Action;
 use tracing::Instrument;
 
 use super::cluster::RunError;
-use super::context::{Context, RunKey, Written, MAX_CONFLICTS};
+use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
 use super::executor;
 use super::failures::ReconcileError;
 use super::lease;
-use super::watches::WatchedRun;
+use super::watches::{FreshRun, WatchedRun};
 use crate::engine::{ApprovalWrite, Input, ObserveNext};
 
 /// How long a run that found every executor slot taken waits at most before it is looked at
@@ -82,7 +82,7 @@ async fn reconcile_run(
     }
     let span = super::trace::reconcile_span(key, obj.metadata.uid.as_deref());
     let started = std::time::Instant::now();
-    let action = observe(ctx, key).instrument(span).await;
+    let action = observe(ctx, key, obj.fresh.as_ref()).instrument(span).await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
@@ -170,16 +170,40 @@ fn watched_view(obj: &WatchedRun) -> crate::engine::WatchedView<'_> {
     }
 }
 
-/// One Observe pass over `key`; the action says when to look again.
+/// One Observe pass over `key`; the action says when to look again. `fresh` is the run as
+/// its watch event showed it while it had no status ([`FreshRun`]); the pass then reads
+/// nothing of the run (issue 15), and its first write, a compare-and-set on that version,
+/// fails with 409 if the run changed since, after which it is read.
 ///
 /// # Errors
 /// When the API server fails.
-pub async fn observe(ctx: &Arc<Context>, key: &RunKey) -> Result<Action, RunError> {
+pub async fn observe(
+    ctx: &Arc<Context>,
+    key: &RunKey,
+    fresh: Option<&FreshRun>,
+) -> Result<Action, RunError> {
     // The Lease first, then the run: a holder releases its Lease only after its last write, so
     // a released Lease read first (live, or as the watch delivered it: a past version) is never
-    // paired with a record older than that write.
+    // paired with a record older than that write. A run taken from its watch event has no
+    // status: no write of it was made, and whatever it is paired with, every write it leads
+    // to is fenced by its version.
     let mut lease_read = ctx.read_lease(key).await?;
-    let mut state = match ctx.read_state(key).await {
+    let unread = fresh.and_then(|fresh| match fresh.stored() {
+        Ok(run) if run.snapshot.status.is_null() => Some(RunState {
+            run,
+            approvals: Vec::new(),
+        }),
+        Ok(_) => None,
+        Err(err) => {
+            tracing::debug!(run = %key, %err, "the watched run does not decode; reading it");
+            None
+        }
+    });
+    let read = match unread {
+        Some(state) => Ok(Some(state)),
+        None => ctx.read_state(key).await,
+    };
+    let mut state = match read {
         Ok(Some(state)) => state,
         Ok(None) => return Ok(Action::await_change()),
         Err(RunError::Undecodable(detail)) => {

@@ -256,7 +256,7 @@ async fn observe_wins_the_lease_and_an_executor_runs_the_tool_once() {
     let tool = tool(Duration::ZERO).await;
     let api = Arc::new(FakeApi::with_run(run_with_tool("once", tool.addr, 3)));
     let ctx = context(api.clone(), "a", 500);
-    observe(&ctx, &key("once")).await.unwrap();
+    observe(&ctx, &key("once"), None).await.unwrap();
     until_idle(&ctx).await;
     let run = api.run("ns", "once");
     assert_eq!(run["status"]["phase"], "Completed");
@@ -271,7 +271,7 @@ async fn observe_wins_the_lease_and_an_executor_runs_the_tool_once() {
         Some(ctx.settings.holder.as_str())
     );
     // Looking again changes nothing.
-    observe(&ctx, &key("once")).await.unwrap();
+    observe(&ctx, &key("once"), None).await.unwrap();
     assert_eq!(ctx.executors.executing(), 0);
 }
 
@@ -285,7 +285,7 @@ async fn a_conflicting_write_is_decided_again_never_retried_blind() {
         .fail_status_writes
         .push(ApiError::Conflict("someone wrote".into()));
     let ctx = context(api.clone(), "a", 500);
-    observe(&ctx, &key("conflict")).await.unwrap();
+    observe(&ctx, &key("conflict"), None).await.unwrap();
     until_idle(&ctx).await;
     assert_eq!(
         seen("conflict"),
@@ -312,7 +312,7 @@ async fn a_write_of_unknown_fate_is_settled_by_reading_back() {
             "connection reset".into(),
         )));
     let ctx = context(api.clone(), "a", 500);
-    observe(&ctx, &key("unknown")).await.unwrap();
+    observe(&ctx, &key("unknown"), None).await.unwrap();
     until_idle(&ctx).await;
     // It did not land: decided again from what is stored, and the tool ran once.
     assert_eq!(
@@ -333,7 +333,7 @@ async fn a_sealed_segment_is_created_before_the_status_write() {
     let tool = tool(Duration::ZERO).await;
     let api = Arc::new(FakeApi::with_run(run_with_tool("seal-new", tool.addr, 3)));
     let ctx = context(api.clone(), "a", 500);
-    observe(&ctx, &key("seal-new")).await.unwrap();
+    observe(&ctx, &key("seal-new"), None).await.unwrap();
     until_idle(&ctx).await;
     assert_eq!(api.run("ns", "seal-new")["status"]["phase"], "Completed");
     let state = api.state.lock().unwrap();
@@ -351,7 +351,7 @@ async fn a_segment_already_there_with_the_same_content_is_success() {
     let segment = fake_segment(&run.snapshot);
     api.create_segment("ns", &segment.object).await.unwrap();
     let ctx = context(api.clone(), "a", 500);
-    observe(&ctx, &key("seal-same")).await.unwrap();
+    observe(&ctx, &key("seal-same"), None).await.unwrap();
     until_idle(&ctx).await;
     assert_eq!(api.run("ns", "seal-same")["status"]["phase"], "Completed");
     assert_eq!(api.state.lock().unwrap().segments.len(), 1);
@@ -372,7 +372,7 @@ async fn a_segment_name_holding_other_content_is_never_overwritten_and_the_outco
     edited["spec"] = serde_json::to_value(segment_spec(&run.snapshot, "edited")).unwrap();
     api.create_segment("ns", &edited).await.unwrap();
     let ctx = context(api.clone(), "a", 500);
-    observe(&ctx, &key("seal-other")).await.unwrap();
+    observe(&ctx, &key("seal-other"), None).await.unwrap();
     until_idle(&ctx).await;
     // The tool's outcome is not lost for want of a segment: the same input is decided again
     // without sealing and written (else a takeover would find a received result "unknown").
@@ -411,7 +411,7 @@ async fn a_live_lease_held_by_another_replica_is_left_alone() {
     .unwrap()
     .unwrap();
     let ctx = context(api.clone(), "a", 500);
-    observe(&ctx, &key("held")).await.unwrap();
+    observe(&ctx, &key("held"), None).await.unwrap();
     assert_eq!(ctx.executors.executing(), 0);
     assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
     assert_eq!(seen("held"), ["observe"]);
@@ -432,7 +432,7 @@ async fn a_lease_owned_by_another_uid_is_replaced_not_adopted() {
     );
     api.put_run(run_with_tool("again", tool.addr, 30));
     let ctx = context(api.clone(), "a", 500);
-    observe(&ctx, &key("again")).await.unwrap();
+    observe(&ctx, &key("again"), None).await.unwrap();
     until_idle(&ctx).await;
     assert_eq!(api.run("ns", "again")["status"]["phase"], "Completed");
     assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
@@ -484,7 +484,7 @@ async fn a_new_run_is_not_read_while_every_slot_is_taken_and_a_cancelled_one_is(
     let api = Arc::new(FakeApi::with_run(run_with_tool("busy", slow.addr, 30)));
     api.put_run(run_object("ns", "queued", 30));
     let ctx = context_with_slots(api.clone(), "a", 500, 1);
-    observe(&ctx, &key("busy")).await.unwrap();
+    observe(&ctx, &key("busy"), None).await.unwrap();
     for _ in 0..200 {
         if slow.calls.load(Ordering::SeqCst) == 1 {
             break;
@@ -543,7 +543,7 @@ async fn a_lease_first_seen_is_left_alone_however_old_its_renew_time() {
     let an_hour_ago = Time::from_millis(Clock::default().now().as_millis() - 3_600_000);
     let other = held_by_other(&api, "old", an_hour_ago).await;
     let ctx = context(api.clone(), "a", 500);
-    observe(&ctx, &key("old")).await.unwrap();
+    observe(&ctx, &key("old"), None).await.unwrap();
     assert_eq!(ctx.executors.executing(), 0);
     assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
     assert_eq!(seen("old"), ["observe"]);
@@ -563,7 +563,7 @@ async fn a_lease_seen_unchanged_past_its_duration_and_margin_is_taken_over() {
     let first_seen = std::time::Instant::now() - Duration::from_millis(3_500);
     ctx.leases
         .observe(&key("stale"), api.lease("ns", "stale").as_ref(), first_seen);
-    observe(&ctx, &key("stale")).await.unwrap();
+    observe(&ctx, &key("stale"), None).await.unwrap();
     until_idle(&ctx).await;
     assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
     assert_eq!(
@@ -595,7 +595,7 @@ async fn a_lease_renewed_since_it_was_first_seen_is_left_alone() {
         ));
     }
     api.replace_lease("ns", &renewed).await.unwrap();
-    observe(&ctx, &key("renewed")).await.unwrap();
+    observe(&ctx, &key("renewed"), None).await.unwrap();
     assert_eq!(ctx.executors.executing(), 0);
     assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
     assert_eq!(seen("renewed"), ["observe"]);
@@ -608,7 +608,7 @@ async fn a_lease_lost_during_the_call_does_not_record_the_outcome() {
     let tool = tool(Duration::from_millis(2500)).await;
     let api = Arc::new(FakeApi::with_run(run_with_tool("lost", tool.addr, 2)));
     let ctx = context(api.clone(), "a", 100);
-    observe(&ctx, &key("lost")).await.unwrap();
+    observe(&ctx, &key("lost"), None).await.unwrap();
     // Another replica takes the Lease while the tool runs.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let read = api.lease("ns", "lost");
@@ -638,7 +638,7 @@ async fn a_lease_expired_by_this_replicas_clock_starts_no_side_effect() {
     let api = Arc::new(FakeApi::with_run(run_with_tool("expired", tool.addr, 2)));
     // A skew margin as long as the lease: the check before the call always fails.
     let ctx = context(api.clone(), "a", 2_000);
-    observe(&ctx, &key("expired")).await.unwrap();
+    observe(&ctx, &key("expired"), None).await.unwrap();
     until_idle(&ctx).await;
     assert_eq!(tool.calls.load(Ordering::SeqCst), 0);
     assert_eq!(seen("expired"), ["observe", "lease_acquired", "lease_lost"]);
@@ -649,7 +649,7 @@ async fn renewals_keep_a_long_call_alive() {
     let tool = tool(Duration::from_millis(2500)).await;
     let api = Arc::new(FakeApi::with_run(run_with_tool("long", tool.addr, 2)));
     let ctx = context(api.clone(), "a", 200);
-    observe(&ctx, &key("long")).await.unwrap();
+    observe(&ctx, &key("long"), None).await.unwrap();
     until_idle(&ctx).await;
     assert_eq!(seen("long"), ["observe", "lease_acquired", "tool_finished"]);
     assert_eq!(api.run("ns", "long")["status"]["phase"], "Completed");
@@ -761,4 +761,59 @@ async fn an_approval_status_that_meets_a_concurrent_decision_is_written_on_a_fre
         .unwrap()
         .object;
     assert_eq!(stored["status"], executed);
+}
+
+/// The run `name` as a watch event delivers it now: with its whole object kept while it has
+/// no status.
+fn watched(api: &FakeApi, name: &str) -> super::watches::WatchedRun {
+    serde_json::from_value(api.run("ns", name)).expect("a watched run decodes")
+}
+
+#[tokio::test]
+async fn a_new_run_taken_from_its_watch_event_starts_without_being_read() {
+    let tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("unread", tool.addr, 3)));
+    let ctx = context(api.clone(), "a", 500);
+    let run = watched(&api, "unread");
+    assert!(run.fresh.is_some(), "a run without a status is kept whole");
+    observe(&ctx, &key("unread"), run.fresh.as_ref())
+        .await
+        .unwrap();
+    until_idle(&ctx).await;
+    let stored = api.run("ns", "unread");
+    assert_eq!(stored["status"]["phase"], "Completed");
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(api.state.lock().unwrap().run_reads, 0, "no GET of the run");
+    // Once it has a status, the watch keeps none of it.
+    assert!(watched(&api, "unread").fresh.is_none());
+}
+
+#[tokio::test]
+async fn a_watched_new_run_edited_since_its_event_is_read_before_anything_starts() {
+    let old_tool = tool(Duration::ZERO).await;
+    let new_tool = tool(Duration::ZERO).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("edited", old_tool.addr, 3)));
+    let ctx = context(api.clone(), "a", 500);
+    let stale = watched(&api, "edited");
+    // The spec changes after the event the watch delivered (a new resourceVersion).
+    api.put_run(run_with_tool("edited", new_tool.addr, 3));
+    observe(&ctx, &key("edited"), stale.fresh.as_ref())
+        .await
+        .unwrap();
+    until_idle(&ctx).await;
+    // The first write, on the watched version, was refused; the run was read and decided
+    // again, and the one call went to the tool the stored spec names.
+    assert_eq!(
+        seen("edited"),
+        [
+            "observe",
+            "lease_acquired",
+            "lease_acquired",
+            "tool_finished"
+        ]
+    );
+    assert_eq!(old_tool.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(new_tool.calls.load(Ordering::SeqCst), 1);
+    assert!(api.state.lock().unwrap().run_reads >= 1);
+    assert_eq!(api.run("ns", "edited")["status"]["phase"], "Completed");
 }

@@ -7,8 +7,10 @@
 //! ([`super::lease::observation`]) without waking a reconcile.
 //!
 //! Every replica receives every write of every run it watches, so what it keeps of one is
-//! small ([`WatchedRun`]: metadata, phase, holder); the spec and the record are skipped while
-//! the event is parsed. Nothing is decided from this cache: a reconcile reads the run live.
+//! small ([`WatchedRun`]: metadata, phase, holder); the record is skipped while the event is
+//! parsed. A reconcile reads the run live before it decides, except a new run's: until its
+//! first status write, the run is kept whole ([`FreshRun`]), and the compare-and-set of that
+//! write on the event's resourceVersion is the fence (docs/design.md section 7).
 //!
 //! Recovery (issue 16): each watch is kube-runtime's `watcher` wrapped so that
 //! - any error makes it relist from scratch (as client-go's reflector does), so a watch that
@@ -21,6 +23,7 @@
 //!   backoff would otherwise pause every watch of the scope for up to 30 s per error.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,30 +39,154 @@ use kube::runtime::watcher::Event;
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::cluster::{DecodeError, StoredRun};
 use super::context::{Context, RunKey};
 use super::metrics::WatchHealth;
 use super::{failures, lease};
 use crate::api::{AgentRun, Approval};
 
 /// What a replica keeps of a watched AgentRun: its metadata and the status fields that wake it
-/// or that the metrics count. Unknown fields (the spec, the steps, the journal) are skipped
-/// while parsing, without being built.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+/// or that the metrics count. The record (the steps, the journal) is skipped while parsing,
+/// without being built; so is the spec of a run that has a status.
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct WatchedRun {
     /// `metadata`: only its name, namespace, uid, resourceVersion, generation and
     /// deletionTimestamp ([`watched_metadata`]); the resourceVersion is dropped before the
     /// run is stored (the watcher has taken it by then).
-    #[serde(default, deserialize_with = "watched_metadata")]
     pub metadata: ObjectMeta,
     /// `status.phase`, `status.lease.holder` and `status.observedGeneration`.
-    #[serde(default)]
     pub status: WatchedStatus,
     /// Whether the watch event that delivered it wakes its reconcile ([`wakes`]); not part of
     /// the object.
     #[serde(skip)]
     pub wakes: bool,
+    /// A new run's whole object as this event showed it ([`FreshRun`]: no status yet), so
+    /// the reconcile that starts it needs no read; `None` for every other run, and when the
+    /// replica's budget for them ([`FRESH_BUDGET_BYTES`]) is spent.
+    #[serde(skip)]
+    pub fresh: Option<FreshRun>,
+}
+
+/// The bytes of JSON text a replica process keeps at most in [`FreshRun`]s (8 MiB, about
+/// 5,000 runs of a page of spec each); a new run beyond it is read by its reconcile, as every
+/// run was before (issue 15).
+pub const FRESH_BUDGET_BYTES: usize = 8 << 20;
+
+/// The bytes of [`FreshRun`] text alive in this process.
+static FRESH_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// A new run's whole object (apiVersion, kind, metadata with its resourceVersion, spec; no
+/// status) as JSON text, from the watch event that delivered it (issue 15: the reconcile that
+/// starts a new run reads nothing). Its first status write is a compare-and-set on that
+/// resourceVersion, so a run that changed since the event (a spec edit, another replica's
+/// write) is refused with 409 and read again: the text is never trusted beyond what the API
+/// server confirms (docs/design.md section 7).
+#[derive(Clone)]
+pub struct FreshRun(Arc<FreshText>);
+
+/// The text, and the count of live bytes it is counted in (given back when it is dropped).
+struct FreshText {
+    text: Box<str>,
+    account: &'static AtomicUsize,
+}
+
+impl Drop for FreshText {
+    fn drop(&mut self) {
+        self.account.fetch_sub(self.text.len(), Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for FreshRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FreshRun({} bytes)", self.0.text.len())
+    }
+}
+
+impl FreshRun {
+    /// Keeps `object` as text, counted in `account`; `None` when that would take the count
+    /// over `budget` bytes (or it does not serialize).
+    fn keep(object: &Value, account: &'static AtomicUsize, budget: usize) -> Option<FreshRun> {
+        let text = serde_json::to_string(object).ok()?;
+        let len = text.len();
+        let before = account.fetch_add(len, Ordering::Relaxed);
+        if before.saturating_add(len) > budget {
+            account.fetch_sub(len, Ordering::Relaxed);
+            return None;
+        }
+        Some(FreshRun(Arc::new(FreshText {
+            text: text.into_boxed_str(),
+            account,
+        })))
+    }
+
+    /// The run as stored when the event was made.
+    ///
+    /// # Errors
+    /// A [`DecodeError`] when the text does not decode as a run (its spec does not, or its
+    /// metadata lacks a uid or resourceVersion): the caller reads the run instead.
+    pub fn stored(&self) -> Result<StoredRun, DecodeError> {
+        let object: Value =
+            serde_json::from_str(&self.0.text).map_err(|source| DecodeError::Spec {
+                run: String::from("(watched)"),
+                source,
+            })?;
+        StoredRun::from_object(object)
+    }
+}
+
+impl<'de> Deserialize<'de> for WatchedRun {
+    /// Parses the top-level fields one by one: `metadata` and `spec` as JSON values (small),
+    /// `status` as [`WatchedStatus`] (the record skipped), anything else skipped. When no
+    /// status came, the object is kept as a [`FreshRun`].
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = WatchedRun;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an AgentRun object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<WatchedRun, A::Error> {
+                let mut kept = serde_json::Map::new();
+                let mut status: Option<Option<WatchedStatus>> = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "apiVersion" | "kind" | "metadata" | "spec" => {
+                            let value: Value = map.next_value()?;
+                            kept.insert(key.into_owned(), value);
+                        }
+                        "status" => status = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                let metadata = match kept.get("metadata") {
+                    Some(meta) => watched_metadata(meta).map_err(serde::de::Error::custom)?,
+                    None => ObjectMeta::default(),
+                };
+                let status = status.flatten();
+                let fresh = match &status {
+                    None if kept.contains_key("spec") => {
+                        FreshRun::keep(&Value::Object(kept), &FRESH_BYTES, FRESH_BUDGET_BYTES)
+                    }
+                    _ => None,
+                };
+                Ok(WatchedRun {
+                    metadata,
+                    status: status.unwrap_or_default(),
+                    wakes: false,
+                    fresh,
+                })
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
 }
 
 impl WatchedRun {
@@ -143,10 +270,8 @@ struct WatchedMetadata {
     deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
-fn watched_metadata<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<ObjectMeta, D::Error> {
-    let meta = WatchedMetadata::deserialize(deserializer)?;
+fn watched_metadata(value: &Value) -> Result<ObjectMeta, serde_json::Error> {
+    let meta = WatchedMetadata::deserialize(value)?;
     Ok(ObjectMeta {
         name: meta.name,
         namespace: meta.namespace,
@@ -321,9 +446,13 @@ pub async fn controller(
         // event is applied, so that a run costs no second cache entry (issue 15: memory per
         // waiting run).
         let store = reader.clone();
+        let ctx = ctx.clone();
         move |mut event| {
             if let Ok(Event::Apply(run) | Event::InitApply(run)) = &mut event {
                 run.wakes = wakes(store.get(&key_of_run(run)).as_deref(), run);
+                if run.fresh.is_some() && !keeps_fresh(&ctx, run) {
+                    run.fresh = None;
+                }
                 // The watcher took the resourceVersion to resume from when it made this
                 // event; nothing reads it from the store, which would keep it twice (in the
                 // run and in its key).
@@ -502,6 +631,22 @@ fn hash_of(parts: &[Option<&str>]) -> u64 {
     hasher.finish()
 }
 
+/// Whether this replica keeps a new run's object from its watch event ([`FreshRun`]): when the
+/// saving is on and no other replica it knows ranks first for the run ([`super::spread`]), so
+/// each new run is kept by about one replica.
+fn keeps_fresh(ctx: &Context, run: &WatchedRun) -> bool {
+    if !ctx.settings.savings.watched_spec {
+        return false;
+    }
+    if !ctx.settings.savings.spread {
+        return true;
+    }
+    let peers = ctx
+        .leases
+        .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);
+    super::spread::place(run.uid(), ctx.settings.holder.as_str(), &peers) == 0
+}
+
 /// The store's key of `run`.
 fn key_of_run(run: &WatchedRun) -> ObjectRef<WatchedRun> {
     ObjectRef::new(run.metadata.name.as_deref().unwrap_or_default())
@@ -677,5 +822,56 @@ mod tests {
             serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}, "spec": {}}))
                 .expect("a new run decodes");
         assert!(fresh.status.phase.is_none());
+        assert!(run.fresh.is_none(), "a run with a status is not kept whole");
+    }
+
+    #[test]
+    fn a_new_run_is_kept_whole_as_stored_and_within_the_budget() {
+        let object = serde_json::json!({
+            "apiVersion": "agentrt.dev/v1alpha1",
+            "kind": "AgentRun",
+            "metadata": {"name": "r", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                         "generation": 1, "labels": {"team": "a"},
+                         "annotations": {"agentrt.dev/created-by": "alice"},
+                         "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+            "spec": {"goal": "g", "agent": {"scripted": {"decisions": []}}},
+        });
+        let run: WatchedRun = serde_json::from_value(object.clone()).expect("a run decodes");
+        let fresh = run.fresh.as_ref().expect("a run without a status is kept");
+        let stored = fresh.stored().expect("it decodes as a stored run");
+        // What a GET would have returned: labels, annotations and managedFields included.
+        assert_eq!(
+            stored,
+            StoredRun::from_object(object.clone()).expect("the object decodes")
+        );
+        assert_eq!(stored.resource_version, "7");
+        assert_eq!(stored.snapshot.created_by.as_deref(), Some("alice"));
+        // `status: null` is no status either.
+        let mut nulled = object.clone();
+        nulled["status"] = Value::Null;
+        let nulled: WatchedRun = serde_json::from_value(nulled).expect("a run decodes");
+        assert!(nulled.fresh.is_some());
+
+        // The budget: a run that does not fit is not kept; dropping one gives its bytes back.
+        static ACCOUNT: AtomicUsize = AtomicUsize::new(0);
+        let len = serde_json::to_string(&object).unwrap().len();
+        let first = FreshRun::keep(&object, &ACCOUNT, len + len / 2).expect("fits");
+        assert_eq!(ACCOUNT.load(Ordering::Relaxed), len);
+        assert!(FreshRun::keep(&object, &ACCOUNT, len + len / 2).is_none());
+        assert_eq!(
+            ACCOUNT.load(Ordering::Relaxed),
+            len,
+            "a refused one is not counted"
+        );
+        let shared = first.clone();
+        drop(first);
+        assert_eq!(
+            ACCOUNT.load(Ordering::Relaxed),
+            len,
+            "a clone shares the text"
+        );
+        drop(shared);
+        assert_eq!(ACCOUNT.load(Ordering::Relaxed), 0);
+        assert!(FreshRun::keep(&object, &ACCOUNT, len + len / 2).is_some());
     }
 }
