@@ -171,7 +171,7 @@ fn watched_view(obj: &WatchedRun) -> crate::engine::WatchedView<'_> {
 }
 
 /// One Observe pass over `key`; the action says when to look again. `fresh` is the run as
-/// its watch event showed it while it had no status ([`FreshRun`]); the pass then reads
+/// its watch event showed it while no controller had written its status ([`FreshRun`]); the pass then reads
 /// nothing of the run (issue 15), and its first write, a compare-and-set on that version,
 /// fails with 409 if the run changed since, after which it is read.
 ///
@@ -189,7 +189,7 @@ pub async fn observe(
     // to is fenced by its version.
     let mut lease_read = ctx.read_lease(key).await?;
     let unread = fresh.and_then(|fresh| match fresh.stored() {
-        Ok(run) if run.snapshot.status.is_null() => Some(RunState {
+        Ok(run) if is_unwritten(&run.snapshot.status) => Some(RunState {
             run,
             approvals: Vec::new(),
         }),
@@ -296,10 +296,15 @@ pub async fn observe(
                         }
                         None => {
                             tracing::debug!(run = %key, "another replica won the lease");
-                            // The version tried may have been the watch's, and stale: read it
-                            // live, so the next try is on what is stored.
-                            let fresh = ctx.api.get_lease(&key.namespace, &key.name).await?;
-                            ctx.observe_lease(key, fresh.as_ref(), &uid);
+                            if lease_read.is_some() {
+                                // The version tried may have been the watch's, and stale: read
+                                // it live, so the next try is on what is stored (and a stale
+                                // observation does not look expired again).
+                                let fresh = ctx.api.get_lease(&key.namespace, &key.name).await?;
+                                ctx.observe_lease(key, fresh.as_ref(), &uid);
+                            }
+                            // A create that lost (AlreadyExists) needs no read: the Lease
+                            // watch delivers the winner's Lease, and the next look uses it.
                             soonest(500);
                         }
                     }
@@ -317,6 +322,16 @@ pub async fn observe(
         // The resync sweep looks at it again within `watches::RESYNC`.
         None => Action::await_change(),
     })
+}
+
+/// Whether `status` is one no controller wrote: absent, or the CRD's default (no
+/// `observedGeneration`, phase `Pending`: [`crate::engine::is_new_run`]).
+fn is_unwritten(status: &serde_json::Value) -> bool {
+    status.is_null()
+        || crate::engine::is_new_run(
+            status["phase"].as_str(),
+            status["observedGeneration"].as_i64(),
+        )
 }
 
 /// Performs one Approval write the engine asked for (an executor's bookkeeping or an

@@ -8,8 +8,8 @@
 //!
 //! Every replica receives every write of every run it watches, so what it keeps of one is
 //! small ([`WatchedRun`]: metadata, phase, holder); the record is skipped while the event is
-//! parsed. A reconcile reads the run live before it decides, except a new run's: until its
-//! first status write, the run is kept whole ([`FreshRun`]), and the compare-and-set of that
+//! parsed. A reconcile reads the run live before it decides, except a new run's: until a
+//! controller first writes its status, the run is kept whole ([`FreshRun`]), and the compare-and-set of that
 //! write on the event's resourceVersion is the fence (docs/design.md section 7).
 //!
 //! Recovery (issue 16): each watch is kube-runtime's `watcher` wrapped so that
@@ -63,7 +63,7 @@ pub struct WatchedRun {
     /// the object.
     #[serde(skip)]
     pub wakes: bool,
-    /// A new run's whole object as this event showed it ([`FreshRun`]: no status yet), so
+    /// A new run's whole object as this event showed it ([`FreshRun`]: no controller has written its status yet), so
     /// the reconcile that starts it needs no read; `None` for every other run, and when the
     /// replica's budget for them ([`FRESH_BUDGET_BYTES`]) is spent.
     #[serde(skip)]
@@ -78,8 +78,8 @@ pub const FRESH_BUDGET_BYTES: usize = 8 << 20;
 /// The bytes of [`FreshRun`] text alive in this process.
 static FRESH_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-/// A new run's whole object (apiVersion, kind, metadata with its resourceVersion, spec; no
-/// status) as JSON text, from the watch event that delivered it (issue 15: the reconcile that
+/// A new run's whole object (apiVersion, kind, metadata with its resourceVersion, spec, and
+/// its status only when that is the CRD's default `{phase: Pending}`) as JSON text, from the watch event that delivered it (issue 15: the reconcile that
 /// starts a new run reads nothing). Its first status write is a compare-and-set on that
 /// resourceVersion, so a run that changed since the event (a spec edit, another replica's
 /// write) is refused with 409 and read again: the text is never trusted beyond what the API
@@ -153,7 +153,7 @@ impl<'de> Deserialize<'de> for WatchedRun {
                 mut map: A,
             ) -> Result<WatchedRun, A::Error> {
                 let mut kept = serde_json::Map::new();
-                let mut status: Option<Option<WatchedStatus>> = None;
+                let mut status: Option<Option<SeenStatus>> = None;
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     match key.as_ref() {
                         "apiVersion" | "kind" | "metadata" | "spec" => {
@@ -171,15 +171,27 @@ impl<'de> Deserialize<'de> for WatchedRun {
                     None => ObjectMeta::default(),
                 };
                 let status = status.flatten();
-                let fresh = match &status {
-                    None if kept.contains_key("spec") => {
-                        FreshRun::keep(&Value::Object(kept), &FRESH_BYTES, FRESH_BUDGET_BYTES)
+                // New: no status, or one no controller wrote (the CRD's default), which is
+                // then kept as it came.
+                let new = match &status {
+                    None => true,
+                    Some(SeenStatus {
+                        unwritten: Some(fields),
+                        ..
+                    }) => {
+                        kept.insert("status".into(), Value::Object(fields.clone()));
+                        true
                     }
-                    _ => None,
+                    Some(_) => false,
+                };
+                let fresh = if new && kept.contains_key("spec") {
+                    FreshRun::keep(&Value::Object(kept), &FRESH_BYTES, FRESH_BUDGET_BYTES)
+                } else {
+                    None
                 };
                 Ok(WatchedRun {
                     metadata,
-                    status: status.unwrap_or_default(),
+                    status: status.map(|seen| seen.watched).unwrap_or_default(),
                     wakes: false,
                     fresh,
                 })
@@ -197,7 +209,7 @@ impl WatchedRun {
 }
 
 /// The part of a run's status a watch keeps.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct WatchedStatus {
     /// `status.phase`.
     #[serde(default)]
@@ -208,6 +220,146 @@ pub struct WatchedStatus {
     /// `status.observedGeneration`.
     #[serde(default, rename = "observedGeneration")]
     pub observed_generation: Option<i64>,
+}
+
+/// A watched run's status as parsed: what is kept, and the whole status as a value while it
+/// may still be one no controller wrote (the CRD's default, `{phase: Pending, ...}` with its
+/// nested defaults: scalars and empty lists, never `observedGeneration`). A written status
+/// always has `observedGeneration` and mostly non-empty lists (the journal); those are skipped
+/// unbuilt, as is everything after the status is known to be written.
+struct SeenStatus {
+    watched: WatchedStatus,
+    /// The status as it came, while it may be a default one (`None` once it cannot be).
+    unwritten: Option<serde_json::Map<String, Value>>,
+}
+
+impl<'de> Deserialize<'de> for SeenStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = SeenStatus;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an AgentRun status")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<SeenStatus, A::Error> {
+                let mut watched = WatchedStatus::default();
+                let mut unwritten = Some(serde_json::Map::new());
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "phase" => {
+                            watched.phase = map.next_value()?;
+                            if let (Some(fields), Some(phase)) = (&mut unwritten, &watched.phase) {
+                                fields.insert(key.into_owned(), Value::String(phase.clone()));
+                            }
+                        }
+                        "lease" => {
+                            watched.lease = map.next_value()?;
+                            unwritten = None;
+                        }
+                        "observedGeneration" => {
+                            watched.observed_generation = map.next_value()?;
+                            unwritten = None;
+                        }
+                        _ if unwritten.is_some() => match map.next_value_seed(Unlisted)? {
+                            Some(value) => {
+                                if let Some(fields) = &mut unwritten {
+                                    fields.insert(key.into_owned(), value);
+                                }
+                            }
+                            None => unwritten = None,
+                        },
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                if !crate::engine::is_new_run(watched.phase.as_deref(), watched.observed_generation)
+                {
+                    unwritten = None;
+                }
+                Ok(SeenStatus { watched, unwritten })
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+/// Parses a value as JSON unless it holds a non-empty list anywhere (`None`: skipped unbuilt).
+/// A default status has none; a written one has its journal.
+struct Unlisted;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Unlisted {
+    type Value = Option<Value>;
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Unlisted {
+    type Value = Option<Value>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Some(Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(Value::from(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Some(Value::from(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Some(
+            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
+        ))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(Value::String(v.to_string())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Some(Value::String(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Some(Value::Null))
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(Some(Value::Null))
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+            return Ok(Some(Value::Array(Vec::new())));
+        }
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = Some(serde_json::Map::new());
+        while let Some(key) = map.next_key::<String>()? {
+            if fields.is_none() {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            match map.next_value_seed(Unlisted)? {
+                Some(value) => {
+                    if let Some(fields) = &mut fields {
+                        fields.insert(key, value);
+                    }
+                }
+                None => fields = None,
+            }
+        }
+        Ok(fields.map(Value::Object))
+    }
 }
 
 /// The part of `status.lease` a watch keeps.
@@ -846,6 +998,30 @@ mod tests {
         );
         assert_eq!(stored.resource_version, "7");
         assert_eq!(stored.snapshot.created_by.as_deref(), Some("alice"));
+        // The CRD's default status of a run no controller has written is kept as it came.
+        let mut defaulted = object.clone();
+        defaulted["status"] = serde_json::json!({"phase": "Pending", "activeSeconds": 0.0,
+            "stepCount": 0, "usage": {"modelCalls": 0}, "toolPins": []});
+        let run: WatchedRun = serde_json::from_value(defaulted.clone()).expect("a run decodes");
+        let stored = run
+            .fresh
+            .expect("a defaulted status is new")
+            .stored()
+            .unwrap();
+        assert_eq!(stored, StoredRun::from_object(defaulted.clone()).unwrap());
+        assert_eq!(stored.snapshot.status["usage"]["modelCalls"], 0);
+        // Anything a controller writes is not new.
+        for written in [
+            serde_json::json!({"phase": "Pending", "observedGeneration": 1}),
+            serde_json::json!({"phase": "Pending", "events": [{"seq": 1}]}),
+            serde_json::json!({"archive": {"segments": [{"index": 0}]}, "phase": "Pending"}),
+            serde_json::json!({"phase": "Running", "lease": {"holder": "a"}}),
+        ] {
+            let mut object = object.clone();
+            object["status"] = written.clone();
+            let run: WatchedRun = serde_json::from_value(object).expect("a run decodes");
+            assert!(run.fresh.is_none(), "{written}");
+        }
         // `status: null` is no status either.
         let mut nulled = object.clone();
         nulled["status"] = Value::Null;
