@@ -116,11 +116,14 @@ pub struct Savings {
     /// `watched-spec`: a new run's reconcile takes the run from the watch event that delivered
     /// it ([`super::watches::FreshRun`]) instead of reading it.
     pub watched_spec: bool,
+    /// `event-batch`: a run's `Started` Event is held `--event-batch-seconds`
+    /// (`controller::projection::EventRate::batch`; off: not held).
+    pub event_batch: bool,
 }
 
 /// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
-/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, `watched-spec`, or
-/// `all`); for measuring
+/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, `watched-spec`,
+/// `event-batch`, or `all`); for measuring
 /// only.
 pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
 
@@ -134,6 +137,7 @@ impl Savings {
         event_limit: true,
         pacing: true,
         watched_spec: true,
+        event_batch: true,
     };
 
     /// [`Savings::ALL`] less those `off` names (comma-separated; unknown names are ignored).
@@ -148,6 +152,7 @@ impl Savings {
             event_limit: on("event-limit"),
             pacing: on("pacing"),
             watched_spec: on("watched-spec"),
+            event_batch: on("event-batch"),
         }
     }
 

@@ -325,13 +325,14 @@ pub async fn run_with_engine(
                     0.0
                 },
                 burst: options.event_burst,
-                batch: if savings.event_limit {
+                batch: if savings.event_batch {
                     Duration::from_secs(options.event_batch_seconds)
                 } else {
                     Duration::ZERO
                 },
             },
             metrics.clone(),
+            shutdown.clone(),
         ),
         metrics: metrics.clone(),
         http: crate::tools::http::client()?,

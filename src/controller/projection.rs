@@ -207,6 +207,15 @@ impl WaitingEvents {
         event: Event,
         due: std::time::Instant,
     ) -> Queued {
+        if matches!(event.type_, EventType::Warning) {
+            // A Warning never overtakes what its run said before: a held Event of the run is
+            // due with it (and goes first, being older).
+            for waiting in self.queue.iter_mut().filter(|waiting| {
+                waiting.reference.uid.is_some() && waiting.reference.uid == reference.uid
+            }) {
+                waiting.due = waiting.due.min(due);
+            }
+        }
         if matches!(event.type_, EventType::Normal) {
             if let Some(waiting) = self.queue.iter_mut().find(|waiting| {
                 matches!(waiting.event.type_, EventType::Normal)
@@ -245,6 +254,13 @@ impl WaitingEvents {
         let index = self.queue.iter().position(|waiting| waiting.due <= now)?;
         let waiting = self.queue.remove(index)?;
         Some((waiting.reference, waiting.event))
+    }
+
+    /// Makes every Event waiting due at `now` at the latest (shutdown: nothing is held).
+    pub fn all_due(&mut self, now: std::time::Instant) {
+        for waiting in &mut self.queue {
+            waiting.due = waiting.due.min(now);
+        }
     }
 
     /// The soonest instant an Event waiting is due (`None`: none waits).
@@ -309,20 +325,32 @@ impl EventSink {
 
     /// A sink publishing as `agentrt-controller` (instance: the holder) at most at `rate`,
     /// counting each Event's outcome in `metrics`.
+    ///
+    /// Once `shutdown` is cancelled nothing is held any more: what waits goes at the rate
+    /// while the process still runs (the shutdown grace).
     pub fn start(
         client: kube::Client,
         instance: String,
         rate: EventRate,
         metrics: std::sync::Arc<super::metrics::Metrics>,
+        shutdown: tokio_util::sync::CancellationToken,
     ) -> EventSink {
         let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(EVENT_QUEUE);
         let counted = metrics.clone();
         tokio::spawn(async move {
             let mut bucket = TokenBucket::new(rate, std::time::Instant::now());
             let mut waiting = WaitingEvents::default();
+            // The sender is gone: nothing more comes.
             let mut closed = false;
-            let queue = |waiting: &mut WaitingEvents, reference, event: Event| {
-                let due = due_at(&event, std::time::Instant::now(), rate.batch);
+            // Shutdown began, or the sender is gone: nothing is held any more.
+            let mut flushing = false;
+            let queue = |waiting: &mut WaitingEvents, reference, event: Event, flushing: bool| {
+                let batch = if flushing {
+                    std::time::Duration::ZERO
+                } else {
+                    rate.batch
+                };
+                let due = due_at(&event, std::time::Instant::now(), batch);
                 let outcome = match waiting.push(reference, event, due) {
                     Queued::Added => return,
                     Queued::Folded => "folded",
@@ -332,27 +360,36 @@ impl EventSink {
                 counted.kube_events_queued.dec();
             };
             // Everything sent so far joins the queue, folded where it can be.
-            let drain = |waiting: &mut WaitingEvents, rx: &mut mpsc::Receiver<_>| {
+            let drain = |waiting: &mut WaitingEvents, rx: &mut mpsc::Receiver<_>, flushing| {
                 while let Ok((reference, event)) = rx.try_recv() {
-                    queue(waiting, reference, event);
+                    queue(waiting, reference, event, flushing);
                 }
             };
             loop {
-                drain(&mut waiting, &mut rx);
+                drain(&mut waiting, &mut rx, flushing);
                 let now = std::time::Instant::now();
                 match waiting.next_due() {
                     None if closed => break,
-                    // Once the sink is gone (shutdown), what waits goes now.
-                    Some(_) if closed => {}
                     Some(due) if due <= now => {}
                     soonest => {
-                        // Nothing is due: wait for the next Event, or for the soonest due.
+                        // Nothing is due: wait for the next Event, the soonest due, or
+                        // shutdown (after which what is held is due at once).
                         let until = soonest.map(tokio::time::Instant::from_std);
                         tokio::select! {
-                            received = rx.recv() => match received {
-                                Some((reference, event)) => queue(&mut waiting, reference, event),
-                                None => closed = true,
+                            received = rx.recv(), if !closed => match received {
+                                Some((reference, event)) => {
+                                    queue(&mut waiting, reference, event, flushing);
+                                }
+                                None => {
+                                    closed = true;
+                                    flushing = true;
+                                    waiting.all_due(std::time::Instant::now());
+                                }
                             },
+                            () = shutdown.cancelled(), if !flushing => {
+                                flushing = true;
+                                waiting.all_due(std::time::Instant::now());
+                            }
                             () = async {
                                 match until {
                                     Some(until) => tokio::time::sleep_until(until).await,
@@ -367,14 +404,9 @@ impl EventSink {
                 if !wait.is_zero() {
                     tokio::time::sleep(wait).await;
                     // What arrived while it waited can still fold into the Event at the head.
-                    drain(&mut waiting, &mut rx);
+                    drain(&mut waiting, &mut rx, flushing);
                 }
-                let due = if closed {
-                    waiting.next_due()
-                } else {
-                    Some(std::time::Instant::now())
-                };
-                let Some((reference, event)) = due.and_then(|due| waiting.pop_due(due)) else {
+                let Some((reference, event)) = waiting.pop_due(std::time::Instant::now()) else {
                     continue;
                 };
                 let namespace = reference.namespace.clone().unwrap_or_default();
@@ -587,6 +619,20 @@ mod tests {
             folded.note.as_deref(),
             Some("the run ended Completed (earlier, Started: the run started (holder c0))")
         );
+        // A Warning about a run never overtakes its held Started: both are due, Started first.
+        let mut waiting_d = WaitingEvents::default();
+        waiting_d.push(about("d"), normal(HELD_REASON, "started"), now + batch);
+        let mut failed = normal("Failed", "the run ended Failed");
+        failed.type_ = EventType::Warning;
+        waiting_d.push(about("d"), failed, now);
+        let order: Vec<String> = std::iter::from_fn(|| waiting_d.pop_due(now))
+            .map(|(_, e)| e.reason)
+            .collect();
+        assert_eq!(order, [HELD_REASON, "Failed"]);
+        // Shutdown: nothing is held any more.
+        waiting_d.push(about("e"), normal(HELD_REASON, "started"), now + batch);
+        waiting_d.all_due(now);
+        assert!(waiting_d.pop_due(now).is_some());
         // a's Started goes alone once the batch has passed.
         assert!(waiting.pop_due(later).is_none());
         assert_eq!(

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::controller::Action;
 use tracing::Instrument;
 
@@ -184,21 +185,14 @@ pub async fn observe(
 ) -> Result<Action, RunError> {
     // The Lease first, then the run: a holder releases its Lease only after its last write, so
     // a released Lease read first (live, or as the watch delivered it: a past version) is never
-    // paired with a record older than that write. A run taken from its watch event has no
-    // status: no write of it was made, and whatever it is paired with, every write it leads
-    // to is fenced by its version.
+    // paired with a record older than that write. A run is taken from its watch event only
+    // while nothing says it was started: no controller wrote its status, and it has no Lease
+    // of its own (one that has, even a dead holder's, is read live, so a takeover is decided
+    // from the record). Its first transition then writes before it calls anything (a run
+    // with MCP tools, listed first, is read live too), and that write is fenced by the event's
+    // version.
     let mut lease_read = ctx.read_lease(key).await?;
-    let unread = fresh.and_then(|fresh| match fresh.stored() {
-        Ok(run) if is_unwritten(&run.snapshot.status) => Some(RunState {
-            run,
-            approvals: Vec::new(),
-        }),
-        Ok(_) => None,
-        Err(err) => {
-            tracing::debug!(run = %key, %err, "the watched run does not decode; reading it");
-            None
-        }
-    });
+    let unread = fresh.and_then(|fresh| watched_state(key, fresh, lease_read.as_deref()));
     let read = match unread {
         Some(state) => Ok(Some(state)),
         None => ctx.read_state(key).await,
@@ -322,6 +316,36 @@ pub async fn observe(
         // The resync sweep looks at it again within `watches::RESYNC`.
         None => Action::await_change(),
     })
+}
+
+/// The run and its Approvals (none) from its watch event, when nothing says it was started:
+/// no controller wrote its status ([`is_unwritten`]), it has no Lease of its own (`lease`, as
+/// read: one that has, even a dead holder's, is read live so that a takeover is decided from
+/// the record), and its first transition writes before it calls anything
+/// ([`crate::engine::first_write_precedes_any_call`]: not a run with MCP tools). `None`: read
+/// it live.
+pub(super) fn watched_state(
+    key: &RunKey,
+    fresh: &FreshRun,
+    lease: Option<&Lease>,
+) -> Option<RunState> {
+    match fresh.stored() {
+        Ok(run)
+            if is_unwritten(&run.snapshot.status)
+                && crate::engine::first_write_precedes_any_call(&run.snapshot.spec)
+                && lease::own(lease, &run.snapshot.uid).is_none() =>
+        {
+            Some(RunState {
+                run,
+                approvals: Vec::new(),
+            })
+        }
+        Ok(_) => None,
+        Err(err) => {
+            tracing::debug!(run = %key, %err, "the watched run does not decode; reading it");
+            None
+        }
+    }
 }
 
 /// Whether `status` is one no controller wrote: absent, or the CRD's default (no

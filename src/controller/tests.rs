@@ -817,3 +817,37 @@ async fn a_watched_new_run_edited_since_its_event_is_read_before_anything_starts
     assert!(api.state.lock().unwrap().run_reads >= 1);
     assert_eq!(api.run("ns", "edited")["status"]["phase"], "Completed");
 }
+
+#[test]
+fn a_watched_run_that_was_started_or_lists_mcp_tools_first_is_read_live() {
+    let api = FakeApi::with_run(run_object("ns", "w", 30));
+    let fresh = watched(&api, "w").fresh.expect("kept whole");
+    let state = super::reconcile::watched_state(&key("w"), &fresh, None).expect("taken");
+    assert_eq!(
+        state.run,
+        super::cluster::StoredRun::from_object(api.run("ns", "w")).unwrap()
+    );
+    assert!(state.approvals.is_empty());
+    // Its own Lease, even a dead holder's, means it was started: read live.
+    let own = k8s_openapi::api::coordination::v1::Lease {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("w".into()),
+            namespace: Some("ns".into()),
+            owner_references: Some(vec![super::lease::run_owner("w", "uid-w")]),
+            ..Default::default()
+        },
+        spec: None,
+    };
+    assert!(super::reconcile::watched_state(&key("w"), &fresh, Some(&own)).is_none());
+    // A Lease another run of that name left counts as none.
+    let mut left = own.clone();
+    left.metadata.owner_references = Some(vec![super::lease::run_owner("w", "uid-old")]);
+    assert!(super::reconcile::watched_state(&key("w"), &fresh, Some(&left)).is_some());
+    // A run with MCP tools lists its servers before its first write: read live.
+    let mut mcp = run_object("ns", "m", 30);
+    mcp["spec"]["toolSets"] = json!([{"name": "fs", "mcp": {"url": "http://127.0.0.1:1/mcp"},
+        "include": ["*"], "sideEffect": "ReadOnly"}]);
+    api.put_run(mcp);
+    let fresh = watched(&api, "m").fresh.expect("kept whole");
+    assert!(super::reconcile::watched_state(&key("m"), &fresh, None).is_none());
+}

@@ -101,7 +101,8 @@ use crate::api::{AgentRunSpec, RunPhase, StepIndex, Time, ToolFailure, ToolSpec}
 pub use approvals::{approval_name, recorded_approvals, short_hash, status_write_version};
 pub use lease::{lease_liveness, LeaseLiveness};
 pub use observe::{
-    is_new_run, lease_release_needed, observe_needed, observer_wait, slot_wait_unread, WatchedView,
+    first_write_precedes_any_call, is_new_run, lease_release_needed, observe_needed, observer_wait,
+    slot_wait_unread, WatchedView,
 };
 pub use projection::{decode_status, kube_events, KubeEventProjection, KubeEventType};
 pub use takeover::INTERRUPTED_NOTICE;

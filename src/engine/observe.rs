@@ -55,6 +55,15 @@ pub fn is_new_run(phase: Option<&str>, observed_generation: Option<i64>) -> bool
     matches!(phase, None | Some("Pending")) && observed_generation.is_none()
 }
 
+/// Whether a new run's first transition writes its status before it calls anything, so that a
+/// replica may start it from the run as a watch event showed it, the compare-and-set of that
+/// write on the event's resourceVersion being the fence (issue 15; docs/design.md section 7).
+/// False for a run with MCP tools: its servers are listed (`initialize`, `tools/list`, with the
+/// spec's header Secrets) before its first write, so that run is read live first.
+pub fn first_write_precedes_any_call(spec: &crate::api::AgentRunSpec) -> bool {
+    !super::pins::needs_pins(spec)
+}
+
 /// Whether a replica whose executor slots are all taken may leave the run it watched unread
 /// until a slot frees: the run is new ([`is_new_run`]) and unchanged since it was created
 /// (`generation` 1: no cancel or policy change a reconcile must act on without a slot). Reading
