@@ -602,7 +602,9 @@ pub async fn controller(
         move |mut event| {
             if let Ok(Event::Apply(run) | Event::InitApply(run)) = &mut event {
                 run.wakes = wakes(store.get(&key_of_run(run)).as_deref(), run);
-                if run.fresh.is_some() && !keeps_fresh(&ctx, run) {
+                // Every replica keeps it (within its budget): the one that ranks first for
+                // the run may have no slot free, and another then starts it.
+                if !ctx.settings.savings.watched_spec {
                     run.fresh = None;
                 }
                 // The watcher took the resourceVersion to resume from when it made this
@@ -781,22 +783,6 @@ fn hash_of(parts: &[Option<&str>]) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     parts.hash(&mut hasher);
     hasher.finish()
-}
-
-/// Whether this replica keeps a new run's object from its watch event ([`FreshRun`]): when the
-/// saving is on and no other replica it knows ranks first for the run ([`super::spread`]), so
-/// each new run is kept by about one replica.
-fn keeps_fresh(ctx: &Context, run: &WatchedRun) -> bool {
-    if !ctx.settings.savings.watched_spec {
-        return false;
-    }
-    if !ctx.settings.savings.spread {
-        return true;
-    }
-    let peers = ctx
-        .leases
-        .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);
-    super::spread::place(run.uid(), ctx.settings.holder.as_str(), &peers) == 0
 }
 
 /// The store's key of `run`.
