@@ -301,7 +301,9 @@ pub fn run_object(namespace: &str, name: &str, lease_seconds: i64) -> Value {
     serde_json::json!({
         "apiVersion": "agentrt.dev/v1alpha1",
         "kind": "AgentRun",
-        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{name}"), "generation": 1},
+        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{name}"), "generation": 1,
+                     "managedFields": [{"manager": "kubectl", "operation": "Update",
+                                        "apiVersion": "agentrt.dev/v1alpha1"}]},
         "spec": {
             "goal": "test",
             "agent": {"scripted": {"decisions": [{"kind": "complete", "result": {}}]}},

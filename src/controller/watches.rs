@@ -154,9 +154,23 @@ impl<'de> Deserialize<'de> for WatchedRun {
             ) -> Result<WatchedRun, A::Error> {
                 let mut kept = serde_json::Map::new();
                 let mut status: Option<Option<SeenStatus>> = None;
+                // Whether the metadata, parsed before the spec (both API servers write an
+                // object's fields in name order), leaves the run possibly new; until then,
+                // and after `false`, the spec is skipped unbuilt (a scripted run's spec can
+                // be most of the object, and every status write delivers it again).
+                let mut may_be_new = false;
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     match key.as_ref() {
-                        "apiVersion" | "kind" | "metadata" | "spec" => {
+                        "apiVersion" | "kind" => {
+                            let value: Value = map.next_value()?;
+                            kept.insert(key.into_owned(), value);
+                        }
+                        "metadata" => {
+                            let value: Value = map.next_value()?;
+                            may_be_new = no_status_manager(&value);
+                            kept.insert(key.into_owned(), value);
+                        }
+                        "spec" if may_be_new => {
                             let value: Value = map.next_value()?;
                             kept.insert(key.into_owned(), value);
                         }
@@ -220,6 +234,17 @@ pub struct WatchedStatus {
     /// `status.observedGeneration`.
     #[serde(default, rename = "observedGeneration")]
     pub observed_generation: Option<i64>,
+}
+
+/// Whether a run's `metadata` says no controller wrote its status yet: its managedFields (which
+/// the API server keeps for every write) name no writer of the status subresource. Without
+/// managedFields it cannot tell, and says no (the run is then read, as any other).
+fn no_status_manager(metadata: &Value) -> bool {
+    metadata["managedFields"].as_array().is_some_and(|entries| {
+        !entries
+            .iter()
+            .any(|entry| entry["subresource"].as_str() == Some("status"))
+    })
 }
 
 /// A watched run's status as parsed: what is kept, and the whole status as a value while it
@@ -1008,6 +1033,22 @@ mod tests {
             let run: WatchedRun = serde_json::from_value(object).expect("a run decodes");
             assert!(run.fresh.is_none(), "{written}");
         }
+        // A status some controller wrote (its managedFields say so) is never taken for new,
+        // whatever it holds now, and the spec is then not built at all.
+        let mut rewritten = defaulted.clone();
+        rewritten["metadata"]["managedFields"] = serde_json::json!([
+            {"manager": "kubectl", "operation": "Update"},
+            {"manager": "agentrt", "operation": "Update", "subresource": "status"}]);
+        let run: WatchedRun = serde_json::from_value(rewritten).expect("a run decodes");
+        assert!(run.fresh.is_none());
+        // Without managedFields nothing tells: not kept (read live).
+        let mut bare = object.clone();
+        bare["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        let run: WatchedRun = serde_json::from_value(bare).expect("a run decodes");
+        assert!(run.fresh.is_none());
         // `status: null` is no status either.
         let mut nulled = object.clone();
         nulled["status"] = Value::Null;
