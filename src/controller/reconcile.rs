@@ -171,10 +171,11 @@ fn watched_view(obj: &WatchedRun) -> crate::engine::WatchedView<'_> {
     }
 }
 
-/// One Observe pass over `key`; the action says when to look again. `fresh` is the run as
-/// its watch event showed it while no controller had written its status ([`FreshRun`]); the pass then reads
-/// nothing of the run (issue 15), and its first write, a compare-and-set on that version,
-/// fails with 409 if the run changed since, after which it is read.
+/// One Observe pass over `key`; the action says when to look again. `fresh` is the run as its
+/// watch event showed it while no controller had written its status ([`FreshRun`]); the pass
+/// then reads nothing of the run when [`watched_state`] allows (issue 15), and its first write,
+/// a compare-and-set on that version, fails with 409 if the run changed since, after which it
+/// is read.
 ///
 /// # Errors
 /// When the API server fails.

@@ -9,8 +9,9 @@
 //! Every replica receives every write of every run it watches, so what it keeps of one is
 //! small ([`WatchedRun`]: metadata, phase, holder); the record is skipped while the event is
 //! parsed. A reconcile reads the run live before it decides, except a new run's: until a
-//! controller first writes its status, the run is kept whole ([`FreshRun`]), and the compare-and-set of that
-//! write on the event's resourceVersion is the fence (docs/design.md section 7).
+//! controller first writes its status, the run is kept whole ([`FreshRun`]), and the
+//! compare-and-set of that write on the event's resourceVersion is the fence (docs/design.md
+//! section 7).
 //!
 //! Recovery (issue 16): each watch is kube-runtime's `watcher` wrapped so that
 //! - any error makes it relist from scratch (as client-go's reflector does), so a watch that
@@ -63,15 +64,16 @@ pub struct WatchedRun {
     /// the object.
     #[serde(skip)]
     pub wakes: bool,
-    /// A new run's whole object as this event showed it ([`FreshRun`]: no controller has written its status yet), so
-    /// the reconcile that starts it needs no read; `None` for every other run, and when the
-    /// replica's budget for them ([`FRESH_BUDGET_BYTES`]) is spent.
+    /// A new run's whole object as this event showed it ([`FreshRun`]: no controller has
+    /// written its status yet), so the reconcile that starts it needs no read; `None` for
+    /// every other run, and when the replica's budget for them ([`FRESH_BUDGET_BYTES`]) is
+    /// spent.
     #[serde(skip)]
     pub fresh: Option<FreshRun>,
 }
 
-/// The bytes of JSON text a replica process keeps at most in [`FreshRun`]s (8 MiB, about
-/// 5,000 runs of a page of spec each); a new run beyond it is read by its reconcile, as every
+/// The bytes of JSON text a replica process keeps at most in [`FreshRun`]s (8 MiB: about
+/// 3,000 runs of 2-3 KiB each); a new run beyond it is read by its reconcile, as every
 /// run was before (issue 15).
 pub const FRESH_BUDGET_BYTES: usize = 8 << 20;
 
@@ -79,10 +81,11 @@ pub const FRESH_BUDGET_BYTES: usize = 8 << 20;
 static FRESH_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// A new run's whole object (apiVersion, kind, metadata with its resourceVersion, spec, and
-/// its status only when that is the CRD's default `{phase: Pending}`) as JSON text, from the watch event that delivered it (issue 15: the reconcile that
-/// starts a new run reads nothing). Its first status write is a compare-and-set on that
-/// resourceVersion, so a run that changed since the event (a spec edit, another replica's
-/// write) is refused with 409 and read again: the text is never trusted beyond what the API
+/// its status when that is the CRD's default `{phase: Pending, ...}`) as JSON text, from the
+/// watch event that delivered it (issue 15: the reconcile that starts a new run reads
+/// nothing). Its first status write is a compare-and-set on that resourceVersion, so a run
+/// that changed since the event (a spec edit, another replica's write) is refused with 409 and
+/// read again: the text is never trusted beyond what the API
 /// server confirms (docs/design.md section 7).
 #[derive(Clone)]
 pub struct FreshRun(Arc<FreshText>);
@@ -138,9 +141,10 @@ impl FreshRun {
 }
 
 impl<'de> Deserialize<'de> for WatchedRun {
-    /// Parses the top-level fields one by one: `metadata` and `spec` as JSON values (small),
-    /// `status` as [`WatchedStatus`] (the record skipped), anything else skipped. When no
-    /// status came, the object is kept as a [`FreshRun`].
+    /// Parses the top-level fields one by one: `metadata` as a JSON value; `spec` as one only
+    /// while the managedFields name no writer of the status ([`no_status_manager`]), else
+    /// skipped; `status` as a [`SeenStatus`] (the record skipped); anything else skipped. A
+    /// run with no status, or the CRD's default one, is kept as a [`FreshRun`].
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields;
         impl<'de> serde::de::Visitor<'de> for Fields {
