@@ -110,7 +110,9 @@ pub struct ControllerOptions {
     pub event_burst: u32,
     /// Seconds a run's Started Event is held before it is published (0: not held); a run
     /// that ends, or asks for an Approval, within them gets one Event saying both
-    /// ("Completed: ... (earlier, Started: ...)") instead of two.
+    /// ("Completed: ... (earlier, Started: ...)") instead of two. Any Normal Events of one run
+    /// that wait together (for this or for --event-qps) fold into one; Warnings are never held
+    /// or folded.
     #[arg(long, default_value_t = 5)]
     pub event_batch_seconds: u64,
     /// Milliseconds subtracted from a held lease's life when checking, before each side effect,
