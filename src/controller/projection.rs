@@ -123,7 +123,7 @@ impl Default for EventRate {
 
 /// The reason of the Event held for [`EventRate::batch`] (the engine's projection of
 /// `run.started`).
-const HELD_REASON: &str = "Started";
+const HELD_REASON: &str = crate::engine::STARTED_REASON;
 
 /// Events a replica keeps waiting for the rate before it drops new ones (the kubelet keeps
 /// 1000 too).
@@ -210,17 +210,18 @@ impl WaitingEvents {
         if matches!(event.type_, EventType::Warning) {
             // A Warning never overtakes what its run said before: a held Event of the run is
             // due with it (and goes first, being older).
-            for waiting in self.queue.iter_mut().filter(|waiting| {
-                waiting.reference.uid.is_some() && waiting.reference.uid == reference.uid
-            }) {
+            for waiting in self
+                .queue
+                .iter_mut()
+                .filter(|waiting| same_run(&waiting.reference, &reference))
+            {
                 waiting.due = waiting.due.min(due);
             }
         }
         if matches!(event.type_, EventType::Normal) {
             if let Some(waiting) = self.queue.iter_mut().find(|waiting| {
                 matches!(waiting.event.type_, EventType::Normal)
-                    && waiting.reference.uid.is_some()
-                    && waiting.reference.uid == reference.uid
+                    && same_run(&waiting.reference, &reference)
             }) {
                 let earlier = format!(
                     "{}: {}",
@@ -277,6 +278,11 @@ impl WaitingEvents {
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
+}
+
+/// Whether two Events are about the same run (by uid; an Event without one is about no run).
+fn same_run(a: &ObjectReference, b: &ObjectReference) -> bool {
+    a.uid.is_some() && a.uid == b.uid
 }
 
 /// When `event`, queued at `now`, is due: a Normal `Started` after `batch`, any other at once.

@@ -320,7 +320,7 @@ pub async fn observe(
 }
 
 /// The run and its Approvals (none) from its watch event, when nothing says it was started:
-/// no controller wrote its status ([`is_unwritten`]), it has no Lease of its own (`lease`, as
+/// no controller wrote its status ([`crate::engine::is_unwritten_status`]), it has no Lease of its own (`lease`, as
 /// read: one that has, even a dead holder's, is read live so that a takeover is decided from
 /// the record), and its first transition writes before it calls anything
 /// ([`crate::engine::first_write_precedes_any_call`]: not a run with MCP tools). `None`: read
@@ -332,7 +332,7 @@ pub(super) fn watched_state(
 ) -> Option<RunState> {
     match fresh.stored() {
         Ok(run)
-            if is_unwritten(&run.snapshot.status)
+            if crate::engine::is_unwritten_status(&run.snapshot.status)
                 && crate::engine::first_write_precedes_any_call(&run.snapshot.spec)
                 && lease::own(lease, &run.snapshot.uid).is_none() =>
         {
@@ -347,16 +347,6 @@ pub(super) fn watched_state(
             None
         }
     }
-}
-
-/// Whether `status` is one no controller wrote: absent, or the CRD's default (no
-/// `observedGeneration`, phase `Pending`: [`crate::engine::is_new_run`]).
-fn is_unwritten(status: &serde_json::Value) -> bool {
-    status.is_null()
-        || crate::engine::is_new_run(
-            status["phase"].as_str(),
-            status["observedGeneration"].as_i64(),
-        )
 }
 
 /// Performs one Approval write the engine asked for (an executor's bookkeeping or an

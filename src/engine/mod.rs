@@ -101,10 +101,12 @@ use crate::api::{AgentRunSpec, RunPhase, StepIndex, Time, ToolFailure, ToolSpec}
 pub use approvals::{approval_name, recorded_approvals, short_hash, status_write_version};
 pub use lease::{lease_liveness, LeaseLiveness};
 pub use observe::{
-    first_write_precedes_any_call, is_new_run, lease_release_needed, observe_needed, observer_wait,
-    slot_wait_unread, WatchedView,
+    first_write_precedes_any_call, is_new_run, is_unwritten_status, lease_release_needed,
+    observe_needed, observer_wait, slot_wait_unread, WatchedView,
 };
-pub use projection::{decode_status, kube_events, KubeEventProjection, KubeEventType};
+pub use projection::{
+    decode_status, kube_events, KubeEventProjection, KubeEventType, STARTED_REASON,
+};
 pub use takeover::INTERRUPTED_NOTICE;
 
 /// How big things may get (docs/design.md section 3, guarantee 8), and the model provider's wire

@@ -64,6 +64,17 @@ pub fn first_write_precedes_any_call(spec: &crate::api::AgentRunSpec) -> bool {
     !super::pins::needs_pins(spec)
 }
 
+/// Whether `status` (the run's status as stored; `Null` when absent) is one no controller
+/// wrote: absent, or the CRD's default (phase `Pending`, no `observedGeneration`:
+/// [`is_new_run`]).
+pub fn is_unwritten_status(status: &serde_json::Value) -> bool {
+    status.is_null()
+        || is_new_run(
+            status["phase"].as_str(),
+            status["observedGeneration"].as_i64(),
+        )
+}
+
 /// Whether a replica whose executor slots are all taken may leave the run it watched unread
 /// until a slot frees: the run is new ([`is_new_run`]) and unchanged since it was created
 /// (`generation` 1: no cancel or policy change a reconcile must act on without a slot). Reading

@@ -45,6 +45,10 @@ pub fn decode_status(status: &Value) -> Result<AgentRunStatus, String> {
     super::record::decode(status)
 }
 
+/// The reason of the Normal Event projected from `run.started` (the controller holds it a
+/// while so that the run's next Normal Event folds into it, docs/design.md section 4).
+pub const STARTED_REASON: &str = "Started";
+
 /// The Kubernetes Events for the journal entries `new_status` adds to `old_status`: phase
 /// changes (started, finished), approvals requested and decided, takeovers, interruptions,
 /// resumptions and limits. Reads the journals leniently, so it works on any two statuses.
@@ -127,7 +131,7 @@ fn project(event: &Value) -> Option<KubeEventProjection> {
     let (kind, reason, message) = match type_ {
         "run.started" => (
             KubeEventType::Normal,
-            "Started",
+            STARTED_REASON,
             format!("the run started (holder {})", text("holder")),
         ),
         "run.finished" => {
