@@ -119,11 +119,14 @@ pub struct Savings {
     /// `event-batch`: a run's `Started` Event is held `--event-batch-seconds`
     /// (`controller::projection::EventRate::batch`; off: not held).
     pub event_batch: bool,
+    /// `presence`: each replica announces itself with a presence Lease before it takes runs
+    /// ([`super::presence`]).
+    pub presence: bool,
 }
 
 /// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
 /// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, `watched-spec`,
-/// `event-batch`, or `all`); for measuring
+/// `event-batch`, `presence`, or `all`); for measuring
 /// only.
 pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
 
@@ -138,6 +141,7 @@ impl Savings {
         pacing: true,
         watched_spec: true,
         event_batch: true,
+        presence: true,
     };
 
     /// [`Savings::ALL`] less those `off` names (comma-separated; unknown names are ignored).
@@ -153,6 +157,7 @@ impl Savings {
             pacing: on("pacing"),
             watched_spec: on("watched-spec"),
             event_batch: on("event-batch"),
+            presence: on("presence"),
         }
     }
 

@@ -10,6 +10,7 @@
 //! - [`executor`]: one task per held run, performing each `engine::Transition` in order.
 //! - [`calls`]: the tool, agent and hook calls an executor makes.
 //! - [`lease`]: the run's Lease: acquire, take over, renew, release, all compare-and-set.
+//! - [`presence`]: this replica's presence Lease, so its peers know it before it takes runs.
 //! - [`cluster`]: the API server behind a trait (compare-and-set status writes).
 //! - [`context`]: what reconciles and executors share: the API, the [`context::Settings`],
 //!   Events, metrics, Lease observations.
@@ -36,6 +37,7 @@ pub mod identity;
 pub mod lease;
 pub mod metrics;
 pub mod pacing;
+pub mod presence;
 pub mod projection;
 pub mod reconcile;
 pub mod segments;
@@ -76,6 +78,12 @@ pub struct ControllerOptions {
     /// (default: the hostname, else `agentrt`).
     #[arg(long)]
     pub holder_id: Option<String>,
+    /// The namespace this replica's presence Lease goes in when it watches all namespaces (with
+    /// --namespace, one goes in each): the other replicas learn of it there before it takes
+    /// any run, so that they do not all race for the same new runs. Every replica of one
+    /// installation must use the same namespace (the chart sets its own).
+    #[arg(long, env = "POD_NAMESPACE", default_value = presence::DEFAULT_NAMESPACE)]
+    pub presence_namespace: String,
     /// Serve Prometheus metrics on /metrics, and /healthz and /readyz, on this address.
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
@@ -179,6 +187,7 @@ impl Default for ControllerOptions {
             event_burst: 25,
             event_batch_seconds: 5,
             lease_skew_margin_ms: 500,
+            presence_namespace: presence::DEFAULT_NAMESPACE.to_string(),
             shutdown_grace_seconds: 20,
             seal_steps: 64,
             seal_bytes: 128 * 1024,
@@ -371,6 +380,25 @@ pub async fn run_with_engine(
             }
         }
     });
+    // This replica's presence, written before it is ready, so that replicas started together
+    // know each other before the first new run (issue 15).
+    let presence = if savings.presence {
+        let namespaces = if namespaces.is_empty() {
+            vec![options.presence_namespace.clone()]
+        } else {
+            namespaces.clone()
+        };
+        let mut presence = presence::Presence::new(
+            ctx.api.clone(),
+            holder.clone(),
+            options.clock(),
+            &namespaces,
+        );
+        presence.announce().await;
+        Some(tokio::spawn(presence.keep(ctx.clone(), shutdown.clone())))
+    } else {
+        None
+    };
     metrics.set_ready();
     futures::future::join_all(controllers).await;
 
@@ -386,6 +414,9 @@ pub async fn run_with_engine(
             runs = ctx.executors.executing(),
             "shutdown grace elapsed with runs still executing; their leases will expire"
         );
+    }
+    if let Some(presence) = presence {
+        let _ = presence.await;
     }
     tracing::info!(%holder, "controller stopped");
     Ok(())

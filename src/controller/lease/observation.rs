@@ -270,10 +270,22 @@ impl LeaseObservations {
     pub fn watched(&self, scope: Option<&str>, event: &watcher::Event<Lease>, at: Instant) -> bool {
         match event {
             watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
+                // A replica's presence wakes no run: it only makes its holder a peer.
                 self.record(&key_of(lease), lease, at).1
+                    && !crate::controller::presence::is_presence(lease)
             }
             watcher::Event::Delete(lease) => {
                 self.forget(&key_of(lease));
+                // A replica that stopped withdrew its presence: it is no peer from now on.
+                if crate::controller::presence::is_presence(lease) {
+                    if let Some(holder) = lease
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.holder_identity.as_deref())
+                    {
+                        self.lock().holders.remove(holder);
+                    }
+                }
                 false
             }
             watcher::Event::Init => {
@@ -318,6 +330,23 @@ impl LeaseObservations {
             .holders
             .retain(|_, last| at.saturating_duration_since(*last) <= within);
         state.holders.keys().cloned().collect()
+    }
+
+    /// The replicas' presence Leases ([`crate::controller::presence`]) seen unchanged for at
+    /// least `older_than` before `at` (monotonic): what a replica killed without stopping left.
+    pub fn stale_presence(&self, at: Instant, older_than: std::time::Duration) -> Vec<Arc<Lease>> {
+        let state = self.lock();
+        state
+            .seen
+            .iter()
+            .filter(|(_, entry)| at.saturating_duration_since(entry.since) >= older_than)
+            .filter_map(|(key, entry)| match &entry.kept {
+                Kept::Whole(lease) if crate::controller::presence::is_presence(lease) => {
+                    Some(entry.kept.lease(key))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// Forgets the run `key`'s Lease (it was deleted).
@@ -609,5 +638,44 @@ mod tests {
             0,
             "seen again after being forgotten: first seen now"
         );
+    }
+
+    #[test]
+    fn a_presence_lease_makes_its_holder_a_peer_until_it_is_deleted_or_goes_stale() {
+        use crate::controller::identity::HolderId;
+        use crate::controller::presence;
+        let seen = LeaseObservations::default();
+        let holder = HolderId::with_random_suffix("b");
+        let mut announced = presence::presence_lease(
+            &holder,
+            "ns",
+            MicroTime(jiff::Timestamp::from_millisecond(0).unwrap()),
+        );
+        announced.metadata.resource_version = Some("7".into());
+        let t0 = Instant::now();
+        let within = Duration::from_secs(30);
+        assert!(seen.holders_seen(t0, within).is_empty());
+        assert!(!seen.watched(Some("ns"), &watcher::Event::Apply(announced.clone()), t0));
+        assert_eq!(
+            seen.holders_seen(t0, within),
+            vec![holder.as_str().to_string()]
+        );
+        // Seen unchanged: stale only after the given time.
+        assert!(seen
+            .stale_presence(t0 + Duration::from_secs(5), Duration::from_secs(10))
+            .is_empty());
+        let stale = seen.stale_presence(t0 + Duration::from_secs(10), Duration::from_secs(10));
+        assert_eq!(stale.len(), 1);
+        assert_eq!(stale[0].metadata.resource_version.as_deref(), Some("7"));
+        // A run's Lease is never reported as a stale presence.
+        seen.observe(&key(), Some(&lease("a", 0, "1")), t0);
+        assert_eq!(
+            seen.stale_presence(t0 + Duration::from_secs(60), Duration::from_secs(10))
+                .len(),
+            1
+        );
+        // Withdrawn: no peer at once.
+        seen.watched(Some("ns"), &watcher::Event::Delete(announced), t0);
+        assert_eq!(seen.holders_seen(t0, within), vec!["a".to_string()]);
     }
 }
