@@ -78,12 +78,13 @@ pub struct ControllerOptions {
     /// (default: the hostname, else `agentrt`).
     #[arg(long)]
     pub holder_id: Option<String>,
-    /// The namespace this replica's presence Lease goes in when it watches all namespaces (with
-    /// --namespace, one goes in each): the other replicas learn of it there before it takes
-    /// any run, so that they do not all race for the same new runs. Every replica of one
-    /// installation must use the same namespace (the chart sets its own).
-    #[arg(long, env = "POD_NAMESPACE", default_value = presence::DEFAULT_NAMESPACE)]
-    pub presence_namespace: String,
+    /// The namespace this replica's presence Lease goes in when it watches all namespaces
+    /// (with --namespace, the first of them): the other replicas learn of it before it takes
+    /// any run, so that they do not all race for the same new runs. Default: the Pod's
+    /// namespace (env POD_NAMESPACE, which the chart sets, else the service account's
+    /// namespace file), else `default`.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub presence_namespace: Option<String>,
     /// Serve Prometheus metrics on /metrics, and /healthz and /readyz, on this address.
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
@@ -164,6 +165,22 @@ impl ControllerOptions {
         }
     }
 
+    /// The namespace of this replica's presence Lease when it watches all namespaces:
+    /// `--presence-namespace`, else the in-cluster service account's namespace
+    /// ([`presence::SERVICE_ACCOUNT_NAMESPACE`]), else [`presence::DEFAULT_NAMESPACE`].
+    pub fn presence_namespace(&self) -> String {
+        self.presence_namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string(presence::SERVICE_ACCOUNT_NAMESPACE)
+                    .ok()
+                    .map(|ns| ns.trim().to_string())
+                    .filter(|ns| !ns.is_empty())
+            })
+            .unwrap_or_else(|| presence::DEFAULT_NAMESPACE.to_string())
+    }
+
     /// This replica's wall clock: the system's, shifted by `--clock-offset-ms` in
     /// `fault-injection` builds.
     pub fn clock(&self) -> Clock {
@@ -187,7 +204,7 @@ impl Default for ControllerOptions {
             event_burst: 25,
             event_batch_seconds: 5,
             lease_skew_margin_ms: 500,
-            presence_namespace: presence::DEFAULT_NAMESPACE.to_string(),
+            presence_namespace: None,
             shutdown_grace_seconds: 20,
             seal_steps: 64,
             seal_bytes: 128 * 1024,
@@ -383,17 +400,15 @@ pub async fn run_with_engine(
     // This replica's presence, written before it is ready, so that replicas started together
     // know each other before the first new run (issue 15).
     let presence = if savings.presence {
-        let namespaces = if namespaces.is_empty() {
-            vec![options.presence_namespace.clone()]
-        } else {
-            namespaces.clone()
+        // One Lease is enough: every scope's Lease watch feeds the same holders. With
+        // --namespace, the first of them (sorted), which every replica of one installation
+        // shares.
+        let namespace = match namespaces.iter().min() {
+            Some(first) => first.clone(),
+            None => options.presence_namespace(),
         };
-        let mut presence = presence::Presence::new(
-            ctx.api.clone(),
-            holder.clone(),
-            options.clock(),
-            &namespaces,
-        );
+        let mut presence =
+            presence::Presence::new(ctx.api.clone(), holder.clone(), options.clock(), namespace);
         presence.announce().await;
         Some(tokio::spawn(presence.keep(ctx.clone(), shutdown.clone())))
     } else {

@@ -52,28 +52,41 @@ pub const PRESENCE_SECONDS: u64 = 30;
 /// deleted as one a killed replica left: 20 of its durations (10 minutes).
 pub const STALE_AFTER: Duration = Duration::from_secs(PRESENCE_SECONDS * 20);
 
-/// The namespace a replica watching all namespaces announces itself in when
-/// `--presence-namespace` (env `POD_NAMESPACE`) is not given.
+/// The namespace a replica watching all namespaces announces itself in when neither
+/// `--presence-namespace` (env `POD_NAMESPACE`) nor [`SERVICE_ACCOUNT_NAMESPACE`] names one.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
+/// The file naming the Pod's namespace in a cluster (the service account's mount).
+pub const SERVICE_ACCOUNT_NAMESPACE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
 /// The name of `holder`'s presence Lease: [`PRESENCE_PREFIX`] + the holder identity,
-/// lowercased, every character a Lease name may not hold replaced by `-`, cut to 253 bytes
-/// (a DNS subdomain, as Lease names must be).
+/// lowercased, when that is a valid Lease name (a DNS subdomain of at most 253 characters);
+/// else [`PRESENCE_PREFIX`] + the first 16 hex digits of the identity's SHA-256, so that
+/// two holders never share a name.
 pub fn lease_name(holder: &HolderId) -> String {
-    let mut name = String::from(PRESENCE_PREFIX);
-    name.extend(holder.as_str().chars().map(|c| {
-        let c = c.to_ascii_lowercase();
-        if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' {
-            c
-        } else {
-            '-'
-        }
-    }));
-    name.truncate(253);
-    while name.ends_with(['-', '.']) {
-        name.pop();
+    let name = format!("{PRESENCE_PREFIX}{}", holder.as_str().to_ascii_lowercase());
+    if is_dns_subdomain(&name) {
+        return name;
     }
-    name
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(holder.as_str().as_bytes());
+    format!("{PRESENCE_PREFIX}{}", &hex::encode(digest)[..16])
+}
+
+/// A DNS subdomain (RFC 1123) of at most 253 characters: dot-separated labels of lowercase
+/// letters, digits and `-`, each starting and ending with a letter or digit.
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            let bytes = label.as_bytes();
+            !bytes.is_empty()
+                && bytes[0].is_ascii_alphanumeric()
+                && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        })
 }
 
 /// Whether `lease` is a replica's presence Lease (it carries [`PRESENCE_LABEL`]).
@@ -109,96 +122,155 @@ pub fn presence_lease(holder: &HolderId, namespace: &str, now: MicroTime) -> Lea
     }
 }
 
-/// One replica's presence Leases: one per namespace it announces itself in.
+/// How long stopping waits for the presence Lease's deletion before it gives up (the Lease
+/// then goes once seen unchanged for [`STALE_AFTER`]).
+pub const WITHDRAW_SECONDS: u64 = 5;
+
+/// A presence Lease whose `renewTime` is older than this by the observing replica's wall
+/// clock is not counted as a peer: a leftover of a replica killed without stopping (90 s,
+/// three of its durations). Presence decides nothing about a run, so a wall clock may judge
+/// it; a skewed clock only makes a replica count a peer too long or too briefly.
+pub const PEER_RENEWED_WITHIN: Duration = Duration::from_secs(PRESENCE_SECONDS * 3);
+
+/// Whether `lease` (a presence Lease) was renewed within [`PEER_RENEWED_WITHIN`] of `now`
+/// (this replica's wall clock): only then does its holder count as a peer.
+pub fn renewed_lately(lease: &Lease, now: jiff::Timestamp) -> bool {
+    let Some(renewed) = lease
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.renew_time.as_ref())
+    else {
+        return false;
+    };
+    let age = now.duration_since(renewed.0);
+    age.is_negative() || age.unsigned_abs() <= PEER_RENEWED_WITHIN
+}
+
+/// One replica's presence Lease in one namespace.
 pub struct Presence {
     api: Arc<dyn ClusterApi>,
     holder: HolderId,
     clock: Clock,
-    /// Per namespace, the Lease as last written (`None`: not written yet, or lost).
-    written: Vec<(String, Option<Lease>)>,
+    namespace: String,
+    /// The Lease as last written (`None`: none written yet, or it was refused).
+    written: Option<Lease>,
+    /// Whether the name was found taken by a Lease that is not a presence Lease (warned once).
+    taken: bool,
 }
 
 impl Presence {
-    /// The presence of `holder` in each of `namespaces` (not written yet).
+    /// The presence of `holder` in `namespace` (not written yet).
     pub fn new(
         api: Arc<dyn ClusterApi>,
         holder: HolderId,
         clock: Clock,
-        namespaces: &[String],
+        namespace: String,
     ) -> Presence {
-        let mut namespaces = namespaces.to_vec();
-        namespaces.sort();
-        namespaces.dedup();
         Presence {
             api,
             holder,
             clock,
-            written: namespaces.into_iter().map(|ns| (ns, None)).collect(),
+            namespace,
+            written: None,
+            taken: false,
         }
     }
 
-    /// Writes each presence Lease: created when this replica has written none yet, else
-    /// replaced on the version last written; a 409 reads the stored one and replaces that
-    /// (a presence Lease has one writer, so the stored one is a leftover of this holder's
-    /// name or a write whose answer was lost), a 404 creates it again. Failures are logged
-    /// and tried again at the next call: presence is never worth stopping for.
+    /// Writes the presence Lease: created when this replica has written none yet, else
+    /// replaced on the version last written (its acquireTime kept). A 409 reads the stored one
+    /// and replaces that (a presence Lease has one writer, so the stored one is a leftover of
+    /// this name or a write whose answer was lost); a 404 creates it again. A Lease of this
+    /// name that is not a presence Lease (a run's) is left alone. Failures are logged and tried
+    /// again at the next call: presence is never worth stopping for.
     pub async fn announce(&mut self) {
-        let now = MicroTime(self.clock.now().0);
-        for (namespace, written) in &mut self.written {
-            let fresh = presence_lease(&self.holder, namespace, now.clone());
-            let result = match written.take() {
-                None => match self.api.create_lease(namespace, &fresh).await {
+        let namespace = self.namespace.as_str();
+        let fresh = presence_lease(&self.holder, namespace, MicroTime(self.clock.now().0));
+        let result = match &self.written {
+            None => match self.api.create_lease(namespace, &fresh).await {
+                Err(ApiError::Conflict(_)) => {
+                    replace_stored(self.api.as_ref(), namespace, fresh).await
+                }
+                other => other.map(Some),
+            },
+            Some(last) => {
+                let mut lease = last.clone();
+                let acquired = lease.spec.as_ref().and_then(|s| s.acquire_time.clone());
+                lease.spec = fresh.spec.clone();
+                if let Some(spec) = lease.spec.as_mut().filter(|_| acquired.is_some()) {
+                    spec.acquire_time = acquired;
+                }
+                match self.api.replace_lease(namespace, &lease).await {
                     Err(ApiError::Conflict(_)) => {
                         replace_stored(self.api.as_ref(), namespace, fresh).await
                     }
+                    Err(ApiError::NotFound(_)) => {
+                        match self.api.create_lease(namespace, &fresh).await {
+                            Err(ApiError::Conflict(_)) => {
+                                replace_stored(self.api.as_ref(), namespace, fresh).await
+                            }
+                            other => other.map(Some),
+                        }
+                    }
                     other => other.map(Some),
-                },
-                Some(last) => {
-                    // Renewed: the same acquireTime, a new renewTime.
-                    let mut lease = last;
-                    let acquired = lease.spec.as_ref().and_then(|s| s.acquire_time.clone());
-                    lease.spec = fresh.spec.clone();
-                    if let Some(spec) = lease.spec.as_mut().filter(|_| acquired.is_some()) {
-                        spec.acquire_time = acquired;
-                    }
-                    match self.api.replace_lease(namespace, &lease).await {
-                        Err(ApiError::Conflict(_)) => {
-                            replace_stored(self.api.as_ref(), namespace, fresh).await
-                        }
-                        Err(ApiError::NotFound(_)) => {
-                            self.api.create_lease(namespace, &fresh).await.map(Some)
-                        }
-                        other => other.map(Some),
-                    }
                 }
-            };
-            match result {
-                Ok(lease) => *written = lease,
-                Err(err) => {
-                    tracing::info!(%namespace, %err, "cannot write this replica's presence Lease; other replicas may race it for new runs");
+            }
+        };
+        match result {
+            Ok(Some(lease)) => {
+                self.written = Some(lease);
+                self.taken = false;
+            }
+            Ok(None) => {
+                self.written = None;
+                if !self.taken {
+                    self.taken = true;
+                    tracing::warn!(%namespace, lease = %lease_name(&self.holder), "a Lease that is not a presence Lease (a run's) has this replica's presence name; not announcing until it is gone");
                 }
+            }
+            // The version last written is kept: the next renewal meets a 409 and reads the
+            // stored one, and stopping still deletes it.
+            Err(err) => {
+                tracing::info!(%namespace, %err, "cannot write this replica's presence Lease; other replicas may race it for new runs");
             }
         }
     }
 
-    /// Deletes each presence Lease this replica wrote (preconditions: its uid and the version
-    /// last written), so the other replicas stop counting it at once.
+    /// Deletes the presence Lease this replica wrote (preconditions: its uid, and the version
+    /// last written when that is still the stored one), so the other replicas stop counting
+    /// it at once. Gives up on an error: the Lease then goes once seen unchanged for
+    /// [`STALE_AFTER`].
     pub async fn withdraw(&mut self) {
-        for (namespace, written) in &mut self.written {
-            let Some(lease) = written.take() else {
-                continue;
-            };
-            let name = lease.metadata.name.as_deref().unwrap_or_default();
+        let Some(mut lease) = self.written.take() else {
+            return;
+        };
+        let namespace = self.namespace.as_str();
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        for _ in 0..2 {
             let uid = lease.metadata.uid.as_deref().unwrap_or_default();
             let version = lease
                 .metadata
                 .resource_version
                 .as_deref()
                 .unwrap_or_default();
-            match self.api.delete_lease(namespace, name, uid, version).await {
-                Ok(()) | Err(ApiError::NotFound(_)) => {}
+            match self.api.delete_lease(namespace, &name, uid, version).await {
+                Ok(()) | Err(ApiError::NotFound(_)) => return,
+                // A renewal whose answer was lost moved it: delete the stored one if ours.
+                Err(ApiError::Conflict(_)) => match self.api.get_lease(namespace, &name).await {
+                    Ok(Some(stored))
+                        if is_presence(&stored)
+                            && stored
+                                .spec
+                                .as_ref()
+                                .and_then(|s| s.holder_identity.as_deref())
+                                == Some(self.holder.as_str()) =>
+                    {
+                        lease = stored;
+                    }
+                    _ => return,
+                },
                 Err(err) => {
                     tracing::info!(%namespace, %err, "cannot delete this replica's presence Lease; it goes once seen unchanged for 10 minutes");
+                    return;
                 }
             }
         }
@@ -242,8 +314,9 @@ impl Presence {
     }
 
     /// Renews every third of [`PRESENCE_SECONDS`] and sweeps stale presence Leases until
-    /// `stop` fires, then withdraws. The first [`Presence::announce`] is the caller's, before
-    /// it takes runs.
+    /// `stop` fires (which also cuts short a renewal or sweep the API server does not answer),
+    /// then withdraws, waiting at most [`WITHDRAW_SECONDS`]. The first
+    /// [`Presence::announce`] is the caller's, before it takes runs.
     pub async fn keep(mut self, ctx: Arc<super::context::Context>, stop: CancellationToken) {
         let period = Duration::from_secs(PRESENCE_SECONDS / 3);
         loop {
@@ -251,14 +324,27 @@ impl Presence {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(period) => {}
             }
-            self.announce().await;
-            self.sweep(&ctx.leases).await;
+            let round = async {
+                self.announce().await;
+                self.sweep(&ctx.leases).await;
+            };
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = round => {}
+            }
         }
-        self.withdraw().await;
+        let withdraw = self.withdraw();
+        if tokio::time::timeout(Duration::from_secs(WITHDRAW_SECONDS), withdraw)
+            .await
+            .is_err()
+        {
+            tracing::info!("the presence Lease's deletion did not answer in time; it goes once seen unchanged for 10 minutes");
+        }
     }
 }
 
-/// After a 409 on `holder`'s own presence Lease: replace the stored one with `fresh`'s spec.
+/// After a 409 on this replica's own presence Lease: replace the stored one with `fresh`'s
+/// spec when it is a presence Lease; `Ok(None)` when a Lease of another kind has the name.
 async fn replace_stored(
     api: &dyn ClusterApi,
     namespace: &str,
@@ -269,7 +355,6 @@ async fn replace_stored(
         return api.create_lease(namespace, &fresh).await.map(Some);
     };
     if !is_presence(&stored) {
-        tracing::warn!(%namespace, lease = %name, "a Lease that is not a presence Lease has this replica's presence name; not announcing in this namespace");
         return Ok(None);
     }
     stored.spec = fresh.spec;
@@ -287,26 +372,26 @@ mod tests {
 
     #[test]
     fn a_presence_lease_name_is_a_dns_subdomain_that_starts_with_the_prefix() {
-        let name = lease_name(&holder("Pod_Name.X"));
-        assert!(name.starts_with("agentrt-replica-pod-name.x-"), "{name}");
-        assert!(name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'));
-        let long = lease_name(&holder(&"a".repeat(300)));
-        assert!(long.len() <= 253, "{}", long.len());
-        assert!(!long.ends_with('-'));
+        let plain = holder("pod-7");
+        assert_eq!(
+            lease_name(&plain),
+            format!("agentrt-replica-{}", plain.as_str())
+        );
+        for odd in ["Pod_Name.X", "a..b", "x.-y", &"a".repeat(300)] {
+            let one = lease_name(&holder(odd));
+            let two = lease_name(&holder(odd));
+            assert!(one.starts_with(PRESENCE_PREFIX), "{one}");
+            assert!(is_dns_subdomain(&one), "{one}");
+            assert_ne!(one, two, "each holder its own name");
+        }
+        assert!(!is_dns_subdomain("a..b") && !is_dns_subdomain("a.-b") && !is_dns_subdomain("A"));
     }
 
     #[tokio::test]
     async fn announcing_creates_then_renews_and_withdrawing_deletes() {
         let api = Arc::new(FakeApi::default());
         let me = holder("a");
-        let mut presence = Presence::new(
-            api.clone(),
-            me.clone(),
-            Clock::default(),
-            &["ns".to_string(), "ns".to_string()],
-        );
+        let mut presence = Presence::new(api.clone(), me.clone(), Clock::default(), "ns".into());
         presence.announce().await;
         let first = api.lease("ns", &lease_name(&me)).expect("created");
         assert!(is_presence(&first));
@@ -341,19 +426,19 @@ mod tests {
         let me = holder("a");
         let leftover = presence_lease(&me, "ns", MicroTime(Clock::default().now().0));
         api.create_lease("ns", &leftover).await.unwrap();
-        let mut presence = Presence::new(api.clone(), me.clone(), Clock::default(), &["ns".into()]);
+        let mut presence = Presence::new(api.clone(), me.clone(), Clock::default(), "ns".into());
         presence.announce().await;
-        assert!(presence.written[0].1.is_some(), "the leftover is replaced");
+        assert!(presence.written.is_some(), "the leftover is replaced");
 
         // A run's Lease under the presence name is never written over.
         let other = holder("b");
         let mut run_lease = presence_lease(&other, "ns", MicroTime(Clock::default().now().0));
         run_lease.metadata.labels = Some(crate::controller::lease::managed_by_labels());
         api.create_lease("ns", &run_lease).await.unwrap();
-        let mut presence =
-            Presence::new(api.clone(), other.clone(), Clock::default(), &["ns".into()]);
+        let mut presence = Presence::new(api.clone(), other.clone(), Clock::default(), "ns".into());
         presence.announce().await;
-        assert!(presence.written[0].1.is_none());
+        assert!(presence.written.is_none());
+        assert!(presence.taken);
         let stored = api.lease("ns", &lease_name(&other)).unwrap();
         assert!(!is_presence(&stored));
     }

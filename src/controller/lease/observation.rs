@@ -3,7 +3,9 @@
 //! instant on this replica's monotonic clock when it first saw it so. The engine judges a Lease
 //! expired only once it has been seen unchanged for `leaseDurationSeconds` plus the margin
 //! ([`crate::engine::lease_liveness`]; client-go's leader election keeps the same
-//! `observedTime`). Wall clocks are never read here.
+//! `observedTime`). No run's Lease is judged by a wall clock here; the one wall-clock read is
+//! whether a replica's presence Lease ([`crate::controller::presence`]) was renewed lately
+//! enough for its holder to count as a peer, which decides nothing about a run.
 //!
 //! Fed by the Lease watch, which sees each renewal as it is written (so the age of a Lease whose
 //! holder died runs from about its last renewal, and a takeover follows within the duration
@@ -185,6 +187,9 @@ struct State {
     touches: u64,
     /// Every holder seen, and when it was last seen holding a Lease (monotonic).
     holders: HashMap<String, Instant>,
+    /// The keys of the replicas' presence Leases among `seen` (a key no longer in `seen` is
+    /// dropped when next looked at).
+    presence: std::collections::HashSet<RunKey>,
 }
 
 fn in_scope(scope: &Scope, key: &RunKey) -> bool {
@@ -214,20 +219,24 @@ impl LeaseObservations {
             self.lock().seen.remove(key);
             return 0;
         };
-        self.record(key, lease, at).0
+        self.record(key, lease, at, true).0
     }
 
     /// [`LeaseObservations::observe`] of a Lease that is there, and whether its holder is new
-    /// to this replica: it had no Lease for the run, or one of another holder.
-    fn record(&self, key: &RunKey, lease: &Lease, at: Instant) -> (u64, bool) {
+    /// to this replica: it had no Lease for the run, or one of another holder. The holder
+    /// counts as seen at `at` when `counts_holder`.
+    fn record(&self, key: &RunKey, lease: &Lease, at: Instant, counts_holder: bool) -> (u64, bool) {
         let mut state = self.lock();
         state.touches = state.touches.wrapping_add(1);
         let touched = state.touches;
+        if crate::controller::presence::is_presence(lease) && !state.presence.contains(key) {
+            state.presence.insert(key.clone());
+        }
         let holder = lease
             .spec
             .as_ref()
             .and_then(|spec| spec.holder_identity.as_deref());
-        if let Some(holder) = holder.filter(|holder| !holder.is_empty()) {
+        if let Some(holder) = holder.filter(|holder| counts_holder && !holder.is_empty()) {
             match state.holders.get_mut(holder) {
                 Some(last) => *last = (*last).max(at),
                 None => {
@@ -270,9 +279,16 @@ impl LeaseObservations {
     pub fn watched(&self, scope: Option<&str>, event: &watcher::Event<Lease>, at: Instant) -> bool {
         match event {
             watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
-                // A replica's presence wakes no run: it only makes its holder a peer.
-                self.record(&key_of(lease), lease, at).1
-                    && !crate::controller::presence::is_presence(lease)
+                // A replica's presence wakes no run: it only makes its holder a peer, unless
+                // its renewTime is long past by this replica's wall clock (a killed replica's
+                // leftover; presence decides nothing, so a wall clock may judge it).
+                use crate::controller::presence;
+                if presence::is_presence(lease) {
+                    let counts = presence::renewed_lately(lease, jiff::Timestamp::now());
+                    self.record(&key_of(lease), lease, at, counts);
+                    return false;
+                }
+                self.record(&key_of(lease), lease, at, true).1
             }
             watcher::Event::Delete(lease) => {
                 self.forget(&key_of(lease));
@@ -335,18 +351,22 @@ impl LeaseObservations {
     /// The replicas' presence Leases ([`crate::controller::presence`]) seen unchanged for at
     /// least `older_than` before `at` (monotonic): what a replica killed without stopping left.
     pub fn stale_presence(&self, at: Instant, older_than: std::time::Duration) -> Vec<Arc<Lease>> {
-        let state = self.lock();
-        state
-            .seen
-            .iter()
-            .filter(|(_, entry)| at.saturating_duration_since(entry.since) >= older_than)
-            .filter_map(|(key, entry)| match &entry.kept {
+        let mut state = self.lock();
+        let State { seen, presence, .. } = &mut *state;
+        let mut stale = Vec::new();
+        presence.retain(|key| match seen.get(key) {
+            Some(entry) => match &entry.kept {
                 Kept::Whole(lease) if crate::controller::presence::is_presence(lease) => {
-                    Some(entry.kept.lease(key))
+                    if at.saturating_duration_since(entry.since) >= older_than {
+                        stale.push(lease.clone());
+                    }
+                    true
                 }
-                _ => None,
-            })
-            .collect()
+                _ => false,
+            },
+            None => false,
+        });
+        stale
     }
 
     /// Forgets the run `key`'s Lease (it was deleted).
@@ -646,11 +666,23 @@ mod tests {
         use crate::controller::presence;
         let seen = LeaseObservations::default();
         let holder = HolderId::with_random_suffix("b");
-        let mut announced = presence::presence_lease(
-            &holder,
+        // A leftover renewed long ago by this replica's wall clock makes no peer.
+        let mut leftover = presence::presence_lease(
+            &HolderId::with_random_suffix("gone"),
             "ns",
             MicroTime(jiff::Timestamp::from_millisecond(0).unwrap()),
         );
+        leftover.metadata.name = Some("agentrt-replica-gone".into());
+        assert!(!seen.watched(
+            Some("ns"),
+            &watcher::Event::InitApply(leftover),
+            Instant::now()
+        ));
+        assert!(seen
+            .holders_seen(Instant::now(), Duration::from_secs(30))
+            .is_empty());
+        let mut announced =
+            presence::presence_lease(&holder, "ns", MicroTime(jiff::Timestamp::now()));
         announced.metadata.resource_version = Some("7".into());
         let t0 = Instant::now();
         let within = Duration::from_secs(30);
@@ -665,14 +697,16 @@ mod tests {
             .stale_presence(t0 + Duration::from_secs(5), Duration::from_secs(10))
             .is_empty());
         let stale = seen.stale_presence(t0 + Duration::from_secs(10), Duration::from_secs(10));
-        assert_eq!(stale.len(), 1);
-        assert_eq!(stale[0].metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(stale.len(), 2, "the leftover and this one");
+        assert!(stale
+            .iter()
+            .any(|lease| lease.metadata.resource_version.as_deref() == Some("7")));
         // A run's Lease is never reported as a stale presence.
         seen.observe(&key(), Some(&lease("a", 0, "1")), t0);
         assert_eq!(
             seen.stale_presence(t0 + Duration::from_secs(60), Duration::from_secs(10))
                 .len(),
-            1
+            2
         );
         // Withdrawn: no peer at once.
         seen.watched(Some("ns"), &watcher::Event::Delete(announced), t0);
