@@ -122,11 +122,14 @@ pub struct Savings {
     /// `presence`: each replica announces itself with a presence Lease before it takes runs
     /// ([`super::presence`]).
     pub presence: bool,
+    /// `watch-lag`: a run held elsewhere is left alone for the run watch's lag too once its
+    /// Lease could have expired ([`WatchLag`]).
+    pub watch_lag: bool,
 }
 
 /// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
 /// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, `watched-spec`,
-/// `event-batch`, `presence`, or `all`); for measuring
+/// `event-batch`, `presence`, `watch-lag`, or `all`); for measuring
 /// only.
 pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
 
@@ -142,6 +145,7 @@ impl Savings {
         watched_spec: true,
         event_batch: true,
         presence: true,
+        watch_lag: true,
     };
 
     /// [`Savings::ALL`] less those `off` names (comma-separated; unknown names are ignored).
@@ -158,6 +162,7 @@ impl Savings {
             watched_spec: on("watched-spec"),
             event_batch: on("event-batch"),
             presence: on("presence"),
+            watch_lag: on("watch-lag"),
         }
     }
 
@@ -224,6 +229,91 @@ pub struct Context {
     pub failures: FailureBackoff,
     /// The runs this replica has seen ended, in a read or a write ([`EndedRuns`]).
     pub ended: EndedRuns,
+    /// How far this replica's run watch runs behind its own status writes ([`WatchLag`]).
+    pub watch_lag: WatchLag,
+}
+
+/// How many of its own status writes a replica remembers to time its run watch by
+/// ([`WatchLag`]).
+pub const LAG_PROBES: usize = 256;
+
+/// A lag sample older than this (seconds, monotonic) no longer counts ([`WatchLag::lag_millis`]).
+pub const LAG_MEMORY_SECONDS: u64 = 60;
+
+/// How far this replica's run watch runs behind (issue 15), measured on its own monotonic clock
+/// and its own writes only: the instant each of its status writes was answered (by the
+/// resourceVersion it returned, the last [`LAG_PROBES`]) against the instant its run watch
+/// delivered that version. No clock of another replica or of the API server is read.
+///
+/// On a loaded kube-apiserver a watch can deliver events tens of seconds late. A replica that
+/// left a run another one held alone until that run's Lease could have expired then found the
+/// run still `Running` in its watch, though it had ended long before (its kept Lease unrenewed),
+/// and read it: about two reads per run at scale, all after the run's last write. With the
+/// lag known, such a run is left alone for the lag as well ([`crate::engine::observer_wait`]),
+/// so that the watch can deliver what was written before the Lease could have expired.
+#[derive(Debug, Default)]
+pub struct WatchLag {
+    state: std::sync::Mutex<Lag>,
+}
+
+#[derive(Debug, Default)]
+struct Lag {
+    /// This replica's status writes not yet delivered: resourceVersion and when answered.
+    written: std::collections::VecDeque<(String, std::time::Instant)>,
+    /// The last sample (milliseconds) and when it was taken.
+    last: Option<(u64, std::time::Instant)>,
+}
+
+impl WatchLag {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lag> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// This replica's status write returning `resource_version` was answered at `at`.
+    pub fn wrote(&self, resource_version: &str, at: std::time::Instant) {
+        let mut lag = self.lock();
+        if lag.written.len() >= LAG_PROBES {
+            lag.written.pop_front();
+        }
+        lag.written.push_back((resource_version.to_string(), at));
+    }
+
+    /// The run watch delivered `resource_version` at `at`: when it is one of this replica's
+    /// writes, the time since its answer is the new sample.
+    pub fn delivered(&self, resource_version: &str, at: std::time::Instant) {
+        let mut lag = self.lock();
+        if lag.written.is_empty() {
+            return;
+        }
+        let Some(index) = lag
+            .written
+            .iter()
+            .position(|(version, _)| version == resource_version)
+        else {
+            return;
+        };
+        let answered = lag.written[index].1;
+        // Older writes were delivered before this one or never will be (a relist skips them).
+        lag.written.drain(..=index);
+        let millis =
+            u64::try_from(at.saturating_duration_since(answered).as_millis()).unwrap_or(u64::MAX);
+        lag.last = Some((millis, at));
+    }
+
+    /// The last sample (milliseconds) if taken within [`LAG_MEMORY_SECONDS`] before `at`,
+    /// else 0.
+    pub fn lag_millis(&self, at: std::time::Instant) -> u64 {
+        match self.lock().last {
+            Some((millis, taken))
+                if at.saturating_duration_since(taken).as_secs() < LAG_MEMORY_SECONDS =>
+            {
+                millis
+            }
+            _ => 0,
+        }
+    }
 }
 
 /// How many ended runs [`EndedRuns`] remembers (the oldest are forgotten first; about 150 bytes
@@ -332,6 +422,7 @@ impl Context {
             leases: LeaseObservations::default(),
             spread: super::spread::Spread::default(),
             ended: EndedRuns::default(),
+            watch_lag: WatchLag::default(),
             executors,
             failures: FailureBackoff::default(),
         }
@@ -487,6 +578,10 @@ impl Context {
         self.executors.record_write(sent.elapsed(), !failed);
         match written {
             Ok(run) => {
+                if self.settings.savings.watch_lag {
+                    self.watch_lag
+                        .wrote(&run.resource_version, std::time::Instant::now());
+                }
                 self.metrics.status_write("ok");
                 self.landed(before, &run);
                 Ok(Written::Landed(Box::new(run)))
@@ -649,5 +744,38 @@ mod ended_tests {
         // Noting it again does not count twice.
         ended.ended(&key(1), "u1");
         assert_eq!(ended.len(), ENDED_MEMORY);
+    }
+}
+
+#[cfg(test)]
+mod watch_lag_tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    #[test]
+    fn the_lag_is_the_time_from_an_answered_write_to_its_delivery_and_goes_stale() {
+        let lag = WatchLag::default();
+        let t0 = Instant::now();
+        assert_eq!(lag.lag_millis(t0), 0);
+        lag.wrote("10", t0);
+        lag.wrote("11", t0 + Duration::from_millis(100));
+        // Someone else's write: no sample.
+        lag.delivered("9", t0 + Duration::from_secs(1));
+        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(1)), 0);
+        lag.delivered("11", t0 + Duration::from_millis(2_100));
+        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(3)), 2_000);
+        // "10" went with it: delivering it now (a relist) makes no sample.
+        lag.delivered("10", t0 + Duration::from_secs(9));
+        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(9)), 2_000);
+        assert_eq!(
+            lag.lag_millis(t0 + Duration::from_secs(2 + LAG_MEMORY_SECONDS + 1)),
+            0,
+            "an old sample no longer counts"
+        );
+        for n in 0..(LAG_PROBES + 10) {
+            lag.wrote(&n.to_string(), t0);
+        }
+        assert_eq!(lag.lock().written.len(), LAG_PROBES);
     }
 }

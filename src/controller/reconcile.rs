@@ -154,7 +154,17 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
     let uid = obj.uid();
     lease::own(Some(&lease), uid)?;
     let seen = ctx.observe_lease(key, Some(&lease), uid);
-    crate::engine::observer_wait(&watched_view(obj), &seen, ctx.settings.holder.as_str())
+    let watch_lag_ms = if ctx.settings.savings.watch_lag {
+        ctx.watch_lag.lag_millis(std::time::Instant::now())
+    } else {
+        0
+    };
+    crate::engine::observer_wait(
+        &watched_view(obj),
+        &seen,
+        ctx.settings.holder.as_str(),
+        watch_lag_ms,
+    )
 }
 
 /// What the engine's observer rules see of a watched run.

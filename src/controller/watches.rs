@@ -636,6 +636,10 @@ pub async fn controller(
                 if !ctx.settings.savings.watched_spec {
                     run.fresh = None;
                 }
+                // How far behind this watch runs, timed on this replica's own writes.
+                if let Some(version) = run.metadata.resource_version.as_deref() {
+                    ctx.watch_lag.delivered(version, std::time::Instant::now());
+                }
                 // The watcher took the resourceVersion to resume from when it made this
                 // event; nothing reads it from the store, which would keep it twice (in the
                 // run and in its key).

@@ -104,7 +104,18 @@ pub struct WatchedView<'a> {
 /// or new ([`is_new_run`]: its holder is starting it and sees its spec as it is). For both,
 /// [`super::observe`] would only wait for that Lease's expiry (docs/behaviours.md 30), so the
 /// wait is the same and the reads are saved (issue 15).
-pub fn observer_wait(watched: &WatchedView, lease: &LeaseView, caller_holder: &str) -> Option<u64> {
+///
+/// `watch_lag_ms` is how far behind the caller's run watch runs (milliseconds, measured on its
+/// own writes): `watched` is that old, so the run is left alone that much past the Lease's
+/// possible expiry as well, for the watch to deliver what was written before it (a run that
+/// ended, its kept Lease unrenewed, needs no read then). It only delays a read: the takeover
+/// itself is decided by [`super::observe`] from the run read live (docs/design.md section 7).
+pub fn observer_wait(
+    watched: &WatchedView,
+    lease: &LeaseView,
+    caller_holder: &str,
+    watch_lag_ms: u64,
+) -> Option<u64> {
     let holder = lease.holder.as_deref()?;
     let current = watched.generation.is_some() && watched.generation == watched.observed_generation;
     let running = watched.phase == Some("Running") && current && watched.holder == Some(holder);
@@ -113,7 +124,11 @@ pub fn observer_wait(watched: &WatchedView, lease: &LeaseView, caller_holder: &s
         return None;
     }
     let duration = lease.duration_seconds?;
-    match lease_liveness(lease, duration) {
+    let judged = LeaseView {
+        takeover_margin_ms: lease.takeover_margin_ms.saturating_add(watch_lag_ms),
+        ..lease.clone()
+    };
+    match lease_liveness(&judged, duration) {
         LeaseLiveness::Live { millis } => Some(millis),
         LeaseLiveness::Free | LeaseLiveness::Expired => None,
     }
@@ -185,42 +200,50 @@ mod tests {
             takeover_margin_ms: 500,
             ..LeaseView::default()
         };
-        assert_eq!(observer_wait(&watched, &lease, "b-2"), Some(20_500));
+        assert_eq!(observer_wait(&watched, &lease, "b-2", 0), Some(20_500));
         let new = WatchedView {
             generation: Some(1),
             ..WatchedView::default()
         };
-        assert_eq!(observer_wait(&new, &lease, "b-2"), Some(20_500));
+        assert_eq!(observer_wait(&new, &lease, "b-2", 0), Some(20_500));
         // New also when the API server defaulted its status (`phase: Pending`, no
         // observedGeneration), as kube-apiserver and the embedded server do.
         let defaulted = WatchedView {
             phase: Some("Pending"),
             ..new
         };
-        assert_eq!(observer_wait(&defaulted, &lease, "b-2"), Some(20_500));
+        assert_eq!(observer_wait(&defaulted, &lease, "b-2", 0), Some(20_500));
         // Its holder, a spec the holder has not decided on (a cancel), another phase, a Lease
         // held by someone else than the record says, or one seen unchanged too long: read it.
-        assert_eq!(observer_wait(&watched, &lease, "a-1"), None);
+        assert_eq!(observer_wait(&watched, &lease, "a-1", 0), None);
         let cancelled = WatchedView {
             generation: Some(2),
             ..watched
         };
-        assert_eq!(observer_wait(&cancelled, &lease, "b-2"), None);
+        assert_eq!(observer_wait(&cancelled, &lease, "b-2", 0), None);
         let waiting = WatchedView {
             phase: Some("WaitingForApproval"),
             ..watched
         };
-        assert_eq!(observer_wait(&waiting, &lease, "b-2"), None);
+        assert_eq!(observer_wait(&waiting, &lease, "b-2", 0), None);
         let moved = LeaseView {
             holder: Some("c-3".into()),
             ..lease.clone()
         };
-        assert_eq!(observer_wait(&watched, &moved, "b-2"), None);
+        assert_eq!(observer_wait(&watched, &moved, "b-2", 0), None);
         let stale = LeaseView {
             unchanged_for_ms: 31_000,
             ..lease
         };
-        assert_eq!(observer_wait(&watched, &stale, "b-2"), None);
+        assert_eq!(observer_wait(&watched, &stale, "b-2", 0), None);
+        // A run watch 5 s behind: the run is left alone 5 s past the Lease's possible expiry,
+        // then read.
+        assert_eq!(observer_wait(&watched, &stale, "b-2", 5_000), Some(4_500));
+        let staler = LeaseView {
+            unchanged_for_ms: 36_000,
+            ..stale
+        };
+        assert_eq!(observer_wait(&watched, &staler, "b-2", 5_000), None);
     }
 
     #[test]
