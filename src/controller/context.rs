@@ -233,24 +233,27 @@ pub struct Context {
     pub watch_lag: WatchLag,
 }
 
-/// How many of its own status writes a replica remembers to time its run watch by
-/// ([`WatchLag`]).
-pub const LAG_PROBES: usize = 256;
-
 /// A lag sample older than this (seconds, monotonic) no longer counts ([`WatchLag::lag_millis`]).
 pub const LAG_MEMORY_SECONDS: u64 = 60;
 
+/// A probe not delivered within this (seconds) is given up and another taken: its event may
+/// never come (a relist delivers a later version instead).
+pub const PROBE_GIVEN_UP_SECONDS: u64 = 120;
+
 /// How far this replica's run watch runs behind (issue 15), measured on its own monotonic clock
-/// and its own writes only: the instant each of its status writes was answered (by the
-/// resourceVersion it returned, the last [`LAG_PROBES`]) against the instant its run watch
-/// delivered that version. No clock of another replica or of the API server is read.
+/// and its own writes only: one status write at a time is the probe, the instant it was
+/// answered (with the resourceVersion it returned) against the instant the run watch delivered
+/// that version. No clock of another replica or of the API server is read. A probe still
+/// undelivered says the lag is at least its age, so a watch falling further behind is seen
+/// before its probe comes back.
 ///
 /// On a loaded kube-apiserver a watch can deliver events tens of seconds late. A replica that
 /// left a run another one held alone until that run's Lease could have expired then found the
-/// run still `Running` in its watch, though it had ended long before (its kept Lease unrenewed),
-/// and read it: about two reads per run at scale, all after the run's last write. With the
-/// lag known, such a run is left alone for the lag as well ([`crate::engine::observer_wait`]),
-/// so that the watch can deliver what was written before the Lease could have expired.
+/// run still `Running` (or `Pending`) in its watch, though it had ended long before (its kept
+/// Lease unrenewed), and read it: about two reads per run at scale, all after the run's last
+/// write. With the lag known, such a run is left alone for the lag as well
+/// ([`crate::engine::observer_wait`]), so that the watch can deliver what was written before
+/// the Lease could have expired.
 #[derive(Debug, Default)]
 pub struct WatchLag {
     state: std::sync::Mutex<Lag>,
@@ -258,8 +261,8 @@ pub struct WatchLag {
 
 #[derive(Debug, Default)]
 struct Lag {
-    /// This replica's status writes not yet delivered: resourceVersion and when answered.
-    written: std::collections::VecDeque<(String, std::time::Instant)>,
+    /// The write in flight as the probe: its resourceVersion and when it was answered.
+    probe: Option<(String, std::time::Instant)>,
     /// The last sample (milliseconds) and when it was taken.
     last: Option<(u64, std::time::Instant)>,
 }
@@ -271,48 +274,60 @@ impl WatchLag {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// This replica's status write returning `resource_version` was answered at `at`.
+    /// This replica's status write returning `resource_version` was answered at `at`: it is the
+    /// probe when none is in flight (or the one in flight was given up,
+    /// [`PROBE_GIVEN_UP_SECONDS`]).
     pub fn wrote(&self, resource_version: &str, at: std::time::Instant) {
         let mut lag = self.lock();
-        if lag.written.len() >= LAG_PROBES {
-            lag.written.pop_front();
+        let free = lag.probe.as_ref().is_none_or(|(_, sent)| {
+            at.saturating_duration_since(*sent).as_secs() >= PROBE_GIVEN_UP_SECONDS
+        });
+        if free {
+            lag.probe = Some((resource_version.to_string(), at));
         }
-        lag.written.push_back((resource_version.to_string(), at));
     }
 
-    /// The run watch delivered `resource_version` at `at`: when it is one of this replica's
-    /// writes, the time since its answer is the new sample.
+    /// The run watch delivered `resource_version` at `at`: when it is the probe, the time since
+    /// its answer is the new sample.
     pub fn delivered(&self, resource_version: &str, at: std::time::Instant) {
         let mut lag = self.lock();
-        if lag.written.is_empty() {
-            return;
-        }
-        let Some(index) = lag
-            .written
-            .iter()
-            .position(|(version, _)| version == resource_version)
-        else {
+        let Some((probe, answered)) = lag.probe.as_ref() else {
             return;
         };
-        let answered = lag.written[index].1;
-        // Older writes were delivered before this one or never will be (a relist skips them).
-        lag.written.drain(..=index);
+        if probe != resource_version {
+            return;
+        }
         let millis =
-            u64::try_from(at.saturating_duration_since(answered).as_millis()).unwrap_or(u64::MAX);
+            u64::try_from(at.saturating_duration_since(*answered).as_millis()).unwrap_or(u64::MAX);
         lag.last = Some((millis, at));
+        lag.probe = None;
     }
 
-    /// The last sample (milliseconds) if taken within [`LAG_MEMORY_SECONDS`] before `at`,
-    /// else 0.
+    /// The run watch relists: the probe's own event may never come (the list holds a later
+    /// version), so it is given up.
+    pub fn relisting(&self) {
+        self.lock().probe = None;
+    }
+
+    /// How far behind the run watch runs at `at` (milliseconds): the last sample if taken
+    /// within [`LAG_MEMORY_SECONDS`], or the age of the probe still in flight, whichever is
+    /// more, at most [`PROBE_GIVEN_UP_SECONDS`]; 0 when neither says anything.
     pub fn lag_millis(&self, at: std::time::Instant) -> u64 {
-        match self.lock().last {
+        let lag = self.lock();
+        let sampled = match lag.last {
             Some((millis, taken))
                 if at.saturating_duration_since(taken).as_secs() < LAG_MEMORY_SECONDS =>
             {
                 millis
             }
             _ => 0,
-        }
+        };
+        let in_flight = lag.probe.as_ref().map_or(0, |(_, answered)| {
+            u64::try_from(at.saturating_duration_since(*answered).as_millis()).unwrap_or(u64::MAX)
+        });
+        sampled
+            .max(in_flight)
+            .min(PROBE_GIVEN_UP_SECONDS.saturating_mul(1000))
     }
 }
 
@@ -759,23 +774,32 @@ mod watch_lag_tests {
         let t0 = Instant::now();
         assert_eq!(lag.lag_millis(t0), 0);
         lag.wrote("10", t0);
+        // One probe at a time: a later write is not one.
         lag.wrote("11", t0 + Duration::from_millis(100));
-        // Someone else's write: no sample.
+        // Someone else's write: no sample, but the probe in flight says at least its age.
         lag.delivered("9", t0 + Duration::from_secs(1));
-        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(1)), 0);
-        lag.delivered("11", t0 + Duration::from_millis(2_100));
-        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(3)), 2_000);
-        // "10" went with it: delivering it now (a relist) makes no sample.
-        lag.delivered("10", t0 + Duration::from_secs(9));
-        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(9)), 2_000);
+        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(1)), 1_000);
+        lag.delivered("11", t0 + Duration::from_secs(2));
+        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(3)), 3_000);
+        lag.delivered("10", t0 + Duration::from_millis(2_500));
+        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(3)), 2_500);
+        // The next write is the next probe; a relist gives it up.
+        lag.wrote("12", t0 + Duration::from_secs(3));
+        lag.relisting();
+        lag.delivered("12", t0 + Duration::from_secs(4));
+        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(4)), 2_500);
         assert_eq!(
-            lag.lag_millis(t0 + Duration::from_secs(2 + LAG_MEMORY_SECONDS + 1)),
+            lag.lag_millis(t0 + Duration::from_secs(3 + LAG_MEMORY_SECONDS)),
             0,
             "an old sample no longer counts"
         );
-        for n in 0..(LAG_PROBES + 10) {
-            lag.wrote(&n.to_string(), t0);
-        }
-        assert_eq!(lag.lock().written.len(), LAG_PROBES);
+        // A probe never delivered is given up after a while and another taken.
+        lag.wrote("13", t0);
+        lag.wrote("14", t0 + Duration::from_secs(PROBE_GIVEN_UP_SECONDS));
+        lag.delivered("14", t0 + Duration::from_secs(PROBE_GIVEN_UP_SECONDS + 1));
+        assert_eq!(
+            lag.lag_millis(t0 + Duration::from_secs(PROBE_GIVEN_UP_SECONDS + 1)),
+            1_000
+        );
     }
 }

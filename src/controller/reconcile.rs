@@ -159,12 +159,23 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
     } else {
         0
     };
-    crate::engine::observer_wait(
+    let wait = crate::engine::observer_wait(
         &watched_view(obj),
         &seen,
         ctx.settings.holder.as_str(),
         watch_lag_ms,
-    )
+    );
+    if wait.is_none() && seen.holder.as_deref() != Some(ctx.settings.holder.as_str()) {
+        tracing::debug!(
+            run = %key,
+            phase = ?obj.status.phase,
+            holder = ?seen.holder,
+            unchanged_for_ms = seen.unchanged_for_ms,
+            watch_lag_ms,
+            "another replica's Lease of this run could have expired; reading the run"
+        );
+    }
+    wait
 }
 
 /// What the engine's observer rules see of a watched run.

@@ -629,6 +629,9 @@ pub async fn controller(
         let store = reader.clone();
         let ctx = ctx.clone();
         move |mut event| {
+            if let Ok(Event::Init) = &event {
+                ctx.watch_lag.relisting();
+            }
             if let Ok(Event::Apply(run) | Event::InitApply(run)) = &mut event {
                 run.wakes = wakes(store.get(&key_of_run(run)).as_deref(), run);
                 // Every replica keeps it (within its budget): the one that ranks first for
