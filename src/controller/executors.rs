@@ -236,15 +236,24 @@ impl Executors {
     /// Remembers that `key` needs an executor slot and found none free ([`Executors::limit`]):
     /// it is reconciled again when one frees, instead of polling for one. `rank` is this
     /// replica's place among the replicas for the run (0: first, [`super::spread::place`]):
-    /// a freed slot goes to the waiters this replica ranks first for before the others, so the
-    /// replicas, which all see every new run, do not all kick the same one.
+    /// a freed slot goes to the waiters this replica ranks first for (oldest first) before the
+    /// others (newest first), so the replicas, which all see every new run, do not all kick the
+    /// same one.
     pub fn wait_for_slot(&self, key: &RunKey, rank: usize) {
         let mut waiters = lock(&self.slot_waiters);
         if waiters.places.contains_key(key) {
             return;
         }
         waiters.arrivals += 1;
-        let place = (rank, waiters.arrivals);
+        // The runs another replica ranks before this one are taken newest first: that replica
+        // serves them oldest first, so the two meet, and race for one run's Lease, only when
+        // they have taken all the others (work stealing from the far end).
+        let arrival = if rank == 0 {
+            waiters.arrivals
+        } else {
+            u64::MAX - waiters.arrivals
+        };
+        let place = (rank, arrival);
         waiters.order.insert(place, key.clone());
         waiters.places.insert(key.clone(), place);
     }
@@ -336,7 +345,7 @@ mod tests {
     }
 
     #[test]
-    fn freed_slots_go_to_the_runs_this_replica_ranks_first_then_to_the_oldest() {
+    fn freed_slots_go_to_the_runs_this_replica_ranks_first_oldest_first_then_to_the_newest() {
         let (executors, mut rx) = executors(2, false);
         let key = |name: &str| RunKey::new("ns", name);
         assert!(executors.register(&key("a"), "ua", CancellationToken::new(), 1));
@@ -356,8 +365,9 @@ mod tests {
         // It did not take the slot (another replica held it): the next one gets it.
         executors.reconciled(&key("first-old"));
         assert_eq!(kicked(&mut rx), ["first-new"]);
+        // Of the runs another replica ranks first (and serves oldest first), the newest.
         executors.unregister(&key("b"), "ub");
-        assert_eq!(kicked(&mut rx), ["second-old"]);
+        assert_eq!(kicked(&mut rx), ["second-new"]);
         assert_eq!(executors.slot_waiting(), 1);
     }
 
