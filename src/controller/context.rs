@@ -236,16 +236,24 @@ pub struct Context {
 /// A lag sample older than this (seconds, monotonic) no longer counts ([`WatchLag::lag_millis`]).
 pub const LAG_MEMORY_SECONDS: u64 = 60;
 
-/// A probe not delivered within this (seconds) is given up and another taken: its event may
-/// never come (a relist delivers a later version instead).
-pub const PROBE_GIVEN_UP_SECONDS: u64 = 120;
+/// The most lag [`WatchLag::lag_millis`] reports (seconds). A probe in flight longer is taken
+/// for lost (its event may never come) and no longer counts; the next write is the next
+/// probe. Kept near the default Lease duration: a lag past it costs one read of a run, which is
+/// cheaper than holding back a takeover longer.
+pub const LAG_CAP_SECONDS: u64 = 60;
+
+/// How many of the versions the run watch delivered last [`WatchLag`] remembers, so that a
+/// write whose event came before its answer is seen as delivered (no lag).
+pub const LAG_DELIVERED_MEMORY: usize = 64;
 
 /// How far this replica's run watch runs behind (issue 15), measured on its own monotonic clock
 /// and its own writes only: one status write at a time is the probe, the instant it was
 /// answered (with the resourceVersion it returned) against the instant the run watch delivered
-/// that version. No clock of another replica or of the API server is read. A probe still
-/// undelivered says the lag is at least its age, so a watch falling further behind is seen
-/// before its probe comes back.
+/// that version. No clock of another replica or of the API server is read. A probe in flight
+/// counts as at least its age, so a watch falling further behind is seen before its probe
+/// comes back; one in flight past [`LAG_CAP_SECONDS`] is taken for lost. A write whose version
+/// the watch delivered before the answer came (the last [`LAG_DELIVERED_MEMORY`] versions)
+/// is a sample of 0.
 ///
 /// On a loaded kube-apiserver a watch can deliver events tens of seconds late. A replica that
 /// left a run another one held alone until that run's Lease could have expired then found the
@@ -253,7 +261,7 @@ pub const PROBE_GIVEN_UP_SECONDS: u64 = 120;
 /// Lease unrenewed), and read it: about two reads per run at scale, all after the run's last
 /// write. With the lag known, such a run is left alone for the lag as well
 /// ([`crate::engine::observer_wait`]), so that the watch can deliver what was written before
-/// the Lease could have expired.
+/// the Lease could have expired. One `WatchLag` serves all of a replica's watched scopes.
 #[derive(Debug, Default)]
 pub struct WatchLag {
     state: std::sync::Mutex<Lag>,
@@ -265,6 +273,19 @@ struct Lag {
     probe: Option<(String, std::time::Instant)>,
     /// The last sample (milliseconds) and when it was taken.
     last: Option<(u64, std::time::Instant)>,
+    /// The versions the run watch delivered last, newest last.
+    delivered: std::collections::VecDeque<String>,
+}
+
+impl Lag {
+    /// The probe's age at `at` (milliseconds), or `None` without a probe or once it is taken
+    /// for lost ([`LAG_CAP_SECONDS`]).
+    fn probe_age(&self, at: std::time::Instant) -> Option<u64> {
+        let (_, answered) = self.probe.as_ref()?;
+        let age = at.saturating_duration_since(*answered);
+        (age.as_secs() < LAG_CAP_SECONDS)
+            .then(|| u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
+    }
 }
 
 impl WatchLag {
@@ -274,15 +295,20 @@ impl WatchLag {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// This replica's status write returning `resource_version` was answered at `at`: it is the
-    /// probe when none is in flight (or the one in flight was given up,
-    /// [`PROBE_GIVEN_UP_SECONDS`]).
+    /// This replica's status write returning `resource_version` was answered at `at`: a sample
+    /// of 0 when the watch delivered that version already; else the probe when none is in
+    /// flight (or the one in flight is taken for lost).
     pub fn wrote(&self, resource_version: &str, at: std::time::Instant) {
         let mut lag = self.lock();
-        let free = lag.probe.as_ref().is_none_or(|(_, sent)| {
-            at.saturating_duration_since(*sent).as_secs() >= PROBE_GIVEN_UP_SECONDS
-        });
-        if free {
+        if lag
+            .delivered
+            .iter()
+            .any(|version| version == resource_version)
+        {
+            lag.last = Some((0, at));
+            return;
+        }
+        if lag.probe_age(at).is_none() {
             lag.probe = Some((resource_version.to_string(), at));
         }
     }
@@ -291,6 +317,10 @@ impl WatchLag {
     /// its answer is the new sample.
     pub fn delivered(&self, resource_version: &str, at: std::time::Instant) {
         let mut lag = self.lock();
+        if lag.delivered.len() >= LAG_DELIVERED_MEMORY {
+            lag.delivered.pop_front();
+        }
+        lag.delivered.push_back(resource_version.to_string());
         let Some((probe, answered)) = lag.probe.as_ref() else {
             return;
         };
@@ -304,14 +334,14 @@ impl WatchLag {
     }
 
     /// The run watch relists: the probe's own event may never come (the list holds a later
-    /// version), so it is given up.
+    /// version), so it is dropped.
     pub fn relisting(&self) {
         self.lock().probe = None;
     }
 
     /// How far behind the run watch runs at `at` (milliseconds): the last sample if taken
-    /// within [`LAG_MEMORY_SECONDS`], or the age of the probe still in flight, whichever is
-    /// more, at most [`PROBE_GIVEN_UP_SECONDS`]; 0 when neither says anything.
+    /// within [`LAG_MEMORY_SECONDS`], or the age of the probe in flight, whichever is more, at
+    /// most [`LAG_CAP_SECONDS`]; 0 when neither says anything.
     pub fn lag_millis(&self, at: std::time::Instant) -> u64 {
         let lag = self.lock();
         let sampled = match lag.last {
@@ -322,12 +352,9 @@ impl WatchLag {
             }
             _ => 0,
         };
-        let in_flight = lag.probe.as_ref().map_or(0, |(_, answered)| {
-            u64::try_from(at.saturating_duration_since(*answered).as_millis()).unwrap_or(u64::MAX)
-        });
         sampled
-            .max(in_flight)
-            .min(PROBE_GIVEN_UP_SECONDS.saturating_mul(1000))
+            .max(lag.probe_age(at).unwrap_or(0))
+            .min(LAG_CAP_SECONDS.saturating_mul(1000))
     }
 }
 
@@ -593,7 +620,10 @@ impl Context {
         self.executors.record_write(sent.elapsed(), !failed);
         match written {
             Ok(run) => {
-                if self.settings.savings.watch_lag {
+                // A write that changed nothing keeps its version and makes no event.
+                if self.settings.savings.watch_lag
+                    && run.resource_version != state.run.resource_version
+                {
                     self.watch_lag
                         .wrote(&run.resource_version, std::time::Instant::now());
                 }
@@ -783,7 +813,7 @@ mod watch_lag_tests {
         assert_eq!(lag.lag_millis(t0 + Duration::from_secs(3)), 3_000);
         lag.delivered("10", t0 + Duration::from_millis(2_500));
         assert_eq!(lag.lag_millis(t0 + Duration::from_secs(3)), 2_500);
-        // The next write is the next probe; a relist gives it up.
+        // The next write is the next probe; a relist drops it.
         lag.wrote("12", t0 + Duration::from_secs(3));
         lag.relisting();
         lag.delivered("12", t0 + Duration::from_secs(4));
@@ -793,12 +823,29 @@ mod watch_lag_tests {
             0,
             "an old sample no longer counts"
         );
-        // A probe never delivered is given up after a while and another taken.
-        lag.wrote("13", t0);
-        lag.wrote("14", t0 + Duration::from_secs(PROBE_GIVEN_UP_SECONDS));
-        lag.delivered("14", t0 + Duration::from_secs(PROBE_GIVEN_UP_SECONDS + 1));
+    }
+
+    #[test]
+    fn a_write_delivered_before_its_answer_is_no_lag_and_a_lost_probe_stops_counting() {
+        let lag = WatchLag::default();
+        let t0 = Instant::now();
+        // The watch delivered "20" before the write's answer was handled: lag 0, no probe.
+        lag.delivered("20", t0);
+        lag.wrote("20", t0 + Duration::from_millis(5));
+        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(30)), 0);
+        // A probe whose event never comes counts while it could still come, then not at all.
+        lag.wrote("21", t0);
+        assert_eq!(lag.lag_millis(t0 + Duration::from_secs(10)), 10_000);
         assert_eq!(
-            lag.lag_millis(t0 + Duration::from_secs(PROBE_GIVEN_UP_SECONDS + 1)),
+            lag.lag_millis(t0 + Duration::from_secs(LAG_CAP_SECONDS)),
+            0,
+            "taken for lost"
+        );
+        // And the next write is the next probe.
+        lag.wrote("22", t0 + Duration::from_secs(LAG_CAP_SECONDS));
+        lag.delivered("22", t0 + Duration::from_secs(LAG_CAP_SECONDS + 1));
+        assert_eq!(
+            lag.lag_millis(t0 + Duration::from_secs(LAG_CAP_SECONDS + 1)),
             1_000
         );
     }

@@ -241,8 +241,15 @@ impl Executors {
     /// same one.
     pub fn wait_for_slot(&self, key: &RunKey, rank: usize) {
         let mut waiters = lock(&self.slot_waiters);
-        if waiters.places.contains_key(key) {
-            return;
+        match waiters.places.get(key).copied() {
+            // Waiting already at this rank: it keeps its place.
+            Some((waiting_rank, _)) if waiting_rank == rank => return,
+            // Ranked anew (a peer it was left to is gone, or a new one came): it moves.
+            Some(place) => {
+                waiters.order.remove(&place);
+                waiters.places.remove(key);
+            }
+            None => {}
         }
         waiters.arrivals += 1;
         // The runs another replica ranks before this one are taken newest first: that replica
@@ -369,6 +376,18 @@ mod tests {
         executors.unregister(&key("b"), "ub");
         assert_eq!(kicked(&mut rx), ["second-new"]);
         assert_eq!(executors.slot_waiting(), 1);
+        // Ranked anew (the replica it was left to is gone): it moves to its new rank.
+        executors.wait_for_slot(&key("second-old"), 0);
+        executors.wait_for_slot(&key("other"), 1);
+        assert_eq!(executors.slot_waiting(), 2);
+        executors.reconciled(&key("first-new"));
+        executors.reconciled(&key("second-new"));
+        assert!(executors.register(&key("c"), "uc", CancellationToken::new(), 1));
+        executors.unregister(&key("c"), "uc");
+        assert_eq!(
+            kicked(&mut rx).first().map(String::as_str),
+            Some("second-old")
+        );
     }
 
     #[test]

@@ -165,7 +165,13 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
         ctx.settings.holder.as_str(),
         watch_lag_ms,
     );
-    if wait.is_none() && seen.holder.as_deref() != Some(ctx.settings.holder.as_str()) {
+    let expired = seen.duration_seconds.is_some_and(|duration| {
+        matches!(
+            crate::engine::lease_liveness(&seen, duration),
+            crate::engine::LeaseLiveness::Expired
+        )
+    });
+    if wait.is_none() && expired && seen.holder.as_deref() != Some(ctx.settings.holder.as_str()) {
         tracing::debug!(
             run = %key,
             phase = ?obj.status.phase,

@@ -109,7 +109,8 @@ pub struct WatchedView<'a> {
 /// own writes): `watched` is that old, so the run is left alone that much past the Lease's
 /// possible expiry as well, for the watch to deliver what was written before it (a run that
 /// ended, its kept Lease unrenewed, needs no read then). It only delays a read: the takeover
-/// itself is decided by [`super::observe`] from the run read live (docs/design.md section 7).
+/// itself is decided by [`super::observe`] from the run read live (docs/design.md sections 4
+/// and 7).
 pub fn observer_wait(
     watched: &WatchedView,
     lease: &LeaseView,
