@@ -246,23 +246,13 @@ impl Presence {
         let namespace = self.namespace.as_str();
         let name = lease.metadata.name.clone().unwrap_or_default();
         for _ in 0..2 {
-            let uid = lease.metadata.uid.as_deref().unwrap_or_default();
-            let version = lease
-                .metadata
-                .resource_version
-                .as_deref()
-                .unwrap_or_default();
-            match self.api.delete_lease(namespace, &name, uid, version).await {
+            match delete_exactly(self.api.as_ref(), &lease).await {
                 Ok(()) | Err(ApiError::NotFound(_)) => return,
                 // A renewal whose answer was lost moved it: delete the stored one if ours.
                 Err(ApiError::Conflict(_)) => match self.api.get_lease(namespace, &name).await {
                     Ok(Some(stored))
                         if is_presence(&stored)
-                            && stored
-                                .spec
-                                .as_ref()
-                                .and_then(|s| s.holder_identity.as_deref())
-                                == Some(self.holder.as_str()) =>
+                            && holder_of(&stored) == Some(self.holder.as_str()) =>
                     {
                         lease = stored;
                     }
@@ -283,23 +273,12 @@ impl Presence {
     pub async fn sweep(&self, observations: &LeaseObservations) -> usize {
         let mut deleted = 0;
         for lease in observations.stale_presence(std::time::Instant::now(), STALE_AFTER) {
-            if lease
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.holder_identity.as_deref())
-                == Some(self.holder.as_str())
-            {
+            if holder_of(&lease) == Some(self.holder.as_str()) {
                 continue;
             }
             let namespace = lease.metadata.namespace.as_deref().unwrap_or_default();
             let name = lease.metadata.name.as_deref().unwrap_or_default();
-            let uid = lease.metadata.uid.as_deref().unwrap_or_default();
-            let version = lease
-                .metadata
-                .resource_version
-                .as_deref()
-                .unwrap_or_default();
-            match self.api.delete_lease(namespace, name, uid, version).await {
+            match delete_exactly(self.api.as_ref(), &lease).await {
                 Ok(()) => {
                     tracing::info!(%namespace, lease = name, "deleted the presence Lease of a replica gone for 10 minutes");
                     deleted += 1;
@@ -341,6 +320,24 @@ impl Presence {
             tracing::info!("the presence Lease's deletion did not answer in time; it goes once seen unchanged for 10 minutes");
         }
     }
+}
+
+/// `spec.holderIdentity` of `lease`.
+fn holder_of(lease: &Lease) -> Option<&str> {
+    lease.spec.as_ref()?.holder_identity.as_deref()
+}
+
+/// Deletes `lease` only as it is: preconditions on its uid and resourceVersion (409 when it
+/// changed or was replaced since).
+async fn delete_exactly(api: &dyn ClusterApi, lease: &Lease) -> Result<(), ApiError> {
+    let metadata = &lease.metadata;
+    api.delete_lease(
+        metadata.namespace.as_deref().unwrap_or_default(),
+        metadata.name.as_deref().unwrap_or_default(),
+        metadata.uid.as_deref().unwrap_or_default(),
+        metadata.resource_version.as_deref().unwrap_or_default(),
+    )
+    .await
 }
 
 /// After a 409 on this replica's own presence Lease: replace the stored one with `fresh`'s
@@ -441,5 +438,35 @@ mod tests {
         assert!(presence.taken);
         let stored = api.lease("ns", &lease_name(&other)).unwrap();
         assert!(!is_presence(&stored));
+    }
+
+    #[tokio::test]
+    async fn a_sweep_deletes_only_others_presence_seen_unchanged_long_enough() {
+        use std::time::{Duration, Instant};
+        let api = Arc::new(FakeApi::default());
+        let me = holder("a");
+        let gone = holder("gone");
+        let mut mine = Presence::new(api.clone(), me.clone(), Clock::default(), "ns".into());
+        mine.announce().await;
+        let mut theirs = Presence::new(api.clone(), gone.clone(), Clock::default(), "ns".into());
+        theirs.announce().await;
+        let seen = LeaseObservations::default();
+        let long_ago = Instant::now()
+            .checked_sub(STALE_AFTER + Duration::from_secs(1))
+            .expect("a monotonic clock this far back");
+        for lease in [&mine.written, &theirs.written] {
+            let lease = lease.clone().expect("written");
+            let key = crate::controller::context::RunKey::new(
+                "ns",
+                lease.metadata.name.as_deref().unwrap_or_default(),
+            );
+            seen.observe(&key, Some(&lease), long_ago);
+        }
+        assert_eq!(mine.sweep(&seen).await, 1);
+        assert!(api.lease("ns", &lease_name(&gone)).is_none());
+        assert!(
+            api.lease("ns", &lease_name(&me)).is_some(),
+            "its own is kept"
+        );
     }
 }
