@@ -290,9 +290,7 @@ impl Lag {
 
 impl WatchLag {
     fn lock(&self) -> std::sync::MutexGuard<'_, Lag> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        super::executors::lock(&self.state)
     }
 
     /// This replica's status write returning `resource_version` was answered at `at`: a sample
@@ -382,9 +380,7 @@ struct Ended {
 
 impl EndedRuns {
     fn lock(&self) -> std::sync::MutexGuard<'_, Ended> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        super::executors::lock(&self.state)
     }
 
     /// Remembers that the run `key` with `uid` ended.

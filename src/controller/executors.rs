@@ -317,7 +317,9 @@ impl Executors {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// `mutex` locked; a poisoned one (a panic while it was held) is taken as it is: what it guards
+/// is bookkeeping that stays usable.
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

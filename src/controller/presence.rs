@@ -323,7 +323,7 @@ impl Presence {
 }
 
 /// `spec.holderIdentity` of `lease`.
-fn holder_of(lease: &Lease) -> Option<&str> {
+pub fn holder_of(lease: &Lease) -> Option<&str> {
     lease.spec.as_ref()?.holder_identity.as_deref()
 }
 

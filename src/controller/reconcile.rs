@@ -165,13 +165,20 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
         ctx.settings.holder.as_str(),
         watch_lag_ms,
     );
-    let expired = seen.duration_seconds.is_some_and(|duration| {
-        matches!(
-            crate::engine::lease_liveness(&seen, duration),
-            crate::engine::LeaseLiveness::Expired
-        )
-    });
-    if wait.is_none() && expired && seen.holder.as_deref() != Some(ctx.settings.holder.as_str()) {
+    // Judged again only for the debug line, and only when it is enabled.
+    let expired = || {
+        seen.duration_seconds.is_some_and(|duration| {
+            matches!(
+                crate::engine::lease_liveness(&seen, duration),
+                crate::engine::LeaseLiveness::Expired
+            )
+        })
+    };
+    if wait.is_none()
+        && tracing::enabled!(tracing::Level::DEBUG)
+        && seen.holder.as_deref() != Some(ctx.settings.holder.as_str())
+        && expired()
+    {
         tracing::debug!(
             run = %key,
             phase = ?obj.status.phase,

@@ -293,14 +293,11 @@ impl LeaseObservations {
             watcher::Event::Delete(lease) => {
                 self.forget(&key_of(lease));
                 // A replica that stopped withdrew its presence: it is no peer from now on.
-                if crate::controller::presence::is_presence(lease) {
-                    if let Some(holder) = lease
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.holder_identity.as_deref())
-                    {
-                        self.lock().holders.remove(holder);
-                    }
+                use crate::controller::presence;
+                if let Some(holder) =
+                    presence::holder_of(lease).filter(|_| presence::is_presence(lease))
+                {
+                    self.lock().holders.remove(holder);
                 }
                 false
             }
