@@ -17,8 +17,9 @@ fn main() {
         .unwrap_or(400);
     let manifest =
         agentrt::bench::manifests::tool_loop("r", "http://127.0.0.1:1", "small", steps, 30);
-    let spec = match serde_json::from_value(manifest["spec"].clone()) {
-        Ok(spec) => spec,
+    let spec = match serde_json::from_value::<agentrt::api::AgentRunSpec>(manifest["spec"].clone())
+    {
+        Ok(spec) => std::sync::Arc::new(spec),
         Err(err) => {
             eprintln!("the benchmark run does not decode: {err}");
             std::process::exit(1);

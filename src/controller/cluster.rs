@@ -7,6 +7,8 @@
 //! are only created (and read back by name), never replaced. A 409 comes back as
 //! [`ApiError::Conflict`]; nothing in here retries a write.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
@@ -27,12 +29,33 @@ pub const RUN_UID_LABEL: &str = "agentrt.dev/run-uid";
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredRun {
     /// The object as the API server returned it, without its status (which is
-    /// `snapshot.status`: the record is held once, not twice).
+    /// `snapshot.status`: the record is held once, not twice) and without its spec (which is
+    /// [`StoredRun::spec`]).
     pub object: Value,
+    /// `spec` as the API server returned it, shared by every [`StoredRun`] of the same
+    /// generation ([`StoredRun::written`]): a status write leaves the spec as it was, so the
+    /// answer to one is not decoded again (issue 15; a scripted spec of 2,000 decisions is
+    /// about 117 KiB).
+    pub spec: Arc<Value>,
     /// What the engine sees.
     pub snapshot: RunSnapshot,
     /// `metadata.resourceVersion`: the compare-and-set token of the next status write.
     pub resource_version: String,
+}
+
+/// The answer to a status write, read without building the spec ([`StoredRun::written`]).
+#[derive(serde::Deserialize)]
+struct Written<'a> {
+    #[serde(rename = "apiVersion", default)]
+    api_version: Option<Value>,
+    #[serde(default)]
+    kind: Option<Value>,
+    #[serde(default)]
+    metadata: Value,
+    #[serde(borrow, default)]
+    spec: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    status: Value,
 }
 
 impl StoredRun {
@@ -53,16 +76,16 @@ impl StoredRun {
         let uid = text("uid").ok_or_else(|| missing("uid"))?;
         let resource_version = text("resourceVersion").ok_or_else(|| missing("resourceVersion"))?;
         let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
+        let spec_json = object
+            .as_object_mut()
+            .and_then(|fields| fields.remove("spec"))
+            .unwrap_or(Value::Null);
         let spec: AgentRunSpec =
-            serde_json::from_value(object["spec"].clone()).map_err(|source| DecodeError::Spec {
+            serde_json::from_value(spec_json.clone()).map_err(|source| DecodeError::Spec {
                 run: format!("{namespace}/{name}"),
                 source,
             })?;
-        let created_by = meta
-            .get("annotations")
-            .and_then(|a| a.get(crate::engine::CREATED_BY_ANNOTATION))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        let created_by = created_by(&object["metadata"]);
         let status = object
             .as_object_mut()
             .and_then(|fields| fields.remove("status"))
@@ -73,13 +96,66 @@ impl StoredRun {
                 name,
                 uid,
                 generation,
-                spec,
+                spec: Arc::new(spec),
                 status,
                 created_by,
                 sealed: Default::default(),
             },
             resource_version,
+            spec: Arc::new(spec_json),
             object,
+        })
+    }
+
+    /// The run as the answer `text` to a status write of `self` shows it. When the answer is
+    /// of the same run (uid) and the same `metadata.generation`, its spec is the one `self`
+    /// holds (a status write never changes the spec, and the spec changes only with the
+    /// generation), so the spec is kept, shared, instead of decoded again; otherwise the whole
+    /// answer is decoded as [`StoredRun::from_object`] does.
+    ///
+    /// # Errors
+    /// [`DecodeError::Spec`] when `text` is not JSON of an object (or the spec does not
+    /// decode); what [`StoredRun::from_object`] returns for incomplete metadata.
+    pub fn written(&self, text: &str) -> Result<StoredRun, DecodeError> {
+        let run = || self.key();
+        let written: Written<'_> = serde_json::from_str(text)
+            .map_err(|source| DecodeError::Spec { run: run(), source })?;
+        let meta = &written.metadata;
+        let same_spec = meta.get("uid").and_then(Value::as_str) == Some(&self.snapshot.uid)
+            && meta.get("generation").and_then(Value::as_i64) == Some(self.snapshot.generation)
+            && written.spec.is_some();
+        if !same_spec {
+            let object: Value = serde_json::from_str(text)
+                .map_err(|source| DecodeError::Spec { run: run(), source })?;
+            return StoredRun::from_object(object);
+        }
+        let text_of = |field: &str| meta.get(field).and_then(Value::as_str).map(str::to_string);
+        let missing = |field: &'static str| DecodeError::Missing { run: run(), field };
+        let resource_version =
+            text_of("resourceVersion").ok_or_else(|| missing("resourceVersion"))?;
+        let mut object = serde_json::Map::new();
+        if let Some(api_version) = written.api_version {
+            object.insert("apiVersion".to_string(), api_version);
+        }
+        if let Some(kind) = written.kind {
+            object.insert("kind".to_string(), kind);
+        }
+        let created_by = created_by(&written.metadata);
+        object.insert("metadata".to_string(), written.metadata);
+        Ok(StoredRun {
+            snapshot: RunSnapshot {
+                namespace: self.snapshot.namespace.clone(),
+                name: self.snapshot.name.clone(),
+                uid: self.snapshot.uid.clone(),
+                generation: self.snapshot.generation,
+                spec: self.snapshot.spec.clone(),
+                status: written.status,
+                created_by,
+                sealed: Default::default(),
+            },
+            resource_version,
+            spec: self.spec.clone(),
+            object: Value::Object(object),
         })
     }
 
@@ -87,6 +163,14 @@ impl StoredRun {
     pub fn key(&self) -> String {
         format!("{}/{}", self.snapshot.namespace, self.snapshot.name)
     }
+}
+
+/// The run's creator, from its annotation [`crate::engine::CREATED_BY_ANNOTATION`].
+fn created_by(meta: &Value) -> Option<String> {
+    meta.get("annotations")
+        .and_then(|a| a.get(crate::engine::CREATED_BY_ANNOTATION))
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 /// An AgentRun that exists but cannot be used: the boundary that decodes a run
@@ -316,7 +400,7 @@ impl serde::Serialize for StatusReplace<'_> {
         let mut map = serializer.serialize_map(None)?;
         for (key, value) in fields {
             match key.as_str() {
-                "status" => {}
+                "status" | "spec" => {}
                 "metadata" => map.serialize_entry(
                     key,
                     &Metadata(
@@ -327,6 +411,7 @@ impl serde::Serialize for StatusReplace<'_> {
                 _ => map.serialize_entry(key, value)?,
             }
         }
+        map.serialize_entry("spec", &*self.run.spec)?;
         map.serialize_entry("status", self.status)?;
         map.end()
     }
@@ -401,8 +486,8 @@ impl ClusterApi for KubeApi {
             .run_request(&run.snapshot.namespace)
             .replace_subresource("status", &run.snapshot.name, &PostParams::default(), body)
             .map_err(ApiError::from)?;
-        let written: Value = self.client.request(request).await.map_err(classify)?;
-        Ok(StoredRun::from_object(written)?)
+        let written = self.client.request_text(request).await.map_err(classify)?;
+        Ok(run.written(&written)?)
     }
 
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {

@@ -229,8 +229,9 @@ pub struct Context {
     pub failures: FailureBackoff,
     /// The runs this replica has seen ended, in a read or a write ([`EndedRuns`]).
     pub ended: EndedRuns,
-    /// How far this replica's run watch runs behind its own status writes ([`WatchLag`]).
-    pub watch_lag: WatchLag,
+    /// How far this replica's run watch runs behind its own status writes ([`WatchLag`]),
+    /// shared with the metrics (`agentrt_watch_lag_seconds`).
+    pub watch_lag: Arc<WatchLag>,
 }
 
 /// A lag sample older than this (seconds, monotonic) no longer counts ([`WatchLag::lag_millis`]).
@@ -452,6 +453,11 @@ impl Context {
             },
             kicks,
         );
+        let watch_lag = Arc::new(WatchLag::default());
+        metrics.watch_lag_from({
+            let lag = watch_lag.clone();
+            move || lag.lag_millis(std::time::Instant::now()) as f64 / 1000.0
+        });
         Context {
             api,
             settings,
@@ -460,7 +466,7 @@ impl Context {
             leases: LeaseObservations::default(),
             spread: super::spread::Spread::default(),
             ended: EndedRuns::default(),
-            watch_lag: WatchLag::default(),
+            watch_lag,
             executors,
             failures: FailureBackoff::default(),
         }

@@ -28,6 +28,9 @@ use super::watches::WatchedRun;
 
 mod health;
 
+/// What `agentrt_watch_lag_seconds` is read from at a scrape (seconds).
+type LagSource = Box<dyn Fn() -> f64 + Send + Sync>;
+
 pub use health::{serve, WatchHealth, WatchLabel};
 
 /// One label: how something ended.
@@ -171,6 +174,11 @@ pub struct Metrics {
     pub executor_slots: Gauge,
     /// Watches synced (1) or not (0), by watch and scope.
     pub watches_synced: Family<WatchLabel, Gauge>,
+    /// `agentrt_watch_lag_seconds`: how far this replica's run watch runs behind its own status
+    /// writes, read at each scrape from [`Metrics::watch_lag_from`]'s source
+    /// (`controller::context::WatchLag`; docs/design.md section 7).
+    pub watch_lag: Gauge<f64, std::sync::atomic::AtomicU64>,
+    watch_lag_source: Mutex<Option<LagSource>>,
     run_stores: Mutex<Vec<Store<WatchedRun>>>,
     watches: Mutex<Vec<std::sync::Arc<WatchHealth>>>,
     ready: AtomicBool,
@@ -206,6 +214,8 @@ impl Default for Metrics {
             executors: Gauge::default(),
             executor_slots: Gauge::default(),
             watches_synced: Family::default(),
+            watch_lag: Gauge::default(),
+            watch_lag_source: Mutex::new(None),
             run_stores: Mutex::new(Vec::new()),
             watches: Mutex::new(Vec::new()),
             ready: AtomicBool::new(false),
@@ -249,6 +259,12 @@ impl Default for Metrics {
             "kube_events",
             "Kubernetes Events by outcome (published, failed, folded into a waiting Event of the same run, dropped: the queue behind --event-qps was full)",
             m.kube_events.clone(),
+        );
+        registry.register_with_unit(
+            "watch_lag",
+            "How far this replica's run watch runs behind its own status writes (the lag a replica waits out before reading a run another replica holds; at most 60 s)",
+            Unit::Seconds,
+            m.watch_lag.clone(),
         );
         registry.register(
             "kube_events_queued",
@@ -534,9 +550,25 @@ impl Metrics {
                 .all(|w| w.is_synced())
     }
 
+    /// Reads `agentrt_watch_lag_seconds` from `source` (seconds) at each scrape.
+    pub fn watch_lag_from(&self, source: impl Fn() -> f64 + Send + Sync + 'static) {
+        *self
+            .watch_lag_source
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(source));
+    }
+
     /// The metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         self.refresh_phases();
+        if let Some(source) = self
+            .watch_lag_source
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            self.watch_lag.set(source());
+        }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();

@@ -341,7 +341,7 @@ mod tests {
 
         // Not an openai agent: nothing is read.
         let mut scripted = run.clone();
-        scripted.spec.agent.openai = None;
+        std::sync::Arc::make_mut(&mut scripted.spec).agent.openai = None;
         let mut cache = SegmentCache::default();
         let history = cache.history(&ctx, &key, &scripted).await;
         assert_eq!(history, SealedHistory::default());

@@ -851,3 +851,81 @@ fn a_watched_run_that_was_started_or_lists_mcp_tools_first_is_read_live() {
     let fresh = watched(&api, "m").fresh.expect("kept whole");
     assert!(super::reconcile::watched_state(&key("m"), &fresh, None).is_none());
 }
+
+/// Issue 15: the answer to a status write of the same generation keeps the spec already held
+/// (shared, not decoded again), and reads as the same run a whole decode of it makes; an
+/// answer of another generation, or of another run of the name, is decoded whole.
+#[test]
+fn a_status_write_answer_keeps_the_spec_of_its_generation() {
+    use super::cluster::StoredRun;
+    let mut object = run_object("ns", "w", 30);
+    object["metadata"]["resourceVersion"] = json!("7");
+    object["metadata"]["annotations"] = json!({crate::engine::CREATED_BY_ANNOTATION: "alice"});
+    let held = StoredRun::from_object(object.clone()).unwrap();
+
+    let mut answer = object.clone();
+    answer["metadata"]["resourceVersion"] = json!("8");
+    answer["status"] = json!({"phase": "Running", "stepCount": 1});
+    let text = serde_json::to_string(&answer).unwrap();
+    let written = held.written(&text).unwrap();
+    assert!(
+        Arc::ptr_eq(&written.spec, &held.spec),
+        "the spec json is shared"
+    );
+    assert!(
+        Arc::ptr_eq(&written.snapshot.spec, &held.snapshot.spec),
+        "the decoded spec is shared"
+    );
+    assert_eq!(written, StoredRun::from_object(answer.clone()).unwrap());
+    assert_eq!(written.resource_version, "8");
+    assert_eq!(written.snapshot.status["phase"], "Running");
+    assert_eq!(written.snapshot.created_by.as_deref(), Some("alice"));
+
+    // A spec edited meanwhile (the generation moved): decoded from the answer.
+    let mut edited = answer.clone();
+    edited["metadata"]["generation"] = json!(2);
+    edited["spec"]["goal"] = json!("another goal");
+    let written = held
+        .written(&serde_json::to_string(&edited).unwrap())
+        .unwrap();
+    assert!(!Arc::ptr_eq(&written.snapshot.spec, &held.snapshot.spec));
+    assert_eq!(written.snapshot.spec.goal, "another goal");
+    assert_eq!(written, StoredRun::from_object(edited).unwrap());
+
+    // Another run of the same name (another uid) at the same generation: decoded whole.
+    let mut other = answer;
+    other["metadata"]["uid"] = json!("uid-other");
+    other["spec"]["goal"] = json!("the other run's goal");
+    let written = held
+        .written(&serde_json::to_string(&other).unwrap())
+        .unwrap();
+    assert_eq!(written.snapshot.spec.goal, "the other run's goal");
+
+    // An answer that is not JSON is an error naming the run.
+    let err = held.written("{\"metadata\": ").unwrap_err();
+    assert!(err.to_string().contains("ns/w"), "{err}");
+}
+
+/// `agentrt_watch_lag_seconds` shows the replica's watch lag at the scrape: a probe in flight
+/// counts as its age (docs/design.md section 7).
+#[tokio::test]
+async fn the_watch_lag_is_a_gauge_read_at_each_scrape() {
+    let api = Arc::new(FakeApi::default());
+    let ctx = context(api, "a", 500);
+    let gauge = |text: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix("agentrt_watch_lag_seconds "))
+            .expect("the gauge is exported")
+            .trim()
+            .parse()
+            .expect("a number")
+    };
+    assert_eq!(gauge(&ctx.metrics.encode()), 0.0);
+    let answered = std::time::Instant::now() - Duration::from_secs(2);
+    ctx.watch_lag.wrote("5", answered);
+    let lag = gauge(&ctx.metrics.encode());
+    assert!((2.0..10.0).contains(&lag), "a probe 2 s in flight: {lag}");
+    ctx.watch_lag
+        .delivered("5", answered + Duration::from_millis(1_500));
+    assert_eq!(gauge(&ctx.metrics.encode()), 1.5);
+}

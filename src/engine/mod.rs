@@ -152,8 +152,9 @@ pub struct RunSnapshot {
     /// `metadata.generation` (copied to `observedGeneration`).
     pub generation: i64,
     /// The spec, decoded by the controller (the API server's schema makes a spec that does not
-    /// decode unlikely; the controller logs such a run and leaves it alone).
-    pub spec: AgentRunSpec,
+    /// decode unlikely; the controller logs such a run and leaves it alone). Shared: every
+    /// snapshot of one generation holds the same decoded spec.
+    pub spec: std::sync::Arc<AgentRunSpec>,
     /// `status` as stored; `Value::Null` when absent.
     pub status: Value,
     /// The run's creator, from its annotation [`CREATED_BY_ANNOTATION`] (set and checked by the
@@ -758,7 +759,8 @@ fn effective_run<'a>(
         return std::borrow::Cow::Borrowed(run);
     }
     let mut run = run.clone();
-    run.spec.tools = pins::effective_tools(&run.spec, &stored.tool_pins);
+    std::sync::Arc::make_mut(&mut run.spec).tools =
+        pins::effective_tools(&run.spec, &stored.tool_pins);
     std::borrow::Cow::Owned(run)
 }
 

@@ -426,7 +426,7 @@ impl<'a> Txn<'a> {
 
     fn fits(&self, status: &Value) -> bool {
         let status_bytes = encoded_len(status);
-        let spec_bytes = encoded_len(&self.run.spec);
+        let spec_bytes = encoded_len(&*self.run.spec);
         status_bytes
             .saturating_add(spec_bytes)
             .saturating_add(OBJECT_MARGIN_BYTES)
@@ -438,7 +438,7 @@ impl<'a> Txn<'a> {
     fn too_large(self, status: &Value) -> Finished {
         // The object budget is for the whole object: status, spec and a margin for metadata.
         let status_bytes = encoded_len(status);
-        let spec_bytes = encoded_len(&self.run.spec);
+        let spec_bytes = encoded_len(&*self.run.spec);
         let attempted = status_bytes
             .saturating_add(spec_bytes)
             .saturating_add(OBJECT_MARGIN_BYTES);

@@ -252,7 +252,7 @@ impl Harness {
                 name: name.into(),
                 uid: "uid-1".into(),
                 generation: 1,
-                spec,
+                spec: std::sync::Arc::new(spec),
                 status: Value::Null,
                 created_by: None,
                 sealed: Default::default(),
@@ -279,7 +279,7 @@ impl Harness {
     }
 
     pub fn spec_mut(&mut self) -> &mut AgentRunSpec {
-        &mut self.run.spec
+        std::sync::Arc::make_mut(&mut self.run.spec)
     }
 
     pub fn advance(&mut self, seconds: i64) {

@@ -320,7 +320,7 @@ fn a_record_over_the_object_budget_fails_record_too_large_in_a_write_that_fits()
     assert_eq!(h.journal_tail(2), vec![failed, "run.finished".to_string()]);
     for write in &h.writes {
         let bytes = serde_json::to_vec(write).unwrap().len()
-            + serde_json::to_vec(&h.run.spec).unwrap().len();
+            + serde_json::to_vec(&*h.run.spec).unwrap().len();
         assert!(bytes <= h.budgets.object_bytes, "{bytes} bytes written");
     }
 }

@@ -254,7 +254,7 @@ fn the_object_budget_is_checked_on_the_sealed_status() {
     );
     for write in &h.writes {
         let bytes = serde_json::to_vec(write).unwrap().len()
-            + serde_json::to_vec(&h.run.spec).unwrap().len();
+            + serde_json::to_vec(&*h.run.spec).unwrap().len();
         assert!(bytes <= h.budgets.object_bytes, "{bytes} bytes written");
     }
     assert_eq!(h.whole().steps.len(), 41);
