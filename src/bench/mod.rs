@@ -85,6 +85,11 @@ pub struct BenchArgs {
     /// How long each call of the takeover workload's tool takes, in milliseconds.
     #[arg(long, default_value_t = 3000)]
     pub slow_tool_ms: u64,
+    /// Runs of the same slow tool the takeover workload creates after each standby starts, so
+    /// that the replica taking over is busy (it executes some of them, and so waits out its
+    /// watch's lag as any busy replica does); default 0: the standby executes nothing before.
+    #[arg(long, default_value_t = 0)]
+    pub busy_runs: usize,
     /// Skip the bare compare-and-set write loop.
     #[arg(long)]
     pub no_floor: bool,
@@ -254,7 +259,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             Workload::Idle => {
                 throughput::run(&bench, &plan("idle", 10_000, 1, "refund", true)).await
             }
-            Workload::Takeover => takeover::run(&bench, args.kills, args.lease_seconds).await,
+            Workload::Takeover => {
+                takeover::run(&bench, args.kills, args.lease_seconds, args.busy_runs).await
+            }
             Workload::Scale => {
                 throughput::run(&bench, &plan("scale", 10_000, 10, "small", false)).await
             }

@@ -2,7 +2,10 @@
 //! (real child processes). Repeatedly: while a tool call of the active one is in flight, at a
 //! random moment of it, SIGKILL the active controller; the latency is the time from the kill
 //! to the `lease.taken_over` entry the standby writes (its time, same host clock). A fresh
-//! standby is started after each takeover.
+//! standby is started after each takeover. With `busy` runs, that many more runs of the same
+//! tool are created after each standby starts, so the spread leaves some of them to it and the
+//! replica taking over is executing runs (writing statuses, its watch's lag measured) when the
+//! kill comes.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -13,12 +16,18 @@ use super::report::Row;
 use super::target::{create_runs, runs_api};
 use super::{manifests, Bench};
 
-/// Runs `kills` takeovers of a run whose lease lasts `lease_seconds`.
+/// Runs `kills` takeovers of a run whose lease lasts `lease_seconds`, with `busy` more runs
+/// created after each standby starts.
 ///
 /// # Errors
-/// When a controller does not start, the run does not start, or a takeover does not happen
-/// within three lease durations and 30 s.
-pub async fn run(bench: &Bench, kills: usize, lease_seconds: i64) -> anyhow::Result<Row> {
+/// When a controller does not start, a run cannot be created, the run does not start, or a
+/// takeover does not happen within three lease durations and 30 s.
+pub async fn run(
+    bench: &Bench,
+    kills: usize,
+    lease_seconds: i64,
+    busy: usize,
+) -> anyhow::Result<Row> {
     let ns = bench.fresh_namespace("takeover").await?;
     let name = "run-00000";
     let steps = kills * 3 + 4;
@@ -37,7 +46,33 @@ pub async fn run(bench: &Bench, kills: usize, lease_seconds: i64) -> anyhow::Res
     )
     .await?;
     let mut standby = bench.start_controllers(&ns, 1, &["t1"]).await?.remove(0);
+    let mut busy_created = 0;
+    let make_busy = |created: &mut usize| {
+        let runs: Vec<Value> = (0..busy)
+            .map(|i| {
+                manifests::tool_loop(
+                    &format!("busy-{:05}", *created + i),
+                    &bench.tools.base(),
+                    "slow",
+                    steps,
+                    lease_seconds,
+                )
+            })
+            .collect();
+        *created += busy;
+        runs
+    };
+    if busy > 0 {
+        create_runs(
+            &bench.target.client,
+            &ns,
+            make_busy(&mut busy_created),
+            busy,
+        )
+        .await?;
+    }
     let mut latencies = Vec::new();
+    let mut standby_lags: Vec<f64> = Vec::new();
     let api = runs_api(&bench.target.client, &ns);
     let limit = Duration::from_secs(u64::try_from(lease_seconds.max(1)).unwrap_or(1) * 3 + 30);
     for kill in 0..kills {
@@ -66,6 +101,10 @@ pub async fn run(bench: &Bench, kills: usize, lease_seconds: i64) -> anyhow::Res
         };
         let pause = rand::rng().random_range(0..bench.slow.as_millis().max(2) as u64 * 8 / 10);
         tokio::time::sleep(Duration::from_millis(pause)).await;
+        // What the standby's watch lag was when the kill came (its gauge).
+        if let Ok(text) = standby.metrics(&bench.http).await {
+            standby_lags.extend(gauge(&text, "agentrt_watch_lag_seconds"));
+        }
         active.kill();
         let killed_at = SystemTime::now();
         // The standby's lease.taken_over naming the killed holder.
@@ -94,6 +133,15 @@ pub async fn run(bench: &Bench, kills: usize, lease_seconds: i64) -> anyhow::Res
             .start_controllers(&ns, 1, &[&format!("t{}", kill + 2)])
             .await?
             .remove(0);
+        if busy > 0 {
+            create_runs(
+                &bench.target.client,
+                &ns,
+                make_busy(&mut busy_created),
+                busy,
+            )
+            .await?;
+        }
     }
     active.stop(Duration::from_secs(5));
     standby.stop(Duration::from_secs(5));
@@ -112,11 +160,32 @@ pub async fn run(bench: &Bench, kills: usize, lease_seconds: i64) -> anyhow::Res
         .map(|d| format!("{:.2}", d.as_secs_f64()))
         .collect();
     row.notes.push(format!(
-        "lease {lease_seconds} s, tool calls of {:.1} s killed at a random moment; latencies (s): {}",
+        "lease {lease_seconds} s, tool calls of {:.1} s killed at a random moment, {}; latencies (s): {}",
         bench.slow.as_secs_f64(),
+        if busy == 0 {
+            "the standby executing nothing before".to_string()
+        } else {
+            format!("{busy} more runs created after each standby started ({busy_created} in all)")
+        },
         listed.join(", ")
     ));
+    let lags: Vec<String> = standby_lags.iter().map(|s| format!("{s:.3}")).collect();
+    row.notes.push(format!(
+        "the standby's agentrt_watch_lag_seconds at each kill: {}",
+        if lags.is_empty() {
+            "not scraped".to_string()
+        } else {
+            lags.join(", ")
+        }
+    ));
     Ok(row)
+}
+
+/// The value of the unlabelled gauge `name` in a `/metrics` text.
+fn gauge(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
 }
 
 /// The phase and the last journal entries of a record, for an error message.
@@ -164,5 +233,14 @@ mod tests {
         let expected: jiff::Timestamp = "2025-01-01T00:00:05.250Z".parse().unwrap();
         assert_eq!(at, SystemTime::from(expected));
         assert!(taken_over(&status, "t9-9").is_none());
+    }
+
+    #[test]
+    fn an_unlabelled_gauge_is_read_from_the_metrics_text() {
+        let text = "# TYPE agentrt_watch_lag_seconds gauge\n\
+                    agentrt_watch_lag_seconds_total 9\n\
+                    agentrt_watch_lag_seconds 0.25\n";
+        assert_eq!(gauge(text, "agentrt_watch_lag_seconds"), Some(0.25));
+        assert_eq!(gauge(text, "agentrt_executor_slots"), None);
     }
 }
