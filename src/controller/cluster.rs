@@ -113,20 +113,26 @@ impl StoredRun {
     /// generation), so the spec is kept, shared, instead of decoded again; otherwise the whole
     /// answer is decoded as [`StoredRun::from_object`] does.
     ///
+    /// A CRD upgrade that adds a `default:` to a spec field changes what the API server shows
+    /// without moving the generation; the held spec keeps the controller's own serde default
+    /// for that field until the run is read again (a GET after a 409, or a restart, which a
+    /// Helm upgrade of the CRDs and the controller together makes).
+    ///
     /// # Errors
-    /// [`DecodeError::Spec`] when `text` is not JSON of an object (or the spec does not
-    /// decode); what [`StoredRun::from_object`] returns for incomplete metadata.
+    /// [`DecodeError::Answer`] when `text` is not JSON of an object; what
+    /// [`StoredRun::from_object`] returns for incomplete metadata or a spec that does not
+    /// decode.
     pub fn written(&self, text: &str) -> Result<StoredRun, DecodeError> {
         let run = || self.key();
         let written: Written<'_> = serde_json::from_str(text)
-            .map_err(|source| DecodeError::Spec { run: run(), source })?;
+            .map_err(|source| DecodeError::Answer { run: run(), source })?;
         let meta = &written.metadata;
         let same_spec = meta.get("uid").and_then(Value::as_str) == Some(&self.snapshot.uid)
             && meta.get("generation").and_then(Value::as_i64) == Some(self.snapshot.generation)
             && written.spec.is_some();
         if !same_spec {
             let object: Value = serde_json::from_str(text)
-                .map_err(|source| DecodeError::Spec { run: run(), source })?;
+                .map_err(|source| DecodeError::Answer { run: run(), source })?;
             return StoredRun::from_object(object);
         }
         let text_of = |field: &str| meta.get(field).and_then(Value::as_str).map(str::to_string);
@@ -188,6 +194,14 @@ pub enum DecodeError {
         run: String,
         /// The field under `metadata`: `uid` or `resourceVersion`.
         field: &'static str,
+    },
+    /// The API server's answer to a write is not JSON of an object ([`StoredRun::written`]).
+    #[error("AgentRun {run}: the answer to the status write does not decode: {source}")]
+    Answer {
+        /// `<namespace>/<name>`.
+        run: String,
+        /// What serde found.
+        source: serde_json::Error,
     },
     /// `spec` does not decode as an [`AgentRunSpec`].
     #[error("AgentRun {run}: spec does not decode: {source}")]

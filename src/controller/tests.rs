@@ -903,6 +903,10 @@ fn a_status_write_answer_keeps_the_spec_of_its_generation() {
 
     // An answer that is not JSON is an error naming the run.
     let err = held.written("{\"metadata\": ").unwrap_err();
+    assert!(
+        matches!(err, super::cluster::DecodeError::Answer { .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("ns/w"), "{err}");
 }
 
