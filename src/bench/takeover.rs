@@ -47,30 +47,7 @@ pub async fn run(
     .await?;
     let mut standby = bench.start_controllers(&ns, 1, &["t1"]).await?.remove(0);
     let mut busy_created = 0;
-    let make_busy = |created: &mut usize| {
-        let runs: Vec<Value> = (0..busy)
-            .map(|i| {
-                manifests::tool_loop(
-                    &format!("busy-{:05}", *created + i),
-                    &bench.tools.base(),
-                    "slow",
-                    steps,
-                    lease_seconds,
-                )
-            })
-            .collect();
-        *created += busy;
-        runs
-    };
-    if busy > 0 {
-        create_runs(
-            &bench.target.client,
-            &ns,
-            make_busy(&mut busy_created),
-            busy,
-        )
-        .await?;
-    }
+    busy_created += create_busy(bench, &ns, busy, busy_created, steps, lease_seconds).await?;
     let mut latencies = Vec::new();
     let mut standby_lags: Vec<f64> = Vec::new();
     let api = runs_api(&bench.target.client, &ns);
@@ -133,15 +110,7 @@ pub async fn run(
             .start_controllers(&ns, 1, &[&format!("t{}", kill + 2)])
             .await?
             .remove(0);
-        if busy > 0 {
-            create_runs(
-                &bench.target.client,
-                &ns,
-                make_busy(&mut busy_created),
-                busy,
-            )
-            .await?;
-        }
+        busy_created += create_busy(bench, &ns, busy, busy_created, steps, lease_seconds).await?;
     }
     active.stop(Duration::from_secs(5));
     standby.stop(Duration::from_secs(5));
@@ -179,6 +148,36 @@ pub async fn run(
         }
     ));
     Ok(row)
+}
+
+/// Creates `busy` runs of the slow tool, named from `busy-<first>` on; returns how many.
+///
+/// # Errors
+/// When a run cannot be created.
+async fn create_busy(
+    bench: &Bench,
+    ns: &str,
+    busy: usize,
+    first: usize,
+    steps: usize,
+    lease_seconds: i64,
+) -> anyhow::Result<usize> {
+    if busy == 0 {
+        return Ok(0);
+    }
+    let runs: Vec<Value> = (first..first + busy)
+        .map(|i| {
+            manifests::tool_loop(
+                &format!("busy-{i:05}"),
+                &bench.tools.base(),
+                "slow",
+                steps,
+                lease_seconds,
+            )
+        })
+        .collect();
+    create_runs(&bench.target.client, ns, runs, busy).await?;
+    Ok(busy)
 }
 
 /// The value of the unlabelled gauge `name` in a `/metrics` text.
