@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use rand::Rng;
 use serde_json::Value;
 
+use super::controllers::metric_value;
 use super::report::Row;
 use super::target::{create_runs, runs_api};
 use super::{manifests, Bench};
@@ -80,7 +81,7 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(pause)).await;
         // What the standby's watch lag was when the kill came (its gauge).
         if let Ok(text) = standby.metrics(&bench.http).await {
-            standby_lags.extend(gauge(&text, "agentrt_watch_lag_seconds"));
+            standby_lags.push(metric_value(&text, "agentrt_watch_lag_seconds"));
         }
         active.kill();
         let killed_at = SystemTime::now();
@@ -180,13 +181,6 @@ async fn create_busy(
     Ok(busy)
 }
 
-/// The value of the unlabelled gauge `name` in a `/metrics` text.
-fn gauge(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
-}
-
 /// The phase and the last journal entries of a record, for an error message.
 fn tail_of(status: &Value) -> String {
     let events = status["events"].as_array().map_or(&[][..], Vec::as_slice);
@@ -232,14 +226,5 @@ mod tests {
         let expected: jiff::Timestamp = "2025-01-01T00:00:05.250Z".parse().unwrap();
         assert_eq!(at, SystemTime::from(expected));
         assert!(taken_over(&status, "t9-9").is_none());
-    }
-
-    #[test]
-    fn an_unlabelled_gauge_is_read_from_the_metrics_text() {
-        let text = "# TYPE agentrt_watch_lag_seconds gauge\n\
-                    agentrt_watch_lag_seconds_total 9\n\
-                    agentrt_watch_lag_seconds 0.25\n";
-        assert_eq!(gauge(text, "agentrt_watch_lag_seconds"), Some(0.25));
-        assert_eq!(gauge(text, "agentrt_executor_slots"), None);
     }
 }

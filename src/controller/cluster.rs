@@ -45,15 +45,16 @@ pub struct StoredRun {
 
 /// The answer to a status write, read without building the spec ([`StoredRun::written`]).
 #[derive(serde::Deserialize)]
-struct Written<'a> {
+struct Written {
     #[serde(rename = "apiVersion", default)]
     api_version: Option<Value>,
     #[serde(default)]
     kind: Option<Value>,
     #[serde(default)]
     metadata: Value,
-    #[serde(borrow, default)]
-    spec: Option<&'a serde_json::value::RawValue>,
+    /// Only whether there is one: its text is skipped, not built.
+    #[serde(default)]
+    spec: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     status: Value,
 }
@@ -80,10 +81,12 @@ impl StoredRun {
             .as_object_mut()
             .and_then(|fields| fields.remove("spec"))
             .unwrap_or(Value::Null);
-        let spec: AgentRunSpec =
-            serde_json::from_value(spec_json.clone()).map_err(|source| DecodeError::Spec {
-                run: format!("{namespace}/{name}"),
-                source,
+        let spec =
+            <AgentRunSpec as serde::Deserialize>::deserialize(&spec_json).map_err(|source| {
+                DecodeError::Spec {
+                    run: format!("{namespace}/{name}"),
+                    source,
+                }
             })?;
         let created_by = created_by(&object["metadata"]);
         let status = object
@@ -124,7 +127,7 @@ impl StoredRun {
     /// decode.
     pub fn written(&self, text: &str) -> Result<StoredRun, DecodeError> {
         let run = || self.key();
-        let written: Written<'_> = serde_json::from_str(text)
+        let written: Written = serde_json::from_str(text)
             .map_err(|source| DecodeError::Answer { run: run(), source })?;
         let meta = &written.metadata;
         let same_spec = meta.get("uid").and_then(Value::as_str) == Some(&self.snapshot.uid)
