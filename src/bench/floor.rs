@@ -1,17 +1,22 @@
 //! The floor: the same API server's bare compare-and-set status-write loop. It replays the
-//! records the runtime wrote, without the runtime: for each finished run, an AgentRun with the
-//! same spec is created (in a namespace no controller watches) and its status replaced with the
-//! run's record as it grew, step by step (steps `[..k]` and the journal up to them, then the
-//! whole record), each on the `resourceVersion` the previous write returned. So the floor makes
-//! the runs and writes as many statuses, of the same sizes, as the runtime did, and nothing
-//! else: no leases, no reads, no watches, no tools.
+//! statuses the runtime wrote, without the runtime: for each finished run, an AgentRun with the
+//! same spec is created (in a namespace no controller watches) and its status replaced with each
+//! status the run went through, in order, each on the `resourceVersion` the previous write
+//! returned. The statuses are the ones a watch of the workload saw
+//! ([`super::recorder::StatusRecorder`], the server's own bytes), so the floor writes as many
+//! statuses, of the same sizes, as the runtime did; a run the watch did not record whole is
+//! replayed from its final record as it grew ([`growth`]). Nothing else: no leases, no reads,
+//! no watches, no tools, and no decoding of the answers beyond their `resourceVersion`.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, PostParams};
 use kube::Client;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::target::runs_api;
@@ -45,52 +50,106 @@ pub fn growth(status: &Value) -> Vec<Value> {
     out
 }
 
-/// Replays the records of `runs` (whole AgentRun objects as finished) in `namespace`,
-/// `parallel` runs at a time: each object is created with the run's spec, then its status is
-/// replaced as the record grew. Returns status writes per second over the whole replay
-/// (creates included, as the runtime's figure includes the creation of its runs).
+/// What one replay of the floor measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Replay {
+    /// Status writes per second over the whole replay (creates included, as the runtime's
+    /// figure includes the creation of its runs).
+    pub writes_per_sec: f64,
+    /// Status writes made.
+    pub writes: usize,
+    /// Runs replayed from the statuses the watch recorded.
+    pub recorded_runs: usize,
+    /// Runs replayed from their final record as it grew (the watch did not record them).
+    pub rebuilt_runs: usize,
+}
+
+/// The part of a status write's answer the next write needs.
+#[derive(Deserialize)]
+struct Answer {
+    metadata: AnswerMetadata,
+}
+
+#[derive(Deserialize)]
+struct AnswerMetadata {
+    #[serde(rename = "resourceVersion")]
+    resource_version: String,
+}
+
+/// Replays the statuses of `runs` (whole AgentRun objects as finished) in `namespace`,
+/// `parallel` runs at a time: `recorded` holds each run's statuses by name, in the order they
+/// were written; a run without any is replayed from its final record ([`growth`]).
 ///
 /// # Errors
-/// When a create or a write is refused (a 409 here would mean someone else writes: none must).
-pub async fn writes_per_sec(
+/// When a create or a write is refused (a 409 here would mean someone else writes: none must),
+/// or an answer has no `metadata.resourceVersion`.
+pub async fn replay(
     client: &Client,
     namespace: &str,
     runs: &[DynamicObject],
+    recorded: &BTreeMap<String, Vec<Box<RawValue>>>,
     parallel: usize,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Replay> {
     let api = runs_api(client, namespace);
-    let replays: Vec<(DynamicObject, Vec<Value>)> = runs
-        .iter()
-        .map(|run| {
-            let name = format!("floor-{}", run.metadata.name.clone().unwrap_or_default());
-            let object: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": "agentrt.dev/v1alpha1",
-                "kind": "AgentRun",
-                "metadata": {"name": name},
-                "spec": run.data["spec"],
-            }))?;
-            anyhow::Ok((
-                object,
-                growth(run.data.get("status").unwrap_or(&Value::Null)),
-            ))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let total: usize = replays.iter().map(|(_, statuses)| statuses.len()).sum();
+    let mut measured = Replay::default();
+    let mut replays: Vec<(DynamicObject, String, Vec<Box<RawValue>>)> = Vec::new();
+    for run in runs {
+        let source = run.metadata.name.clone().unwrap_or_default();
+        let name = format!("floor-{source}");
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "agentrt.dev/v1alpha1",
+            "kind": "AgentRun",
+            "metadata": {"name": name},
+            "spec": run.data["spec"],
+        }))?;
+        let spec = serde_json::to_string(&run.data["spec"])?;
+        let statuses = match recorded.get(&source).filter(|s| !s.is_empty()) {
+            Some(statuses) => {
+                measured.recorded_runs += 1;
+                statuses.clone()
+            }
+            None => {
+                measured.rebuilt_runs += 1;
+                growth(run.data.get("status").unwrap_or(&Value::Null))
+                    .iter()
+                    .map(serde_json::value::to_raw_value)
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        measured.writes += statuses.len();
+        replays.push((object, spec, statuses));
+    }
     let started = Instant::now();
-    futures::stream::iter(replays.into_iter().map(|(object, statuses)| {
+    futures::stream::iter(replays.into_iter().map(|(object, spec, statuses)| {
         let api = api.clone();
+        let client = client.clone();
         async move {
             let name = object.metadata.name.clone().unwrap_or_default();
-            let mut object = api
+            let created = api
                 .create(&PostParams::default(), &object)
                 .await
                 .with_context(|| format!("floor: cannot create {namespace}/{name}"))?;
+            let mut resource_version = created.metadata.resource_version.unwrap_or_default();
+            let uri =
+                format!("/apis/agentrt.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}/status");
+            let name_json = serde_json::to_string(&name)?;
             for status in statuses {
-                object.data["status"] = status;
-                object = api
-                    .replace_status(&name, &PostParams::default(), &object)
+                let body = format!(
+                    r#"{{"apiVersion":"agentrt.dev/v1alpha1","kind":"AgentRun","metadata":{{"name":{name_json},"resourceVersion":{}}},"spec":{spec},"status":{}}}"#,
+                    serde_json::to_string(&resource_version)?,
+                    status.get()
+                );
+                let request = http::Request::put(&uri)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(body.into_bytes())?;
+                let answer = client
+                    .request_text(request)
                     .await
                     .with_context(|| format!("floor: status write of {namespace}/{name}"))?;
+                let answer: Answer = serde_json::from_str(&answer).with_context(|| {
+                    format!("floor: the answer to a status write of {namespace}/{name}")
+                })?;
+                resource_version = answer.metadata.resource_version;
             }
             anyhow::Ok(())
         }
@@ -98,7 +157,8 @@ pub async fn writes_per_sec(
     .buffer_unordered(parallel.max(1))
     .try_collect::<Vec<()>>()
     .await?;
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    measured.writes_per_sec = measured.writes as f64 / started.elapsed().as_secs_f64();
+    Ok(measured)
 }
 
 #[cfg(test)]

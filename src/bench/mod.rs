@@ -15,12 +15,15 @@
 //! - [`manifests`]: the runs the workloads create.
 //! - [`throughput`]: long runs, many concurrent runs, runs waiting for approval.
 //! - [`takeover`]: SIGKILL of the active controller, repeatedly.
+//! - [`recorder`]: a raw watch of a workload's runs: the largest object, and the statuses the
+//!   floor replays.
 //! - [`floor`]: the bare compare-and-set status-write loop the throughput is compared with.
 //! - [`report`]: the table.
 
 pub mod controllers;
 pub mod floor;
 pub mod manifests;
+pub mod recorder;
 pub mod report;
 pub mod takeover;
 pub mod target;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::controllers::{metric_sum, metric_value, Controller};
+use super::recorder::StatusRecorder;
 use super::report::{quantile, Row};
 use super::target::{create_runs, runs_api, segments_api};
 use super::{floor, manifests, tools, Bench};
@@ -79,11 +80,12 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     let cpu_before: f64 = cpu_each.iter().sum();
     let bench_before = super::own_cpu_seconds();
     let mark = bench.target.audit_mark();
-    let largest = largest_object_watch(&bench.target.client, &ns);
+    let recorder = StatusRecorder::start(&bench.target.client, &ns, !plan.waiting && bench.floor);
     let started = Instant::now();
     let created = create_runs(&bench.target.client, &ns, manifests, 32).await?;
     let elapsed = wait_settled(bench, &controllers, plan, started).await?;
-    let largest_object_bytes = largest.finish().await;
+    let recorded = recorder.finish().await;
+    let largest_object_bytes = recorded.largest_object_bytes;
     let mut row = Row {
         workload: plan.name.clone(),
         runs: plan.runs,
@@ -300,16 +302,35 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         // Twice, keeping the faster: on a shared machine the floor is what the server can do
         // at best, and a lower floor would flatter the ratio.
         let parallel = plan.runs.min(plan.controllers * 256);
-        let mut best: f64 = 0.0;
+        let mut best = floor::Replay::default();
         for attempt in 1..=2 {
             let floor_ns = bench
                 .fresh_namespace(&format!("floor{attempt}-{}", plan.name))
                 .await?;
-            let rate =
-                floor::writes_per_sec(&bench.target.client, &floor_ns, &finished, parallel).await?;
-            best = best.max(rate);
+            let replay = floor::replay(
+                &bench.target.client,
+                &floor_ns,
+                &finished,
+                &recorded.statuses,
+                parallel,
+            )
+            .await?;
+            if replay.writes_per_sec > best.writes_per_sec {
+                best = replay;
+            }
         }
-        row.floor_writes_per_sec = Some(best);
+        row.notes.push(format!(
+            "floor: {} status writes replayed, {} runs as the watch recorded their statuses ({} recorded), {} from their final record{}",
+            best.writes,
+            best.recorded_runs,
+            recorded.status_count(),
+            best.rebuilt_runs,
+            recorded
+                .incomplete
+                .as_deref()
+                .map_or_else(String::new, |why| format!(" ({why})"))
+        ));
+        row.floor_writes_per_sec = Some(best.writes_per_sec);
     }
     Ok(row)
 }
@@ -356,42 +377,5 @@ async fn wait_settled(
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Watches the namespace's AgentRuns while a workload runs and keeps the largest object seen
-/// (compact JSON bytes of the whole object, spec and status), the figure the object budget of
-/// docs/design.md section 3 (guarantee 8) bounds.
-struct LargestObject {
-    task: tokio::task::JoinHandle<()>,
-    largest: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-fn largest_object_watch(client: &kube::Client, ns: &str) -> LargestObject {
-    use futures::StreamExt as _;
-    use kube::runtime::watcher;
-    let largest = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let seen = largest.clone();
-    let api = runs_api(client, ns);
-    let task = tokio::spawn(async move {
-        let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
-        while let Some(event) = events.next().await {
-            if let Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event {
-                let bytes = serde_json::to_vec(&object).map_or(0, |b| b.len() as u64);
-                seen.fetch_max(bytes, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-    });
-    LargestObject { task, largest }
-}
-
-impl LargestObject {
-    /// Stops the watch; `None` when it saw nothing.
-    async fn finish(self) -> Option<u64> {
-        // The last write may still be on its way to the watch.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        self.task.abort();
-        let bytes = self.largest.load(std::sync::atomic::Ordering::Relaxed);
-        (bytes > 0).then_some(bytes)
     }
 }
