@@ -507,9 +507,19 @@ impl Context {
     /// (which the Lease watch also feeds, so they must hold what is stored, whoever owns it),
     /// and judged with how long it has been seen unchanged on the monotonic clock and the
     /// margin (docs/design.md section 4). A Lease another run of this name owns (a deleted
-    /// run's, [`lease::own`]) is judged as absent (docs/behaviours.md 79).
-    pub fn observe_lease(&self, key: &RunKey, read: Option<&Lease>, run_uid: &str) -> LeaseView {
-        let unchanged_for_ms = self.leases.observe(key, read, std::time::Instant::now());
+    /// run's, [`lease::own`]) is judged as absent (docs/behaviours.md 79). `read_at` is when
+    /// that read began (monotonic): an absent Lease does not erase one the Lease watch
+    /// delivered since ([`LeaseObservations::observe`]).
+    pub fn observe_lease(
+        &self,
+        key: &RunKey,
+        read: Option<&Lease>,
+        run_uid: &str,
+        read_at: std::time::Instant,
+    ) -> LeaseView {
+        let unchanged_for_ms =
+            self.leases
+                .observe_read(key, read, std::time::Instant::now(), read_at);
         let margin_ms = u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX);
         match lease::own(read, run_uid) {
             Some(own) => lease::observed(Some(own), unchanged_for_ms, margin_ms),

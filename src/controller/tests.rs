@@ -467,7 +467,12 @@ async fn a_lease_of_another_uid_is_judged_absent_but_kept_as_stored_in_the_obser
     );
     ctx.leases
         .watched(Some("ns"), &kube::runtime::watcher::Event::InitDone, now);
-    let seen = ctx.observe_lease(&key("again"), Some(&foreign), "uid-again");
+    let seen = ctx.observe_lease(
+        &key("again"),
+        Some(&foreign),
+        "uid-again",
+        std::time::Instant::now(),
+    );
     assert_eq!(seen.holder, None, "another run's Lease is judged absent");
     let cached = ctx.leases.cached(&key("again")).expect("the watch listed");
     assert_eq!(

@@ -212,11 +212,36 @@ impl LeaseObservations {
     }
 
     /// Records `lease` (the run `key`'s Lease, as read or watched at `at` on the monotonic
-    /// clock; `None` when absent) and returns for how many milliseconds it has been seen
-    /// unchanged: 0 when it is new or changed, and for an absent Lease (which is forgotten).
+    /// clock; `None` when absent, which forgets it) and returns for how many milliseconds it
+    /// has been seen unchanged: 0 when it is new or changed, and for an absent Lease.
+    /// [`LeaseObservations::observe_read`] with a read that began at `at`.
     pub fn observe(&self, key: &RunKey, lease: Option<&Lease>, at: Instant) -> u64 {
+        self.observe_read(key, lease, at, at)
+    }
+
+    /// [`LeaseObservations::observe`] of what a read that began at `read_at` found.
+    ///
+    /// `read_at` is when the read that found `lease` began. An absent Lease forgets only what
+    /// was first seen as it is before then: a Lease the watch delivered while the read was on
+    /// its way (another replica created it) is newer than the absence and is kept, so the
+    /// replica that loses the create to it does not go on taking the run's Lease for absent
+    /// (and creating it again, and reading the run again) until the winner renews it.
+    pub fn observe_read(
+        &self,
+        key: &RunKey,
+        lease: Option<&Lease>,
+        at: Instant,
+        read_at: Instant,
+    ) -> u64 {
         let Some(lease) = lease else {
-            self.lock().seen.remove(key);
+            let mut state = self.lock();
+            if state
+                .seen
+                .get(key)
+                .is_some_and(|entry| entry.since <= read_at)
+            {
+                state.seen.remove(key);
+            }
             return 0;
         };
         self.record(key, lease, at, true).0
@@ -574,6 +599,39 @@ mod tests {
             seen.observe(&key(), Some(&lease("b", 700, "4")), at(3200)),
             2000
         );
+    }
+
+    #[test]
+    fn an_absence_read_before_the_watch_delivered_the_lease_does_not_erase_it() {
+        let seen = LeaseObservations::default();
+        let t0 = Instant::now();
+        let at = |millis: u64| t0 + Duration::from_millis(millis);
+        let listed = |seen: &LeaseObservations| {
+            seen.watched(Some("ns"), &watcher::Event::Init, at(0));
+            seen.watched(Some("ns"), &watcher::Event::InitDone, at(0));
+        };
+        listed(&seen);
+        // A reconcile reads (from the cache) at 10 ms: no Lease. Another replica's create lands
+        // and the watch delivers it at 20 ms; the reconcile records its absence at 30 ms.
+        let read_at = at(10);
+        assert!(seen.cached(&key()).expect("listed").is_none());
+        let mut theirs = lease("b", 0, "7");
+        theirs.metadata.namespace = Some("ns".into());
+        theirs.metadata.name = Some("r".into());
+        seen.watched(Some("ns"), &watcher::Event::Apply(theirs), at(20));
+        assert_eq!(seen.observe_read(&key(), None, at(30), read_at), 0);
+        assert_eq!(
+            seen.cached(&key())
+                .expect("listed")
+                .expect("the winner's Lease is kept")
+                .metadata
+                .resource_version
+                .as_deref(),
+            Some("7")
+        );
+        // A Lease seen before a read that finds it absent was deleted: forgotten.
+        assert_eq!(seen.observe_read(&key(), None, at(50), at(40)), 0);
+        assert!(seen.cached(&key()).expect("listed").is_none());
     }
 
     #[test]
