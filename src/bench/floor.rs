@@ -8,6 +8,7 @@
 //! replayed from its final record as it grew ([`growth`]). Nothing else: no leases, no reads,
 //! no watches, no tools, and no decoding of the answers beyond their `resourceVersion`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -60,7 +61,8 @@ pub struct Replay {
     pub writes: usize,
     /// Runs replayed from the statuses the watch recorded.
     pub recorded_runs: usize,
-    /// Runs replayed from their final record as it grew (the watch did not record them).
+    /// Runs replayed from their final record as it grew (the watch did not record them, or
+    /// not their last status).
     pub rebuilt_runs: usize,
 }
 
@@ -78,7 +80,8 @@ struct AnswerMetadata {
 
 /// Replays the statuses of `runs` (whole AgentRun objects as finished) in `namespace`,
 /// `parallel` runs at a time: `recorded` holds each run's statuses by name, in the order they
-/// were written; a run without any is replayed from its final record ([`growth`]).
+/// were written; a run without them, or whose last recorded status is not its final one, is
+/// replayed from its final record ([`growth`]).
 ///
 /// # Errors
 /// When a create or a write is refused (a 409 here would mean someone else writes: none must),
@@ -92,7 +95,7 @@ pub async fn replay(
 ) -> anyhow::Result<Replay> {
     let api = runs_api(client, namespace);
     let mut measured = Replay::default();
-    let mut replays: Vec<(DynamicObject, String, Vec<Box<RawValue>>)> = Vec::new();
+    let mut replays: Vec<(DynamicObject, String, Vec<Cow<'_, RawValue>>)> = Vec::new();
     for run in runs {
         let source = run.metadata.name.clone().unwrap_or_default();
         let name = format!("floor-{source}");
@@ -103,16 +106,27 @@ pub async fn replay(
             "spec": run.data["spec"],
         }))?;
         let spec = serde_json::to_string(&run.data["spec"])?;
-        let statuses = match recorded.get(&source).filter(|s| !s.is_empty()) {
+        let last = run.data.get("status").unwrap_or(&Value::Null);
+        // Recorded whole only if the watch saw the run's last status: one it missed at the
+        // end would leave the floor writes short.
+        let whole = recorded.get(&source).filter(|statuses| {
+            statuses.last().is_some_and(|status| {
+                serde_json::from_str::<Value>(status.get()).is_ok_and(|seen| &seen == last)
+            })
+        });
+        let statuses: Vec<Cow<'_, RawValue>> = match whole {
             Some(statuses) => {
                 measured.recorded_runs += 1;
-                statuses.clone()
+                statuses
+                    .iter()
+                    .map(|status| Cow::Borrowed(&**status))
+                    .collect()
             }
             None => {
                 measured.rebuilt_runs += 1;
-                growth(run.data.get("status").unwrap_or(&Value::Null))
+                growth(last)
                     .iter()
-                    .map(serde_json::value::to_raw_value)
+                    .map(|status| serde_json::value::to_raw_value(status).map(Cow::Owned))
                     .collect::<Result<_, _>>()?
             }
         };

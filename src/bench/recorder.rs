@@ -82,19 +82,28 @@ struct Metadata<'a> {
 }
 
 impl StatusRecorder {
-    /// Starts watching `namespace`'s AgentRuns. With `keep`, each run's statuses are kept for
-    /// the floor; without, only the largest object is measured.
-    pub fn start(client: &kube::Client, namespace: &str, keep: bool) -> StatusRecorder {
+    /// Starts watching `namespace`'s AgentRuns from the resourceVersion of a LIST made first,
+    /// so every write after this returns is seen, however late the watch connects. With
+    /// `keep`, each run's statuses are kept for the floor; without, only the largest object is
+    /// measured. A failed LIST leaves the statuses unkept (the reason is in
+    /// [`Recorded::incomplete`]).
+    pub async fn start(client: &kube::Client, namespace: &str, keep: bool) -> StatusRecorder {
         let state = Arc::new(Mutex::new(State::default()));
         let client = client.clone();
         let path = format!("/apis/agentrt.dev/v1alpha1/namespaces/{namespace}/agentruns");
+        let mut resource_version = match list_version(&client, &path).await {
+            Ok(version) => version,
+            Err(why) => {
+                state.lock().unwrap_or_else(|e| e.into_inner()).incomplete = Some(why);
+                String::new()
+            }
+        };
         let shared = state.clone();
         let task = tokio::spawn(async move {
-            let mut resource_version = String::new();
             // The last status kept per run: a metadata-only change repeats it.
             let mut last: BTreeMap<String, Box<RawValue>> = BTreeMap::new();
             loop {
-                let failed = watch_once(
+                match watch_once(
                     &client,
                     &path,
                     &mut resource_version,
@@ -102,13 +111,26 @@ impl StatusRecorder {
                     &mut last,
                     &shared,
                 )
-                .await;
-                if let Err(why) = failed {
-                    let mut state = shared.lock().unwrap_or_else(|e| e.into_inner());
-                    state.incomplete.get_or_insert(why);
-                    return;
+                .await
+                {
+                    // The server ended the stream (its timeout): resume where it stopped.
+                    Ok(()) => {}
+                    // The stream broke: resume where it stopped, after a moment.
+                    Err(Ended::Broken) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    // The history is gone (410) or the answer is not a watch: the statuses
+                    // cannot be whole; watch on from now for the largest object alone.
+                    Err(Ended::Lost(why)) => {
+                        shared
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .incomplete
+                            .get_or_insert(why);
+                        resource_version.clear();
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
                 }
-                // The server ended the stream (its timeout): resume where it stopped.
             }
         });
         StatusRecorder { task, state }
@@ -135,8 +157,37 @@ impl StatusRecorder {
     }
 }
 
-/// One watch request, read to its end. `Err` (with the reason) when the recording cannot go
-/// on: the request failed, the history expired, or a line is not an event.
+/// Why a watch request ended early.
+enum Ended {
+    /// The request or its stream failed; the watch resumes from the last version.
+    Broken,
+    /// What was recorded cannot be whole: the history expired (410) or a line is not an event.
+    Lost(String),
+}
+
+/// The resourceVersion of a LIST of `path` (one item at most).
+async fn list_version(client: &kube::Client, path: &str) -> Result<String, String> {
+    #[derive(Deserialize)]
+    struct List<'a> {
+        #[serde(borrow)]
+        metadata: Metadata<'a>,
+    }
+    let request = http::Request::get(format!("{path}?limit=1"))
+        .body(Vec::new())
+        .map_err(|e| format!("the list request: {e}"))?;
+    let text = client
+        .request_text(request)
+        .await
+        .map_err(|e| format!("the list before the watch failed: {e}"))?;
+    let list: List =
+        serde_json::from_str(&text).map_err(|e| format!("the list before the watch: {e}"))?;
+    list.metadata
+        .resource_version
+        .map(std::borrow::Cow::into_owned)
+        .ok_or_else(|| "the list before the watch has no resourceVersion".to_string())
+}
+
+/// One watch request, read to its end.
 async fn watch_once(
     client: &kube::Client,
     path: &str,
@@ -144,31 +195,32 @@ async fn watch_once(
     keep: bool,
     last: &mut BTreeMap<String, Box<RawValue>>,
     shared: &Mutex<State>,
-) -> Result<(), String> {
+) -> Result<(), Ended> {
     let mut uri = format!("{path}?watch=true&allowWatchBookmarks=true");
     if !resource_version.is_empty() {
         uri.push_str(&format!("&resourceVersion={resource_version}"));
     }
-    let request = http::Request::get(uri)
-        .body(Vec::new())
-        .map_err(|e| format!("the watch request: {e}"))?;
+    let Ok(request) = http::Request::get(uri).body(Vec::new()) else {
+        return Err(Ended::Lost("the watch request cannot be built".into()));
+    };
     let mut body = client
         .request_stream(request)
         .await
-        .map_err(|e| format!("the watch failed: {e}"))?;
+        .map_err(|_| Ended::Broken)?;
     let mut line = Vec::new();
     loop {
         line.clear();
         let read = body
             .read_until(b'\n', &mut line)
             .await
-            .map_err(|e| format!("the watch stream broke: {e}"))?;
+            .map_err(|_| Ended::Broken)?;
         if read == 0 {
             return Ok(());
         }
-        let text = std::str::from_utf8(&line).map_err(|e| format!("a watch line: {e}"))?;
+        let text =
+            std::str::from_utf8(&line).map_err(|e| Ended::Lost(format!("a watch line: {e}")))?;
         let mut state = shared.lock().unwrap_or_else(|e| e.into_inner());
-        absorb(text, keep, resource_version, last, &mut state)?;
+        absorb(text, keep, resource_version, last, &mut state).map_err(Ended::Lost)?;
     }
 }
 

@@ -80,12 +80,16 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     let cpu_before: f64 = cpu_each.iter().sum();
     let bench_before = super::own_cpu_seconds();
     let mark = bench.target.audit_mark();
-    let recorder = StatusRecorder::start(&bench.target.client, &ns, !plan.waiting && bench.floor);
+    let recorder =
+        StatusRecorder::start(&bench.target.client, &ns, !plan.waiting && bench.floor).await;
     let started = Instant::now();
     let created = create_runs(&bench.target.client, &ns, manifests, 32).await?;
     let elapsed = wait_settled(bench, &controllers, plan, started).await?;
     let recorded = recorder.finish().await;
     let largest_object_bytes = recorded.largest_object_bytes;
+    if let Some(why) = &recorded.incomplete {
+        eprintln!("agentrt bench: the watch of the runs' statuses is not whole: {why}");
+    }
     let mut row = Row {
         workload: plan.name.clone(),
         runs: plan.runs,
@@ -320,7 +324,7 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
             }
         }
         row.notes.push(format!(
-            "floor: {} status writes replayed, {} runs as the watch recorded their statuses ({} recorded), {} from their final record{}",
+            "floor: {} status writes replayed, {} runs as the watch recorded their statuses ({} recorded), {} from their final record (the watch saw none, or not their last){}",
             best.writes,
             best.recorded_runs,
             recorded.status_count(),

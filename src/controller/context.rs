@@ -16,7 +16,10 @@ use super::executors::Executors;
 use super::failures::FailureBackoff;
 use super::fault;
 use super::identity::{Clock, HolderId};
-use super::lease::{self, observation::LeaseObservations};
+use super::lease::{
+    self,
+    observation::{LeaseObservations, LeaseRead},
+};
 use super::metrics::Metrics;
 use super::projection::EventSink;
 use crate::engine::{
@@ -483,23 +486,30 @@ impl Context {
 
     /// The run `key`'s Lease: as the Lease watch last delivered it once that watch has listed
     /// ([`LeaseObservations::cached`]; a stale version only makes the compare-and-set that
-    /// follows fail, the CAS is the fence), else read live (and observed).
+    /// follows fail, the CAS is the fence), else read live; with where it came from, for
+    /// [`Context::observe_lease`].
     ///
     /// # Errors
     /// When the live read fails.
-    pub async fn read_lease(&self, key: &RunKey) -> Result<Option<Arc<Lease>>, ApiError> {
+    pub async fn read_lease(
+        &self,
+        key: &RunKey,
+    ) -> Result<(Option<Arc<Lease>>, LeaseRead), ApiError> {
         if let Some(cached) = self
             .leases
             .cached(key)
             .filter(|_| self.settings.savings.lease_cache)
         {
-            return Ok(cached);
+            return Ok((cached, LeaseRead::Cached));
         }
-        Ok(self
-            .api
-            .get_lease(&key.namespace, &key.name)
-            .await?
-            .map(Arc::new))
+        let began = LeaseRead::Live(std::time::Instant::now());
+        Ok((
+            self.api
+                .get_lease(&key.namespace, &key.name)
+                .await?
+                .map(Arc::new),
+            began,
+        ))
     }
 
     /// The Lease named after run `key` as just read (`None`: absent), as the engine judges it
@@ -507,19 +517,19 @@ impl Context {
     /// (which the Lease watch also feeds, so they must hold what is stored, whoever owns it),
     /// and judged with how long it has been seen unchanged on the monotonic clock and the
     /// margin (docs/design.md section 4). A Lease another run of this name owns (a deleted
-    /// run's, [`lease::own`]) is judged as absent (docs/behaviours.md 79). `read_at` is when
-    /// that read began (monotonic): an absent Lease does not erase one the Lease watch
-    /// delivered since ([`LeaseObservations::observe`]).
+    /// run's, [`lease::own`]) is judged as absent (docs/behaviours.md 79). `source` says where
+    /// the read came from: an absent Lease does not erase one the Lease watch delivered since
+    /// ([`LeaseObservations::observe_read`]).
     pub fn observe_lease(
         &self,
         key: &RunKey,
         read: Option<&Lease>,
         run_uid: &str,
-        read_at: std::time::Instant,
+        source: LeaseRead,
     ) -> LeaseView {
         let unchanged_for_ms =
             self.leases
-                .observe_read(key, read, std::time::Instant::now(), read_at);
+                .observe_read(key, read, std::time::Instant::now(), source);
         let margin_ms = u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX);
         match lease::own(read, run_uid) {
             Some(own) => lease::observed(Some(own), unchanged_for_ms, margin_ms),

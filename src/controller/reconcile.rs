@@ -15,7 +15,7 @@ use super::cluster::RunError;
 use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
 use super::executor;
 use super::failures::ReconcileError;
-use super::lease;
+use super::lease::{self, observation::LeaseRead};
 use super::watches::{FreshRun, WatchedRun};
 use crate::engine::{ApprovalWrite, Input, ObserveNext};
 
@@ -153,7 +153,7 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
     let lease = ctx.leases.cached(key)??;
     let uid = obj.uid();
     lease::own(Some(&lease), uid)?;
-    let seen = ctx.observe_lease(key, Some(&lease), uid, std::time::Instant::now());
+    let seen = ctx.observe_lease(key, Some(&lease), uid, LeaseRead::Cached);
     let watch_lag_ms = if ctx.settings.savings.watch_lag {
         ctx.watch_lag.lag_millis(std::time::Instant::now())
     } else {
@@ -226,8 +226,7 @@ pub async fn observe(
     // from the record). Its first transition then writes before it calls anything (a run
     // with MCP tools, listed first, is read live too), and that write is fenced by the event's
     // version.
-    let mut lease_read_at = std::time::Instant::now();
-    let mut lease_read = ctx.read_lease(key).await?;
+    let (mut lease_read, mut lease_source) = ctx.read_lease(key).await?;
     let unread = fresh.and_then(|fresh| watched_state(key, fresh, lease_read.as_deref()));
     let read = match unread {
         Some(state) => Ok(Some(state)),
@@ -261,15 +260,14 @@ pub async fn observe(
         // never its renewTime against this replica's clock (docs/design.md section 4). Only
         // the run's own Lease counts: one owned by another uid (a deleted run of this name)
         // is judged as absent and replaced on acquiring (docs/behaviours.md 79).
-        let seen = ctx.observe_lease(key, lease_read.as_deref(), &uid, lease_read_at);
+        let seen = ctx.observe_lease(key, lease_read.as_deref(), &uid, lease_source);
         let observed = ctx.observe(&state, &seen);
         if let Some(status) = observed.write {
             match ctx.write_status(&state, &status).await? {
                 Written::Landed(run) => state.run = *run,
                 Written::Conflict => {
                     settled = false;
-                    lease_read_at = std::time::Instant::now();
-                    lease_read = ctx.read_lease(key).await?;
+                    (lease_read, lease_source) = ctx.read_lease(key).await?;
                     match ctx.read_state(key).await? {
                         Some(fresh) => state = fresh,
                         None => return Ok(Action::await_change()),
@@ -331,9 +329,9 @@ pub async fn observe(
                                 // The version tried may have been the watch's, and stale: read
                                 // it live, so the next try is on what is stored (and a stale
                                 // observation does not look expired again).
-                                let read_at = std::time::Instant::now();
+                                let began = LeaseRead::Live(std::time::Instant::now());
                                 let fresh = ctx.api.get_lease(&key.namespace, &key.name).await?;
-                                ctx.observe_lease(key, fresh.as_ref(), &uid, read_at);
+                                ctx.observe_lease(key, fresh.as_ref(), &uid, began);
                             }
                             // A create that lost (AlreadyExists) needs no read: the Lease
                             // watch delivers the winner's Lease, and the next look uses it.

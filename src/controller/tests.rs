@@ -471,7 +471,7 @@ async fn a_lease_of_another_uid_is_judged_absent_but_kept_as_stored_in_the_obser
         &key("again"),
         Some(&foreign),
         "uid-again",
-        std::time::Instant::now(),
+        crate::controller::lease::observation::LeaseRead::Cached,
     );
     assert_eq!(seen.holder, None, "another run's Lease is judged absent");
     let cached = ctx.leases.cached(&key("again")).expect("the watch listed");

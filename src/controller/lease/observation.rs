@@ -173,6 +173,15 @@ struct Entry {
     touched: u64,
 }
 
+/// Where a read of a run's Lease came from ([`LeaseObservations::observe_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseRead {
+    /// This replica's Lease watch cache ([`LeaseObservations::cached`]).
+    Cached,
+    /// The API server, by a read that began at this instant (monotonic).
+    Live(Instant),
+}
+
 /// A watch scope: a namespace, or `None` for all.
 type Scope = Option<String>;
 
@@ -214,33 +223,36 @@ impl LeaseObservations {
     /// Records `lease` (the run `key`'s Lease, as read or watched at `at` on the monotonic
     /// clock; `None` when absent, which forgets it) and returns for how many milliseconds it
     /// has been seen unchanged: 0 when it is new or changed, and for an absent Lease.
-    /// [`LeaseObservations::observe_read`] with a read that began at `at`.
+    /// [`LeaseObservations::observe_read`] of a live read that began at `at`.
     pub fn observe(&self, key: &RunKey, lease: Option<&Lease>, at: Instant) -> u64 {
-        self.observe_read(key, lease, at, at)
+        self.observe_read(key, lease, at, LeaseRead::Live(at))
     }
 
-    /// [`LeaseObservations::observe`] of what a read that began at `read_at` found.
+    /// [`LeaseObservations::observe`] of what a read found, `read` saying where it came from.
     ///
-    /// `read_at` is when the read that found `lease` began. An absent Lease forgets only what
-    /// was first seen as it is before then: a Lease the watch delivered while the read was on
-    /// its way (another replica created it) is newer than the absence and is kept, so the
-    /// replica that loses the create to it does not go on taking the run's Lease for absent
-    /// (and creating it again, and reading the run again) until the winner renews it.
+    /// An absent Lease found in this cache ([`LeaseRead::Cached`]) forgets nothing: whatever
+    /// the cache holds by now came later (a Lease the watch delivered since: another replica
+    /// created it), and the watch's own Delete events forget deleted Leases. One found absent
+    /// by a live read forgets only what was first seen as it is before that read began. So the
+    /// replica that loses a create race does not go on taking the run's Lease for absent (and
+    /// creating it again, and reading the run again) until the winner renews it.
     pub fn observe_read(
         &self,
         key: &RunKey,
         lease: Option<&Lease>,
         at: Instant,
-        read_at: Instant,
+        read: LeaseRead,
     ) -> u64 {
         let Some(lease) = lease else {
-            let mut state = self.lock();
-            if state
-                .seen
-                .get(key)
-                .is_some_and(|entry| entry.since <= read_at)
-            {
-                state.seen.remove(key);
+            if let LeaseRead::Live(began) = read {
+                let mut state = self.lock();
+                if state
+                    .seen
+                    .get(key)
+                    .is_some_and(|entry| entry.since <= began)
+                {
+                    state.seen.remove(key);
+                }
             }
             return 0;
         };
@@ -611,15 +623,17 @@ mod tests {
             seen.watched(Some("ns"), &watcher::Event::InitDone, at(0));
         };
         listed(&seen);
-        // A reconcile reads (from the cache) at 10 ms: no Lease. Another replica's create lands
+        // A reconcile reads the cache: no Lease. Another replica's create lands
         // and the watch delivers it at 20 ms; the reconcile records its absence at 30 ms.
-        let read_at = at(10);
         assert!(seen.cached(&key()).expect("listed").is_none());
         let mut theirs = lease("b", 0, "7");
         theirs.metadata.namespace = Some("ns".into());
         theirs.metadata.name = Some("r".into());
         seen.watched(Some("ns"), &watcher::Event::Apply(theirs), at(20));
-        assert_eq!(seen.observe_read(&key(), None, at(30), read_at), 0);
+        assert_eq!(
+            seen.observe_read(&key(), None, at(30), LeaseRead::Cached),
+            0
+        );
         assert_eq!(
             seen.cached(&key())
                 .expect("listed")
@@ -629,8 +643,17 @@ mod tests {
                 .as_deref(),
             Some("7")
         );
-        // A Lease seen before a read that finds it absent was deleted: forgotten.
-        assert_eq!(seen.observe_read(&key(), None, at(50), at(40)), 0);
+        // A live read that began before the watch delivered it does not erase it either.
+        assert_eq!(
+            seen.observe_read(&key(), None, at(30), LeaseRead::Live(at(15))),
+            0
+        );
+        assert!(seen.cached(&key()).expect("listed").is_some());
+        // A Lease seen before a live read that finds it absent was deleted: forgotten.
+        assert_eq!(
+            seen.observe_read(&key(), None, at(50), LeaseRead::Live(at(40))),
+            0
+        );
         assert!(seen.cached(&key()).expect("listed").is_none());
     }
 
