@@ -109,11 +109,9 @@ pub async fn replay(
         let last = run.data.get("status").unwrap_or(&Value::Null);
         // Recorded whole only if the watch saw the run's last status: one it missed at the
         // end would leave the floor writes short.
-        let whole = recorded.get(&source).filter(|statuses| {
-            statuses.last().is_some_and(|status| {
-                serde_json::from_str::<Value>(status.get()).is_ok_and(|seen| &seen == last)
-            })
-        });
+        let whole = recorded
+            .get(&source)
+            .filter(|statuses| super::recorder::ends_with(Some(statuses), last));
         let statuses: Vec<Cow<'_, RawValue>> = match whole {
             Some(statuses) => {
                 measured.recorded_runs += 1;

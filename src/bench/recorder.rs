@@ -23,6 +23,10 @@ use serde_json::value::RawValue;
 /// and the floor replays the final records instead (the note says so).
 const KEEP_BYTES: usize = 1 << 30;
 
+/// How long [`StatusRecorder::finish`] waits for the watch to deliver the runs' final
+/// statuses (60 s).
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What [`StatusRecorder::finish`] hands back.
 #[derive(Debug, Default)]
 pub struct Recorded {
@@ -136,10 +140,19 @@ impl StatusRecorder {
         StatusRecorder { task, state }
     }
 
-    /// Stops the watch (after a moment for the last write to reach it) and hands back what it
-    /// saw.
-    pub async fn finish(self) -> Recorded {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    /// Stops the watch and hands back what it saw. With `finals` (the runs as they ended),
+    /// first waits, at most [`CATCH_UP`], until the watch has delivered each one's final
+    /// status; without, a moment for the last write to reach it.
+    pub async fn finish(self, finals: Option<&[kube::api::DynamicObject]>) -> Recorded {
+        let deadline = tokio::time::Instant::now() + CATCH_UP;
+        match finals {
+            Some(finals) => {
+                while !self.caught_up(finals) && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            }
+            None => tokio::time::sleep(std::time::Duration::from_millis(300)).await,
+        }
         self.task.abort();
         let _ = self.task.await;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -185,6 +198,29 @@ async fn list_version(client: &kube::Client, path: &str) -> Result<String, Strin
         .resource_version
         .map(std::borrow::Cow::into_owned)
         .ok_or_else(|| "the list before the watch has no resourceVersion".to_string())
+}
+
+impl StatusRecorder {
+    /// Whether the statuses recorded end, for every run of `finals`, with its final status
+    /// (or cannot be whole anyway).
+    fn caught_up(&self, finals: &[kube::api::DynamicObject]) -> bool {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.incomplete.is_some()
+            || finals.iter().all(|run| {
+                let name = run.metadata.name.as_deref().unwrap_or_default();
+                let last = run.data.get("status").unwrap_or(&serde_json::Value::Null);
+                ends_with(state.statuses.get(name), last)
+            })
+    }
+}
+
+/// Whether `statuses` (a run's, as recorded) end with `last`.
+pub fn ends_with(statuses: Option<&Vec<Box<RawValue>>>, last: &serde_json::Value) -> bool {
+    statuses
+        .and_then(|statuses| statuses.last())
+        .is_some_and(|status| {
+            serde_json::from_str::<serde_json::Value>(status.get()).is_ok_and(|seen| &seen == last)
+        })
 }
 
 /// One watch request, read to its end.

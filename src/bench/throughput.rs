@@ -80,12 +80,19 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     let cpu_before: f64 = cpu_each.iter().sum();
     let bench_before = super::own_cpu_seconds();
     let mark = bench.target.audit_mark();
-    let recorder =
-        StatusRecorder::start(&bench.target.client, &ns, !plan.waiting && bench.floor).await;
+    let keep_statuses = !plan.waiting && bench.floor;
+    let recorder = StatusRecorder::start(&bench.target.client, &ns, keep_statuses).await;
     let started = Instant::now();
     let created = create_runs(&bench.target.client, &ns, manifests, 32).await?;
     let elapsed = wait_settled(bench, &controllers, plan, started).await?;
-    let recorded = recorder.finish().await;
+    // The runs as they ended, for the floor; the recording is finished once its watch has
+    // caught up with them (a loaded kube-apiserver's watch runs seconds behind).
+    let finals = if keep_statuses {
+        Some(list_paged(&runs_api(&bench.target.client, &ns)).await?)
+    } else {
+        None
+    };
+    let recorded = recorder.finish(finals.as_deref()).await;
     let largest_object_bytes = recorded.largest_object_bytes;
     if let Some(why) = &recorded.incomplete {
         eprintln!("agentrt bench: the watch of the runs' statuses is not whole: {why}");
@@ -251,7 +258,10 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         ));
     }
 
-    let finished = list_paged(&runs_api(&bench.target.client, &ns)).await?;
+    let finished = match finals {
+        Some(finals) => finals,
+        None => list_paged(&runs_api(&bench.target.client, &ns)).await?,
+    };
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     for run in &finished {
         let status = &run.data["status"];
