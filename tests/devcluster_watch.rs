@@ -253,13 +253,18 @@ async fn bookmarks_arrive_when_asked_for() {
 async fn streaming_list_ends_its_initial_events_with_an_annotated_bookmark() {
     let c = TestCluster::start().await;
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    let mut last = String::new();
     for n in ["a", "b"] {
-        cms.create(&PostParams::default(), &cm(n, json!({})))
+        let created = cms
+            .create(&PostParams::default(), &cm(n, json!({})))
             .await
             .expect("create");
+        last = created.metadata.resource_version.unwrap_or_default();
     }
+    // From the last create's resourceVersion (streaming lists ask for `NotOlderThan`): from
+    // "0" kube-apiserver may serve its watch cache before it has the second create.
     let mut events = cms
-        .watch(&WatchParams::streaming_lists(), "0")
+        .watch(&WatchParams::streaming_lists(), &last)
         .await
         .expect("watch")
         .boxed();

@@ -9,8 +9,9 @@
 //!   only the last window).
 //!
 //! The watch reads each event line once and keeps the status's text as the server sent it
-//! (serde_json's `RawValue`): it decodes no object, so it adds little CPU to the process it
-//! shares with the embedded API server while the runtime is measured.
+//! (serde_json's `RawValue`): it builds no object while the runtime is measured, so it adds
+//! little CPU to the process it shares with the embedded API server. Only once the runs have
+//! ended is each run's last status parsed, to check the recording reached it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -35,8 +36,9 @@ pub struct Recorded {
     /// Each run's statuses (by run name), in the order the watch delivered them; empty when
     /// they were not kept or the recording is not whole (see `incomplete`).
     pub statuses: BTreeMap<String, Vec<Box<RawValue>>>,
-    /// Why the statuses are not whole, when they are not: the watch's history expired (410)
-    /// or failed, or the statuses passed [`KEEP_BYTES`].
+    /// Why the statuses are not whole, when they are not: the LIST before the watch failed,
+    /// the watch's history expired (410), the server refused the watch, a line was not an
+    /// event, or the statuses passed [`KEEP_BYTES`].
     pub incomplete: Option<String>,
 }
 
@@ -171,11 +173,23 @@ impl StatusRecorder {
 }
 
 /// Why a watch request ended early.
+#[derive(Debug)]
 enum Ended {
-    /// The request or its stream failed; the watch resumes from the last version.
+    /// The request or its stream failed, or the server answered with an error it may not
+    /// repeat (429, 5xx: a 504 from a watch cache behind, an etcd timeout): the watch resumes
+    /// from the last version.
     Broken,
-    /// What was recorded cannot be whole: the history expired (410) or a line is not an event.
+    /// What was recorded cannot be whole: the history expired (410), the server refused the
+    /// watch (another 4xx), or a line is not an event.
     Lost(String),
+}
+
+/// How a watch that the server answered with HTTP `code` ended.
+fn ended_by(code: u16, message: &str) -> Ended {
+    match code {
+        429 | 500..=599 => Ended::Broken,
+        _ => Ended::Lost(format!("the watch ended with HTTP {code}: {message}")),
+    }
 }
 
 /// The resourceVersion of a LIST of `path` (one item at most).
@@ -242,7 +256,10 @@ async fn watch_once(
     let mut body = client
         .request_stream(request)
         .await
-        .map_err(|_| Ended::Broken)?;
+        .map_err(|err| match err {
+            kube::Error::Api(status) => ended_by(status.code, &status.message),
+            _ => Ended::Broken,
+        })?;
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -256,7 +273,7 @@ async fn watch_once(
         let text =
             std::str::from_utf8(&line).map_err(|e| Ended::Lost(format!("a watch line: {e}")))?;
         let mut state = shared.lock().unwrap_or_else(|e| e.into_inner());
-        absorb(text, keep, resource_version, last, &mut state).map_err(Ended::Lost)?;
+        absorb(text, keep, resource_version, last, &mut state)?;
     }
 }
 
@@ -270,17 +287,23 @@ fn absorb(
     resource_version: &mut String,
     last: &mut BTreeMap<String, Box<RawValue>>,
     state: &mut State,
-) -> Result<(), String> {
+) -> Result<(), Ended> {
     if text.trim().is_empty() {
         return Ok(());
     }
-    let event: Event =
-        serde_json::from_str(text).map_err(|e| format!("a watch line is not an event: {e}"))?;
+    let event: Event = serde_json::from_str(text)
+        .map_err(|e| Ended::Lost(format!("a watch line is not an event: {e}")))?;
     if event.kind == "ERROR" {
-        return Err(format!("the watch ended with {}", event.object.get()));
+        #[derive(Deserialize, Default)]
+        struct Status {
+            #[serde(default)]
+            code: u16,
+        }
+        let code = serde_json::from_str::<Status>(event.object.get()).map_or(0, |s| s.code);
+        return Err(ended_by(code, event.object.get()));
     }
-    let object: Object =
-        serde_json::from_str(event.object.get()).map_err(|e| format!("a watched object: {e}"))?;
+    let object: Object = serde_json::from_str(event.object.get())
+        .map_err(|e| Ended::Lost(format!("a watched object: {e}")))?;
     if let Some(rv) = &object.metadata.resource_version {
         *resource_version = rv.to_string();
     }
@@ -378,17 +401,30 @@ mod tests {
     }
 
     #[test]
-    fn an_error_event_ends_the_recording_with_its_reason() {
+    fn an_expired_history_ends_the_recording_and_a_server_error_resumes_it() {
         let mut state = State::default();
-        let error = r#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}"#;
-        let why = absorb(
-            error,
+        let expired =
+            r#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}"#;
+        let ended = absorb(
+            expired,
             true,
             &mut String::new(),
             &mut BTreeMap::new(),
             &mut state,
-        )
-        .unwrap_err();
-        assert!(why.contains("410"), "{why}");
+        );
+        assert!(
+            matches!(&ended, Err(Ended::Lost(why)) if why.contains("410")),
+            "{ended:?}"
+        );
+        let behind = r#"{"type":"ERROR","object":{"kind":"Status","code":504,"reason":"Timeout"}}"#;
+        let ended = absorb(
+            behind,
+            true,
+            &mut String::new(),
+            &mut BTreeMap::new(),
+            &mut state,
+        );
+        assert!(matches!(ended, Err(Ended::Broken)), "{ended:?}");
+        assert!(matches!(ended_by(403, "forbidden"), Ended::Lost(_)));
     }
 }

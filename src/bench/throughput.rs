@@ -85,25 +85,12 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     let started = Instant::now();
     let created = create_runs(&bench.target.client, &ns, manifests, 32).await?;
     let elapsed = wait_settled(bench, &controllers, plan, started).await?;
-    // The runs as they ended, for the floor; the recording is finished once its watch has
-    // caught up with them (a loaded kube-apiserver's watch runs seconds behind).
-    let finals = if keep_statuses {
-        Some(list_paged(&runs_api(&bench.target.client, &ns)).await?)
-    } else {
-        None
-    };
-    let recorded = recorder.finish(finals.as_deref()).await;
-    let largest_object_bytes = recorded.largest_object_bytes;
-    if let Some(why) = &recorded.incomplete {
-        eprintln!("agentrt bench: the watch of the runs' statuses is not whole: {why}");
-    }
     let mut row = Row {
         workload: plan.name.clone(),
         runs: plan.runs,
         steps_per_run: if plan.waiting { 1 } else { plan.steps },
         controllers: plan.controllers,
         elapsed: Some(elapsed),
-        largest_object_bytes,
         ..Row::default()
     };
     if plan.waiting {
@@ -258,10 +245,17 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         ));
     }
 
-    let finished = match finals {
-        Some(finals) => finals,
-        None => list_paged(&runs_api(&bench.target.client, &ns)).await?,
-    };
+    // Listed, and the recording finished, after the workload's CPU and requests were read.
+    // The recording ends once its watch has caught up with the runs as they ended (a loaded
+    // kube-apiserver's watch runs seconds behind).
+    let finished = list_paged(&runs_api(&bench.target.client, &ns)).await?;
+    let recorded = recorder
+        .finish(keep_statuses.then_some(finished.as_slice()))
+        .await;
+    row.largest_object_bytes = recorded.largest_object_bytes;
+    if let Some(why) = &recorded.incomplete {
+        eprintln!("agentrt bench: the watch of the runs' statuses is not whole: {why}");
+    }
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     for run in &finished {
         let status = &run.data["status"];
