@@ -31,6 +31,8 @@ fn main() {
         uid: "6f1c2a4e-8d3b-4f5a-9c7e-0123456789ab".into(),
         generation: 1,
         spec,
+        // Measured once, as the controller measures the spec it read.
+        spec_bytes: serde_json::to_vec(&manifest["spec"]).ok().map(|text| text.len()),
         status: serde_json::Value::Null,
         created_by: None,
         sealed: Default::default(),

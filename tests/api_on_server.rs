@@ -373,3 +373,88 @@ async fn an_approvals_request_cannot_be_changed() {
         "{printed}"
     );
 }
+
+/// The runtime writes a run's status without its spec (issue 15): the status subresource takes
+/// everything but the status from the stored object. Checked here on the server itself: a PUT
+/// of `/status` whose body has no spec keeps the spec, its generation and the spec's manager
+/// (kubectl's server-side apply), and records the writer as the status's manager.
+#[tokio::test]
+async fn a_status_write_without_the_spec_keeps_the_spec_and_its_manager() {
+    let c = cluster().await;
+    c.kubectl_stdin(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=author",
+            "-f",
+            "-",
+        ],
+        &run_yaml(),
+    );
+    let client = c.client();
+    let uri = format!(
+        "/apis/agentrt.dev/v1alpha1/namespaces/{}/agentruns/refund-1042",
+        c.namespace()
+    );
+    let get = |client: kube::Client, uri: String| async move {
+        let text = client
+            .request_text(http::Request::get(uri).body(Vec::new()).expect("request"))
+            .await
+            .expect("GET the run");
+        serde_json::from_str::<serde_json::Value>(&text).expect("JSON")
+    };
+    let before = get(client.clone(), uri.clone()).await;
+    // The metadata as read, managedFields included, as the runtime sends it.
+    let body = serde_json::json!({
+        "apiVersion": "agentrt.dev/v1alpha1",
+        "kind": "AgentRun",
+        "metadata": before["metadata"],
+        "status": {"phase": "Running", "stepCount": 0},
+    });
+    let answer = client
+        .request_text(
+            http::Request::put(format!("{uri}/status?fieldManager=runtime"))
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(serde_json::to_vec(&body).expect("body"))
+                .expect("request"),
+        )
+        .await
+        .expect("a status write without the spec is accepted");
+    let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
+    assert_eq!(
+        answer["spec"], before["spec"],
+        "the answer shows the stored spec"
+    );
+    let after = get(client, uri).await;
+    assert_eq!(after["spec"], before["spec"], "the spec is kept");
+    assert_eq!(after["status"]["phase"], "Running");
+    assert_eq!(
+        after["metadata"]["generation"], before["metadata"]["generation"],
+        "a status write does not move the generation"
+    );
+    let managers = after["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .clone();
+    let author = managers
+        .iter()
+        .find(|m| m["manager"] == "author")
+        .unwrap_or_else(|| panic!("the spec's manager is kept: {managers:?}"));
+    assert!(
+        author["fieldsV1"]["f:spec"]["f:goal"].is_object(),
+        "the author still owns spec.goal: {author}"
+    );
+    let runtime = managers
+        .iter()
+        .find(|m| m["manager"] == "runtime")
+        .unwrap_or_else(|| panic!("the status writer is a manager: {managers:?}"));
+    assert_eq!(runtime["subresource"], "status", "{runtime}");
+    assert!(
+        runtime["fieldsV1"]["f:status"]["f:phase"].is_object(),
+        "the status writer owns status.phase: {runtime}"
+    );
+    assert!(
+        runtime["fieldsV1"].get("f:spec").is_none(),
+        "the status writer owns nothing of the spec: {runtime}"
+    );
+}

@@ -95,7 +95,7 @@ pub async fn replay(
 ) -> anyhow::Result<Replay> {
     let api = runs_api(client, namespace);
     let mut measured = Replay::default();
-    let mut replays: Vec<(DynamicObject, String, Vec<Cow<'_, RawValue>>)> = Vec::new();
+    let mut replays: Vec<(DynamicObject, Vec<Cow<'_, RawValue>>)> = Vec::new();
     for run in runs {
         let source = run.metadata.name.clone().unwrap_or_default();
         let name = format!("floor-{source}");
@@ -105,7 +105,6 @@ pub async fn replay(
             "metadata": {"name": name},
             "spec": run.data["spec"],
         }))?;
-        let spec = serde_json::to_string(&run.data["spec"])?;
         let last = run.data.get("status").unwrap_or(&Value::Null);
         // Recorded whole only if the watch saw the run's last status: one it missed at the
         // end would leave the floor writes short.
@@ -129,10 +128,10 @@ pub async fn replay(
             }
         };
         measured.writes += statuses.len();
-        replays.push((object, spec, statuses));
+        replays.push((object, statuses));
     }
     let started = Instant::now();
-    futures::stream::iter(replays.into_iter().map(|(object, spec, statuses)| {
+    futures::stream::iter(replays.into_iter().map(|(object, statuses)| {
         let api = api.clone();
         let client = client.clone();
         async move {
@@ -146,8 +145,10 @@ pub async fn replay(
                 format!("/apis/agentrt.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}/status");
             let name_json = serde_json::to_string(&name)?;
             for status in statuses {
+                // Without the spec, as the runtime writes a status (the status subresource
+                // takes everything but the status from the stored object).
                 let body = format!(
-                    r#"{{"apiVersion":"agentrt.dev/v1alpha1","kind":"AgentRun","metadata":{{"name":{name_json},"resourceVersion":{}}},"spec":{spec},"status":{}}}"#,
+                    r#"{{"apiVersion":"agentrt.dev/v1alpha1","kind":"AgentRun","metadata":{{"name":{name_json},"resourceVersion":{}}},"status":{}}}"#,
                     serde_json::to_string(&resource_version)?,
                     status.get()
                 );

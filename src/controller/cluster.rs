@@ -100,6 +100,7 @@ impl StoredRun {
                 uid,
                 generation,
                 spec: Arc::new(spec),
+                spec_bytes: Some(crate::engine::encoded_len(&spec_json)),
                 status,
                 created_by,
                 sealed: Default::default(),
@@ -158,6 +159,7 @@ impl StoredRun {
                 uid: self.snapshot.uid.clone(),
                 generation: self.snapshot.generation,
                 spec: self.snapshot.spec.clone(),
+                spec_bytes: self.snapshot.spec_bytes,
                 status: written.status,
                 created_by,
                 sealed: Default::default(),
@@ -389,8 +391,13 @@ impl KubeApi {
     }
 }
 
-/// The body of a status replace: the run's object (held without its status), its last-read
-/// `resourceVersion` and the new status, serialized without copying any of them.
+/// The body of a status replace: the run's object as held (its metadata with the last-read
+/// `resourceVersion`) and the new status, serialized without copying either, and without the
+/// spec. A write of the status subresource takes everything but the status from the stored
+/// object (kube-apiserver's status strategy copies the old object over the body, and its field
+/// manager resets `spec` before comparing, so the spec's managers keep their fields), so the
+/// spec, often most of the object (a scripted agent lists every decision), is neither encoded
+/// nor sent nor decoded by the server on each step (issue 15; docs/performance.md).
 struct StatusReplace<'a> {
     run: &'a StoredRun,
     status: &'a Value,
@@ -428,7 +435,6 @@ impl serde::Serialize for StatusReplace<'_> {
                 _ => map.serialize_entry(key, value)?,
             }
         }
-        map.serialize_entry("spec", &*self.run.spec)?;
         map.serialize_entry("status", self.status)?;
         map.end()
     }

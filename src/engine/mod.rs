@@ -107,6 +107,7 @@ pub use observe::{
 pub use projection::{
     decode_status, kube_events, KubeEventProjection, KubeEventType, STARTED_REASON,
 };
+pub(crate) use record::encoded_len;
 pub use takeover::INTERRUPTED_NOTICE;
 
 /// How big things may get (docs/design.md section 3, guarantee 8), and the model provider's wire
@@ -155,6 +156,13 @@ pub struct RunSnapshot {
     /// decode unlikely; the controller logs such a run and leaves it alone). Shared: every
     /// snapshot of one generation holds the same decoded spec.
     pub spec: std::sync::Arc<AgentRunSpec>,
+    /// The spec's length in bytes as compact JSON, as the API server stored it: measured once
+    /// when the run is read and kept across its status writes (the spec changes only with the
+    /// generation). `None` when the snapshot was not read from an API server; the engine then
+    /// measures the decoded spec. The object budget (docs/design.md section 3, guarantee 8)
+    /// adds it to the status's length on every write, so measuring it once per read keeps a
+    /// large spec off each step's path.
+    pub spec_bytes: Option<usize>,
     /// `status` as stored; `Value::Null` when absent.
     pub status: Value,
     /// The run's creator, from its annotation [`CREATED_BY_ANNOTATION`] (set and checked by the

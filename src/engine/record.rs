@@ -424,9 +424,17 @@ impl<'a> Txn<'a> {
         })
     }
 
+    /// The spec's length as stored ([`RunSnapshot::spec_bytes`]), else as the decoded spec
+    /// encodes.
+    fn spec_bytes(&self) -> usize {
+        self.run
+            .spec_bytes
+            .unwrap_or_else(|| encoded_len(&*self.run.spec))
+    }
+
     fn fits(&self, status: &Value) -> bool {
         let status_bytes = encoded_len(status);
-        let spec_bytes = encoded_len(&*self.run.spec);
+        let spec_bytes = self.spec_bytes();
         status_bytes
             .saturating_add(spec_bytes)
             .saturating_add(OBJECT_MARGIN_BYTES)
@@ -438,7 +446,7 @@ impl<'a> Txn<'a> {
     fn too_large(self, status: &Value) -> Finished {
         // The object budget is for the whole object: status, spec and a margin for metadata.
         let status_bytes = encoded_len(status);
-        let spec_bytes = encoded_len(&*self.run.spec);
+        let spec_bytes = self.spec_bytes();
         let attempted = status_bytes
             .saturating_add(spec_bytes)
             .saturating_add(OBJECT_MARGIN_BYTES);

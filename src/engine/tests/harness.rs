@@ -253,6 +253,7 @@ impl Harness {
                 uid: "uid-1".into(),
                 generation: 1,
                 spec: std::sync::Arc::new(spec),
+                spec_bytes: None,
                 status: Value::Null,
                 created_by: None,
                 sealed: Default::default(),
