@@ -32,7 +32,9 @@ fn main() {
         generation: 1,
         spec,
         // Measured once, as the controller measures the spec it read.
-        spec_bytes: serde_json::to_vec(&manifest["spec"]).ok().map(|text| text.len()),
+        spec_bytes: serde_json::to_vec(&manifest["spec"])
+            .ok()
+            .map(|text| text.len()),
         status: serde_json::Value::Null,
         created_by: None,
         sealed: Default::default(),

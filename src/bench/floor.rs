@@ -64,6 +64,21 @@ pub struct Replay {
     /// Runs replayed from their final record as it grew (the watch did not record them, or
     /// not their last status).
     pub rebuilt_runs: usize,
+    /// The status writes' answer times added up, in seconds (from the request sent to its
+    /// answer's `resourceVersion` read), to compare with what the controllers saw
+    /// (`agentrt_status_write_duration_seconds`).
+    pub write_seconds: f64,
+}
+
+impl Replay {
+    /// The mean answer time of one status write, in milliseconds (0 when none was made).
+    pub fn mean_write_ms(&self) -> f64 {
+        if self.writes == 0 {
+            0.0
+        } else {
+            self.write_seconds * 1000.0 / self.writes as f64
+        }
+    }
 }
 
 /// The part of a status write's answer the next write needs.
@@ -131,7 +146,7 @@ pub async fn replay(
         replays.push((object, statuses));
     }
     let started = Instant::now();
-    futures::stream::iter(replays.into_iter().map(|(object, statuses)| {
+    let write_seconds = futures::stream::iter(replays.into_iter().map(|(object, statuses)| {
         let api = api.clone();
         let client = client.clone();
         async move {
@@ -144,6 +159,7 @@ pub async fn replay(
             let uri =
                 format!("/apis/agentrt.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}/status");
             let name_json = serde_json::to_string(&name)?;
+            let mut write_seconds = 0.0;
             for status in statuses {
                 // Without the spec, as the runtime writes a status (the status subresource
                 // takes everything but the status from the stored object).
@@ -155,6 +171,7 @@ pub async fn replay(
                 let request = http::Request::put(&uri)
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(body.into_bytes())?;
+                let sent = Instant::now();
                 let answer = client
                     .request_text(request)
                     .await
@@ -163,13 +180,15 @@ pub async fn replay(
                     format!("floor: the answer to a status write of {namespace}/{name}")
                 })?;
                 resource_version = answer.metadata.resource_version;
+                write_seconds += sent.elapsed().as_secs_f64();
             }
-            anyhow::Ok(())
+            anyhow::Ok(write_seconds)
         }
     }))
     .buffer_unordered(parallel.max(1))
-    .try_collect::<Vec<()>>()
+    .try_collect::<Vec<f64>>()
     .await?;
+    measured.write_seconds = write_seconds.iter().sum();
     measured.writes_per_sec = measured.writes as f64 / started.elapsed().as_secs_f64();
     Ok(measured)
 }

@@ -111,6 +111,15 @@ pub struct BenchArgs {
     /// `AGENTRT_LOG` for the controllers.
     #[arg(long, default_value = "info,kube=warn,hyper=warn,tower=warn")]
     pub controller_log: String,
+    /// One more argument for every controller the workloads start, after the benchmark's own
+    /// (repeat it; `--controller-arg=--max-concurrent-runs=32`), to measure a setting: for
+    /// example `--event-batch-seconds=30` or `--max-concurrent-runs=32`.
+    #[arg(
+        long = "controller-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
+    pub controller_args: Vec<String>,
     /// Give up on a workload after this many seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout_seconds: u64,
@@ -206,7 +215,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             namespace: String::new(),
             log_dir: out_dir.join("logs"),
             log_filter: args.controller_log.clone(),
-            extra: Vec::new(),
+            extra: args.controller_args.clone(),
         },
         target,
         tools,
@@ -236,6 +245,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         },
         out_dir.display()
     );
+    if !args.controller_args.is_empty() {
+        eprintln!(
+            "agentrt bench: every controller also gets {}",
+            args.controller_args.join(" ")
+        );
+    }
     let mut rows = Vec::new();
     for workload in workloads {
         let plan =

@@ -149,7 +149,8 @@ impl StatusRecorder {
         let deadline = tokio::time::Instant::now() + CATCH_UP;
         match finals {
             Some(finals) => {
-                while !self.caught_up(finals) && tokio::time::Instant::now() < deadline {
+                let mut pending: Vec<&kube::api::DynamicObject> = finals.iter().collect();
+                while !self.caught_up(&mut pending) && tokio::time::Instant::now() < deadline {
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 }
             }
@@ -215,16 +216,20 @@ async fn list_version(client: &kube::Client, path: &str) -> Result<String, Strin
 }
 
 impl StatusRecorder {
-    /// Whether the statuses recorded end, for every run of `finals`, with its final status
-    /// (or cannot be whole anyway).
-    fn caught_up(&self, finals: &[kube::api::DynamicObject]) -> bool {
+    /// Whether the statuses recorded end, for every run of `pending`, with its final status
+    /// (or cannot be whole anyway). The runs found caught up leave `pending`, so each poll
+    /// parses only the last status of runs still waiting for theirs.
+    fn caught_up(&self, pending: &mut Vec<&kube::api::DynamicObject>) -> bool {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.incomplete.is_some()
-            || finals.iter().all(|run| {
-                let name = run.metadata.name.as_deref().unwrap_or_default();
-                let last = run.data.get("status").unwrap_or(&serde_json::Value::Null);
-                ends_with(state.statuses.get(name), last)
-            })
+        if state.incomplete.is_some() {
+            return true;
+        }
+        pending.retain(|run| {
+            let name = run.metadata.name.as_deref().unwrap_or_default();
+            let last = run.data.get("status").unwrap_or(&serde_json::Value::Null);
+            !ends_with(state.statuses.get(name), last)
+        });
+        pending.is_empty()
     }
 }
 

@@ -173,9 +173,12 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     }
     let mut metric_writes = 0.0;
     let mut events = [0.0; 4];
+    let mut write_time = (0.0, 0.0);
     for controller in &controllers {
         if let Ok(text) = controller.metrics(&bench.http).await {
             metric_writes += metric_sum(&text, "agentrt_status_writes_total");
+            write_time.0 += metric_sum(&text, "agentrt_status_write_duration_seconds_sum");
+            write_time.1 += metric_sum(&text, "agentrt_status_write_duration_seconds_count");
             for (i, outcome) in ["published", "failed", "folded", "dropped"]
                 .iter()
                 .enumerate()
@@ -337,6 +340,19 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
                 .incomplete
                 .as_deref()
                 .map_or_else(String::new, |why| format!(" ({why})"))
+        ));
+        row.notes.push(format!(
+            "status write answer time, mean: {} as the controllers saw it (request sent to answer decoded), {:.1} ms in the floor",
+            if write_time.1 > 0.0 {
+                format!(
+                    "{:.1} ms over {} writes",
+                    write_time.0 * 1000.0 / write_time.1,
+                    write_time.1
+                )
+            } else {
+                "unknown".to_string()
+            },
+            best.mean_write_ms()
         ));
         row.floor_writes_per_sec = Some(best.writes_per_sec);
     }

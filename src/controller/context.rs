@@ -639,7 +639,9 @@ impl Context {
         // A conflict or a gone run is an answer; any other error is a failed write.
         let failed = matches!(&written, Err(err)
             if !matches!(err, RunError::Api(ApiError::Conflict(_) | ApiError::NotFound(_))));
-        self.executors.record_write(sent.elapsed(), !failed);
+        let took = sent.elapsed();
+        self.executors.record_write(took, !failed);
+        self.metrics.status_write_took(took.as_secs_f64());
         match written {
             Ok(run) => {
                 // A write that changed nothing keeps its version and makes no event.

@@ -123,6 +123,11 @@ pub struct Metrics {
     pub reconcile_errors: Family<KindLabel, Counter>,
     /// Run status writes by outcome (`ok`, `conflict`, `error`).
     pub status_writes: Family<Outcome, Counter>,
+    /// How long run status writes took, from the request sent to its answer decoded, in
+    /// seconds (every outcome; 1 ms to about 33 s in doubling buckets). The API server's
+    /// answer time as this replica sees it: what `--max-concurrent-runs`' pace follows
+    /// (docs/design.md section 7).
+    pub status_write_duration: Histogram,
     /// AgentRunSegments this replica created (docs/design.md section 4a; one found already
     /// there with the same content is not counted).
     pub segments_created: Counter,
@@ -192,6 +197,7 @@ impl Default for Metrics {
             reconcile_duration: reconcile_seconds(),
             reconcile_errors: Family::default(),
             status_writes: Family::default(),
+            status_write_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             segments_created: Counter::default(),
             segment_failures: Counter::default(),
             segment_reads: Counter::default(),
@@ -238,6 +244,12 @@ impl Default for Metrics {
             "status_writes",
             "AgentRun status writes (compare-and-set) by outcome; conflict: another writer won",
             m.status_writes.clone(),
+        );
+        registry.register_with_unit(
+            "status_write_duration",
+            "How long AgentRun status writes took, request to decoded answer, every outcome",
+            Unit::Seconds,
+            m.status_write_duration.clone(),
         );
         registry.register(
             "segments_created",
@@ -385,6 +397,11 @@ impl Metrics {
     /// Counts one Kubernetes Event: `published`, `failed`, `folded` or `dropped`.
     pub fn kube_event(&self, outcome: &str) {
         self.kube_events.get_or_create(&Outcome::of(outcome)).inc();
+    }
+
+    /// Records how long one status write took (any outcome), in seconds.
+    pub fn status_write_took(&self, seconds: f64) {
+        self.status_write_duration.observe(seconds);
     }
 
     /// Counts one status write.

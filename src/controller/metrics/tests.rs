@@ -8,6 +8,7 @@ use super::*;
 async fn metrics_and_health_are_served() {
     let metrics = Arc::new(Metrics::default());
     metrics.status_write("ok");
+    metrics.status_write_took(0.003);
     metrics.tool_call("lookup", "result", 0.02);
     let addr = serve(
         "127.0.0.1:0".parse().unwrap(),
@@ -63,6 +64,9 @@ async fn metrics_and_health_are_served() {
         "agentrt_takeovers_total 0",
         "agentrt_lease_renew_failures_total 0",
         "agentrt_reconcile_duration_seconds_count 0",
+        "agentrt_status_write_duration_seconds_count 1",
+        "agentrt_status_write_duration_seconds_bucket{le=\"0.004\"} 1",
+        "agentrt_status_write_duration_seconds_bucket{le=\"0.002\"} 0",
         "agentrt_watches_synced{watch=\"agentruns\",scope=\"ns\"} 1",
     ] {
         assert!(text.contains(series), "{series} missing:\n{text}");
