@@ -35,6 +35,7 @@ fn main() {
         spec_bytes: serde_json::to_vec(&manifest["spec"])
             .ok()
             .map(|text| text.len()),
+        metadata_bytes: serde_json::to_vec(&manifest["metadata"]).map_or(0, |text| text.len()),
         status: serde_json::Value::Null,
         created_by: None,
         sealed: Default::default(),

@@ -285,6 +285,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         }
         .with_context(|| format!("workload {workload:?}"))?;
+        let mut row = row;
+        if !args.controller_args.is_empty() {
+            // Saved with the figures, so a row measured with a setting never reads as defaults.
+            row.notes.insert(
+                0,
+                format!(
+                    "every controller also got {}",
+                    args.controller_args.join(" ")
+                ),
+            );
+        }
         eprint!("{}", report::table(std::slice::from_ref(&row)));
         rows.push(row);
     }

@@ -189,9 +189,24 @@ pub fn notes(rows: &[Row]) -> String {
                 .iter()
                 .map(|((verb, what), n)| format!("{verb} {what} {:.2}", per_run(*n)))
                 .collect();
+            let own: u64 = row
+                .requests
+                .iter()
+                .filter(|((_, what), _)| super::target::is_cluster_own(what))
+                .map(|(_, n)| n)
+                .sum();
+            let split = if own > 0 {
+                format!(
+                    "; agentrt and the workload {:.2}, the cluster's own components {:.2}",
+                    per_run(total - own),
+                    per_run(own)
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "  - API requests per run: {:.2} ({})",
+                "  - API requests per run: {:.2}{split} ({})",
                 per_run(total),
                 each.join(", ")
             );

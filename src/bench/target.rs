@@ -164,7 +164,10 @@ impl Target {
 
 /// One audit line's request in `namespace` as (verb, `resource[/subresource]`), in either the
 /// embedded server's shape or kube-apiserver's (`objectRef`, `stage`); `None` for another
-/// namespace, another stage, or a line that is not a request.
+/// namespace, another stage, or a line that is not a request. A request of the cluster's own
+/// components (user agent `kube-controller-manager/…` or `kube-apiserver/…`: the garbage
+/// collector reading the owner of each new Lease, for one) has its component after the
+/// resource, in parentheses: `agentruns (kube-controller-manager)` ([`is_cluster_own`]).
 fn audit_request(entry: &Value, namespace: &str) -> Option<(String, String)> {
     let (object, stage_ok) = match entry.get("objectRef") {
         Some(object) => (
@@ -184,7 +187,26 @@ fn audit_request(entry: &Value, namespace: &str) -> Option<(String, String)> {
     if let Some(sub) = object["subresource"].as_str() {
         what = format!("{what}/{sub}");
     }
+    let agent = entry["userAgent"].as_str().unwrap_or_default();
+    for component in CLUSTER_COMPONENTS {
+        if agent
+            .strip_prefix(component)
+            .is_some_and(|rest| rest.starts_with('/'))
+        {
+            what = format!("{what} ({component})");
+        }
+    }
     Some((verb, what))
+}
+
+/// The cluster's own components, by the user agent they send, whose requests in the bench's
+/// namespace are not agentrt's.
+const CLUSTER_COMPONENTS: [&str; 2] = ["kube-controller-manager", "kube-apiserver"];
+
+/// Whether a `resource[/subresource]` of [`Target::requests_since`] was requested by one of the
+/// cluster's own components.
+pub fn is_cluster_own(what: &str) -> bool {
+    what.ends_with(')')
 }
 
 /// The AgentRun resource in `namespace`.
@@ -239,4 +261,35 @@ pub async fn create_runs(
     .buffer_unordered(parallel.max(1))
     .try_collect::<BTreeMap<String, jiff::Timestamp>>()
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_lines_are_counted_once_by_verb_and_resource_and_the_clusters_own_are_named() {
+        let line = |stage: &str, agent: &str| {
+            json!({"stage": stage, "verb": "get", "userAgent": agent,
+                   "objectRef": {"resource": "agentruns", "namespace": "bench", "name": "r"}})
+        };
+        let gc = "kube-controller-manager/v1.34.9 (linux/amd64) kubernetes/abc/generic-garbage-collector";
+        assert_eq!(audit_request(&line("RequestReceived", gc), "bench"), None);
+        assert_eq!(
+            audit_request(&line("ResponseComplete", gc), "bench"),
+            Some(("get".into(), "agentruns (kube-controller-manager)".into()))
+        );
+        assert!(is_cluster_own("agentruns (kube-controller-manager)"));
+        let ours = audit_request(&line("ResponseComplete", "agentrt/0.1"), "bench").unwrap();
+        assert_eq!(ours, ("get".into(), "agentruns".into()));
+        assert!(!is_cluster_own(&ours.1));
+        assert_eq!(audit_request(&line("ResponseComplete", ""), "other"), None);
+        // The embedded server's own lines: no stage, no objectRef.
+        let embedded = json!({"verb": "update", "resource": "agentruns", "subresource": "status",
+                              "namespace": "bench"});
+        assert_eq!(
+            audit_request(&embedded, "bench"),
+            Some(("update".into(), "agentruns/status".into()))
+        );
+    }
 }

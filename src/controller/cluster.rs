@@ -93,6 +93,7 @@ impl StoredRun {
             .as_object_mut()
             .and_then(|fields| fields.remove("status"))
             .unwrap_or(Value::Null);
+        let metadata_bytes = crate::engine::encoded_len(&object);
         Ok(StoredRun {
             snapshot: RunSnapshot {
                 namespace,
@@ -101,6 +102,7 @@ impl StoredRun {
                 generation,
                 spec: Arc::new(spec),
                 spec_bytes: Some(crate::engine::encoded_len(&spec_json)),
+                metadata_bytes,
                 status,
                 created_by,
                 sealed: Default::default(),
@@ -152,6 +154,8 @@ impl StoredRun {
         }
         let created_by = created_by(&written.metadata);
         object.insert("metadata".to_string(), written.metadata);
+        let object = Value::Object(object);
+        let metadata_bytes = crate::engine::encoded_len(&object);
         Ok(StoredRun {
             snapshot: RunSnapshot {
                 namespace: self.snapshot.namespace.clone(),
@@ -160,13 +164,14 @@ impl StoredRun {
                 generation: self.snapshot.generation,
                 spec: self.snapshot.spec.clone(),
                 spec_bytes: self.snapshot.spec_bytes,
+                metadata_bytes,
                 status: written.status,
                 created_by,
                 sealed: Default::default(),
             },
             resource_version,
             spec: self.spec.clone(),
-            object: Value::Object(object),
+            object,
         })
     }
 

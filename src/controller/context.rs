@@ -116,6 +116,9 @@ pub struct Savings {
     /// `pacing`: the executor slots follow the API server's pace ([`super::pacing`]; off:
     /// always `--max-concurrent-runs`).
     pub pacing: bool,
+    /// `slow-start`: the paced slots begin at [`super::pacing::MIN_SLOTS`] and double while the
+    /// server answers quickly ([`super::pacing`]; off: they begin at `--max-concurrent-runs`).
+    pub slow_start: bool,
     /// `watched-spec`: a new run's reconcile takes the run from the watch event that delivered
     /// it ([`super::watches::FreshRun`]) instead of reading it.
     pub watched_spec: bool,
@@ -131,7 +134,8 @@ pub struct Savings {
 }
 
 /// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
-/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, `watched-spec`,
+/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, `slow-start`,
+/// `watched-spec`,
 /// `event-batch`, `presence`, `watch-lag`, or `all`); for measuring
 /// only.
 pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
@@ -145,6 +149,7 @@ impl Savings {
         spread: true,
         event_limit: true,
         pacing: true,
+        slow_start: true,
         watched_spec: true,
         event_batch: true,
         presence: true,
@@ -162,6 +167,7 @@ impl Savings {
             spread: on("spread"),
             event_limit: on("event-limit"),
             pacing: on("pacing"),
+            slow_start: on("slow-start"),
             watched_spec: on("watched-spec"),
             event_batch: on("event-batch"),
             presence: on("presence"),
@@ -451,8 +457,10 @@ impl Context {
             super::executors::Slots {
                 max: settings.max_concurrent_runs,
                 paced: settings.savings.pacing,
+                slow_start: settings.savings.slow_start,
                 executing: metrics.executors.clone(),
                 limit: metrics.executor_slots.clone(),
+                median: metrics.status_write_median.clone(),
             },
             kicks,
         );

@@ -54,6 +54,8 @@ pub struct Executors {
     gauge: Gauge,
     /// `agentrt_executor_slots`: the slots runs may take now.
     slots_gauge: Gauge,
+    /// `agentrt_status_write_median_seconds`: the pace's last window's median.
+    median_gauge: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// The runs waiting for a slot, by (this replica's rank for the run, arrival), and those kicked
@@ -76,10 +78,15 @@ pub struct Slots {
     pub max: usize,
     /// Whether the slots follow the API server's pace ([`super::pacing`]); else always `max`.
     pub paced: bool,
+    /// Whether the paced slots begin in slow start ([`Pace::new`]) or at `max`
+    /// ([`Pace::at_max`]).
+    pub slow_start: bool,
     /// `agentrt_executors`.
     pub executing: Gauge,
     /// `agentrt_executor_slots`.
     pub limit: Gauge,
+    /// `agentrt_status_write_median_seconds`.
+    pub median: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Executors {
@@ -91,17 +98,29 @@ impl Executors {
         kicks: mpsc::UnboundedSender<RunKey>,
     ) -> Executors {
         let max = slots.max.max(1);
-        slots.limit.set(i64::try_from(max).unwrap_or(i64::MAX));
+        let first = if slots.paced && slots.slow_start {
+            super::pacing::MIN_SLOTS.min(max)
+        } else {
+            max
+        };
+        slots.limit.set(i64::try_from(first).unwrap_or(i64::MAX));
         Executors {
             http,
             shutdown,
             slots: max,
-            pace: slots.paced.then(|| Mutex::new(Pace::new(max))),
+            pace: slots.paced.then(|| {
+                Mutex::new(if slots.slow_start {
+                    Pace::new(max)
+                } else {
+                    Pace::at_max(max)
+                })
+            }),
             running: Mutex::new(HashMap::new()),
             slot_waiters: Mutex::new(SlotWaiters::default()),
             kicks,
             gauge: slots.executing,
             slots_gauge: slots.limit,
+            median_gauge: slots.median,
         }
     }
 
@@ -125,6 +144,11 @@ impl Executors {
             let mut pace = lock(pace);
             let before = pace.limit();
             let verdict = pace.sample(latency, ok, executing, Instant::now());
+            if verdict.is_some() {
+                if let Some((_, median_ms)) = pace.last() {
+                    self.median_gauge.set(median_ms / 1000.0);
+                }
+            }
             (before, pace.limit(), verdict)
         };
         if before != after {
@@ -337,8 +361,10 @@ mod tests {
             Slots {
                 max,
                 paced,
+                slow_start: true,
                 executing: Gauge::default(),
                 limit: Gauge::default(),
+                median: Gauge::default(),
             },
             kicks,
         );

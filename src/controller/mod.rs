@@ -97,11 +97,12 @@ pub struct ControllerOptions {
     /// The directory holding the webhook's `tls.crt` and `tls.key` (PEM).
     #[arg(long, default_value = "/etc/agentrt/webhook")]
     pub webhook_cert_dir: std::path::PathBuf,
-    /// Most runs this replica executes at once. While the API server answers status writes
-    /// slowly (a median over 4 times the quickest seen; always over 1 s, never under 100 ms),
-    /// fewer (down to 32):
-    /// the slots follow the server's pace and grow back when it answers quickly again; the
-    /// gauge agentrt_executor_slots shows the number now (docs/design.md section 7).
+    /// Most runs this replica executes at once. A replica starts with 16 slots and doubles them
+    /// each second the API server answers status writes quickly, up to this number; while the
+    /// server answers slowly (a median over 4 times the quickest seen; always over 1 s, never
+    /// under 100 ms), fewer (down to 16): the slots follow the server's pace and grow back when
+    /// it answers quickly again; the gauge agentrt_executor_slots shows the number now
+    /// (docs/design.md section 7).
     #[arg(long, default_value_t = 256)]
     pub max_concurrent_runs: usize,
     /// Most reconciles (reads of a run and its Lease, and the writes that need no side

@@ -22,8 +22,17 @@
 //!   runs executing (those finish on their own: cutting below them only stops new ones) nor
 //!   [`MIN_SLOTS`]. A failed write (the server errored or timed out) counts as congestion.
 //! - Quick when the median is under [`QUICK_FACTOR`] × the baseline, held between
-//!   [`QUICK_FLOOR_MS`] and half the ceiling: the limit grows by its square root (at least 1), when the slots are in
-//!   use (at least [`UTILISED`] of them).
+//!   [`QUICK_FLOOR_MS`] and half the ceiling: the limit grows by its square root (at least 1), when
+//!   the slots are in use (at least [`UTILISED`] of them). A window of fewer than
+//!   [`MIN_SAMPLES`] writes, each of them quick, counts as quick too: runs whose tools take
+//!   seconds write seldom, and the slots they fill must still grow.
+//! - Slow start: a replica begins at [`MIN_SLOTS`] and doubles the limit at each quick window
+//!   until the first window that is not quick, as TCP's slow start probes a path before it
+//!   fills it. All runs created at once would otherwise all start at once and all wait in the
+//!   same queue on a slow server, each living as long as the whole batch takes (their Leases
+//!   renewed, their `Started` Events sent apart from their ends), and the slots come down only
+//!   as those finish. On a quick server the doubling reaches `--max-concurrent-runs` within a
+//!   few seconds.
 //!
 //! A server answering within [`CONGESTED_FLOOR_MS`] is never judged congested, so a quick
 //! cluster (or the embedded server) keeps `--max-concurrent-runs`. Nothing here decides what a
@@ -33,12 +42,13 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// The fewest slots the pace may leave (or `--max-concurrent-runs`, when that is lower). Not
-/// fewer: a server can be slow for reasons other than this replica's runs (other clients, a
-/// starved machine), and then fewer runs in flight only make fewer runs finish; 32 still keeps
-/// a server that takes 30 ms per write busy, as a 10-step run needs about a third of a second
-/// of its time.
-pub const MIN_SLOTS: usize = 32;
+/// The fewest slots the pace may leave, and where its slow start begins (or
+/// `--max-concurrent-runs`, when that is lower). Not fewer: a server can be slow for reasons
+/// other than this replica's runs (other clients, a starved machine), and then fewer runs in
+/// flight only make fewer runs finish. kube-apiserver shares its capacity between clients
+/// itself (API Priority and Fairness queues what is over a client's share), so more writes in
+/// flight than the minimum win a replica little but a longer queue.
+pub const MIN_SLOTS: usize = 16;
 /// How long one window of samples lasts.
 pub const WINDOW: Duration = Duration::from_secs(1);
 /// The fewest samples a window needs to count.
@@ -82,19 +92,32 @@ pub struct Pace {
     window_start: Option<Instant>,
     window: Vec<f64>,
     failed: bool,
+    /// True until the first window that is not quick: quick windows double the limit.
+    slow_start: bool,
     /// The last windows' verdicts and medians (milliseconds), newest last, for the metrics and
     /// tests.
     history: VecDeque<(Verdict, f64)>,
 }
 
 impl Pace {
-    /// A pace with `max` slots at most (`--max-concurrent-runs`, at least 1), starting at `max`.
+    /// A pace with `max` slots at most (`--max-concurrent-runs`, at least 1) in slow start: it
+    /// begins at [`MIN_SLOTS`] (or `max`, when lower).
     pub fn new(max: usize) -> Pace {
+        let mut pace = Pace::at_max(max);
+        pace.limit = pace.min as f64;
+        pace.slow_start = true;
+        pace
+    }
+
+    /// A pace with `max` slots at most (at least 1) that begins at `max`, without slow start (the
+    /// `slow-start` saving off, for measuring).
+    pub fn at_max(max: usize) -> Pace {
         let max = max.max(1);
         Pace {
             max,
             min: MIN_SLOTS.min(max),
             limit: max as f64,
+            slow_start: false,
             baseline_ms: None,
             window_start: None,
             window: Vec::new(),
@@ -141,10 +164,20 @@ impl Pace {
     fn close(&mut self, executing: usize) -> Verdict {
         let mut window = std::mem::take(&mut self.window);
         let failed = std::mem::take(&mut self.failed);
-        if window.len() < MIN_SAMPLES && !failed {
-            return Verdict::Steady;
-        }
         window.sort_by(f64::total_cmp);
+        if window.len() < MIN_SAMPLES && !failed {
+            // Too few writes to judge the server by, unless each of them was quick.
+            let quick = self
+                .baseline_ms
+                .map_or(QUICK_FLOOR_MS, |baseline| self.quick_ms(baseline));
+            return match window.last() {
+                Some(&slowest) if slowest < quick => {
+                    self.grow(executing);
+                    self.closed(Verdict::Quick, window[window.len() / 2])
+                }
+                _ => Verdict::Steady,
+            };
+        }
         let median = window[window.len() / 2];
         let baseline = match self.baseline_ms {
             Some(baseline) => (baseline * BASELINE_DRIFT).min(median),
@@ -153,19 +186,43 @@ impl Pace {
         self.baseline_ms = Some(baseline);
         let congested =
             (baseline * CONGESTED_FACTOR).clamp(CONGESTED_FLOOR_MS, CONGESTED_CEILING_MS);
-        let quick = (baseline * QUICK_FACTOR).clamp(QUICK_FLOOR_MS, CONGESTED_CEILING_MS / 2.0);
         let verdict = if failed || median > congested {
             let floor = (executing as f64 / 2.0).max(self.min as f64);
             self.limit = (self.limit * DECREASE).max(floor.min(self.limit));
+            self.slow_start = false;
             Verdict::Congested
-        } else if median < quick {
-            if executing as f64 >= self.limit() as f64 * UTILISED {
-                self.limit = (self.limit + self.limit.sqrt().max(1.0)).min(self.max as f64);
-            }
+        } else if median < self.quick_ms(baseline) {
+            self.grow(executing);
             Verdict::Quick
         } else {
+            self.slow_start = false;
             Verdict::Steady
         };
+        self.closed(verdict, median)
+    }
+
+    /// Under this many milliseconds a window's median is quick, on a baseline of `baseline_ms`.
+    fn quick_ms(&self, baseline_ms: f64) -> f64 {
+        (baseline_ms * QUICK_FACTOR).clamp(QUICK_FLOOR_MS, CONGESTED_CEILING_MS / 2.0)
+    }
+
+    /// After a quick window: the limit doubles in slow start, else grows by its square root (at
+    /// least 1); only while the slots are in use (at least [`UTILISED`] of them).
+    fn grow(&mut self, executing: usize) {
+        if (executing as f64) < self.limit() as f64 * UTILISED {
+            return;
+        }
+        let step = if self.slow_start {
+            self.limit
+        } else {
+            self.limit.sqrt().max(1.0)
+        };
+        self.limit = (self.limit + step).min(self.max as f64);
+    }
+
+    /// Ends a window with `verdict` on its `median` (milliseconds): the limit clamped, the
+    /// history kept.
+    fn closed(&mut self, verdict: Verdict, median: f64) -> Verdict {
         self.limit = self.limit.clamp(self.min as f64, self.max as f64);
         if self.history.len() == 16 {
             self.history.pop_front();
@@ -255,8 +312,8 @@ mod tests {
     }
 
     #[test]
-    fn failed_writes_count_as_congestion_and_few_samples_as_nothing() {
-        let mut pace = Pace::new(100);
+    fn failed_writes_count_as_congestion_and_few_slow_samples_as_nothing() {
+        let mut pace = Pace::at_max(100);
         let mut t = Instant::now();
         pace.sample(Duration::from_millis(5), false, 100, t);
         t += WINDOW;
@@ -274,6 +331,82 @@ mod tests {
             Some(Verdict::Steady)
         );
         assert_eq!(pace.limit(), 80);
+    }
+
+    #[test]
+    fn slow_start_doubles_the_slots_while_the_server_is_quick_and_ends_at_the_first_window_that_is_not(
+    ) {
+        // Writes of `ms` every tenth of a window until one window closes; its verdict.
+        fn window(pace: &mut Pace, t: &mut Instant, ms: u64, executing: usize) -> Verdict {
+            loop {
+                let verdict = pace.sample(Duration::from_millis(ms), true, executing, *t);
+                *t += WINDOW / 10;
+                if let Some(verdict) = verdict {
+                    return verdict;
+                }
+            }
+        }
+        let mut pace = Pace::new(256);
+        let mut t = Instant::now();
+        assert_eq!(pace.limit(), MIN_SLOTS);
+        // Slots not in use do not grow, quick or not.
+        for _ in 0..3 {
+            assert_eq!(window(&mut pace, &mut t, 6, 4), Verdict::Quick);
+        }
+        assert_eq!(pace.limit(), MIN_SLOTS);
+        let executing = pace.limit();
+        window(&mut pace, &mut t, 6, executing);
+        assert_eq!(pace.limit(), 2 * MIN_SLOTS);
+        let executing = pace.limit();
+        window(&mut pace, &mut t, 6, executing);
+        assert_eq!(pace.limit(), 4 * MIN_SLOTS);
+        // Between quick and congested (baseline 6 ms: quick under 50, congested over 100): the
+        // limit stays and slow start is over.
+        let executing = pace.limit();
+        assert_eq!(window(&mut pace, &mut t, 70, executing), Verdict::Steady);
+        assert_eq!(pace.limit(), 4 * MIN_SLOTS);
+        // From now on a quick window adds the square root, not the limit.
+        assert_eq!(window(&mut pace, &mut t, 6, executing), Verdict::Quick);
+        let grown = 4 * MIN_SLOTS + (4.0 * MIN_SLOTS as f64).sqrt() as usize;
+        assert_eq!(pace.limit(), grown);
+    }
+
+    #[test]
+    fn a_server_slow_from_the_start_keeps_the_slots_at_the_minimum_they_start_at() {
+        let mut pace = Pace::new(256);
+        let mut t = Instant::now();
+        feed(&mut pace, &mut t, 10, 1_500, MIN_SLOTS);
+        assert_eq!(pace.limit(), MIN_SLOTS);
+        assert_eq!(
+            pace.last().map(|(verdict, _)| verdict),
+            Some(Verdict::Congested)
+        );
+        // Without slow start the same server finds 256 slots and cuts them as runs finish.
+        let mut at_max = Pace::at_max(256);
+        feed(&mut at_max, &mut t, 3, 1_500, 256);
+        assert!(at_max.limit() >= 128, "{}", at_max.limit());
+    }
+
+    #[test]
+    fn runs_that_write_seldom_still_grow_their_slots_when_each_write_is_quick() {
+        let mut pace = Pace::new(256);
+        let mut t = Instant::now();
+        // Two writes a second (tools that take seconds): every window is sparse.
+        let sparse = |pace: &mut Pace, t: &mut Instant, ms: u64| {
+            let executing = pace.limit();
+            for _ in 0..3 {
+                pace.sample(Duration::from_millis(ms), true, executing, *t);
+                *t += WINDOW / 2;
+            }
+        };
+        sparse(&mut pace, &mut t, 8);
+        assert_eq!(pace.limit(), 2 * MIN_SLOTS);
+        sparse(&mut pace, &mut t, 8);
+        assert!(pace.limit() > 2 * MIN_SLOTS, "{}", pace.limit());
+        // A sparse window with a slow write decides nothing, either way.
+        let before = pace.limit();
+        sparse(&mut pace, &mut t, 2_000);
+        assert_eq!(pace.limit(), before);
     }
 
     #[test]

@@ -108,6 +108,12 @@ pub struct EventRate {
     /// (`--event-batch-seconds`; zero: not held), so that the run's next Normal Event within
     /// that time (most often its end) is folded into it: a run that ends within it costs one
     /// Event, not two (issue 15: Events batched). Any Event folded into it is due at once.
+    ///
+    /// A non-zero hold grows by [`HELD_WRITES`] times the API server's median status write time
+    /// (`agentrt_status_write_median_seconds`, up to [`MAX_EXTRA_HOLD`]): on a server that
+    /// answers a write in a second, a run of ten steps lives eleven seconds or more, and its
+    /// `Started` would otherwise go apart from its end, one more request to a server already
+    /// slow. On a quick server the extra is milliseconds.
     pub batch: std::time::Duration,
 }
 
@@ -119,6 +125,26 @@ impl Default for EventRate {
             batch: std::time::Duration::from_secs(5),
         }
     }
+}
+
+/// How many median status write times a held `Started` Event waits beyond
+/// `--event-batch-seconds` ([`EventRate::batch`]): twice the eleven writes of a ten-step run,
+/// for the writes slower than the median and the time between them (measured in
+/// docs/performance.md).
+pub const HELD_WRITES: u32 = 20;
+
+/// The most a held `Started` Event waits beyond `--event-batch-seconds` for slow status writes.
+pub const MAX_EXTRA_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a `Started` Event is held: `batch` (zero: not held), and when held, [`HELD_WRITES`]
+/// times `write_median_seconds` more, at most [`MAX_EXTRA_HOLD`] more.
+pub fn started_hold(batch: std::time::Duration, write_median_seconds: f64) -> std::time::Duration {
+    if batch.is_zero() {
+        return batch;
+    }
+    let extra =
+        (write_median_seconds.max(0.0) * f64::from(HELD_WRITES)).min(MAX_EXTRA_HOLD.as_secs_f64());
+    batch + std::time::Duration::from_secs_f64(extra)
 }
 
 /// The reason of the Event held for [`EventRate::batch`] (the engine's projection of
@@ -354,7 +380,7 @@ impl EventSink {
                 let batch = if flushing {
                     std::time::Duration::ZERO
                 } else {
-                    rate.batch
+                    started_hold(rate.batch, counted.status_write_median.get())
                 };
                 let due = due_at(&event, std::time::Instant::now(), batch);
                 let outcome = match waiting.push(reference, event, due) {
@@ -645,6 +671,20 @@ mod tests {
             waiting.pop_due(now + batch).map(|(_, e)| e.reason),
             Some(HELD_REASON.to_string())
         );
+    }
+
+    #[test]
+    fn a_started_event_is_held_longer_while_status_writes_are_slow() {
+        let batch = Duration::from_secs(5);
+        assert_eq!(started_hold(batch, 0.0), batch);
+        assert_eq!(
+            started_hold(batch, 0.0125),
+            batch + Duration::from_millis(250)
+        );
+        assert_eq!(started_hold(batch, 1.5), Duration::from_secs(35));
+        assert_eq!(started_hold(batch, 3_600.0), batch + MAX_EXTRA_HOLD);
+        // Not held stays not held, however slow the server.
+        assert_eq!(started_hold(Duration::ZERO, 2.0), Duration::ZERO);
     }
 
     #[test]

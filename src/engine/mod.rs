@@ -156,13 +156,21 @@ pub struct RunSnapshot {
     /// decode unlikely; the controller logs such a run and leaves it alone). Shared: every
     /// snapshot of one generation holds the same decoded spec.
     pub spec: std::sync::Arc<AgentRunSpec>,
-    /// The spec's length in bytes as compact JSON, as the API server stored it: measured once
-    /// when the run is read and kept across its status writes (the spec changes only with the
-    /// generation). `None` when the snapshot was not read from an API server; the engine then
-    /// measures the decoded spec. The object budget (docs/design.md section 3, guarantee 8)
-    /// adds it to the status's length on every write, so measuring it once per read keeps a
-    /// large spec off each step's path.
+    /// The spec's length in bytes as the API server stores it ([`encoded_len`]): measured once
+    /// when the run is read and kept across its status writes while the generation stays (a
+    /// CRD upgrade that adds a default changes the served spec without a new generation; the
+    /// few bytes are within the object margin until the run is read again). `None` when the
+    /// snapshot was not read from an API server; the engine then measures the decoded spec.
+    /// The object budget (docs/design.md section 3, guarantee 8) adds it to the status's length
+    /// on every write, so measuring it once per read keeps a large spec off each step's path.
     pub spec_bytes: Option<usize>,
+    /// The length in bytes of the stored object's `apiVersion`, `kind` and `metadata`
+    /// ([`encoded_len`]), measured at each read and from each write's answer; 0 when the
+    /// snapshot was not read from an API server. Counted in the object budget with the spec:
+    /// a client-side `kubectl apply` keeps a copy of the whole spec in the
+    /// `kubectl.kubernetes.io/last-applied-configuration` annotation, and managedFields grow
+    /// with each manager.
+    pub metadata_bytes: usize,
     /// `status` as stored; `Value::Null` when absent.
     pub status: Value,
     /// The run's creator, from its annotation [`CREATED_BY_ANNOTATION`] (set and checked by the

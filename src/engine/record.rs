@@ -30,24 +30,39 @@ use crate::api::{
     RunPhase, Step, StepIndex, StepStatus, TerminalReason, Time,
 };
 
-/// Room left for the object's metadata and spec framing when the status is measured against
-/// the object budget.
+/// Room left for what the object's measured parts do not count (the field names joining them,
+/// the managedFields entry a status write adds) when the status is measured against the object
+/// budget.
 pub(crate) const OBJECT_MARGIN_BYTES: usize = 4096;
 
-/// The length of `value` as compact JSON, counted without building the text (`usize::MAX`
-/// when it cannot be encoded).
+/// The length in bytes of `value` as the API server stores it, counted without building the
+/// text (`usize::MAX` when it cannot be encoded): compact JSON with the escapes of Go's
+/// `encoding/json`, which kube-apiserver encodes objects with: `<`, `>` and `&` are written as
+/// `\u003c`, `\u003e` and `\u0026` (6 bytes, not 1), U+2028 and U+2029 as `\u2028` and
+/// `\u2029` (6 bytes, not 3). A tool answer full of HTML is otherwise counted short of what
+/// etcd is sent (docs/design.md section 3, guarantee 8).
 pub(crate) fn encoded_len(value: &impl serde::Serialize) -> usize {
-    struct Count(usize);
+    /// Bytes written so far, and the last two (a U+2028 or U+2029 can span two writes).
+    struct Count(usize, [u8; 2]);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
+            let mut extra = 0;
+            for &byte in bytes {
+                match byte {
+                    b'<' | b'>' | b'&' => extra += 5,
+                    0xA8 | 0xA9 if self.1 == [0xE2, 0x80] => extra += 3,
+                    _ => {}
+                }
+                self.1 = [self.1[1], byte];
+            }
+            self.0 += bytes.len() + extra;
             Ok(bytes.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
-    let mut count = Count(0);
+    let mut count = Count(0, [0, 0]);
     match serde_json::to_writer(&mut count, value) {
         Ok(()) => count.0,
         Err(_) => usize::MAX,
@@ -437,6 +452,7 @@ impl<'a> Txn<'a> {
         let spec_bytes = self.spec_bytes();
         status_bytes
             .saturating_add(spec_bytes)
+            .saturating_add(self.run.metadata_bytes)
             .saturating_add(OBJECT_MARGIN_BYTES)
             <= self.budgets.object_bytes
     }
@@ -444,11 +460,13 @@ impl<'a> Txn<'a> {
     /// The write that replaces a status over the object budget: the previous stored status,
     /// ended `record_too_large` (docs/behaviours.md 50). Nothing external follows.
     fn too_large(self, status: &Value) -> Finished {
-        // The object budget is for the whole object: status, spec and a margin for metadata.
+        // The object budget is for the whole object: status, spec, metadata and a margin.
         let status_bytes = encoded_len(status);
         let spec_bytes = self.spec_bytes();
+        let metadata_bytes = self.run.metadata_bytes;
         let attempted = status_bytes
             .saturating_add(spec_bytes)
+            .saturating_add(metadata_bytes)
             .saturating_add(OBJECT_MARGIN_BYTES);
         let mut txn = Txn::new(
             self.run,
@@ -460,7 +478,8 @@ impl<'a> Txn<'a> {
         );
         let detail = format!(
             "AgentRun {}/{}: the object would be {attempted} bytes (status {status_bytes}, spec \
-             {spec_bytes}, {OBJECT_MARGIN_BYTES} kept for metadata), over the object budget of \
+             {spec_bytes}, metadata {metadata_bytes}, {OBJECT_MARGIN_BYTES} kept as a margin), over \
+             the object budget of \
              {} bytes; the run ended here instead of growing its record",
             self.run.namespace, self.run.name, self.budgets.object_bytes
         );

@@ -254,6 +254,7 @@ impl Harness {
                 generation: 1,
                 spec: std::sync::Arc::new(spec),
                 spec_bytes: None,
+                metadata_bytes: 0,
                 status: Value::Null,
                 created_by: None,
                 sealed: Default::default(),

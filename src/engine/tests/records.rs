@@ -325,6 +325,47 @@ fn a_record_over_the_object_budget_fails_record_too_large_in_a_write_that_fits()
     }
 }
 
+/// Steps of 2,000-byte answers of `text` a run takes before its record would outgrow a 24 KiB
+/// object budget, with `metadata_bytes` of metadata read with the run; and the harness.
+fn steps_until_too_large(text: &str, metadata_bytes: usize) -> (usize, Harness) {
+    let mut h = Harness::scripted((0..40).map(|i| call("read", json!({"n": i}))).collect());
+    h.budgets.object_bytes = 24 * 1024;
+    h.run.metadata_bytes = metadata_bytes;
+    h.reconcile("a");
+    let mut steps = 0;
+    loop {
+        let effects = h.result("a", json!({ "text": text.repeat(2000) }));
+        steps += 1;
+        if !kinds(&effects).iter().any(|k| k.starts_with("CallTool")) {
+            assert_eq!(h.status().reason, Some(TerminalReason::RecordTooLarge));
+            return (steps, h);
+        }
+        assert!(steps < 40, "the budget never fired");
+    }
+}
+
+#[test]
+fn the_object_budget_counts_the_escapes_the_api_server_writes_and_the_metadata_read() {
+    // kube-apiserver writes `<` as `\u003c`: six bytes each in what etcd is sent.
+    let (plain, _) = steps_until_too_large("y", 0);
+    let (html, h) = steps_until_too_large("<", 0);
+    assert!(html < plain, "{html} steps of HTML, {plain} of plain text");
+    let spec = serde_json::to_vec(&*h.run.spec).unwrap().len();
+    for write in &h.writes {
+        let text = serde_json::to_string(write).unwrap();
+        let escaped = text.len() + 5 * text.matches(['<', '>', '&']).count();
+        assert!(
+            escaped + spec <= h.budgets.object_bytes,
+            "{escaped} bytes of status written as the API server stores it"
+        );
+    }
+    // Metadata counts too (a client-side apply's copy of the spec in an annotation).
+    let (with_metadata, h) = steps_until_too_large("y", 8 * 1024);
+    assert!(with_metadata < plain, "{with_metadata} against {plain}");
+    let detail = h.status().reason_detail.unwrap();
+    assert!(detail.contains("metadata 8192"), "{detail}");
+}
+
 #[test]
 fn kubernetes_events_project_phase_changes_approvals_and_takeovers() {
     let mut h = Harness::new(REFUND);
