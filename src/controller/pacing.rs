@@ -35,8 +35,8 @@
 //!   few seconds.
 //!
 //! A server answering within [`CONGESTED_FLOOR_MS`] is never judged congested, so a quick
-//! cluster (or the embedded server) keeps `--max-concurrent-runs`. Nothing here decides what a
-//! run does: a run in flight is never stopped, only new runs wait (the slot wait of
+//! cluster reaches `--max-concurrent-runs` by slow start and keeps it. Nothing here decides
+//! what a run does: a run in flight is never stopped, only new runs wait (the slot wait of
 //! [`super::executors`]).
 
 use std::collections::VecDeque;
