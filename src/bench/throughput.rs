@@ -80,8 +80,9 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     let cpu_before: f64 = cpu_each.iter().sum();
     let bench_before = super::own_cpu_seconds();
     let mark = bench.target.audit_mark();
-    let keep_statuses = !plan.waiting && bench.floor;
-    let recorder = StatusRecorder::start(&bench.target.client, &ns, keep_statuses).await;
+    // Whether the floor runs after the workload (it replays the statuses the recorder keeps).
+    let floor_runs = !plan.waiting && bench.floor;
+    let recorder = StatusRecorder::start(&bench.target.client, &ns, floor_runs).await;
     let started = Instant::now();
     let created = create_runs(&bench.target.client, &ns, manifests, 32).await?;
     let elapsed = wait_settled(bench, &controllers, plan, started).await?;
@@ -253,7 +254,7 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     // kube-apiserver's watch runs seconds behind).
     let finished = list_paged(&runs_api(&bench.target.client, &ns)).await?;
     let recorded = recorder
-        .finish(keep_statuses.then_some(finished.as_slice()))
+        .finish(floor_runs.then_some(finished.as_slice()))
         .await;
     row.largest_object_bytes = recorded.largest_object_bytes;
     if let Some(why) = &recorded.incomplete {
@@ -320,12 +321,12 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     } else {
         "unknown".to_string()
     };
-    if (plan.waiting || !bench.floor) && write_time.1 > 0.0 {
+    if !floor_runs && write_time.1 > 0.0 {
         row.notes.push(format!(
             "status write answer time, mean: {controllers_mean} as the controllers saw it (request sent to answer decoded, every outcome)"
         ));
     }
-    if !plan.waiting && bench.floor {
+    if floor_runs {
         // Twice, keeping the faster: on a shared machine the floor is what the server can do
         // at best, and a lower floor would flatter the ratio.
         let parallel = plan.runs.min(plan.controllers * 256);

@@ -98,23 +98,20 @@ impl Executors {
         kicks: mpsc::UnboundedSender<RunKey>,
     ) -> Executors {
         let max = slots.max.max(1);
-        let first = if slots.paced && slots.slow_start {
-            super::pacing::MIN_SLOTS.min(max)
-        } else {
-            max
-        };
+        let pace = slots.paced.then(|| {
+            if slots.slow_start {
+                Pace::new(max)
+            } else {
+                Pace::at_max(max)
+            }
+        });
+        let first = pace.as_ref().map_or(max, Pace::limit);
         slots.limit.set(i64::try_from(first).unwrap_or(i64::MAX));
         Executors {
             http,
             shutdown,
             slots: max,
-            pace: slots.paced.then(|| {
-                Mutex::new(if slots.slow_start {
-                    Pace::new(max)
-                } else {
-                    Pace::at_max(max)
-                })
-            }),
+            pace: pace.map(Mutex::new),
             running: Mutex::new(HashMap::new()),
             slot_waiters: Mutex::new(SlotWaiters::default()),
             kicks,
