@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::context::RunKey;
-use super::pacing::{Pace, Verdict};
+use super::pacing::{Pace, Verdict, WriteMedian};
 
 /// One executor in the registry.
 struct Running {
@@ -54,8 +54,8 @@ pub struct Executors {
     gauge: Gauge,
     /// `agentrt_executor_slots`: the slots runs may take now.
     slots_gauge: Gauge,
-    /// `agentrt_status_write_median_seconds`: the pace's last window's median.
-    median_gauge: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The pace's last window's median (`agentrt_status_write_median_seconds`).
+    median: WriteMedian,
 }
 
 /// The runs waiting for a slot, by (this replica's rank for the run, arrival), and those kicked
@@ -85,8 +85,8 @@ pub struct Slots {
     pub executing: Gauge,
     /// `agentrt_executor_slots`.
     pub limit: Gauge,
-    /// `agentrt_status_write_median_seconds`.
-    pub median: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Where the pace's last window's median goes (the Event sink reads it).
+    pub median: WriteMedian,
 }
 
 impl Executors {
@@ -117,7 +117,7 @@ impl Executors {
             kicks,
             gauge: slots.executing,
             slots_gauge: slots.limit,
-            median_gauge: slots.median,
+            median: slots.median,
         }
     }
 
@@ -143,7 +143,7 @@ impl Executors {
             let verdict = pace.sample(latency, ok, executing, Instant::now());
             if verdict.is_some() {
                 if let Some((_, median_ms)) = pace.last() {
-                    self.median_gauge.set(median_ms / 1000.0);
+                    self.median.set(median_ms / 1000.0);
                 }
             }
             (before, pace.limit(), verdict)
@@ -361,7 +361,7 @@ mod tests {
                 slow_start: true,
                 executing: Gauge::default(),
                 limit: Gauge::default(),
-                median: Gauge::default(),
+                median: WriteMedian::default(),
             },
             kicks,
         );

@@ -180,7 +180,7 @@ pub struct Metrics {
     /// The median status write time of the pace's last window of writes, in seconds (0 before
     /// the first window; `controller::pacing`). A `Started` Event is held longer by twenty of
     /// them (`controller::projection::EventRate::batch`).
-    pub status_write_median: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub status_write_median: super::pacing::WriteMedian,
     /// Watches synced (1) or not (0), by watch and scope.
     pub watches_synced: Family<WatchLabel, Gauge>,
     /// `agentrt_watch_lag_seconds`: how far this replica's run watch runs behind its own status
@@ -223,7 +223,7 @@ impl Default for Metrics {
             kube_events_queued: Gauge::default(),
             executors: Gauge::default(),
             executor_slots: Gauge::default(),
-            status_write_median: Gauge::default(),
+            status_write_median: super::pacing::WriteMedian::default(),
             watches_synced: Family::default(),
             watch_lag: Gauge::default(),
             watch_lag_source: Mutex::new(None),
@@ -367,7 +367,7 @@ impl Default for Metrics {
         registry.register(
             "status_write_median_seconds",
             "Median status write time of the executor slots' pace's last one-second window of writes",
-            m.status_write_median.clone(),
+            m.status_write_median.gauge(),
         );
         registry.register(
             "watches_synced",

@@ -360,6 +360,7 @@ pub async fn run_with_engine(
                     Duration::ZERO
                 },
             },
+            metrics.status_write_median.clone(),
             metrics.clone(),
             shutdown.clone(),
         ),

@@ -40,7 +40,35 @@
 //! [`super::executors`]).
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::gauge::Gauge;
+
+/// The median status write time of the pace's last window, in seconds (0 before the first
+/// window closes): written by the executors that measure it ([`Pace::last`]), read by the
+/// Event sink, which holds a run's `Started` Event longer on a slow server
+/// (`controller::projection::started_hold`), and exported as
+/// `agentrt_status_write_median_seconds`. Clones share one value.
+#[derive(Clone, Debug, Default)]
+pub struct WriteMedian(Gauge<f64, AtomicU64>);
+
+impl WriteMedian {
+    /// Sets the median to `seconds`.
+    pub fn set(&self, seconds: f64) {
+        self.0.set(seconds);
+    }
+
+    /// The median, in seconds (0 before the first window).
+    pub fn get(&self) -> f64 {
+        self.0.get()
+    }
+
+    /// The gauge that exports it (`agentrt_status_write_median_seconds`).
+    pub fn gauge(&self) -> Gauge<f64, AtomicU64> {
+        self.0.clone()
+    }
+}
 
 /// The fewest slots the pace may leave, and where its slow start begins (or
 /// `--max-concurrent-runs`, when that is lower). Not fewer: a server can be slow for reasons

@@ -113,7 +113,9 @@ pub struct EventRate {
     /// (`agentrt_status_write_median_seconds`, up to [`MAX_EXTRA_HOLD`]): on a server that
     /// answers a write in a second, a run of ten steps lives eleven seconds or more, and its
     /// `Started` would otherwise go apart from its end, one more request to a server already
-    /// slow. On a quick server the extra is milliseconds.
+    /// slow. On a quick server the extra is milliseconds. The hold is measured again when the
+    /// Event falls due, so a run that started before the first write time was measured (the
+    /// first runs of a replica) is held by the write time measured since.
     pub batch: std::time::Duration,
 }
 
@@ -222,6 +224,9 @@ struct Waiting {
     reference: ObjectReference,
     event: Event,
     due: std::time::Instant,
+    /// When a held `Started` Event was queued (`None`: not held, or folded into since), so
+    /// its hold can be measured again when it falls due ([`WaitingEvents::extend_held`]).
+    held_since: Option<std::time::Instant>,
 }
 
 impl WaitingEvents {
@@ -232,6 +237,28 @@ impl WaitingEvents {
         reference: ObjectReference,
         event: Event,
         due: std::time::Instant,
+    ) -> Queued {
+        self.push_from(reference, event, due, None)
+    }
+
+    /// Queues a `Started` Event about `reference` held since `since`, due at `due` at first;
+    /// [`WaitingEvents::extend_held`] may hold it longer.
+    pub fn push_held(
+        &mut self,
+        reference: ObjectReference,
+        event: Event,
+        since: std::time::Instant,
+        due: std::time::Instant,
+    ) -> Queued {
+        self.push_from(reference, event, due, Some(since))
+    }
+
+    fn push_from(
+        &mut self,
+        reference: ObjectReference,
+        event: Event,
+        due: std::time::Instant,
+        held_since: Option<std::time::Instant>,
     ) -> Queued {
         if matches!(event.type_, EventType::Warning) {
             // A Warning never overtakes what its run said before: a held Event of the run is
@@ -262,6 +289,10 @@ impl WaitingEvents {
                 waiting.event.reason = event.reason;
                 waiting.event.note = Some(note);
                 waiting.due = waiting.due.min(due);
+                if held_since.is_none() {
+                    // What it was held for came: it is due as it is, no longer held.
+                    waiting.held_since = None;
+                }
                 return Queued::Folded;
             }
         }
@@ -272,8 +303,29 @@ impl WaitingEvents {
             reference,
             event,
             due,
+            held_since,
         });
         Queued::Added
+    }
+
+    /// Measures again the hold of each held `Started` Event due at `now`: it is due `hold`
+    /// after it was queued, when that is later (the server's write time, and so the hold,
+    /// grew while it waited: most of all for runs that started before the first write time was
+    /// measured). `hold` is [`started_hold`] of the write time now.
+    pub fn extend_held(&mut self, now: std::time::Instant, hold: std::time::Duration) {
+        for waiting in &mut self.queue {
+            let Some(since) = waiting.held_since else {
+                continue;
+            };
+            if waiting.due <= now {
+                let until = since + hold;
+                if until > now {
+                    waiting.due = until;
+                } else {
+                    waiting.held_since = None;
+                }
+            }
+        }
     }
 
     /// Takes the oldest Event due at `now`.
@@ -287,6 +339,7 @@ impl WaitingEvents {
     pub fn all_due(&mut self, now: std::time::Instant) {
         for waiting in &mut self.queue {
             waiting.due = waiting.due.min(now);
+            waiting.held_since = None;
         }
     }
 
@@ -356,7 +409,9 @@ impl EventSink {
     }
 
     /// A sink publishing as `agentrt-controller` (instance: the holder) at most at `rate`,
-    /// counting each Event's outcome in `metrics`.
+    /// counting each Event's outcome in `metrics`; a `Started` Event is held by `rate.batch` and
+    /// the status write time in `median` ([`started_hold`]), measured when it is queued and
+    /// again when it falls due.
     ///
     /// Once `shutdown` is cancelled nothing is held any more: what waits goes at the rate
     /// while the process still runs (the shutdown grace).
@@ -364,6 +419,7 @@ impl EventSink {
         client: kube::Client,
         instance: String,
         rate: EventRate,
+        median: super::pacing::WriteMedian,
         metrics: std::sync::Arc<super::metrics::Metrics>,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> EventSink {
@@ -380,10 +436,16 @@ impl EventSink {
                 let batch = if flushing {
                     std::time::Duration::ZERO
                 } else {
-                    started_hold(rate.batch, counted.status_write_median.get())
+                    started_hold(rate.batch, median.get())
                 };
-                let due = due_at(&event, std::time::Instant::now(), batch);
-                let outcome = match waiting.push(reference, event, due) {
+                let now = std::time::Instant::now();
+                let due = due_at(&event, now, batch);
+                let queued = if due > now {
+                    waiting.push_held(reference, event, now, due)
+                } else {
+                    waiting.push(reference, event, due)
+                };
+                let outcome = match queued {
                     Queued::Added => return,
                     Queued::Folded => "folded",
                     Queued::Full => "dropped",
@@ -400,6 +462,9 @@ impl EventSink {
             loop {
                 drain(&mut waiting, &mut rx, flushing);
                 let now = std::time::Instant::now();
+                if !flushing {
+                    waiting.extend_held(now, started_hold(rate.batch, median.get()));
+                }
                 match waiting.next_due() {
                     None if closed => break,
                     Some(due) if due <= now => {}
@@ -438,7 +503,11 @@ impl EventSink {
                     // What arrived while it waited can still fold into the Event at the head.
                     drain(&mut waiting, &mut rx, flushing);
                 }
-                let Some((reference, event)) = waiting.pop_due(std::time::Instant::now()) else {
+                let now = std::time::Instant::now();
+                if !flushing {
+                    waiting.extend_held(now, started_hold(rate.batch, median.get()));
+                }
+                let Some((reference, event)) = waiting.pop_due(now) else {
                     continue;
                 };
                 let namespace = reference.namespace.clone().unwrap_or_default();
@@ -685,6 +754,46 @@ mod tests {
         assert_eq!(started_hold(batch, 3_600.0), batch + MAX_EXTRA_HOLD);
         // Not held stays not held, however slow the server.
         assert_eq!(started_hold(Duration::ZERO, 2.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_started_event_queued_before_the_write_time_was_measured_is_held_by_it_when_due() {
+        let now = Instant::now();
+        let batch = Duration::from_secs(5);
+        let mut waiting = WaitingEvents::default();
+        // Queued when no write time was measured yet: due after the batch alone.
+        waiting.push_held(about("a"), normal(HELD_REASON, "started"), now, now + batch);
+        waiting.push(about("b"), normal("ApprovalRequested", "step 1 waits"), now);
+        let due = now + batch;
+        // By then writes take 650 ms: held 20 of them more, from when it was queued.
+        let hold = started_hold(batch, 0.65);
+        waiting.extend_held(due, hold);
+        assert_eq!(
+            waiting.pop_due(due).map(|(r, _)| r.uid),
+            Some(Some("b".to_string())),
+            "an Event never held goes as it was due"
+        );
+        assert!(waiting.pop_due(due).is_none(), "a's Started waits on");
+        assert_eq!(waiting.next_due(), Some(now + hold));
+        // The run ends within the longer hold: one Event, due at once, and held no more.
+        let end = now + Duration::from_secs(12);
+        assert_eq!(
+            waiting.push(about("a"), normal("Completed", "ended"), end),
+            Queued::Folded
+        );
+        waiting.extend_held(end, started_hold(batch, 2.0));
+        let (_, folded) = waiting.pop_due(end).expect("a's folded Event is due");
+        assert_eq!(folded.reason, "Completed");
+
+        // A hold that has passed when measured again is not moved: the Event goes.
+        waiting.push_held(about("c"), normal(HELD_REASON, "started"), now, now + batch);
+        waiting.extend_held(now + hold, started_hold(batch, 0.1));
+        assert!(waiting.pop_due(now + hold).is_some());
+        // Shutdown: nothing is held any more, whatever the write time.
+        waiting.push_held(about("d"), normal(HELD_REASON, "started"), now, now + batch);
+        waiting.all_due(now);
+        waiting.extend_held(now, hold);
+        assert!(waiting.pop_due(now).is_some());
     }
 
     #[test]
