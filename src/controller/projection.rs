@@ -432,11 +432,19 @@ impl EventSink {
             let mut closed = false;
             // Shutdown began, or the sender is gone: nothing is held any more.
             let mut flushing = false;
+            // A `Started` Event's hold by the write time measured now.
+            let hold_now = || started_hold(rate.batch, median.get());
+            // Held Events due at `now` are held again by the write time now (not once flushing).
+            let rehold = |waiting: &mut WaitingEvents, now, flushing: bool| {
+                if !flushing {
+                    waiting.extend_held(now, hold_now());
+                }
+            };
             let queue = |waiting: &mut WaitingEvents, reference, event: Event, flushing: bool| {
                 let batch = if flushing {
                     std::time::Duration::ZERO
                 } else {
-                    started_hold(rate.batch, median.get())
+                    hold_now()
                 };
                 let now = std::time::Instant::now();
                 let due = due_at(&event, now, batch);
@@ -462,9 +470,7 @@ impl EventSink {
             loop {
                 drain(&mut waiting, &mut rx, flushing);
                 let now = std::time::Instant::now();
-                if !flushing {
-                    waiting.extend_held(now, started_hold(rate.batch, median.get()));
-                }
+                rehold(&mut waiting, now, flushing);
                 match waiting.next_due() {
                     None if closed => break,
                     Some(due) if due <= now => {}
@@ -504,9 +510,7 @@ impl EventSink {
                     drain(&mut waiting, &mut rx, flushing);
                 }
                 let now = std::time::Instant::now();
-                if !flushing {
-                    waiting.extend_held(now, started_hold(rate.batch, median.get()));
-                }
+                rehold(&mut waiting, now, flushing);
                 let Some((reference, event)) = waiting.pop_due(now) else {
                     continue;
                 };
