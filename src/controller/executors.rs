@@ -12,6 +12,7 @@
 //! (docs/behaviours.md 79).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,10 @@ pub struct Executors {
     /// The runs this replica executes, by name: the run's uid, its executor's stop token and
     /// the run's generation when it started.
     running: Mutex<HashMap<RunKey, Running>>,
+    /// Slots held by reconciles acquiring a run's Lease ([`Executors::reserve_slot`]): taken
+    /// before the acquire's request, given back when the executor registers or the acquire
+    /// ends without one. Changed only while `running` is locked.
+    reserved: AtomicUsize,
     /// Runs that found every executor slot taken; kicked as slots free up, those this replica
     /// ranks first for before the others, oldest first within a rank.
     slot_waiters: Mutex<SlotWaiters>,
@@ -113,6 +118,7 @@ impl Executors {
             slots: max,
             pace: pace.map(Mutex::new),
             running: Mutex::new(HashMap::new()),
+            reserved: AtomicUsize::new(0),
             slot_waiters: Mutex::new(SlotWaiters::default()),
             kicks,
             gauge: slots.executing,
@@ -193,9 +199,30 @@ impl Executors {
         lock(&self.running).len()
     }
 
-    /// Whether every executor slot is taken ([`Executors::limit`]).
+    /// Whether every executor slot is taken ([`Executors::limit`]), by executing runs or by
+    /// reconciles acquiring a Lease ([`Executors::reserve_slot`]).
     pub fn is_full(&self) -> bool {
-        self.executing() >= self.limit()
+        let limit = self.limit();
+        let running = lock(&self.running);
+        running.len() + self.reserved.load(Ordering::SeqCst) >= limit
+    }
+
+    /// Takes a free slot for a reconcile about to acquire a run's Lease, or `None` when every
+    /// slot is taken ([`Executors::is_full`]). The slot stays taken while the returned
+    /// [`SlotReservation`] lives: drop it once the executor is registered
+    /// ([`super::executor::spawn`]) or the acquire ended without one. Without it, every
+    /// reconcile that checked for a free slot before the first acquire's request came back
+    /// found one: a replica starting on many new runs executed three times its limit at once
+    /// (47 on 16 slots, on kube-apiserver; issue 15, session 15).
+    pub fn reserve_slot(&self) -> Option<SlotReservation<'_>> {
+        let limit = self.limit();
+        let running = lock(&self.running);
+        if running.len() + self.reserved.load(Ordering::SeqCst) >= limit {
+            return None;
+        }
+        self.reserved.fetch_add(1, Ordering::SeqCst);
+        drop(running);
+        Some(SlotReservation { executors: self })
     }
 
     /// The generation the executor of the run `key` with uid `uid` started with, while this
@@ -297,7 +324,10 @@ impl Executors {
     /// needs it passes it on when its reconcile ends.
     pub fn kick_slot_waiters(&self) {
         let limit = self.limit();
-        let executing = self.executing();
+        let executing = {
+            let running = lock(&self.running);
+            running.len() + self.reserved.load(Ordering::SeqCst)
+        };
         let now = Instant::now();
         let kicked: Vec<RunKey> = {
             let mut waiters = lock(&self.slot_waiters);
@@ -335,6 +365,22 @@ impl Executors {
             waiters.kicked.remove(key);
         }
         self.kick_slot_waiters();
+    }
+}
+
+/// A slot held for a reconcile acquiring a run's Lease ([`Executors::reserve_slot`]); dropped,
+/// it gives the slot back, and a run waiting for one is kicked.
+pub struct SlotReservation<'a> {
+    executors: &'a Executors,
+}
+
+impl Drop for SlotReservation<'_> {
+    fn drop(&mut self) {
+        {
+            let _running = lock(&self.executors.running);
+            self.executors.reserved.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.executors.kick_slot_waiters();
     }
 }
 
@@ -413,6 +459,28 @@ mod tests {
             kicked(&mut rx).first().map(String::as_str),
             Some("second-old")
         );
+    }
+
+    #[test]
+    fn reconciles_acquiring_at_once_never_take_more_slots_than_the_limit() {
+        let (executors, mut rx) = executors(2, false);
+        let key = |name: &str| RunKey::new("ns", name);
+        // Two reconciles reserve before either acquire answers; the third finds none.
+        let first = executors.reserve_slot().expect("a free slot");
+        let second = executors.reserve_slot().expect("a second free slot");
+        assert!(executors.is_full());
+        assert!(executors.reserve_slot().is_none());
+        executors.wait_for_slot(&key("waiting"), 0);
+        // The first won its Lease: its executor registers, then the reservation goes.
+        assert!(executors.register(&key("a"), "ua", CancellationToken::new(), 1));
+        drop(first);
+        assert!(executors.is_full());
+        assert!(kicked(&mut rx).is_empty(), "no slot freed");
+        // The second lost its Lease: its slot goes back, to the run waiting for one.
+        drop(second);
+        assert!(!executors.is_full());
+        assert_eq!(kicked(&mut rx), ["waiting"]);
+        assert_eq!(executors.executing(), 1);
     }
 
     #[test]

@@ -284,10 +284,19 @@ pub async fn observe(
             ObserveNext::Nothing => {}
             ObserveNext::RequeueAfter { millis } => soonest(millis),
             ObserveNext::AcquireLease { takeover } => {
-                if executing || ctx.executors.shutdown.is_cancelled() {
+                let busy = executing || ctx.executors.shutdown.is_cancelled();
+                // The slot is taken before the acquire's request and kept until the executor
+                // is registered (the end of this arm), so reconciles acquiring at once never
+                // exceed the limit together.
+                let slot = if busy {
+                    None
+                } else {
+                    ctx.executors.reserve_slot()
+                };
+                if busy {
                     // The running executor holds (or is losing) the lease; it kicks a
                     // reconcile when it stops.
-                } else if ctx.executors.is_full() {
+                } else if slot.is_none() {
                     // Looked at again when a slot frees (or after the safety net).
                     tracing::debug!(run = %key, "at --max-concurrent-runs; waiting for a slot");
                     ctx.executors
