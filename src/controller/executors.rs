@@ -12,7 +12,6 @@
 //! (docs/behaviours.md 79).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::context::RunKey;
-use super::pacing::{Pace, Verdict, WriteMedian};
+use super::pacing::{Pace, WriteMedian};
 
 /// One executor in the registry.
 struct Running {
@@ -43,13 +42,8 @@ pub struct Executors {
     slots: usize,
     /// The slots the API server's pace allows now (`None`: pacing is off, all of `slots`).
     pace: Option<Mutex<Pace>>,
-    /// The runs this replica executes, by name: the run's uid, its executor's stop token and
-    /// the run's generation when it started.
-    running: Mutex<HashMap<RunKey, Running>>,
-    /// Slots held by reconciles acquiring a run's Lease ([`Executors::reserve_slot`]): taken
-    /// before the acquire's request, given back when the executor registers or the acquire
-    /// ends without one. Changed only while `running` is locked.
-    reserved: AtomicUsize,
+    /// The runs this replica executes and the slots reserved for reconciles acquiring a Lease.
+    registry: Mutex<Registry>,
     /// Runs that found every executor slot taken; kicked as slots free up, those this replica
     /// ranks first for before the others, oldest first within a rank.
     slot_waiters: Mutex<SlotWaiters>,
@@ -61,6 +55,25 @@ pub struct Executors {
     slots_gauge: Gauge,
     /// The pace's last window's median (`agentrt_status_write_median_seconds`).
     median: WriteMedian,
+}
+
+/// The runs this replica executes and the slots reserved for those about to, under one lock.
+#[derive(Default)]
+struct Registry {
+    /// The runs this replica executes, by name: the run's uid, its executor's stop token and
+    /// the run's generation when it started.
+    runs: HashMap<RunKey, Running>,
+    /// Slots held by reconciles acquiring a run's Lease ([`Executors::reserve_slot`]): taken
+    /// before the acquire's request, given back when the executor registers or the acquire
+    /// ends without one.
+    reserved: usize,
+}
+
+impl Registry {
+    /// The slots taken: executing runs and reservations.
+    fn taken(&self) -> usize {
+        self.runs.len() + self.reserved
+    }
 }
 
 /// The runs waiting for a slot, by (this replica's rank for the run, arrival), and those kicked
@@ -117,8 +130,7 @@ impl Executors {
             shutdown,
             slots: max,
             pace: pace.map(Mutex::new),
-            running: Mutex::new(HashMap::new()),
-            reserved: AtomicUsize::new(0),
+            registry: Mutex::new(Registry::default()),
             slot_waiters: Mutex::new(SlotWaiters::default()),
             kicks,
             gauge: slots.executing,
@@ -164,7 +176,7 @@ impl Executors {
                 "executor slots follow the API server's pace"
             );
         }
-        if verdict == Some(Verdict::Quick) && after > before {
+        if after > before {
             self.kick_slot_waiters();
         }
     }
@@ -189,22 +201,22 @@ impl Executors {
 
     /// True while this replica executes the run `key` whose uid is `uid`.
     pub fn is_executing(&self, key: &RunKey, uid: &str) -> bool {
-        lock(&self.running)
+        lock(&self.registry)
+            .runs
             .get(key)
             .is_some_and(|running| running.uid == uid)
     }
 
     /// How many runs this replica executes.
     pub fn executing(&self) -> usize {
-        lock(&self.running).len()
+        lock(&self.registry).runs.len()
     }
 
     /// Whether every executor slot is taken ([`Executors::limit`]), by executing runs or by
     /// reconciles acquiring a Lease ([`Executors::reserve_slot`]).
     pub fn is_full(&self) -> bool {
         let limit = self.limit();
-        let running = lock(&self.running);
-        running.len() + self.reserved.load(Ordering::SeqCst) >= limit
+        lock(&self.registry).taken() >= limit
     }
 
     /// Takes a free slot for a reconcile about to acquire a run's Lease, or `None` when every
@@ -216,19 +228,19 @@ impl Executors {
     /// (47 on 16 slots, on kube-apiserver; issue 15, session 15).
     pub fn reserve_slot(&self) -> Option<SlotReservation<'_>> {
         let limit = self.limit();
-        let running = lock(&self.running);
-        if running.len() + self.reserved.load(Ordering::SeqCst) >= limit {
+        let mut registry = lock(&self.registry);
+        if registry.taken() >= limit {
             return None;
         }
-        self.reserved.fetch_add(1, Ordering::SeqCst);
-        drop(running);
+        registry.reserved += 1;
         Some(SlotReservation { executors: self })
     }
 
     /// The generation the executor of the run `key` with uid `uid` started with, while this
     /// replica executes it.
     pub fn executing_generation(&self, key: &RunKey, uid: &str) -> Option<i64> {
-        lock(&self.running)
+        lock(&self.registry)
+            .runs
             .get(key)
             .filter(|running| running.uid == uid)
             .map(|running| running.generation)
@@ -246,7 +258,8 @@ impl Executors {
         stop: CancellationToken,
         generation: i64,
     ) -> bool {
-        let mut running = lock(&self.running);
+        let mut registry = lock(&self.registry);
+        let running = &mut registry.runs;
         if let Some(current) = running.get(key) {
             if current.uid == uid {
                 return false;
@@ -271,7 +284,8 @@ impl Executors {
     /// uid stays); its slot goes to a run waiting for one.
     pub fn unregister(&self, key: &RunKey, uid: &str) {
         {
-            let mut running = lock(&self.running);
+            let mut registry = lock(&self.registry);
+            let running = &mut registry.runs;
             if running.get(key).is_some_and(|running| running.uid == uid) {
                 running.remove(key);
             }
@@ -324,10 +338,7 @@ impl Executors {
     /// needs it passes it on when its reconcile ends.
     pub fn kick_slot_waiters(&self) {
         let limit = self.limit();
-        let executing = {
-            let running = lock(&self.running);
-            running.len() + self.reserved.load(Ordering::SeqCst)
-        };
+        let executing = lock(&self.registry).taken();
         let now = Instant::now();
         let kicked: Vec<RunKey> = {
             let mut waiters = lock(&self.slot_waiters);
@@ -374,12 +385,19 @@ pub struct SlotReservation<'a> {
     executors: &'a Executors,
 }
 
+impl SlotReservation<'_> {
+    /// Gives the slot back once the executor it was taken for is registered
+    /// ([`Executors::register`] returned true): the executor holds it now, so no slot frees up
+    /// and no waiting run is kicked.
+    pub fn registered(self) {
+        lock(&self.executors.registry).reserved -= 1;
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for SlotReservation<'_> {
     fn drop(&mut self) {
-        {
-            let _running = lock(&self.executors.running);
-            self.executors.reserved.fetch_sub(1, Ordering::SeqCst);
-        }
+        lock(&self.executors.registry).reserved -= 1;
         self.executors.kick_slot_waiters();
     }
 }

@@ -288,7 +288,7 @@ pub async fn observe(
                 // The slot is taken before the acquire's request and kept until the executor
                 // is registered (the end of this arm), so reconciles acquiring at once never
                 // exceed the limit together.
-                let slot = if busy {
+                let mut slot = if busy {
                     None
                 } else {
                     ctx.executors.reserve_slot()
@@ -324,13 +324,17 @@ pub async fn observe(
                         Some(held) => {
                             ctx.metrics.leases_acquired.inc();
                             tracing::info!(run = %key, takeover = takeover.is_some(), "won the lease");
-                            executor::spawn(
+                            let spawned = executor::spawn(
                                 ctx,
                                 key.clone(),
                                 state.clone(),
                                 held,
                                 Input::LeaseAcquired { takeover },
                             );
+                            if let (true, Some(slot)) = (spawned, slot.take()) {
+                                // The executor holds the slot now: nothing frees up.
+                                slot.registered();
+                            }
                         }
                         None => {
                             tracing::debug!(run = %key, "another replica won the lease");
