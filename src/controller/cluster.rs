@@ -43,9 +43,10 @@ pub struct StoredRun {
     pub resource_version: String,
 }
 
-/// The answer to a status write, read without building the spec ([`StoredRun::written`]).
+/// The answer to a status write, read without building the spec, nor the status when it is
+/// the one sent ([`StoredRun::written`]).
 #[derive(serde::Deserialize)]
-struct Written {
+struct Written<S> {
     #[serde(rename = "apiVersion", default)]
     api_version: Option<Value>,
     #[serde(default)]
@@ -55,8 +56,45 @@ struct Written {
     /// Only whether there is one: its text is skipped, not built.
     #[serde(default)]
     spec: Option<serde::de::IgnoredAny>,
+    /// `Value`, or [`serde::de::IgnoredAny`] (skipped, not built).
     #[serde(default)]
-    status: Value,
+    status: S,
+}
+
+/// A status write's answer as [`StoredRun::answer`] reads it.
+enum Answer<S> {
+    /// The same run and generation as held: the spec kept, shared; `run.snapshot.status` is
+    /// `Value::Null` and the answer's status is `status`.
+    Same { run: StoredRun, status: S },
+    /// Another uid or generation: the whole answer, decoded as [`StoredRun::from_object`] does.
+    Whole(StoredRun),
+}
+
+/// What a status write landed ([`ClusterApi::replace_run_status`]): the run as stored now,
+/// whose status the caller that sent it hands back ([`Landed::into_run`]).
+#[derive(Debug)]
+pub struct Landed {
+    /// The run as the answer shows it; its `snapshot.status` is `Value::Null` when `as_sent`.
+    run: StoredRun,
+    /// True when the answer showed the same run (uid) and generation: the stored status is the
+    /// one sent, and the answer's copy of it was skipped unread.
+    as_sent: bool,
+}
+
+impl Landed {
+    /// The run as stored now, `sent` being the status the write sent. A status write of the
+    /// same run and generation stores the status as sent (the engine writes every field the
+    /// CRD's schema defaults, and the schema prunes none of them; the settling of an unknown
+    /// write, `Context::write_status`, holds the same), so the answer's copy of the record is
+    /// not decoded again on each step (issue 15; docs/performance.md, session 16). Debug builds
+    /// check it against the answer: every test scenario, on both API servers.
+    pub fn into_run(self, sent: Value) -> StoredRun {
+        let mut run = self.run;
+        if self.as_sent {
+            run.snapshot.status = sent;
+        }
+        run
+    }
 }
 
 impl StoredRun {
@@ -129,8 +167,56 @@ impl StoredRun {
     /// [`StoredRun::from_object`] returns for incomplete metadata or a spec that does not
     /// decode.
     pub fn written(&self, text: &str) -> Result<StoredRun, DecodeError> {
+        Ok(match self.answer::<Value>(text)? {
+            Answer::Same { mut run, status } => {
+                run.snapshot.status = status;
+                run
+            }
+            Answer::Whole(run) => run,
+        })
+    }
+
+    /// What a status write of `sent` landed, from its answer `text`: read as
+    /// [`StoredRun::written`] reads it, but with the answer's status skipped unread when the
+    /// answer is of the same run and generation ([`Landed`]).
+    ///
+    /// # Errors
+    /// As [`StoredRun::written`].
+    pub fn landed(&self, text: &str, sent: &Value) -> Result<Landed, DecodeError> {
+        Ok(match self.answer::<serde::de::IgnoredAny>(text)? {
+            Answer::Same { run, .. } => {
+                #[cfg(debug_assertions)]
+                {
+                    let answer: Written<Value> =
+                        serde_json::from_str(text).map_err(|source| DecodeError::Answer {
+                            run: self.key(),
+                            source,
+                        })?;
+                    debug_assert!(
+                        super::context::same_json(&answer.status, sent),
+                        "{}: the API server stored another status than the one sent:\nsent   {sent}\nstored {}",
+                        self.key(),
+                        answer.status
+                    );
+                }
+                #[cfg(not(debug_assertions))]
+                let _ = sent;
+                Landed { run, as_sent: true }
+            }
+            Answer::Whole(run) => Landed {
+                run,
+                as_sent: false,
+            },
+        })
+    }
+
+    /// Reads a status write's answer `text`, its status as `S`.
+    fn answer<S>(&self, text: &str) -> Result<Answer<S>, DecodeError>
+    where
+        S: serde::de::DeserializeOwned + Default,
+    {
         let run = || self.key();
-        let written: Written = serde_json::from_str(text)
+        let written: Written<S> = serde_json::from_str(text)
             .map_err(|source| DecodeError::Answer { run: run(), source })?;
         let meta = &written.metadata;
         let same_spec = meta.get("uid").and_then(Value::as_str) == Some(&self.snapshot.uid)
@@ -139,7 +225,7 @@ impl StoredRun {
         if !same_spec {
             let object: Value = serde_json::from_str(text)
                 .map_err(|source| DecodeError::Answer { run: run(), source })?;
-            return StoredRun::from_object(object);
+            return StoredRun::from_object(object).map(Answer::Whole);
         }
         let text_of = |field: &str| meta.get(field).and_then(Value::as_str).map(str::to_string);
         let missing = |field: &'static str| DecodeError::Missing { run: run(), field };
@@ -156,22 +242,25 @@ impl StoredRun {
         object.insert("metadata".to_string(), written.metadata);
         let object = Value::Object(object);
         let metadata_bytes = crate::engine::encoded_len(&object);
-        Ok(StoredRun {
-            snapshot: RunSnapshot {
-                namespace: self.snapshot.namespace.clone(),
-                name: self.snapshot.name.clone(),
-                uid: self.snapshot.uid.clone(),
-                generation: self.snapshot.generation,
-                spec: self.snapshot.spec.clone(),
-                spec_bytes: self.snapshot.spec_bytes,
-                metadata_bytes,
-                status: written.status,
-                created_by,
-                sealed: Default::default(),
+        Ok(Answer::Same {
+            run: StoredRun {
+                snapshot: RunSnapshot {
+                    namespace: self.snapshot.namespace.clone(),
+                    name: self.snapshot.name.clone(),
+                    uid: self.snapshot.uid.clone(),
+                    generation: self.snapshot.generation,
+                    spec: self.snapshot.spec.clone(),
+                    spec_bytes: self.snapshot.spec_bytes,
+                    metadata_bytes,
+                    status: Value::Null,
+                    created_by,
+                    sealed: Default::default(),
+                },
+                resource_version,
+                spec: self.spec.clone(),
+                object,
             },
-            resource_version,
-            spec: self.spec.clone(),
-            object,
+            status: written.status,
         })
     }
 
@@ -317,12 +406,10 @@ pub trait ClusterApi: Send + Sync + 'static {
         namespace: &str,
         name: &str,
     ) -> Result<Option<ApprovalSnapshot>, ApiError>;
-    /// Replace the run's status with `status` on `run.resource_version` (compare-and-set).
-    async fn replace_run_status(
-        &self,
-        run: &StoredRun,
-        status: &Value,
-    ) -> Result<StoredRun, RunError>;
+    /// Replace the run's status with `status` on `run.resource_version` (compare-and-set);
+    /// what landed, whose status the caller hands back ([`Landed::into_run`]).
+    async fn replace_run_status(&self, run: &StoredRun, status: &Value)
+        -> Result<Landed, RunError>;
     /// Create an Approval (whole object); [`ApiError::Conflict`] when it exists.
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError>;
     /// Write an Approval's status: a merge patch of the status subresource carrying
@@ -507,7 +594,7 @@ impl ClusterApi for KubeApi {
         &self,
         run: &StoredRun,
         status: &Value,
-    ) -> Result<StoredRun, RunError> {
+    ) -> Result<Landed, RunError> {
         let body = serde_json::to_vec(&StatusReplace { run, status })
             .map_err(ApiError::json("encode the status"))?;
         let request = self
@@ -515,7 +602,7 @@ impl ClusterApi for KubeApi {
             .replace_subresource("status", &run.snapshot.name, &PostParams::default(), body)
             .map_err(ApiError::from)?;
         let written = self.client.request_text(request).await.map_err(classify)?;
-        Ok(run.written(&written)?)
+        Ok(run.landed(&written, status)?)
     }
 
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {

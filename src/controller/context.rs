@@ -636,14 +636,10 @@ impl Context {
     ///
     /// # Errors
     /// When the API server cannot be reached to settle an unknown write.
-    pub async fn write_status(
-        &self,
-        state: &RunState,
-        status: &Value,
-    ) -> Result<Written, RunError> {
+    pub async fn write_status(&self, state: &RunState, status: Value) -> Result<Written, RunError> {
         let before = &state.run.snapshot.status;
         let sent = std::time::Instant::now();
-        let written = self.api.replace_run_status(&state.run, status).await;
+        let written = self.api.replace_run_status(&state.run, &status).await;
         // A conflict or a gone run is an answer; any other error is a failed write.
         let failed = matches!(&written, Err(err)
             if !matches!(err, RunError::Api(ApiError::Conflict(_) | ApiError::NotFound(_))));
@@ -651,7 +647,8 @@ impl Context {
         self.executors.record_write(took, !failed);
         self.metrics.status_write_took(took.as_secs_f64());
         match written {
-            Ok(run) => {
+            Ok(landed) => {
+                let run = landed.into_run(status);
                 // A write that changed nothing keeps its version and makes no event.
                 if self.settings.savings.watch_lag
                     && run.resource_version != state.run.resource_version
@@ -681,7 +678,7 @@ impl Context {
                     tokio::time::sleep(Duration::from_millis(100 * (1 << attempt))).await;
                     match self.api.get_run(&key.namespace, &key.name).await {
                         Ok(Some(fresh)) => {
-                            if same_json(&fresh.snapshot.status, status) {
+                            if same_json(&fresh.snapshot.status, &status) {
                                 self.landed(before, &fresh);
                                 return Ok(Written::Landed(Box::new(fresh)));
                             }

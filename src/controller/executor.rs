@@ -281,7 +281,7 @@ impl Driver<'_> {
         } = transition;
         if let Some(status) = write {
             let before_call = matches!(next, Next::Call(_));
-            if let Some(flow) = self.write(input, seal.as_ref(), &status, before_call).await {
+            if let Some(flow) = self.write(input, seal.as_ref(), status, before_call).await {
                 return flow;
             }
         }
@@ -318,7 +318,7 @@ impl Driver<'_> {
         &mut self,
         input: &Input,
         seal: Option<&SegmentCreate>,
-        status: &Value,
+        status: Value,
         before_call: bool,
     ) -> Option<Flow> {
         let (ctx, lease) = (self.ctx, self.lease);

@@ -155,24 +155,29 @@ impl Executors {
             return;
         };
         let executing = self.executing();
-        let (before, after, verdict) = {
+        let (before, after, verdict, median_ms, rate) = {
             let mut pace = lock(pace);
             let before = pace.limit();
             let verdict = pace.sample(latency, ok, executing, Instant::now());
+            let median_ms = pace.last().map_or(0.0, |(_, median_ms)| median_ms);
             if verdict.is_some() {
-                if let Some((_, median_ms)) = pace.last() {
-                    self.median.set(median_ms / 1000.0);
-                }
+                self.median.set(median_ms / 1000.0);
             }
-            (before, pace.limit(), verdict)
+            (before, pace.limit(), verdict, median_ms, pace.last_rate())
         };
         if before != after {
             self.slots_gauge
                 .set(i64::try_from(after).unwrap_or(i64::MAX));
+        }
+        if let Some(verdict) = verdict {
+            // Every window, so a log shows where the slots settle and why (docs/performance.md).
             tracing::debug!(
                 before,
                 after,
                 ?verdict,
+                median_ms,
+                writes_per_second = rate,
+                executing,
                 "executor slots follow the API server's pace"
             );
         }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::Value;
 
-use super::cluster::{ApiError, ClusterApi, RunError, StoredRun, RUN_UID_LABEL};
+use super::cluster::{ApiError, ClusterApi, Landed, RunError, StoredRun, RUN_UID_LABEL};
 use crate::api::SecretKeyRef;
 use crate::engine::ApprovalSnapshot;
 
@@ -126,7 +126,7 @@ impl ClusterApi for FakeApi {
         &self,
         run: &StoredRun,
         status: &Value,
-    ) -> Result<StoredRun, RunError> {
+    ) -> Result<Landed, RunError> {
         let mut state = self.state.lock().unwrap();
         if !state.fail_status_writes.is_empty() {
             return Err(state.fail_status_writes.remove(0).into());
@@ -146,7 +146,7 @@ impl ClusterApi for FakeApi {
         state.runs.insert(key, object.clone());
         // Answered as the API server answers: the object's text, read as the client reads it.
         let text = serde_json::to_string(&object).expect("a stored run encodes");
-        Ok(run.written(&text)?)
+        Ok(run.landed(&text, status)?)
     }
 
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {

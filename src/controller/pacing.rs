@@ -125,6 +125,8 @@ pub struct Pace {
     /// The last windows' verdicts and medians (milliseconds), newest last, for the metrics and
     /// tests.
     history: VecDeque<(Verdict, f64)>,
+    /// The status writes per second of the last window of at least [`MIN_SAMPLES`], for the log.
+    last_rate: f64,
 }
 
 impl Pace {
@@ -151,6 +153,7 @@ impl Pace {
             window: Vec::new(),
             failed: false,
             history: VecDeque::new(),
+            last_rate: 0.0,
         }
     }
 
@@ -169,6 +172,12 @@ impl Pace {
         self.history.back().copied()
     }
 
+    /// The status writes per second of the last window of at least [`MIN_SAMPLES`] (0 before
+    /// one closed): for the log, which shows whether more slots still landed more writes.
+    pub fn last_rate(&self) -> f64 {
+        self.last_rate
+    }
+
     /// Records one status write that took `latency` (`ok` false: it failed, not a conflict) at
     /// `at`, with `executing` runs in flight here. Returns the verdict when it closed a window.
     pub fn sample(
@@ -183,6 +192,10 @@ impl Pace {
         self.failed |= !ok;
         if at.saturating_duration_since(start) < WINDOW {
             return None;
+        }
+        let elapsed = at.saturating_duration_since(start).as_secs_f64();
+        if self.window.len() >= MIN_SAMPLES {
+            self.last_rate = self.window.len() as f64 / elapsed;
         }
         let verdict = self.close(executing);
         self.window_start = Some(at);

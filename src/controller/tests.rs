@@ -857,6 +857,62 @@ fn a_watched_run_that_was_started_or_lists_mcp_tools_first_is_read_live() {
     assert!(super::reconcile::watched_state(&key("m"), &fresh, None).is_none());
 }
 
+/// Issue 15 (session 16): a status write's answer of the same run and generation is read for
+/// its metadata only and the run goes on with the status sent, the same run a whole decode of
+/// the answer makes; an answer of another generation is decoded whole, status included; debug
+/// builds refuse an answer whose stored status is not the one sent.
+#[test]
+fn a_status_write_answer_of_the_same_generation_keeps_the_status_sent() {
+    use super::cluster::StoredRun;
+    let mut object = run_object("ns", "w", 30);
+    object["metadata"]["resourceVersion"] = json!("7");
+    let held = StoredRun::from_object(object.clone()).unwrap();
+    let sent = json!({"phase": "Running", "stepCount": 1, "activeSeconds": 1.0});
+
+    // The server writes 1.0 as 1 (Go's unstructured JSON): the same number.
+    let mut answer = object.clone();
+    answer["metadata"]["resourceVersion"] = json!("8");
+    answer["status"] = json!({"phase": "Running", "stepCount": 1, "activeSeconds": 1});
+    let text = serde_json::to_string(&answer).unwrap();
+    let run = held.landed(&text, &sent).unwrap().into_run(sent.clone());
+    assert_eq!(run.resource_version, "8");
+    assert_eq!(
+        run.snapshot.status, sent,
+        "the status sent, not decoded again"
+    );
+    assert!(Arc::ptr_eq(&run.snapshot.spec, &held.snapshot.spec));
+    let whole = StoredRun::from_object(answer.clone()).unwrap();
+    assert_eq!(run.object, whole.object);
+    assert_eq!(run.snapshot.metadata_bytes, whole.snapshot.metadata_bytes);
+
+    // A spec edited meanwhile: the whole answer, its status as stored.
+    let mut edited = answer.clone();
+    edited["metadata"]["generation"] = json!(2);
+    edited["status"] = json!({"phase": "Running", "stepCount": 2});
+    let run = held
+        .landed(&serde_json::to_string(&edited).unwrap(), &sent)
+        .unwrap()
+        .into_run(sent.clone());
+    assert_eq!(run.snapshot.status["stepCount"], 2);
+    assert_eq!(run, StoredRun::from_object(edited).unwrap());
+
+    // Not JSON: an error naming the run.
+    let err = held.landed("{\"metadata\": ", &sent).unwrap_err();
+    assert!(err.to_string().contains("ns/w"), "{err}");
+
+    // Debug builds: a stored status that is not the one sent is a bug the tests must see.
+    if cfg!(debug_assertions) {
+        let mut other = answer;
+        other["status"]["stepCount"] = json!(5);
+        let text = serde_json::to_string(&other).unwrap();
+        let refused = std::panic::catch_unwind(|| held.landed(&text, &sent).map(|_| ()));
+        assert!(
+            refused.is_err(),
+            "a different stored status must not pass a debug build"
+        );
+    }
+}
+
 /// Issue 15: the answer to a status write of the same generation keeps the spec already held
 /// (shared, not decoded again), and reads as the same run a whole decode of it makes; an
 /// answer of another generation, or of another run of the name, is decoded whole.
