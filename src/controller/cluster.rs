@@ -33,7 +33,7 @@ pub struct StoredRun {
     /// [`StoredRun::spec`]).
     pub object: Value,
     /// `spec` as the API server returned it, shared by every [`StoredRun`] of the same
-    /// generation ([`StoredRun::written`]): a status write leaves the spec as it was, so the
+    /// generation ([`StoredRun::landed`]): a status write leaves the spec as it was, so the
     /// answer to one is not decoded again (issue 15; a scripted spec of 2,000 decisions is
     /// about 117 KiB).
     pub spec: Arc<Value>,
@@ -44,7 +44,7 @@ pub struct StoredRun {
 }
 
 /// The answer to a status write, read without building the spec, nor the status when it is
-/// the one sent ([`StoredRun::written`]).
+/// the one sent ([`StoredRun::answer`]).
 #[derive(serde::Deserialize)]
 struct Written<S> {
     #[serde(rename = "apiVersion", default)]
@@ -62,6 +62,7 @@ struct Written<S> {
 }
 
 /// A status write's answer as [`StoredRun::answer`] reads it.
+#[derive(Debug)]
 enum Answer<S> {
     /// The same run and generation as held: the spec kept, shared; `run.snapshot.status` is
     /// `Value::Null` and the answer's status is `status`.
@@ -71,15 +72,10 @@ enum Answer<S> {
 }
 
 /// What a status write landed ([`ClusterApi::replace_run_status`]): the run as stored now,
-/// whose status the caller that sent it hands back ([`Landed::into_run`]).
+/// whose status the caller that sent it hands back ([`Landed::into_run`]). Its answer was read
+/// with the status skipped unread when it is of the same run (uid) and generation.
 #[derive(Debug)]
-pub struct Landed {
-    /// The run as the answer shows it; its `snapshot.status` is `Value::Null` when `as_sent`.
-    run: StoredRun,
-    /// True when the answer showed the same run (uid) and generation: the stored status is the
-    /// one sent, and the answer's copy of it was skipped unread.
-    as_sent: bool,
-}
+pub struct Landed(Answer<serde::de::IgnoredAny>);
 
 impl Landed {
     /// The run as stored now, `sent` being the status the write sent. A status write of the
@@ -87,13 +83,16 @@ impl Landed {
     /// CRD's schema defaults, and the schema prunes none of them; the settling of an unknown
     /// write, `Context::write_status`, holds the same), so the answer's copy of the record is
     /// not decoded again on each step (issue 15; docs/performance.md, session 16). Debug builds
-    /// check it against the answer: every test scenario, on both API servers.
+    /// check it against the answer: every test scenario, on both API servers. An answer of
+    /// another uid or generation was read whole, its status as stored.
     pub fn into_run(self, sent: Value) -> StoredRun {
-        let mut run = self.run;
-        if self.as_sent {
-            run.snapshot.status = sent;
+        match self.0 {
+            Answer::Same { mut run, .. } => {
+                run.snapshot.status = sent;
+                run
+            }
+            Answer::Whole(run) => run,
         }
-        run
     }
 }
 
@@ -151,21 +150,12 @@ impl StoredRun {
         })
     }
 
-    /// The run as the answer `text` to a status write of `self` shows it. When the answer is
-    /// of the same run (uid) and the same `metadata.generation`, its spec is the one `self`
-    /// holds (a status write never changes the spec, and the spec changes only with the
-    /// generation), so the spec is kept, shared, instead of decoded again; otherwise the whole
-    /// answer is decoded as [`StoredRun::from_object`] does.
-    ///
-    /// A CRD upgrade that adds a `default:` to a spec field changes what the API server shows
-    /// without moving the generation; the held spec keeps the controller's own serde default
-    /// for that field until the run is read again (a GET after a 409, or a restart, which a
-    /// Helm upgrade of the CRDs and the controller together makes).
+    /// The run as the answer `text` to a status write of `self` shows it, read as
+    /// [`StoredRun::landed`] reads it but with the answer's status decoded too: for a caller
+    /// that no longer holds the status it sent.
     ///
     /// # Errors
-    /// [`DecodeError::Answer`] when `text` is not JSON of an object; what
-    /// [`StoredRun::from_object`] returns for incomplete metadata or a spec that does not
-    /// decode.
+    /// As [`StoredRun::landed`].
     pub fn written(&self, text: &str) -> Result<StoredRun, DecodeError> {
         Ok(match self.answer::<Value>(text)? {
             Answer::Same { mut run, status } => {
@@ -176,38 +166,41 @@ impl StoredRun {
         })
     }
 
-    /// What a status write of `sent` landed, from its answer `text`: read as
-    /// [`StoredRun::written`] reads it, but with the answer's status skipped unread when the
-    /// answer is of the same run and generation ([`Landed`]).
+    /// What a status write of `sent` landed, from its answer `text`. When the answer is of the
+    /// same run (uid) and the same `metadata.generation`, its spec is the one `self` holds (a
+    /// status write never changes the spec, and the spec changes only with the generation), so
+    /// the spec is kept, shared, instead of decoded again, and its status is the one sent, so
+    /// it is skipped unread ([`Landed`]); otherwise the whole answer is decoded as
+    /// [`StoredRun::from_object`] does.
+    ///
+    /// A CRD upgrade that adds a `default:` to a spec field changes what the API server shows
+    /// without moving the generation; the held spec keeps the controller's own serde default
+    /// for that field until the run is read again (a GET after a 409, or a restart, which a
+    /// Helm upgrade of the CRDs and the controller together makes).
     ///
     /// # Errors
-    /// As [`StoredRun::written`].
+    /// [`DecodeError::Answer`] when `text` is not JSON of an object; what
+    /// [`StoredRun::from_object`] returns for incomplete metadata or a spec that does not
+    /// decode.
     pub fn landed(&self, text: &str, sent: &Value) -> Result<Landed, DecodeError> {
-        Ok(match self.answer::<serde::de::IgnoredAny>(text)? {
-            Answer::Same { run, .. } => {
-                #[cfg(debug_assertions)]
-                {
-                    let answer: Written<Value> =
-                        serde_json::from_str(text).map_err(|source| DecodeError::Answer {
-                            run: self.key(),
-                            source,
-                        })?;
-                    debug_assert!(
-                        super::context::same_json(&answer.status, sent),
-                        "{}: the API server stored another status than the one sent:\nsent   {sent}\nstored {}",
-                        self.key(),
-                        answer.status
-                    );
-                }
-                #[cfg(not(debug_assertions))]
-                let _ = sent;
-                Landed { run, as_sent: true }
-            }
-            Answer::Whole(run) => Landed {
-                run,
-                as_sent: false,
-            },
-        })
+        let answer = self.answer::<serde::de::IgnoredAny>(text)?;
+        #[cfg(debug_assertions)]
+        if matches!(answer, Answer::Same { .. }) {
+            let stored: Written<Value> =
+                serde_json::from_str(text).map_err(|source| DecodeError::Answer {
+                    run: self.key(),
+                    source,
+                })?;
+            debug_assert!(
+                super::context::same_json(&stored.status, sent),
+                "{}: the API server stored another status than the one sent:\nsent   {sent}\nstored {}",
+                self.key(),
+                stored.status
+            );
+        }
+        #[cfg(not(debug_assertions))]
+        let _ = sent;
+        Ok(Landed(answer))
     }
 
     /// Reads a status write's answer `text`, its status as `S`.
@@ -294,7 +287,7 @@ pub enum DecodeError {
         /// The field under `metadata`: `uid` or `resourceVersion`.
         field: &'static str,
     },
-    /// The API server's answer to a write is not JSON of an object ([`StoredRun::written`]).
+    /// The API server's answer to a write is not JSON of an object ([`StoredRun::landed`]).
     #[error("AgentRun {run}: the answer to the status write does not decode: {source}")]
     Answer {
         /// `<namespace>/<name>`.

@@ -190,12 +190,12 @@ impl Pace {
         let start = *self.window_start.get_or_insert(at);
         self.window.push(latency.as_secs_f64() * 1000.0);
         self.failed |= !ok;
-        if at.saturating_duration_since(start) < WINDOW {
+        let elapsed = at.saturating_duration_since(start);
+        if elapsed < WINDOW {
             return None;
         }
-        let elapsed = at.saturating_duration_since(start).as_secs_f64();
         if self.window.len() >= MIN_SAMPLES {
-            self.last_rate = self.window.len() as f64 / elapsed;
+            self.last_rate = self.window.len() as f64 / elapsed.as_secs_f64();
         }
         let verdict = self.close(executing);
         self.window_start = Some(at);
