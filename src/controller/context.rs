@@ -131,12 +131,16 @@ pub struct Savings {
     /// `watch-lag`: a run held elsewhere is left alone for the run watch's lag too once its
     /// Lease could have expired ([`WatchLag`]).
     pub watch_lag: bool,
+    /// `lease-watch-behind`: a run recorded as held by another replica whose Lease the Lease
+    /// watch has not delivered yet is left alone until it does, for a while
+    /// ([`crate::engine::lease_watch_behind`]).
+    pub lease_watch_behind: bool,
 }
 
 /// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
 /// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, `slow-start`,
 /// `watched-spec`,
-/// `event-batch`, `presence`, `watch-lag`, or `all`); for measuring
+/// `event-batch`, `presence`, `watch-lag`, `lease-watch-behind`, or `all`); for measuring
 /// only.
 pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
 
@@ -154,6 +158,7 @@ impl Savings {
         event_batch: true,
         presence: true,
         watch_lag: true,
+        lease_watch_behind: true,
     };
 
     /// [`Savings::ALL`] less those `off` names (comma-separated; unknown names are ignored).
@@ -172,6 +177,7 @@ impl Savings {
             event_batch: on("event-batch"),
             presence: on("presence"),
             watch_lag: on("watch-lag"),
+            lease_watch_behind: on("lease-watch-behind"),
         }
     }
 
@@ -232,6 +238,9 @@ pub struct Context {
     pub leases: LeaseObservations,
     /// The new runs this replica leaves to another replica first ([`super::spread`]).
     pub spread: super::spread::Spread,
+    /// The runs this replica leaves alone until its Lease watch delivers their Lease
+    /// ([`crate::engine::lease_watch_behind`]).
+    pub lease_watch_behind: super::spread::LeftAlone,
     /// The runs this replica executes, and what their executor tasks share.
     pub executors: Executors,
     /// Reconcile failures in a row, per run: [`super::failures::error_policy`]'s backoff.
@@ -476,6 +485,7 @@ impl Context {
             metrics,
             leases: LeaseObservations::default(),
             spread: super::spread::Spread::default(),
+            lease_watch_behind: super::spread::LeftAlone::default(),
             ended: EndedRuns::default(),
             watch_lag,
             executors,

@@ -28,6 +28,8 @@ pub struct State {
     pub status_writes: u64,
     /// Runs read (`get_run`).
     pub run_reads: u64,
+    /// Lease creates sent (`create_lease`), whatever their outcome.
+    pub lease_creates: u64,
 }
 
 #[derive(Default)]
@@ -229,6 +231,7 @@ impl ClusterApi for FakeApi {
 
     async fn create_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
         let mut state = self.state.lock().unwrap();
+        state.lease_creates += 1;
         if !state.fail_lease_writes.is_empty() {
             return Err(state.fail_lease_writes.remove(0));
         }

@@ -76,6 +76,12 @@ async fn reconcile_run(
             wait.saturating_add(50),
         )));
     }
+    if let Some(wait) = lease_watch_behind(obj, key, ctx) {
+        // Recorded as held by another replica, whose Lease this replica's Lease watch has not
+        // delivered yet: it wakes the run when it does; reading now could only end in a
+        // create that loses.
+        return Ok(Action::requeue(Duration::from_millis(wait)));
+    }
     if waits_for_a_slot(obj, key, ctx) {
         // Every slot is taken and the run is as it was created: reading it could only end in
         // waiting for a slot, so it waits without the read (a freed slot kicks it).
@@ -111,6 +117,39 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
     let peers = ctx.leases.holders_seen(now, super::spread::PEER_MEMORY);
     ctx.spread
         .defer(key, uid, ctx.settings.holder.as_str(), &peers, now)
+}
+
+/// How long a run recorded as held by another replica is left alone at most while the Lease
+/// watch holds no Lease of it (milliseconds): the Lease's event wakes it sooner.
+const LEASE_WATCH_WAIT_MILLIS: u64 = 2_000;
+
+/// When the watch saw `obj` recorded as held by another replica, on its current spec, and the
+/// Lease watch has listed and holds no Lease of this run ([`crate::engine::lease_watch_behind`]):
+/// how long to leave it alone, once, for at most [`LEASE_WATCH_WAIT_MILLIS`]. A run for which
+/// that no longer holds is forgotten there.
+fn lease_watch_behind(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> {
+    if !ctx.settings.savings.lease_watch_behind {
+        return None;
+    }
+    let behind = crate::engine::lease_watch_behind(
+        &watched_view(obj),
+        ctx.settings.holder.as_str(),
+    ) && matches!(ctx.leases.cached(key), Some(cached) if lease::own(cached.as_deref(), obj.uid()).is_none());
+    if !behind {
+        ctx.lease_watch_behind.settled(key);
+        return None;
+    }
+    let wait = ctx
+        .lease_watch_behind
+        .once(key, std::time::Instant::now(), LEASE_WATCH_WAIT_MILLIS);
+    if wait.is_none() {
+        tracing::debug!(
+            run = %key,
+            holder = ?obj.status.lease.as_ref().and_then(|lease| lease.holder.as_deref()),
+            "the Lease watch still holds no Lease of a run held elsewhere; reading the run"
+        );
+    }
+    wait
 }
 
 /// Whether `obj` may wait for a slot unread ([`crate::engine::slot_wait_unread`]: new and as

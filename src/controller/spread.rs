@@ -6,6 +6,9 @@
 //! [`SPREAD_MILLIS`] once, then tries as before. It only delays a first try: the Lease's
 //! compare-and-set still decides who holds the run (docs/design.md section 4), and a run whose
 //! first-ranked replica died or is busy is tried by the others after the delay.
+//!
+//! [`LeftAlone`] is the once-per-run wait it uses, also for a run whose Lease the Lease watch
+//! has not delivered yet (`controller::reconcile`, [`crate::engine::lease_watch_behind`]).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -20,10 +23,51 @@ pub const SPREAD_MILLIS: u64 = 2_000;
 /// A holder the Lease watch has not seen for this long is no longer counted as a replica.
 pub const PEER_MEMORY: Duration = Duration::from_secs(30);
 
-/// The new runs this replica left to another one, and since when (monotonic).
+/// The new runs this replica left to another one, and since when ([`LeftAlone`]).
 #[derive(Debug, Default)]
 pub struct Spread {
-    deferred: Mutex<HashMap<RunKey, Instant>>,
+    deferred: LeftAlone,
+}
+
+/// Runs this replica leaves alone once, each for a bounded time, and since when (monotonic):
+/// a reconcile that would only lose a race now (another replica is about to take the run, or
+/// a watch is about to deliver what makes the read needless) requeues instead, and reads as
+/// before once the time is up. An entry lives until the time is up or the caller says the
+/// reason is gone ([`LeftAlone::settled`]).
+#[derive(Debug, Default)]
+pub struct LeftAlone {
+    since: Mutex<HashMap<RunKey, Instant>>,
+}
+
+impl LeftAlone {
+    fn lock(&self) -> MutexGuard<'_, HashMap<RunKey, Instant>> {
+        match self.since.lock() {
+            Ok(since) => since,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The milliseconds still to leave the run `key` alone, counted from the first call for it
+    /// (at `at`, monotonic) over `millis` in all; `None` once that time is up, which also
+    /// forgets the run, so a later reason leaves it alone afresh.
+    pub fn once(&self, key: &RunKey, at: Instant, millis: u64) -> Option<u64> {
+        let mut left = self.lock();
+        let since = *left.entry(key.clone()).or_insert(at);
+        let waited = u64::try_from(at.saturating_duration_since(since).as_millis()).unwrap_or(0);
+        if waited >= millis {
+            left.remove(key);
+            return None;
+        }
+        Some(millis - waited)
+    }
+
+    /// The reason to leave the run `key` alone is gone (or so is the run): forget it.
+    pub fn settled(&self, key: &RunKey) {
+        let mut left = self.lock();
+        if !left.is_empty() {
+            left.remove(key);
+        }
+    }
 }
 
 fn rank(uid: &str, holder: &str) -> u64 {
@@ -49,13 +93,6 @@ pub fn place(uid: &str, me: &str, peers: &[String]) -> usize {
 }
 
 impl Spread {
-    fn lock(&self) -> MutexGuard<'_, HashMap<RunKey, Instant>> {
-        match self.deferred.lock() {
-            Ok(deferred) => deferred,
-            Err(poisoned) => poisoned.into_inner(),
-        }
-    }
-
     /// For a new run `key` (no status, no Lease yet) with `uid`: the milliseconds to leave it
     /// alone when `me` is not first among `peers` and has not left it alone for
     /// [`SPREAD_MILLIS`] yet; `None` to try it now.
@@ -71,22 +108,12 @@ impl Spread {
             self.settled(key);
             return None;
         }
-        let mut deferred = self.lock();
-        let since = *deferred.entry(key.clone()).or_insert(at);
-        let waited = u64::try_from(at.saturating_duration_since(since).as_millis()).unwrap_or(0);
-        if waited >= SPREAD_MILLIS {
-            deferred.remove(key);
-            return None;
-        }
-        Some(SPREAD_MILLIS - waited)
+        self.deferred.once(key, at, SPREAD_MILLIS)
     }
 
     /// The run `key` is no longer new (or is gone): forget that it was left alone.
     pub fn settled(&self, key: &RunKey) {
-        let mut deferred = self.lock();
-        if !deferred.is_empty() {
-            deferred.remove(key);
-        }
+        self.deferred.settled(key);
     }
 }
 
@@ -131,6 +158,22 @@ mod tests {
             assert_eq!(places, vec![0, 1, 2], "{uid}");
         }
         assert_eq!(place("uid-0", "a-1", &[]), 0);
+    }
+
+    #[test]
+    fn a_run_is_left_alone_once_for_the_time_given_then_afresh_after_it_settled() {
+        let left = LeftAlone::default();
+        let t0 = Instant::now();
+        let at = |millis: u64| t0 + Duration::from_millis(millis);
+        assert_eq!(left.once(&key("r"), at(0), 2_000), Some(2_000));
+        assert_eq!(left.once(&key("r"), at(1_500), 2_000), Some(500));
+        // Another run is counted on its own.
+        assert_eq!(left.once(&key("s"), at(1_500), 2_000), Some(2_000));
+        assert_eq!(left.once(&key("r"), at(2_000), 2_000), None);
+        // Time up forgot it: a new reason leaves it alone afresh.
+        assert_eq!(left.once(&key("r"), at(2_100), 2_000), Some(2_000));
+        left.settled(&key("r"));
+        assert_eq!(left.once(&key("r"), at(2_200), 2_000), Some(2_000));
     }
 
     #[test]

@@ -522,6 +522,108 @@ async fn a_new_run_is_not_read_while_every_slot_is_taken_and_a_cancelled_one_is(
     assert_eq!(api.state.lock().unwrap().run_reads, 1);
 }
 
+#[tokio::test]
+async fn a_run_held_elsewhere_whose_lease_the_watch_has_not_delivered_waits_for_it_unread() {
+    // Another replica won the Lease, then wrote the status that records it; this replica's run
+    // watch delivered that write before its Lease watch delivered the Lease. Reading the run
+    // could only end in a create of a Lease that exists (issue 15: most of the races left).
+    let api = Arc::new(FakeApi::with_run(run_object("ns", "held", 30)));
+    let other = held_by_other(&api, "held", Clock::default().now()).await;
+    api.state.lock().unwrap().lease_creates = 0;
+    let ctx = context(api.clone(), "a", 500);
+    let now = std::time::Instant::now();
+    ctx.leases
+        .watched(Some("ns"), &kube::runtime::watcher::Event::Init, now);
+    ctx.leases
+        .watched(Some("ns"), &kube::runtime::watcher::Event::InitDone, now);
+    let watched = |generation: i64| {
+        let run: super::watches::WatchedRun = serde_json::from_value(json!({
+            "metadata": {"name": "held", "namespace": "ns", "uid": "uid-held",
+                         "generation": generation},
+            "status": {"phase": "Running", "observedGeneration": 1,
+                       "lease": {"holder": other.as_str()}},
+        }))
+        .unwrap();
+        Arc::new(run)
+    };
+    let reads = || api.state.lock().unwrap().run_reads;
+    let creates = || api.state.lock().unwrap().lease_creates;
+    let action = super::reconcile::reconcile(watched(1), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!((reads(), creates()), (0, 0), "left alone unread");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(2)),
+        "for the Lease watch's event, or at most 2 s"
+    );
+    // A cancel since the last write is read at once.
+    super::reconcile::reconcile(watched(2), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(reads(), 1, "a new generation is read");
+    {
+        let mut state = api.state.lock().unwrap();
+        state.run_reads = 0;
+        state.lease_creates = 0;
+    }
+    // The Lease arrives: the run is held live elsewhere, and still not read.
+    let lease = api.lease("ns", "held").expect("the other replica's Lease");
+    ctx.leases.watched(
+        Some("ns"),
+        &kube::runtime::watcher::Event::Apply(lease),
+        std::time::Instant::now(),
+    );
+    super::reconcile::reconcile(watched(1), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!((reads(), creates()), (0, 0), "held elsewhere, live");
+    assert!(api.lease("ns", "held").is_some());
+}
+
+#[tokio::test]
+async fn a_run_held_elsewhere_whose_lease_never_comes_is_read_after_the_wait() {
+    // The Lease is really gone (deleted by hand): after the wait the run is read and its
+    // Lease taken as an absent one, as before.
+    let api = Arc::new(FakeApi::with_run(run_object("ns", "bare", 30)));
+    let ctx = context(api.clone(), "a", 500);
+    let now = std::time::Instant::now();
+    ctx.leases
+        .watched(Some("ns"), &kube::runtime::watcher::Event::Init, now);
+    ctx.leases
+        .watched(Some("ns"), &kube::runtime::watcher::Event::InitDone, now);
+    let run: super::watches::WatchedRun = serde_json::from_value(json!({
+        "metadata": {"name": "bare", "namespace": "ns", "uid": "uid-bare", "generation": 1},
+        "status": {"phase": "Running", "observedGeneration": 1,
+                   "lease": {"holder": "gone-1"}},
+    }))
+    .unwrap();
+    let run = Arc::new(run);
+    super::reconcile::reconcile(run.clone(), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(api.state.lock().unwrap().run_reads, 0, "left alone first");
+    // The wait began 3 s ago (the test does not sleep it).
+    ctx.lease_watch_behind.settled(&key("bare"));
+    let three_seconds_ago = now.checked_sub(Duration::from_secs(3)).unwrap_or(now);
+    assert_eq!(
+        ctx.lease_watch_behind
+            .once(&key("bare"), three_seconds_ago, 2_000),
+        Some(2_000)
+    );
+    super::reconcile::reconcile(run, ctx.clone()).await.unwrap();
+    assert!(
+        api.state.lock().unwrap().run_reads >= 1,
+        "read after the wait"
+    );
+    assert_eq!(
+        api.state.lock().unwrap().lease_creates,
+        1,
+        "and its absent Lease taken over"
+    );
+    ctx.executors.shutdown.cancel();
+}
+
 /// Another replica `other-…` holds `name`'s Lease, its renewTime `renewed_at` (by its clock).
 async fn held_by_other(api: &FakeApi, name: &str, renewed_at: Time) -> HolderId {
     let other = HolderId::with_random_suffix("other");

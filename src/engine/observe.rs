@@ -83,6 +83,24 @@ pub fn slot_wait_unread(watched: &WatchedView) -> bool {
     is_new_run(watched.phase, watched.observed_generation) && watched.generation == Some(1)
 }
 
+/// Whether a replica that is not `caller_holder`, whose Lease watch has listed and holds no
+/// Lease of this run, may leave the run it watched unread for a while: the run is `Running`
+/// under another recorded holder, on its current spec (`generation` = `observedGeneration`: no
+/// cancel or policy change a reconcile must act on). A holder wins the run's Lease before the
+/// status write that records it (docs/design.md section 4), so that Lease exists unless someone
+/// deleted it: the Lease watch is behind the run watch, and delivering the Lease wakes the run.
+/// Reading the run now could only end in acquiring a Lease that exists, a create that loses
+/// (409) after a read (issue 15). It only delays a read: the caller leaves the run alone once,
+/// for a bounded time, then reads and decides as before.
+pub fn lease_watch_behind(watched: &WatchedView, caller_holder: &str) -> bool {
+    watched.phase == Some("Running")
+        && watched
+            .holder
+            .is_some_and(|holder| !holder.is_empty() && holder != caller_holder)
+        && watched.generation.is_some()
+        && watched.generation == watched.observed_generation
+}
+
 /// What a replica's watch last saw of a run, for [`observer_wait`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WatchedView<'a> {
@@ -273,6 +291,40 @@ mod tests {
             ..created
         };
         assert!(!slot_wait_unread(&started));
+    }
+
+    #[test]
+    fn a_run_recorded_as_held_elsewhere_on_its_current_spec_waits_for_the_lease_watch() {
+        let held = WatchedView {
+            phase: Some("Running"),
+            generation: Some(1),
+            observed_generation: Some(1),
+            holder: Some("a-1"),
+        };
+        assert!(lease_watch_behind(&held, "b-2"));
+        // Its own recorded holding: this replica knows its Lease; read.
+        assert!(!lease_watch_behind(&held, "a-1"));
+        // A cancel or a policy change since the last write: read and act on it now.
+        let edited = WatchedView {
+            generation: Some(2),
+            ..held
+        };
+        assert!(!lease_watch_behind(&edited, "b-2"));
+        // Waiting for a person (its holder released the Lease), new, or ended: read.
+        for phase in [
+            None,
+            Some("Pending"),
+            Some("WaitingForApproval"),
+            Some("Completed"),
+        ] {
+            let other = WatchedView { phase, ..held };
+            assert!(!lease_watch_behind(&other, "b-2"), "{phase:?}");
+        }
+        // No holder recorded, or an empty one.
+        for holder in [None, Some("")] {
+            let unheld = WatchedView { holder, ..held };
+            assert!(!lease_watch_behind(&unheld, "b-2"), "{holder:?}");
+        }
     }
 
     #[test]
