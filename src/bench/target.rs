@@ -110,48 +110,58 @@ impl Target {
     }
 
     /// Where the audit log is now (to count only what follows).
-    pub fn audit_mark(&self) -> u64 {
-        self.audit
+    pub fn audit_mark(&self) -> AuditMark {
+        let meta = self
+            .audit
             .as_ref()
-            .and_then(|path| std::fs::metadata(path).ok())
-            .map_or(0, |m| m.len())
-    }
-
-    /// The write requests (create, update, patch, delete) in `namespace` since `mark`, by
-    /// `resource[/subresource]`; `None` without an audit log.
-    pub fn writes_since(&self, mark: u64, namespace: &str) -> Option<BTreeMap<String, u64>> {
-        let mut out = BTreeMap::new();
-        for ((verb, what), n) in self.requests_since(mark, namespace)? {
-            if matches!(verb.as_str(), "create" | "update" | "patch" | "delete") {
-                *out.entry(what).or_insert(0) += n;
-            }
+            .and_then(|path| std::fs::metadata(path).ok());
+        AuditMark {
+            file: meta.as_ref().map(file_id),
+            offset: meta.map_or(0, |m| m.len()),
         }
-        Some(out)
     }
 
     /// Every request in `namespace` since `mark`, by (verb, `resource[/subresource]`); `None`
     /// without an audit log. Reads the embedded server's lines (`verb`, `resource`,
     /// `subresource`, `namespace`) and kube-apiserver's audit events (`objectRef`, counted at
     /// their `ResponseComplete` stage only, so a request is counted once).
+    ///
+    /// kube-apiserver rotates its audit log (`--audit-log-maxsize`, 100 MB in
+    /// `../shared/envtest`): the file marked is then renamed beside it (`audit-<time>.log`) and
+    /// read from the mark on, followed by the backups after it and the current file.
+    ///
+    /// # Errors
+    /// A line saying so when the file marked is gone (rotated out of the backups kept): the
+    /// counts would be short.
     pub fn requests_since(
         &self,
-        mark: u64,
+        mark: &AuditMark,
         namespace: &str,
-    ) -> Option<BTreeMap<(String, String), u64>> {
+    ) -> Option<Result<Requests, String>> {
         let path = self.audit.as_ref()?;
-        let mut file = std::fs::File::open(path).ok()?;
-        file.seek(std::io::SeekFrom::Start(mark)).ok()?;
+        let files = match audit_files_since(path, mark) {
+            Ok(files) => files,
+            Err(why) => return Some(Err(why)),
+        };
         let mut out = BTreeMap::new();
-        for line in std::io::BufReader::new(file).lines() {
-            let Ok(line) = line else { break };
-            let Ok(entry) = serde_json::from_str::<Value>(&line) else {
+        for (file, offset) in files {
+            let Ok(mut file) = std::fs::File::open(&file) else {
                 continue;
             };
-            if let Some((verb, what)) = audit_request(&entry, namespace) {
-                *out.entry((verb, what)).or_insert(0) += 1;
+            if file.seek(std::io::SeekFrom::Start(offset)).is_err() {
+                continue;
+            }
+            for line in std::io::BufReader::new(file).lines() {
+                let Ok(line) = line else { break };
+                let Ok(entry) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if let Some((verb, what)) = audit_request(&entry, namespace) {
+                    *out.entry((verb, what)).or_insert(0) += 1;
+                }
             }
         }
-        Some(out)
+        Some(Ok(out))
     }
 
     /// Stops the embedded server.
@@ -160,6 +170,81 @@ impl Target {
             server.shutdown().await;
         }
     }
+}
+
+/// Requests counted by (verb, `resource[/subresource]`) ([`Target::requests_since`]).
+pub type Requests = BTreeMap<(String, String), u64>;
+
+/// Where an audit log stood ([`Target::audit_mark`]): its file, by device and inode (a rename
+/// keeps them, so the file is found again after the API server rotated the log), and the length
+/// it had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditMark {
+    file: Option<(u64, u64)>,
+    offset: u64,
+}
+
+fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
+/// The files holding what `path` logged since `mark`, each with the offset to read it from:
+/// `path` itself from the mark when it is still the file marked; after a rotation, the file
+/// marked (renamed `<stem>-<time>.<ext>` beside it) from the mark, then every later backup and
+/// `path`, whole, oldest first.
+fn audit_files_since(path: &Path, mark: &AuditMark) -> Result<Vec<(PathBuf, u64)>, String> {
+    let current = std::fs::metadata(path).ok();
+    if mark.file.is_none() || current.as_ref().map(file_id) == mark.file {
+        return Ok(vec![(path.to_path_buf(), mark.offset)]);
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("audit");
+    let ext = path.extension().and_then(|s| s.to_str()).unwrap_or("log");
+    let mut backups: Vec<(std::time::SystemTime, PathBuf, (u64, u64))> = std::fs::read_dir(dir)
+        .map_err(|err| format!("cannot list {}: {err}", dir.display()))?
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(&format!("{stem}-")) && name.ends_with(&format!(".{ext}"))
+        })
+        .filter_map(|entry| {
+            let meta = entry.metadata().ok()?;
+            Some((meta.modified().ok()?, entry.path(), file_id(&meta)))
+        })
+        .collect();
+    backups.sort();
+    let Some(first) = backups.iter().position(|(_, _, id)| Some(*id) == mark.file) else {
+        return Err(format!(
+            "the audit log {} was rotated more often than its backups are kept while the \
+             workload ran, so its request counts would be short (none are given): raise \
+             kube-apiserver's --audit-log-maxsize or --audit-log-maxbackup",
+            path.display()
+        ));
+    };
+    let mut files: Vec<(PathBuf, u64)> = vec![(backups[first].1.clone(), mark.offset)];
+    files.extend(
+        backups[first + 1..]
+            .iter()
+            .map(|(_, file, _)| (file.clone(), 0)),
+    );
+    if current.is_some() {
+        files.push((path.to_path_buf(), 0));
+    }
+    Ok(files)
+}
+
+/// The write requests (create, update, patch, delete) among `requests`
+/// ([`Target::requests_since`]), by `resource[/subresource]`.
+pub fn writes_of(requests: &Requests) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for ((verb, what), n) in requests {
+        if matches!(verb.as_str(), "create" | "update" | "patch" | "delete") {
+            *out.entry(what.clone()).or_insert(0) += n;
+        }
+    }
+    out
 }
 
 /// One audit line's request in `namespace` as (verb, `resource[/subresource]`), in either the
@@ -266,6 +351,47 @@ pub async fn create_runs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_audit_log_rotated_after_the_mark_is_read_from_the_mark_through_the_backups() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let mark_of = |path: &Path| {
+            let meta = std::fs::metadata(path).unwrap();
+            AuditMark {
+                file: Some(file_id(&meta)),
+                offset: meta.len(),
+            }
+        };
+        let read = |files: Vec<(PathBuf, u64)>| -> String {
+            files
+                .into_iter()
+                .map(|(file, offset)| {
+                    std::fs::read_to_string(file).unwrap()[offset as usize..].to_string()
+                })
+                .collect()
+        };
+        std::fs::write(&path, "before\n").unwrap();
+        let mark = mark_of(&path);
+        std::fs::write(&path, "before\nafter-1\n").unwrap();
+        assert_eq!(read(audit_files_since(&path, &mark).unwrap()), "after-1\n");
+        // kube-apiserver renames the full file beside it and starts a new one, twice.
+        let first = dir.path().join("audit-2026-12-04T19-44-19.376.log");
+        std::fs::rename(&path, &first).unwrap();
+        std::fs::write(&path, "after-2\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let second = dir.path().join("audit-2026-12-04T19-50-00.000.log");
+        std::fs::rename(&path, &second).unwrap();
+        std::fs::write(&path, "after-3\n").unwrap();
+        assert_eq!(
+            read(audit_files_since(&path, &mark).unwrap()),
+            "after-1\nafter-2\nafter-3\n"
+        );
+        // The file marked rotated out of the backups kept: no counts, and why.
+        std::fs::remove_file(&first).unwrap();
+        let why = audit_files_since(&path, &mark).unwrap_err();
+        assert!(why.contains("--audit-log-maxsize"), "{why}");
+    }
 
     #[test]
     fn audit_lines_are_counted_once_by_verb_and_resource_and_the_clusters_own_are_named() {

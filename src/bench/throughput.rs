@@ -230,9 +230,18 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
         .map(|list| list.items.len() as u64)
         .ok();
     row.segments = segments;
-    row.requests = bench.target.requests_since(mark, &ns).unwrap_or_default();
-    match bench.target.writes_since(mark, &ns) {
-        Some(writes) => {
+    let requests = match bench.target.requests_since(&mark, &ns) {
+        Some(Ok(requests)) => Some(requests),
+        Some(Err(why)) => {
+            row.notes.push(why);
+            None
+        }
+        None => None,
+    };
+    match requests {
+        Some(requests) => {
+            let writes = super::target::writes_of(&requests);
+            row.requests = requests;
             row.status_writes = Some(writes.get("agentruns/status").copied().unwrap_or(0));
             row.segment_creates = Some(writes.get("agentrunsegments").copied().unwrap_or(0));
             row.writes_by_resource = writes;
