@@ -85,10 +85,20 @@ impl Landed {
     /// not decoded again on each step (issue 15; docs/performance.md, session 16). Debug builds
     /// check it against the answer: every test scenario, on both API servers. An answer of
     /// another uid or generation was read whole, its status as stored.
-    pub fn into_run(self, sent: Value) -> StoredRun {
+    ///
+    /// `record` is `sent` decoded, when the caller holds it (the engine's
+    /// [`crate::engine::Transition::record`]): kept as the snapshot's
+    /// [`crate::engine::RunSnapshot::record`] with the status sent, so the next step does not
+    /// decode it again; dropped with it when the answer was read whole.
+    pub fn into_run(
+        self,
+        sent: Value,
+        record: Option<Arc<crate::api::AgentRunStatus>>,
+    ) -> StoredRun {
         match self.0 {
             Answer::Same { mut run, .. } => {
                 run.snapshot.status = sent;
+                run.snapshot.record = record;
                 run
             }
             Answer::Whole(run) => run,
@@ -141,6 +151,7 @@ impl StoredRun {
                 spec_bytes: Some(crate::engine::encoded_len(&spec_json)),
                 metadata_bytes,
                 status,
+                record: None,
                 created_by,
                 sealed: Default::default(),
             },
@@ -246,6 +257,7 @@ impl StoredRun {
                     spec_bytes: self.snapshot.spec_bytes,
                     metadata_bytes,
                     status: Value::Null,
+                    record: None,
                     created_by,
                     sealed: Default::default(),
                 },

@@ -642,11 +642,18 @@ impl Context {
     /// Replaces the run's status by compare-and-set on the version in `state`. A failure that
     /// leaves it unknown whether the write landed is settled by reading the run back: the same
     /// status → landed; otherwise → [`Written::Conflict`] (decide again from what is stored).
-    /// Never retries the write itself.
+    /// Never retries the write itself. `record` is `status` decoded when the caller holds it
+    /// (an executor's [`crate::engine::Transition::record`]); the run that landed keeps it
+    /// ([`super::cluster::Landed::into_run`]).
     ///
     /// # Errors
     /// When the API server cannot be reached to settle an unknown write.
-    pub async fn write_status(&self, state: &RunState, status: Value) -> Result<Written, RunError> {
+    pub async fn write_status(
+        &self,
+        state: &RunState,
+        status: Value,
+        record: Option<Arc<crate::api::AgentRunStatus>>,
+    ) -> Result<Written, RunError> {
         let before = &state.run.snapshot.status;
         let sent = std::time::Instant::now();
         let written = self.api.replace_run_status(&state.run, &status).await;
@@ -658,7 +665,7 @@ impl Context {
         self.metrics.status_write_took(took.as_secs_f64());
         match written {
             Ok(landed) => {
-                let run = landed.into_run(status);
+                let run = landed.into_run(status, record);
                 // A write that changed nothing keeps its version and makes no event.
                 if self.settings.savings.watch_lag
                     && run.resource_version != state.run.resource_version

@@ -276,12 +276,16 @@ impl Driver<'_> {
         let Transition {
             seal,
             write,
+            record,
             bookkeeping,
             next,
         } = transition;
         if let Some(status) = write {
             let before_call = matches!(next, Next::Call(_));
-            if let Some(flow) = self.write(input, seal.as_ref(), status, before_call).await {
+            if let Some(flow) = self
+                .write(input, seal.as_ref(), status, record, before_call)
+                .await
+            {
                 return flow;
             }
         }
@@ -319,6 +323,7 @@ impl Driver<'_> {
         input: &Input,
         seal: Option<&SegmentCreate>,
         status: Value,
+        record: Option<std::sync::Arc<crate::api::AgentRunStatus>>,
         before_call: bool,
     ) -> Option<Flow> {
         let (ctx, lease) = (self.ctx, self.lease);
@@ -365,7 +370,7 @@ impl Driver<'_> {
                     .remember(&seal.sha256, spec, usize::try_from(bytes).unwrap_or(0));
             }
         }
-        match ctx.write_status(&self.state, status).await {
+        match ctx.write_status(&self.state, status, record).await {
             Ok(Written::Landed(run)) => {
                 self.state.run = *run;
                 self.conflicts = 0;

@@ -302,7 +302,7 @@ pub async fn observe(
         let seen = ctx.observe_lease(key, lease_read.as_deref(), &uid, lease_source);
         let observed = ctx.observe(&state, &seen);
         if let Some(status) = observed.write {
-            match ctx.write_status(&state, status).await? {
+            match ctx.write_status(&state, status, None).await? {
                 Written::Landed(run) => state.run = *run,
                 Written::Conflict => {
                     settled = false;

@@ -108,6 +108,7 @@ fn fake_step(
             Transition {
                 seal: None,
                 write: Some(next),
+                record: None,
                 bookkeeping: Vec::new(),
                 next: Next::Call(ExternalCall::Tool(ToolCall {
                     step: crate::api::StepIndex(0),
@@ -131,6 +132,7 @@ fn fake_step(
                 seal: (run.name.starts_with("seal") && !budgets.seal.is_off())
                     .then(|| fake_segment(run)),
                 write: Some(next),
+                record: None,
                 bookkeeping: vec![Bookkeeping::ReleaseLease],
                 next: Next::Stop,
             }
@@ -976,7 +978,10 @@ fn a_status_write_answer_of_the_same_generation_keeps_the_status_sent() {
     answer["metadata"]["resourceVersion"] = json!("8");
     answer["status"] = json!({"phase": "Running", "stepCount": 1, "activeSeconds": 1});
     let text = serde_json::to_string(&answer).unwrap();
-    let run = held.landed(&text, &sent).unwrap().into_run(sent.clone());
+    let run = held
+        .landed(&text, &sent)
+        .unwrap()
+        .into_run(sent.clone(), None);
     assert_eq!(run.resource_version, "8");
     assert_eq!(
         run.snapshot.status, sent,
@@ -994,7 +999,7 @@ fn a_status_write_answer_of_the_same_generation_keeps_the_status_sent() {
     let run = held
         .landed(&serde_json::to_string(&edited).unwrap(), &sent)
         .unwrap()
-        .into_run(sent.clone());
+        .into_run(sent.clone(), None);
     assert_eq!(run.snapshot.status["stepCount"], 2);
     assert_eq!(run, StoredRun::from_object(edited).unwrap());
 

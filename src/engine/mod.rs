@@ -173,6 +173,12 @@ pub struct RunSnapshot {
     pub metadata_bytes: usize,
     /// `status` as stored; `Value::Null` when absent.
     pub status: Value,
+    /// `status` decoded, when the caller holds it already: the record this replica's engine
+    /// wrote in the transition whose write stored `status` ([`Transition::record`]), handed
+    /// back so the next [`step`] does not decode `status` again (issue 15). `None`: the engine
+    /// decodes `status`. When `Some`, it is exactly what decoding `status` gives (debug
+    /// builds check it on every step); whoever changes `status` sets it to `None`.
+    pub record: Option<std::sync::Arc<crate::api::AgentRunStatus>>,
     /// The run's creator, from its annotation [`CREATED_BY_ANNOTATION`] (set and checked by the
     /// chart's optional four-eyes admission policy). Copied onto each Approval as
     /// [`RUN_CREATED_BY_ANNOTATION`] so the policy can refuse that user's decision.
@@ -596,6 +602,10 @@ pub struct Transition {
     /// conflict (409) the bookkeeping and `next` are dropped, the run and its Approvals re-read
     /// and [`step`] asked again with the same input.
     pub write: Option<Value>,
+    /// The record `write` encodes, decoded as it is (`None` without a write): once the write
+    /// landed, the executor keeps it as the snapshot's [`RunSnapshot::record`] beside the
+    /// status it sent.
+    pub record: Option<std::sync::Arc<crate::api::AgentRunStatus>>,
     /// Performed in order after the write landed.
     pub bookkeeping: Vec<Bookkeeping>,
     /// Then exactly one of: an external call, or stop.
@@ -608,6 +618,7 @@ impl Transition {
         Transition {
             seal: None,
             write: None,
+            record: None,
             bookkeeping: Vec::new(),
             next: Next::Stop,
         }
@@ -708,16 +719,26 @@ pub fn step(
     budgets: &Budgets,
     input: Input,
 ) -> Result<Transition, EngineError> {
-    let mut stored = match record::decode(&run.status) {
-        Ok(stored) => stored,
-        Err(detail) => return Ok(raw::undecodable_step(run, caller, &input, detail)),
+    let mut stored = match &run.record {
+        Some(record) => {
+            debug_assert_eq!(
+                record::decode(&run.status).as_ref(),
+                Ok(&**record),
+                "RunSnapshot::record is not the status decoded"
+            );
+            record.clone()
+        }
+        None => match record::decode(&run.status) {
+            Ok(stored) => std::sync::Arc::new(stored),
+            Err(detail) => return Ok(raw::undecodable_step(run, caller, &input, detail)),
+        },
     };
     if let Input::ToolsListed { listings } = &input {
         // The pins go into the working record first, so that this very transition (the first
         // step's decision and call included) sees the pinned tools.
         if stored.phase == RunPhase::Pending && stored.tool_pins.is_empty() {
             if let Ok(pins) = start::pin_listings(&run.spec, listings) {
-                stored.tool_pins = pins;
+                std::sync::Arc::make_mut(&mut stored).tool_pins = pins;
             }
         }
     }
@@ -751,7 +772,7 @@ pub fn observe(
     lease: &LeaseView,
 ) -> Observed {
     let stored = match record::decode(&run.status) {
-        Ok(stored) => stored,
+        Ok(stored) => std::sync::Arc::new(stored),
         Err(detail) => return raw::undecodable_observe(run, caller, lease, detail),
     };
     if ended_by_journal(&stored) {

@@ -81,6 +81,7 @@ pub(crate) fn undecodable_step(
     Transition {
         seal: None,
         write: ending(run, caller, phase, &detail),
+        record: None,
         bookkeeping: vec![Bookkeeping::ReleaseLease],
         next: Next::Stop,
     }

@@ -129,6 +129,34 @@ pub(crate) fn step_count(status: &AgentRunStatus) -> i64 {
     next_index(status).get()
 }
 
+/// Drops the `null`s the API server drops from a status as it stores it: a field the CRD's
+/// schema declares and does not mark nullable (the run's `result`, a decision's `args` and
+/// `result`, an observation's `content`, an event's `data`) is pruned when `null`, and decoding
+/// reads an absent one as `None` (issue 15). So a working record from which a `Some(null)`
+/// is written is the record a re-read decodes, and the one handed to the next step
+/// ([`super::Transition::record`]). A `null` inside those values, or in a decision's other
+/// fields, has no schema and is kept as written.
+pub(crate) fn drop_stored_nulls(status: &mut AgentRunStatus) {
+    fn drop(value: &mut Option<Value>) {
+        if value.as_ref().is_some_and(Value::is_null) {
+            *value = None;
+        }
+    }
+    drop(&mut status.result);
+    for step in &mut status.steps {
+        if let Some(decision) = &mut step.decision {
+            drop(&mut decision.args);
+            drop(&mut decision.result);
+        }
+        if let Some(observation) = &mut step.observation {
+            drop(&mut observation.content);
+        }
+    }
+    for event in &mut status.events {
+        drop(&mut event.data);
+    }
+}
+
 /// Decodes a stored status (`null` is a new run's empty status).
 pub(crate) fn decode(status: &Value) -> Result<AgentRunStatus, String> {
     if status.is_null() {
@@ -169,8 +197,9 @@ pub(crate) struct Txn<'a> {
     pub approvals: &'a [ApprovalSnapshot],
     pub caller: &'a Caller,
     pub budgets: &'a Budgets,
-    /// The status as stored (decoded).
-    pub stored: AgentRunStatus,
+    /// The status as stored (decoded; shared with the snapshot's [`super::RunSnapshot::record`]
+    /// when it held one).
+    pub stored: std::sync::Arc<AgentRunStatus>,
     /// The working copy; written when it differs from `stored`.
     pub status: AgentRunStatus,
     /// Approval writes after the status write, in order.
@@ -192,7 +221,7 @@ impl<'a> Txn<'a> {
         approvals: &'a [ApprovalSnapshot],
         caller: &'a Caller,
         budgets: &'a Budgets,
-        stored: AgentRunStatus,
+        stored: std::sync::Arc<AgentRunStatus>,
         executor: bool,
     ) -> Txn<'a> {
         Txn {
@@ -200,7 +229,7 @@ impl<'a> Txn<'a> {
             approvals,
             caller,
             budgets,
-            status: stored.clone(),
+            status: (*stored).clone(),
             stored,
             approval_writes: Vec::new(),
             release: false,
@@ -377,8 +406,10 @@ impl<'a> Txn<'a> {
     pub fn finish(mut self) -> Finished {
         super::approvals::cancel_spent(&mut self);
         let mut write = None;
+        let mut record = None;
         let mut seal = None;
-        if self.status != self.stored {
+        drop_stored_nulls(&mut self.status);
+        if self.status != *self.stored {
             self.note_spec_change();
             self.sync_derived();
             seal = self.seal();
@@ -388,10 +419,12 @@ impl<'a> Txn<'a> {
                 return self.too_large(&status);
             }
             write = Some(status);
+            record = Some(std::sync::Arc::new(std::mem::take(&mut self.status)));
         }
         Finished {
             seal,
             write,
+            record,
             approvals: self.approval_writes,
             release: self.release,
             next: self.next.unwrap_or(Next::Stop),
@@ -485,9 +518,12 @@ impl<'a> Txn<'a> {
         );
         txn.end_run(TerminalReason::RecordTooLarge, Some(detail), None);
         txn.sync_derived();
+        drop_stored_nulls(&mut txn.status);
+        let write = to_value(&txn.status);
         Finished {
             seal: None,
-            write: Some(to_value(&txn.status)),
+            write: Some(write),
+            record: Some(std::sync::Arc::new(txn.status)),
             approvals: Vec::new(),
             release: self.executor,
             next: Next::Stop,
@@ -565,6 +601,8 @@ impl<'a> Txn<'a> {
 pub(crate) struct Finished {
     seal: Option<super::SegmentCreate>,
     write: Option<Value>,
+    /// The record `write` encodes.
+    record: Option<std::sync::Arc<AgentRunStatus>>,
     approvals: Vec<ApprovalWrite>,
     release: bool,
     next: Next,
@@ -585,6 +623,7 @@ impl Finished {
         Transition {
             seal: self.seal,
             write: self.write,
+            record: self.record,
             bookkeeping,
             next: self.next,
         }

@@ -114,6 +114,18 @@ pub fn transition_effects(transition: Transition) -> Vec<Effect> {
         transition.seal.is_none() || transition.write.is_some(),
         "a seal rides on a status write"
     );
+    if let Some(record) = &transition.record {
+        // The record handed back to the next step is exactly what its write decodes to.
+        let write = transition
+            .write
+            .as_ref()
+            .expect("a record rides on a write");
+        assert_eq!(
+            crate::engine::decode_status(write).as_ref(),
+            Ok(&**record),
+            "Transition::record is not the write decoded"
+        );
+    }
     let mut effects: Vec<Effect> = transition
         .seal
         .map(Effect::CreateSegment)
@@ -256,6 +268,7 @@ impl Harness {
                 spec_bytes: None,
                 metadata_bytes: 0,
                 status: Value::Null,
+                record: None,
                 created_by: None,
                 sealed: Default::default(),
             },
@@ -355,9 +368,18 @@ impl Harness {
     pub fn decide(&self, holder: &str, ask: impl Into<Ask>) -> Vec<Effect> {
         let (approvals, caller) = (self.snapshots(), self.caller(holder));
         match ask.into() {
-            Ask::Step(input) if self.run.spec.agent.openai.is_some() => {
+            Ask::Step(input) => {
+                // As the executor steps: with the record of its last write handed back (here
+                // decoded from it, when it decodes), and an openai agent's sealed history.
                 let run = RunSnapshot {
-                    sealed: self.sealed_history(),
+                    sealed: if self.run.spec.agent.openai.is_some() {
+                        self.sealed_history()
+                    } else {
+                        Default::default()
+                    },
+                    record: crate::engine::decode_status(&self.run.status)
+                        .ok()
+                        .map(std::sync::Arc::new),
                     ..self.run.clone()
                 };
                 transition_effects(
@@ -365,10 +387,6 @@ impl Harness {
                         .expect("the engine accepts the input"),
                 )
             }
-            Ask::Step(input) => transition_effects(
-                step(&self.run, &approvals, &caller, &self.budgets, input)
-                    .expect("the engine accepts the input"),
-            ),
             Ask::Observe(lease) => observed_effects(observe(
                 &self.run,
                 &approvals,

@@ -452,3 +452,30 @@ fn a_finished_run_set_back_to_running_by_hand_stays_finished() {
     assert_effects!(effects, ["Stop"]);
     assert_eq!(h.run.status, before, "nothing is written");
 }
+
+#[test]
+fn a_null_the_api_server_prunes_is_not_written() {
+    // A tool answering `null`, then a `complete` decision whose result is `null`. kube-apiserver
+    // drops a `null` in a field the CRD declares and does not mark nullable, so the engine
+    // writes none there: what it writes is what is stored, and the record it hands to its next
+    // step is its write decoded (the harness checks that on every transition).
+    let mut h = Harness::scripted(vec![call("read", json!({"n": 1})), complete(json!(null))]);
+    h.reconcile("a");
+    h.step("a", result_input(Value::Null));
+    assert_eq!(h.status().phase, RunPhase::Completed);
+    let last = h.writes.last().expect("the run was written");
+    assert_eq!(last["result"], Value::Null);
+    assert!(last.get("result").is_none(), "no `result: null` is written");
+    let steps = last["steps"].as_array().expect("steps");
+    let observation = &steps[0]["observation"];
+    assert_eq!(observation["kind"], json!("tool_result"));
+    assert!(observation.get("content").is_none(), "{observation}");
+    let decision = &steps[1]["decision"];
+    assert_eq!(decision["kind"], json!("complete"));
+    assert!(decision.get("result").is_none(), "{decision}");
+    for write in &h.writes {
+        for event in write["events"].as_array().into_iter().flatten() {
+            assert_ne!(event.get("data"), Some(&Value::Null), "{event}");
+        }
+    }
+}
