@@ -82,14 +82,20 @@ async fn reconcile_run(
         // create that loses.
         return Ok(Action::requeue(Duration::from_millis(wait)));
     }
-    if waits_for_a_slot(obj, key, ctx) {
-        // Every slot is taken and the run is as it was created: reading it could only end in
-        // waiting for a slot, so it waits without the read (a freed slot kicks it).
-        return Ok(Action::requeue(Duration::from_millis(SLOT_WAIT_MILLIS)));
-    }
+    let slot = match slot_before_read(obj, key, ctx) {
+        SlotBeforeRead::Full => {
+            // Every slot is taken and the run is as it was created: reading it could only end
+            // in waiting for a slot, so it waits without the read (a freed slot kicks it).
+            return Ok(Action::requeue(Duration::from_millis(SLOT_WAIT_MILLIS)));
+        }
+        SlotBeforeRead::Reserved(slot) => Some(slot),
+        SlotBeforeRead::NotNeeded => None,
+    };
     let span = super::trace::reconcile_span(key, obj.metadata.uid.as_deref());
     let started = std::time::Instant::now();
-    let action = observe(ctx, key, obj.fresh.as_ref()).instrument(span).await;
+    let action = observe_with_slot(ctx, key, obj.fresh.as_ref(), slot)
+        .instrument(span)
+        .await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
@@ -152,22 +158,44 @@ fn lease_watch_behind(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u
     wait
 }
 
-/// Whether `obj` may wait for a slot unread ([`crate::engine::slot_wait_unread`]: new and as
-/// created) while every executor slot of this replica is taken (`--max-concurrent-runs`) and it
-/// is not executing here: then it is registered to be kicked when a slot frees, and left unread
-/// until then. At scale on a slow API server, thousands of new runs waiting for slots were
-/// otherwise each read again at every wake (issue 15).
-fn waits_for_a_slot(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> bool {
+/// What a reconcile does about an executor slot before it reads a run ([`slot_before_read`]).
+pub(super) enum SlotBeforeRead<'a> {
+    /// The run may need no slot, or may not wait for one unread: go on as before.
+    NotNeeded,
+    /// A slot, taken for the run before it is read: its acquire uses it.
+    Reserved(super::executors::SlotReservation<'a>),
+    /// Every slot is taken: the run waits for one unread (registered to be kicked).
+    Full,
+}
+
+/// For a run `obj` that is new and as created ([`crate::engine::slot_wait_unread`]) and not
+/// executing here: a slot taken before the run is read, or, when every slot of this replica
+/// is taken (`--max-concurrent-runs`, or fewer by the pace), the run registered to be kicked
+/// when one frees and left unread until then. At scale on a slow API server, thousands of new
+/// runs waiting for slots were otherwise each read again at every wake (issue 15); and a run
+/// read after a free slot was seen, but whose slot another run took during the read (0.5-1 s
+/// on a loaded kube-apiserver), was read again at each kick: 0.43 reads per run in a 3,000-run
+/// `scale` (issue 15, session 17). The reservation is held through the read and used by the
+/// acquire ([`observe_with_slot`]); dropped unused, it gives the slot back.
+pub(super) fn slot_before_read<'a>(
+    obj: &WatchedRun,
+    key: &RunKey,
+    ctx: &'a Context,
+) -> SlotBeforeRead<'a> {
     if !ctx.settings.savings.observer_skip
         || !crate::engine::slot_wait_unread(&watched_view(obj))
-        || !ctx.executors.is_full()
         || ctx.executors.shutdown.is_cancelled()
         || ctx.executors.is_executing(key, obj.uid())
     {
-        return false;
+        return SlotBeforeRead::NotNeeded;
     }
-    ctx.executors.wait_for_slot(key, slot_rank(ctx, obj.uid()));
-    true
+    match ctx.executors.reserve_slot() {
+        Some(slot) => SlotBeforeRead::Reserved(slot),
+        None => {
+            ctx.executors.wait_for_slot(key, slot_rank(ctx, obj.uid()));
+            SlotBeforeRead::Full
+        }
+    }
 }
 
 /// This replica's place among the replicas it knows for the run `uid` ([`super::spread::place`];
@@ -257,6 +285,21 @@ pub async fn observe(
     key: &RunKey,
     fresh: Option<&FreshRun>,
 ) -> Result<Action, RunError> {
+    observe_with_slot(ctx, key, fresh, None).await
+}
+
+/// [`observe`] with `reserved`, an executor slot taken for the run before it was read
+/// ([`slot_before_read`]): an acquire of its Lease uses it rather than taking another; unused,
+/// it is given back when the pass ends.
+///
+/// # Errors
+/// When the API server fails.
+async fn observe_with_slot(
+    ctx: &Arc<Context>,
+    key: &RunKey,
+    fresh: Option<&FreshRun>,
+    mut reserved: Option<super::executors::SlotReservation<'_>>,
+) -> Result<Action, RunError> {
     // The Lease first, then the run: a holder releases its Lease only after its last write, so
     // a released Lease read first (live, or as the watch delivered it: a past version) is never
     // paired with a record older than that write. A run is taken from its watch event only
@@ -269,7 +312,15 @@ pub async fn observe(
     let unread = fresh.and_then(|fresh| watched_state(key, fresh, lease_read.as_deref()));
     let read = match unread {
         Some(state) => Ok(Some(state)),
-        None => ctx.read_state(key).await,
+        None => {
+            tracing::debug!(
+                run = %key,
+                fresh = fresh.is_some(),
+                lease = lease_read.is_some(),
+                "reading the run"
+            );
+            ctx.read_state(key).await
+        }
     };
     let mut state = match read {
         Ok(Some(state)) => state,
@@ -330,7 +381,7 @@ pub async fn observe(
                 let mut slot = if busy {
                     None
                 } else {
-                    ctx.executors.reserve_slot()
+                    reserved.take().or_else(|| ctx.executors.reserve_slot())
                 };
                 if busy {
                     // The running executor holds (or is losing) the lease; it kicks a
