@@ -64,22 +64,13 @@ impl Clock {
         Clock { offset_ms }
     }
 
-    /// Now, by this replica's clock.
+    /// Now, by this replica's clock, to the millisecond ([`Time`]'s precision).
     pub fn now(&self) -> Time {
-        Time(jiff::Timestamp::now()).plus_millis(self.offset_ms)
-    }
-}
-
-trait PlusMillis {
-    fn plus_millis(self, millis: i64) -> Time;
-}
-
-impl PlusMillis for Time {
-    fn plus_millis(self, millis: i64) -> Time {
-        if millis == 0 {
-            return self;
-        }
-        Time::from_millis(self.as_millis().saturating_add(millis))
+        Time::from_millis(
+            jiff::Timestamp::now()
+                .as_millisecond()
+                .saturating_add(self.offset_ms),
+        )
     }
 }
 

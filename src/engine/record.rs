@@ -240,7 +240,8 @@ impl<'a> Txn<'a> {
     }
 
     pub fn now(&self) -> Time {
-        self.caller.now
+        // Cut to the millisecond, as it is written ([`Time`]).
+        Time::from_millis(self.caller.now.as_millis())
     }
 
     /// Appends an event with the next `seq`.
