@@ -111,10 +111,9 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
     }
     let uid = obj.uid();
     // A Lease another run of this name left (owned by another uid) counts as none.
-    let new = crate::engine::is_new_run(
-        obj.status.phase.as_deref(),
-        obj.status.observed_generation,
-    ) && matches!(ctx.leases.cached(key), Some(cached) if lease::own(cached.as_deref(), uid).is_none());
+    let new =
+        crate::engine::is_new_run(obj.status.phase.as_deref(), obj.status.observed_generation)
+            && no_own_lease_watched(ctx, key, uid);
     if !new || ctx.executors.is_executing(key, uid) {
         ctx.spread.settled(key);
         return None;
@@ -123,6 +122,12 @@ fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64>
     let peers = ctx.leases.holders_seen(now, super::spread::PEER_MEMORY);
     ctx.spread
         .defer(key, uid, ctx.settings.holder.as_str(), &peers, now)
+}
+
+/// Whether this replica's Lease watch has listed and holds no Lease of the run `key` of uid
+/// `uid` (one another run of the name left, owned by another uid, counts as none).
+fn no_own_lease_watched(ctx: &Context, key: &RunKey, uid: &str) -> bool {
+    matches!(ctx.leases.cached(key), Some(cached) if lease::own(cached.as_deref(), uid).is_none())
 }
 
 /// How long a run recorded as held by another replica is left alone at most while the Lease
@@ -137,10 +142,9 @@ fn lease_watch_behind(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u
     if !ctx.settings.savings.lease_watch_behind {
         return None;
     }
-    let behind = crate::engine::lease_watch_behind(
-        &watched_view(obj),
-        ctx.settings.holder.as_str(),
-    ) && matches!(ctx.leases.cached(key), Some(cached) if lease::own(cached.as_deref(), obj.uid()).is_none());
+    let behind =
+        crate::engine::lease_watch_behind(&watched_view(obj), ctx.settings.holder.as_str())
+            && no_own_lease_watched(ctx, key, obj.uid());
     if !behind {
         ctx.lease_watch_behind.settled(key);
         return None;

@@ -534,10 +534,7 @@ async fn a_run_held_elsewhere_whose_lease_the_watch_has_not_delivered_waits_for_
     api.state.lock().unwrap().lease_creates = 0;
     let ctx = context(api.clone(), "a", 500);
     let now = std::time::Instant::now();
-    ctx.leases
-        .watched(Some("ns"), &kube::runtime::watcher::Event::Init, now);
-    ctx.leases
-        .watched(Some("ns"), &kube::runtime::watcher::Event::InitDone, now);
+    lease_watch_listed_none(&ctx, now);
     let watched = |generation: i64| {
         let run: super::watches::WatchedRun = serde_json::from_value(json!({
             "metadata": {"name": "held", "namespace": "ns", "uid": "uid-held",
@@ -590,10 +587,7 @@ async fn a_run_held_elsewhere_whose_lease_never_comes_is_read_after_the_wait() {
     let api = Arc::new(FakeApi::with_run(run_object("ns", "bare", 30)));
     let ctx = context(api.clone(), "a", 500);
     let now = std::time::Instant::now();
-    ctx.leases
-        .watched(Some("ns"), &kube::runtime::watcher::Event::Init, now);
-    ctx.leases
-        .watched(Some("ns"), &kube::runtime::watcher::Event::InitDone, now);
+    lease_watch_listed_none(&ctx, now);
     let run: super::watches::WatchedRun = serde_json::from_value(json!({
         "metadata": {"name": "bare", "namespace": "ns", "uid": "uid-bare", "generation": 1},
         "status": {"phase": "Running", "observedGeneration": 1,
@@ -673,6 +667,14 @@ async fn a_new_run_takes_its_slot_before_it_is_read() {
     assert_eq!(api.state.lock().unwrap().lease_creates, 1);
     assert!(ctx.executors.is_executing(&key("first"), "uid-first"));
     ctx.executors.shutdown.cancel();
+}
+
+/// `ctx`'s Lease watch (scope `ns`) listed at `at` and found no Lease.
+fn lease_watch_listed_none(ctx: &Context, at: std::time::Instant) {
+    ctx.leases
+        .watched(Some("ns"), &kube::runtime::watcher::Event::Init, at);
+    ctx.leases
+        .watched(Some("ns"), &kube::runtime::watcher::Event::InitDone, at);
 }
 
 /// Another replica `other-…` holds `name`'s Lease, its renewTime `renewed_at` (by its clock).
