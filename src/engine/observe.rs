@@ -93,10 +93,17 @@ pub fn slot_wait_unread(watched: &WatchedView) -> bool {
 /// (409) after a read (issue 15). It only delays a read: the caller leaves the run alone once,
 /// for a bounded time, then reads and decides as before.
 pub fn lease_watch_behind(watched: &WatchedView, caller_holder: &str) -> bool {
-    watched.phase == Some("Running")
+    running_on_current_spec(watched)
         && watched
             .holder
             .is_some_and(|holder| !holder.is_empty() && holder != caller_holder)
+}
+
+/// Whether the watched run is `Running` and its last status write was decided on its current
+/// spec (`generation` = `observedGeneration`: no cancel or policy change since), the state in
+/// which an observer only waits on its holder ([`observer_wait`], [`lease_watch_behind`]).
+fn running_on_current_spec(watched: &WatchedView) -> bool {
+    watched.phase == Some("Running")
         && watched.generation.is_some()
         && watched.generation == watched.observed_generation
 }
@@ -136,8 +143,7 @@ pub fn observer_wait(
     watch_lag_ms: u64,
 ) -> Option<u64> {
     let holder = lease.holder.as_deref()?;
-    let current = watched.generation.is_some() && watched.generation == watched.observed_generation;
-    let running = watched.phase == Some("Running") && current && watched.holder == Some(holder);
+    let running = running_on_current_spec(watched) && watched.holder == Some(holder);
     let new = is_new_run(watched.phase, watched.observed_generation);
     if holder == caller_holder || !(running || new) {
         return None;
