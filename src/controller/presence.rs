@@ -11,8 +11,10 @@
 //! its deletion ends that at once.
 //!
 //! A presence Lease decides nothing about a run: the spread only delays a replica's first try
-//! of a new run, and the run's own Lease stays the compare-and-set that decides who holds it
-//! (docs/design.md section 4). Losing one (an API server error, a run that takes its name and
+//! of a new run, a live one lets an observer whose run watch runs more than a minute behind
+//! wait that lag out before it reads a run whose Lease its holder stopped renewing
+//! ([`crate::engine::observer_wait`]), and the run's own Lease stays the compare-and-set that
+//! decides who holds it (docs/design.md section 4). Losing one (an API server error, a run that takes its name and
 //! deletes it as another run's Lease) costs only races for new runs again.
 //!
 //! Shape: named [`PRESENCE_PREFIX`] + the holder identity ([`lease_name`]), labelled

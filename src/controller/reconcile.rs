@@ -225,16 +225,30 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
     let uid = obj.uid();
     lease::own(Some(&lease), uid)?;
     let seen = ctx.observe_lease(key, Some(&lease), uid, LeaseRead::Cached);
+    let now = std::time::Instant::now();
     let watch_lag_ms = if ctx.settings.savings.watch_lag {
-        ctx.watch_lag.lag_millis(std::time::Instant::now())
+        ctx.watch_lag.lag_millis(now)
     } else {
         0
     };
+    // Past the minute's cap, whether the holder is up counts ([`crate::engine::WatchBehind`]).
+    let presence = seen
+        .holder
+        .as_deref()
+        .filter(|_| watch_lag_ms > crate::engine::LAG_CAP_MILLIS)
+        .and_then(|holder| ctx.leases.presence_of(holder, now))
+        .map(|(presence, unchanged_for_ms)| {
+            let margin_ms = u64::try_from(ctx.settings.skew_margin.as_millis()).unwrap_or(u64::MAX);
+            lease::observed(Some(&presence), unchanged_for_ms, margin_ms)
+        });
     let wait = crate::engine::observer_wait(
         &watched_view(obj),
         &seen,
         ctx.settings.holder.as_str(),
-        watch_lag_ms,
+        &crate::engine::WatchBehind {
+            lag_ms: watch_lag_ms,
+            holder_presence: presence.as_ref(),
+        },
     );
     // Judged again only for the debug line, and only when it is enabled.
     let expired = || {

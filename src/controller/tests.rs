@@ -581,6 +581,66 @@ async fn a_run_held_elsewhere_whose_lease_the_watch_has_not_delivered_waits_for_
 }
 
 #[tokio::test]
+async fn a_run_whose_lease_expired_behind_a_watch_lagging_past_a_minute_waits_while_its_holder_is_up(
+) {
+    // 10,000 runs on kube-apiserver: the run watch ran more than a minute behind, and each
+    // ended run, its kept Lease unrenewed, was read by both other replicas (issue 15). While
+    // the holder renews its presence Lease it is up, and the watch's lag is waited out.
+    let api = Arc::new(FakeApi::with_run(run_object("ns", "ended", 30)));
+    let other = held_by_other(&api, "ended", Clock::default().now()).await;
+    let ctx = context(api.clone(), "a", 500);
+    let now = std::time::Instant::now();
+    let ago = |seconds: u64| now.checked_sub(Duration::from_secs(seconds)).unwrap_or(now);
+    // The Lease, unrenewed for 100 s (its 30 s, the margin and a minute's lag are past); the
+    // watch 90 s behind.
+    let lease = api.lease("ns", "ended").expect("the other replica's Lease");
+    lease_watch_listed_none(&ctx, ago(100));
+    ctx.leases.watched(
+        Some("ns"),
+        &kube::runtime::watcher::Event::Apply(lease),
+        ago(100),
+    );
+    ctx.watch_lag.wrote("probe", ago(90));
+    let presence = super::presence::presence_lease(
+        &other,
+        "ns",
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now()),
+    );
+    ctx.leases.watched(
+        Some("ns"),
+        &kube::runtime::watcher::Event::Apply(presence.clone()),
+        ago(4),
+    );
+    let run: super::watches::WatchedRun = serde_json::from_value(json!({
+        "metadata": {"name": "ended", "namespace": "ns", "uid": "uid-ended", "generation": 1},
+        "status": {"phase": "Running", "observedGeneration": 1,
+                   "lease": {"holder": other.as_str()}},
+    }))
+    .unwrap();
+    let run = Arc::new(run);
+    let reads = || api.state.lock().unwrap().run_reads;
+    let action = super::reconcile::reconcile(run.clone(), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(reads(), 0, "left alone unread");
+    // For the rest of the lag: 20.5 s from `now` (and 50 ms).
+    assert!(
+        (19_000..=20_550).any(|millis| action
+            == kube::runtime::controller::Action::requeue(Duration::from_millis(millis))),
+        "{action:?}"
+    );
+    // The holder withdrew its presence (or it goes unrenewed): the minute's cap, so the run
+    // is read as before.
+    ctx.leases.watched(
+        Some("ns"),
+        &kube::runtime::watcher::Event::Delete(presence),
+        now,
+    );
+    super::reconcile::reconcile(run, ctx.clone()).await.unwrap();
+    assert!(reads() >= 1, "read without the holder's presence");
+}
+
+#[tokio::test]
 async fn a_run_held_elsewhere_whose_lease_never_comes_is_read_after_the_wait() {
     // The Lease is really gone (deleted by hand): after the wait the run is read and its
     // Lease taken as an absent one, as before.

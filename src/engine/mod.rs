@@ -102,7 +102,8 @@ pub use approvals::{approval_name, recorded_approvals, short_hash, status_write_
 pub use lease::{lease_liveness, LeaseLiveness};
 pub use observe::{
     first_write_precedes_any_call, is_new_run, is_unwritten_status, lease_release_needed,
-    lease_watch_behind, observe_needed, observer_wait, slot_wait_unread, WatchedView,
+    lease_watch_behind, observe_needed, observer_wait, slot_wait_unread, WatchBehind, WatchedView,
+    LAG_CAP_MILLIS, LAG_CAP_PRESENT_MILLIS,
 };
 pub use projection::{
     decode_status, kube_events, KubeEventProjection, KubeEventType, STARTED_REASON,

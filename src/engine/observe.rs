@@ -121,6 +121,28 @@ pub struct WatchedView<'a> {
     pub holder: Option<&'a str>,
 }
 
+/// The most of the caller's run watch lag (milliseconds) [`observer_wait`] waits out past a
+/// Lease's possible expiry while its holder's presence Lease is not seen live: near the default
+/// Lease duration, since a lag past it costs one read of a run, which is cheaper than holding
+/// back the takeover of a run whose holder may be gone.
+pub const LAG_CAP_MILLIS: u64 = 60_000;
+
+/// The most of the caller's run watch lag (milliseconds) [`observer_wait`] waits out while the
+/// holder's presence Lease is seen live: its holder is renewing that, so it is up, and a run
+/// Lease it stopped renewing is most likely a run it ended that the watch has not delivered
+/// yet (10 minutes, the age at which a killed replica's presence Lease is deleted).
+pub const LAG_CAP_PRESENT_MILLIS: u64 = 600_000;
+
+/// How far behind the caller's run watch runs, for [`observer_wait`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WatchBehind<'a> {
+    /// The lag (milliseconds, measured on the caller's own status writes).
+    pub lag_ms: u64,
+    /// The Lease holder's presence Lease as the caller has observed it (`None` when it has seen
+    /// none, or did not look because the lag is within [`LAG_CAP_MILLIS`]).
+    pub holder_presence: Option<&'a LeaseView>,
+}
+
 /// For a replica that is not `caller_holder`: the milliseconds it may leave a run alone
 /// without reading it, or `None` when it must read it and ask [`super::observe`]. Left alone
 /// is a run whose Lease another replica holds, live as this replica has observed it (`lease`),
@@ -130,17 +152,20 @@ pub struct WatchedView<'a> {
 /// [`super::observe`] would only wait for that Lease's expiry (docs/behaviours.md 30), so the
 /// wait is the same and the reads are saved (issue 15).
 ///
-/// `watch_lag_ms` is how far behind the caller's run watch runs (milliseconds, measured on its
-/// own writes): `watched` is that old, so the run is left alone that much past the Lease's
-/// possible expiry as well, for the watch to deliver what was written before it (a run that
-/// ended, its kept Lease unrenewed, needs no read then). It only delays a read: the takeover
+/// `behind.lag_ms` is how far behind the caller's run watch runs: `watched` is that old, so the
+/// run is left alone that much past the Lease's possible expiry as well, for the watch to
+/// deliver what was written before it (a run that ended, its kept Lease unrenewed, needs no
+/// read then). The lag counts up to [`LAG_CAP_MILLIS`]; up to [`LAG_CAP_PRESENT_MILLIS`] while
+/// the holder's presence Lease (`behind.holder_presence`) is live as this replica has observed
+/// it, the wait then ending no later than that presence could have expired, so that a holder
+/// killed with its runs is judged without the longer cap. It only delays a read: the takeover
 /// itself is decided by [`super::observe`] from the run read live (docs/design.md sections 4
 /// and 7).
 pub fn observer_wait(
     watched: &WatchedView,
     lease: &LeaseView,
     caller_holder: &str,
-    watch_lag_ms: u64,
+    behind: &WatchBehind,
 ) -> Option<u64> {
     let holder = lease.holder.as_deref()?;
     let running = running_on_current_spec(watched) && watched.holder == Some(holder);
@@ -149,12 +174,33 @@ pub fn observer_wait(
         return None;
     }
     let duration = lease.duration_seconds?;
+    // While the holder's presence is live: for how much longer, at the least.
+    let present_for = behind
+        .holder_presence
+        .filter(|presence| presence.holder.as_deref() == Some(holder))
+        .and_then(|presence| {
+            let duration = presence.duration_seconds?;
+            match lease_liveness(presence, duration) {
+                LeaseLiveness::Live { millis } => Some(millis),
+                LeaseLiveness::Free | LeaseLiveness::Expired => None,
+            }
+        });
+    let cap = if present_for.is_some() {
+        LAG_CAP_PRESENT_MILLIS
+    } else {
+        LAG_CAP_MILLIS
+    };
+    let lag_ms = behind.lag_ms.min(cap);
     let judged = LeaseView {
-        takeover_margin_ms: lease.takeover_margin_ms.saturating_add(watch_lag_ms),
+        takeover_margin_ms: lease.takeover_margin_ms.saturating_add(lag_ms),
         ..lease.clone()
     };
     match lease_liveness(&judged, duration) {
-        LeaseLiveness::Live { millis } => Some(millis),
+        LeaseLiveness::Live { millis } => Some(match present_for {
+            // Judged again once the presence could have expired (no sooner than in a second).
+            Some(present) if lag_ms > LAG_CAP_MILLIS => millis.min(present.max(1_000)),
+            _ => millis,
+        }),
         LeaseLiveness::Free | LeaseLiveness::Expired => None,
     }
 }
@@ -210,6 +256,14 @@ pub(crate) fn cancel(txn: &mut Txn) {
 mod tests {
     use super::*;
 
+    /// A run watch `lag_ms` behind, the holder's presence not looked at.
+    fn lagging(lag_ms: u64) -> WatchBehind<'static> {
+        WatchBehind {
+            lag_ms,
+            holder_presence: None,
+        }
+    }
+
     #[test]
     fn a_new_run_or_one_held_live_by_another_on_its_current_spec_is_left_to_its_holder() {
         let watched = WatchedView {
@@ -225,50 +279,171 @@ mod tests {
             takeover_margin_ms: 500,
             ..LeaseView::default()
         };
-        assert_eq!(observer_wait(&watched, &lease, "b-2", 0), Some(20_500));
+        assert_eq!(
+            observer_wait(&watched, &lease, "b-2", &WatchBehind::default()),
+            Some(20_500)
+        );
         let new = WatchedView {
             generation: Some(1),
             ..WatchedView::default()
         };
-        assert_eq!(observer_wait(&new, &lease, "b-2", 0), Some(20_500));
+        assert_eq!(
+            observer_wait(&new, &lease, "b-2", &WatchBehind::default()),
+            Some(20_500)
+        );
         // New also when the API server defaulted its status (`phase: Pending`, no
         // observedGeneration), as kube-apiserver and the embedded server do.
         let defaulted = WatchedView {
             phase: Some("Pending"),
             ..new
         };
-        assert_eq!(observer_wait(&defaulted, &lease, "b-2", 0), Some(20_500));
+        assert_eq!(
+            observer_wait(&defaulted, &lease, "b-2", &WatchBehind::default()),
+            Some(20_500)
+        );
         // Its holder, a spec the holder has not decided on (a cancel), another phase, a Lease
         // held by someone else than the record says, or one seen unchanged too long: read it.
-        assert_eq!(observer_wait(&watched, &lease, "a-1", 0), None);
+        assert_eq!(
+            observer_wait(&watched, &lease, "a-1", &WatchBehind::default()),
+            None
+        );
         let cancelled = WatchedView {
             generation: Some(2),
             ..watched
         };
-        assert_eq!(observer_wait(&cancelled, &lease, "b-2", 0), None);
+        assert_eq!(
+            observer_wait(&cancelled, &lease, "b-2", &WatchBehind::default()),
+            None
+        );
         let waiting = WatchedView {
             phase: Some("WaitingForApproval"),
             ..watched
         };
-        assert_eq!(observer_wait(&waiting, &lease, "b-2", 0), None);
+        assert_eq!(
+            observer_wait(&waiting, &lease, "b-2", &WatchBehind::default()),
+            None
+        );
         let moved = LeaseView {
             holder: Some("c-3".into()),
             ..lease.clone()
         };
-        assert_eq!(observer_wait(&watched, &moved, "b-2", 0), None);
+        assert_eq!(
+            observer_wait(&watched, &moved, "b-2", &WatchBehind::default()),
+            None
+        );
         let stale = LeaseView {
             unchanged_for_ms: 31_000,
             ..lease
         };
-        assert_eq!(observer_wait(&watched, &stale, "b-2", 0), None);
+        assert_eq!(
+            observer_wait(&watched, &stale, "b-2", &WatchBehind::default()),
+            None
+        );
         // A run watch 5 s behind: the run is left alone 5 s past the Lease's possible expiry,
         // then read.
-        assert_eq!(observer_wait(&watched, &stale, "b-2", 5_000), Some(4_500));
+        assert_eq!(
+            observer_wait(&watched, &stale, "b-2", &lagging(5_000)),
+            Some(4_500)
+        );
         let staler = LeaseView {
             unchanged_for_ms: 36_000,
             ..stale
         };
-        assert_eq!(observer_wait(&watched, &staler, "b-2", 5_000), None);
+        assert_eq!(
+            observer_wait(&watched, &staler, "b-2", &lagging(5_000)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_watch_lag_past_a_minute_is_waited_out_while_the_holder_is_present() {
+        let watched = WatchedView {
+            phase: Some("Running"),
+            generation: Some(1),
+            observed_generation: Some(1),
+            holder: Some("a-1"),
+        };
+        // The run's Lease could have expired 70 s ago; the run watch is 90 s behind.
+        let lease = LeaseView {
+            holder: Some("a-1".into()),
+            duration_seconds: Some(30),
+            unchanged_for_ms: 100_500,
+            takeover_margin_ms: 500,
+            ..LeaseView::default()
+        };
+        assert_eq!(
+            observer_wait(&watched, &lease, "b-2", &lagging(90_000)),
+            None,
+            "past the minute's cap: read"
+        );
+        // The holder renews its presence Lease (seen changed 4 s ago): the whole lag is waited
+        // out, judged again when the presence could have expired.
+        let presence = LeaseView {
+            holder: Some("a-1".into()),
+            duration_seconds: Some(30),
+            unchanged_for_ms: 4_000,
+            takeover_margin_ms: 500,
+            ..LeaseView::default()
+        };
+        let behind = WatchBehind {
+            lag_ms: 90_000,
+            holder_presence: Some(&presence),
+        };
+        assert_eq!(
+            observer_wait(&watched, &lease, "b-2", &behind),
+            Some(20_000)
+        );
+        let renewed = LeaseView {
+            unchanged_for_ms: 25_000,
+            ..presence.clone()
+        };
+        let behind = WatchBehind {
+            holder_presence: Some(&renewed),
+            ..behind
+        };
+        assert_eq!(
+            observer_wait(&watched, &lease, "b-2", &behind),
+            Some(5_500),
+            "until the presence could have expired"
+        );
+        // A presence seen unchanged past its duration (the holder was killed), or another
+        // replica's: the minute's cap, so the run is read.
+        for presence in [
+            LeaseView {
+                unchanged_for_ms: 31_000,
+                ..presence.clone()
+            },
+            LeaseView {
+                holder: Some("c-3".into()),
+                ..presence.clone()
+            },
+        ] {
+            let behind = WatchBehind {
+                lag_ms: 90_000,
+                holder_presence: Some(&presence),
+            };
+            assert_eq!(observer_wait(&watched, &lease, "b-2", &behind), None);
+        }
+        // Within the minute the presence changes nothing.
+        let behind = WatchBehind {
+            lag_ms: 5_000,
+            holder_presence: Some(&presence),
+        };
+        let fresh = LeaseView {
+            unchanged_for_ms: 31_000,
+            ..lease.clone()
+        };
+        assert_eq!(observer_wait(&watched, &fresh, "b-2", &behind), Some(4_500));
+        // And the lag counts no further than the longer cap.
+        let long = WatchBehind {
+            lag_ms: 3_600_000,
+            holder_presence: Some(&presence),
+        };
+        let ancient = LeaseView {
+            unchanged_for_ms: 700_000,
+            ..lease
+        };
+        assert_eq!(observer_wait(&watched, &ancient, "b-2", &long), None);
     }
 
     #[test]

@@ -382,6 +382,31 @@ impl LeaseObservations {
         state.holders.keys().cloned().collect()
     }
 
+    /// `holder`'s presence Lease ([`crate::controller::presence`]) as the Lease watch last
+    /// delivered it, and for how many milliseconds before `at` (monotonic) this replica has seen
+    /// it unchanged: of its presence Leases in several namespaces, the one seen changed last.
+    /// `None` when this replica has seen none.
+    pub fn presence_of(&self, holder: &str, at: Instant) -> Option<(Arc<Lease>, u64)> {
+        let state = self.lock();
+        state
+            .presence
+            .iter()
+            .filter_map(|key| {
+                let entry = state.seen.get(key)?;
+                let Kept::Whole(lease) = &entry.kept else {
+                    return None;
+                };
+                let held = crate::controller::presence::is_presence(lease)
+                    && crate::controller::presence::holder_of(lease) == Some(holder);
+                held.then(|| (lease.clone(), entry.since))
+            })
+            .max_by_key(|(_, since)| *since)
+            .map(|(lease, since)| {
+                let unchanged = at.saturating_duration_since(since).as_millis();
+                (lease, u64::try_from(unchanged).unwrap_or(u64::MAX))
+            })
+    }
+
     /// The replicas' presence Leases ([`crate::controller::presence`]) seen unchanged for at
     /// least `older_than` before `at` (monotonic): what a replica killed without stopping left.
     pub fn stale_presence(&self, at: Instant, older_than: std::time::Duration) -> Vec<Arc<Lease>> {
