@@ -641,6 +641,44 @@ async fn a_run_whose_lease_expired_behind_a_watch_lagging_past_a_minute_waits_wh
 }
 
 #[tokio::test]
+async fn past_a_quarter_of_the_budget_a_new_run_is_kept_only_by_the_replica_it_ranks_first() {
+    // 10,000 runs on kube-apiserver: each replica kept the first 2,200 new runs it saw, a
+    // third of which it started, and read the others it started (issue 15).
+    let ctx = context(Arc::new(FakeApi::default()), "a", 500);
+    let now = jiff::Timestamp::now();
+    for peer in ["b", "c"] {
+        let presence = super::presence::presence_lease(
+            &HolderId::with_random_suffix(peer),
+            "ns",
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+        );
+        ctx.leases.watched(
+            Some("ns"),
+            &kube::runtime::watcher::Event::Apply(presence),
+            std::time::Instant::now(),
+        );
+    }
+    let peers = ctx
+        .leases
+        .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);
+    assert_eq!(peers.len(), 2);
+    let over = super::watches::FRESH_OTHERS_BYTES + 1;
+    let (mut first, mut not_first) = (0, 0);
+    for n in 0..60 {
+        let uid = format!("uid-{n}");
+        assert!(super::watches::keeps_fresh(&ctx, &uid, 0), "below: kept");
+        let ranks_first = super::spread::place(&uid, ctx.settings.holder.as_str(), &peers) == 0;
+        assert_eq!(super::watches::keeps_fresh(&ctx, &uid, over), ranks_first);
+        if ranks_first {
+            first += 1;
+        } else {
+            not_first += 1;
+        }
+    }
+    assert!(first > 0 && not_first > first, "{first} / {not_first}");
+}
+
+#[tokio::test]
 async fn a_run_held_elsewhere_whose_lease_never_comes_is_read_after_the_wait() {
     // The Lease is really gone (deleted by hand): after the wait the run is read and its
     // Lease taken as an absent one, as before.
@@ -1043,10 +1081,16 @@ fn a_watched_run_that_was_started_or_lists_mcp_tools_first_is_read_live() {
     let api = FakeApi::with_run(run_object("ns", "w", 30));
     let fresh = watched(&api, "w").fresh.expect("kept whole");
     let state = super::reconcile::watched_state(&key("w"), &fresh, None).expect("taken");
-    assert_eq!(
-        state.run,
-        super::cluster::StoredRun::from_object(api.run("ns", "w")).unwrap()
-    );
+    // As read, but without the managedFields (their bytes counted all the same).
+    let read = super::cluster::StoredRun::from_object(api.run("ns", "w")).unwrap();
+    let mut unmanaged = api.run("ns", "w");
+    unmanaged["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("managedFields");
+    let mut expected = super::cluster::StoredRun::from_object(unmanaged).unwrap();
+    expected.snapshot.metadata_bytes = read.snapshot.metadata_bytes;
+    assert_eq!(state.run, expected);
     assert!(state.approvals.is_empty());
     // Its own Lease, even a dead holder's, means it was started: read live.
     let own = k8s_openapi::api::coordination::v1::Lease {

@@ -73,9 +73,17 @@ pub struct WatchedRun {
 }
 
 /// The bytes of JSON text a replica process keeps at most in [`FreshRun`]s (8 MiB: about
-/// 3,000 runs of 2-3 KiB each); a new run beyond it is read by its reconcile, as every
-/// run was before (issue 15).
+/// 3,600 runs of a 2 KiB spec each, their managedFields dropped); a new run beyond it is read
+/// by its reconcile, as every run was before (issue 15).
 pub const FRESH_BUDGET_BYTES: usize = 8 << 20;
+
+/// Past this many bytes of [`FreshRun`]s alive (a quarter of [`FRESH_BUDGET_BYTES`]), a new
+/// run is kept only by the replica its uid ranks first among the replicas seen
+/// ([`super::spread::place`]): the one that tries it first and whose free slots go to such
+/// runs first, so the rest of the budget holds the runs this replica most likely starts.
+/// Kept by every replica below it: the one that ranks first may have no slot free, and
+/// another then starts the run.
+pub const FRESH_OTHERS_BYTES: usize = FRESH_BUDGET_BYTES / 4;
 
 /// The bytes of [`FreshRun`] text alive in this process.
 static FRESH_BYTES: AtomicUsize = AtomicUsize::new(0);
@@ -83,16 +91,21 @@ static FRESH_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// A new run's whole object (apiVersion, kind, metadata with its resourceVersion, spec, and
 /// its status when that is the CRD's default `{phase: Pending, ...}`) as JSON text, from the
 /// watch event that delivered it (issue 15: the reconcile that starts a new run reads
-/// nothing). Its first status write is a compare-and-set on that resourceVersion, so a run
+/// nothing). Its `metadata.managedFields` are dropped (about 40% of a new run's object on
+/// kube-apiserver) and only their length is kept, counted back into the run's
+/// `metadata_bytes` for the object budget; a status write without managedFields leaves the
+/// stored ones as they are. Its first status write is a compare-and-set on that resourceVersion, so a run
 /// that changed since the event (a spec edit, another replica's write) is refused with 409 and
 /// read again: the text is never trusted beyond what the API
 /// server confirms (docs/design.md section 7).
 #[derive(Clone)]
 pub struct FreshRun(Arc<FreshText>);
 
-/// The text, and the count of live bytes it is counted in (given back when it is dropped).
+/// The text, the length of the managedFields dropped from it, and the count of live bytes it
+/// is counted in (given back when it is dropped).
 struct FreshText {
     text: Box<str>,
+    managed_fields_bytes: usize,
     account: &'static AtomicUsize,
 }
 
@@ -109,10 +122,18 @@ impl std::fmt::Debug for FreshRun {
 }
 
 impl FreshRun {
-    /// Keeps `object` as text, counted in `account`; `None` when that would take the count
-    /// over `budget` bytes (or it does not serialize).
-    fn keep(object: &Value, account: &'static AtomicUsize, budget: usize) -> Option<FreshRun> {
-        let text = serde_json::to_string(object).ok()?;
+    /// Keeps `object` as text without its managedFields, counted in `account`; `None` when
+    /// that would take the count over `budget` bytes (or it does not serialize).
+    fn keep(mut object: Value, account: &'static AtomicUsize, budget: usize) -> Option<FreshRun> {
+        let managed_fields_bytes = match object.get_mut("metadata").and_then(Value::as_object_mut) {
+            Some(meta) if meta.contains_key("managedFields") => {
+                let whole = crate::engine::encoded_len(&*meta);
+                meta.remove("managedFields");
+                whole.saturating_sub(crate::engine::encoded_len(&*meta))
+            }
+            _ => 0,
+        };
+        let text = serde_json::to_string(&object).ok()?;
         let len = text.len();
         let before = account.fetch_add(len, Ordering::Relaxed);
         if before.saturating_add(len) > budget {
@@ -121,11 +142,13 @@ impl FreshRun {
         }
         Some(FreshRun(Arc::new(FreshText {
             text: text.into_boxed_str(),
+            managed_fields_bytes,
             account,
         })))
     }
 
-    /// The run as stored when the event was made.
+    /// The run as stored when the event was made, without its managedFields, whose length
+    /// `snapshot.metadata_bytes` counts all the same.
     ///
     /// # Errors
     /// A [`DecodeError`] when the text does not decode as a run (its spec does not, or its
@@ -136,7 +159,17 @@ impl FreshRun {
                 run: String::from("(watched)"),
                 source,
             })?;
-        StoredRun::from_object(object)
+        let mut run = StoredRun::from_object(object)?;
+        run.snapshot.metadata_bytes = run
+            .snapshot
+            .metadata_bytes
+            .saturating_add(self.0.managed_fields_bytes);
+        Ok(run)
+    }
+
+    /// The bytes of [`FreshRun`] text alive in this process.
+    pub fn bytes_alive() -> usize {
+        FRESH_BYTES.load(Ordering::Relaxed)
     }
 }
 
@@ -203,7 +236,7 @@ impl<'de> Deserialize<'de> for WatchedRun {
                     Some(_) => false,
                 };
                 let fresh = if new && kept.contains_key("spec") {
-                    FreshRun::keep(&Value::Object(kept), &FRESH_BYTES, FRESH_BUDGET_BYTES)
+                    FreshRun::keep(Value::Object(kept), &FRESH_BYTES, FRESH_BUDGET_BYTES)
                 } else {
                     None
                 };
@@ -591,6 +624,23 @@ where
     .filter(|item| futures::future::ready(item.is_ok()))
 }
 
+/// Whether this replica keeps the new run `uid` as a [`FreshRun`], with `alive` bytes of them
+/// alive (its own counted): below [`FRESH_OTHERS_BYTES`], or when its uid ranks this replica
+/// first among the replicas seen lately ([`super::spread::place`]; any run when the spread
+/// is off). Never with `AGENTRT_SAVINGS_OFF=watched-spec`.
+pub(super) fn keeps_fresh(ctx: &Context, uid: &str, alive: usize) -> bool {
+    if !ctx.settings.savings.watched_spec {
+        return false;
+    }
+    if alive <= FRESH_OTHERS_BYTES || !ctx.settings.savings.spread {
+        return true;
+    }
+    let peers = ctx
+        .leases
+        .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);
+    super::spread::place(uid, ctx.settings.holder.as_str(), &peers) == 0
+}
+
 /// Runs the Controller for `scope` (a namespace; `None` for all) until shutdown.
 pub async fn controller(
     client: Client,
@@ -634,9 +684,7 @@ pub async fn controller(
             }
             if let Ok(Event::Apply(run) | Event::InitApply(run)) = &mut event {
                 run.wakes = wakes(store.get(&key_of_run(run)).as_deref(), run);
-                // Every replica keeps it (within its budget): the one that ranks first for
-                // the run may have no slot free, and another then starts it.
-                if !ctx.settings.savings.watched_spec {
+                if run.fresh.is_some() && !keeps_fresh(&ctx, run.uid(), FreshRun::bytes_alive()) {
                     run.fresh = None;
                 }
                 // How far behind this watch runs, timed on this replica's own writes.
@@ -1013,11 +1061,18 @@ mod tests {
         let run: WatchedRun = serde_json::from_value(object.clone()).expect("a run decodes");
         let fresh = run.fresh.as_ref().expect("a run without a status is kept");
         let stored = fresh.stored().expect("it decodes as a stored run");
-        // What a GET would have returned: labels, annotations and managedFields included.
-        assert_eq!(
-            stored,
-            StoredRun::from_object(object.clone()).expect("the object decodes")
-        );
+        // What a GET would have returned, labels and annotations included, but without the
+        // managedFields, whose bytes the object budget counts all the same.
+        let read = StoredRun::from_object(object.clone()).expect("the object decodes");
+        let mut unmanaged = object.clone();
+        unmanaged["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        let mut expected = StoredRun::from_object(unmanaged).expect("the object decodes");
+        assert!(expected.snapshot.metadata_bytes < read.snapshot.metadata_bytes);
+        expected.snapshot.metadata_bytes = read.snapshot.metadata_bytes;
+        assert_eq!(stored, expected);
         assert_eq!(stored.resource_version, "7");
         assert_eq!(stored.snapshot.created_by.as_deref(), Some("alice"));
         // The CRD's default status of a run no controller has written is kept as it came.
@@ -1030,7 +1085,14 @@ mod tests {
             .expect("a defaulted status is new")
             .stored()
             .unwrap();
-        assert_eq!(stored, StoredRun::from_object(defaulted.clone()).unwrap());
+        assert_eq!(stored.snapshot.status, defaulted["status"]);
+        assert_eq!(
+            stored.snapshot.metadata_bytes,
+            StoredRun::from_object(defaulted.clone())
+                .unwrap()
+                .snapshot
+                .metadata_bytes
+        );
         assert_eq!(stored.snapshot.status["usage"]["modelCalls"], 0);
         // Anything a controller writes is not new.
         for written in [
@@ -1068,10 +1130,11 @@ mod tests {
 
         // The budget: a run that does not fit is not kept; dropping one gives its bytes back.
         static ACCOUNT: AtomicUsize = AtomicUsize::new(0);
-        let len = serde_json::to_string(&object).unwrap().len();
-        let first = FreshRun::keep(&object, &ACCOUNT, len + len / 2).expect("fits");
+        let len = serde_json::to_string(&object).unwrap().len()
+            - r#","managedFields":[{"manager":"kubectl","operation":"Update"}]"#.len();
+        let first = FreshRun::keep(object.clone(), &ACCOUNT, len + len / 2).expect("fits");
         assert_eq!(ACCOUNT.load(Ordering::Relaxed), len);
-        assert!(FreshRun::keep(&object, &ACCOUNT, len + len / 2).is_none());
+        assert!(FreshRun::keep(object.clone(), &ACCOUNT, len + len / 2).is_none());
         assert_eq!(
             ACCOUNT.load(Ordering::Relaxed),
             len,
@@ -1086,6 +1149,6 @@ mod tests {
         );
         drop(shared);
         assert_eq!(ACCOUNT.load(Ordering::Relaxed), 0);
-        assert!(FreshRun::keep(&object, &ACCOUNT, len + len / 2).is_some());
+        assert!(FreshRun::keep(object.clone(), &ACCOUNT, len + len / 2).is_some());
     }
 }
