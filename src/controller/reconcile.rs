@@ -331,10 +331,18 @@ async fn observe_with_slot(
     let read = match unread {
         Some(state) => Ok(Some(state)),
         None => {
+            // Why a run new to this replica is not kept ([`super::watches::keeps_fresh`]).
+            let peers = || {
+                ctx.leases
+                    .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY)
+                    .len()
+            };
             tracing::debug!(
                 run = %key,
                 fresh = fresh.is_some(),
                 lease = lease_read.is_some(),
+                fresh_bytes = FreshRun::bytes_alive(),
+                peers = tracing::enabled!(tracing::Level::DEBUG).then(peers),
                 "reading the run"
             );
             ctx.read_state(key).await

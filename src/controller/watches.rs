@@ -64,10 +64,10 @@ pub struct WatchedRun {
     /// the object.
     #[serde(skip)]
     pub wakes: bool,
-    /// A new run's whole object as this event showed it ([`FreshRun`]: no controller has
-    /// written its status yet), so the reconcile that starts it needs no read; `None` for
-    /// every other run, and when the replica's budget for them ([`FRESH_BUDGET_BYTES`]) is
-    /// spent.
+    /// A new run's object as this event showed it, but for its managedFields ([`FreshRun`]:
+    /// no controller has written its status yet), so the reconcile that starts it needs no
+    /// read; `None` for every other run, and when the replica's budget for them
+    /// ([`FRESH_BUDGET_BYTES`], [`keeps_fresh`]) is spent.
     #[serde(skip)]
     pub fresh: Option<FreshRun>,
 }
@@ -95,9 +95,9 @@ static FRESH_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// nothing). Its `metadata.managedFields` are dropped (about 40% of a new run's object on
 /// kube-apiserver) and only their length is kept, counted back into the run's
 /// `metadata_bytes` for the object budget; a status write without managedFields leaves the
-/// stored ones as they are. Its first status write is a compare-and-set on that resourceVersion, so a run
-/// that changed since the event (a spec edit, another replica's write) is refused with 409 and
-/// read again: the text is never trusted beyond what the API
+/// stored ones as they are. Its first status write is a compare-and-set on that
+/// resourceVersion, so a run that changed since the event (a spec edit, another replica's
+/// write) is refused with 409 and read again: the text is never trusted beyond what the API
 /// server confirms (docs/design.md section 7).
 #[derive(Clone)]
 pub struct FreshRun(Arc<FreshText>);
