@@ -193,7 +193,7 @@ pub(super) fn slot_before_read<'a>(
     {
         return SlotBeforeRead::NotNeeded;
     }
-    match ctx.executors.reserve_slot() {
+    match ctx.executors.reserve_slot(key) {
         Some(slot) => SlotBeforeRead::Reserved(slot),
         None => {
             ctx.executors.wait_for_slot(key, slot_rank(ctx, obj.uid()));
@@ -407,7 +407,7 @@ async fn observe_with_slot(
                 let mut slot = if busy {
                     None
                 } else {
-                    reserved.take().or_else(|| ctx.executors.reserve_slot())
+                    reserved.take().or_else(|| ctx.executors.reserve_slot(key))
                 };
                 if busy {
                     // The running executor holds (or is losing) the lease; it kicks a

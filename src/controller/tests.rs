@@ -757,13 +757,19 @@ async fn a_new_run_takes_its_slot_before_it_is_read() {
         slot_before_read(&cancelled, &key("second"), &ctx),
         SlotBeforeRead::NotNeeded
     ));
-    // The whole reconcile: read once, the Lease acquired with the slot taken before the read.
+    // The slot given back was offered to the second, kicked: the first's reconcile waits
+    // unread, and the second's whole reconcile reads it once and acquires its Lease with the
+    // slot taken before the read.
     super::reconcile::reconcile(Arc::new(watched("first")), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(api.state.lock().unwrap().run_reads, 0);
+    super::reconcile::reconcile(Arc::new(watched("second")), ctx.clone())
         .await
         .unwrap();
     assert_eq!(api.state.lock().unwrap().run_reads, 1);
     assert_eq!(api.state.lock().unwrap().lease_creates, 1);
-    assert!(ctx.executors.is_executing(&key("first"), "uid-first"));
+    assert!(ctx.executors.is_executing(&key("second"), "uid-second"));
     ctx.executors.shutdown.cancel();
 }
 
