@@ -279,7 +279,7 @@ impl Default for Metrics {
         );
         registry.register_with_unit(
             "watch_lag",
-            "How far this replica's run watch runs behind its own status writes (the lag a replica waits out before reading a run another replica holds; at most 60 s)",
+            "How far this replica's run watch runs behind its own status writes (the lag a replica waits out before reading a run another replica holds: up to 60 s of it, up to 10 minutes while that replica renews its presence Lease)",
             Unit::Seconds,
             m.watch_lag.clone(),
         );
