@@ -570,11 +570,29 @@ impl Context {
         let unchanged_for_ms =
             self.leases
                 .observe_read(key, read, std::time::Instant::now(), source);
-        let margin_ms = u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX);
+        let margin_ms = self.takeover_margin_ms();
         match lease::own(read, run_uid) {
             Some(own) => lease::observed(Some(own), unchanged_for_ms, margin_ms),
             None => lease::observed(None, 0, margin_ms),
         }
+    }
+
+    /// `holder`'s presence Lease as the Lease watch last delivered it, judged as a run's Lease
+    /// is ([`Context::observe_lease`]: how long it has been seen unchanged at `at`, and the
+    /// margin); `None` when this replica has seen none (docs/design.md sections 2 and 7).
+    pub fn holder_presence(&self, holder: &str, at: std::time::Instant) -> Option<LeaseView> {
+        let (presence, unchanged_for_ms) = self.leases.presence_of(holder, at)?;
+        Some(lease::observed(
+            Some(&presence),
+            unchanged_for_ms,
+            self.takeover_margin_ms(),
+        ))
+    }
+
+    /// `--lease-skew-margin-ms`: the unchanged observation required beyond a Lease's duration
+    /// before it is judged expired (milliseconds).
+    fn takeover_margin_ms(&self) -> u64 {
+        u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Asks the engine what the executor does next.

@@ -236,11 +236,7 @@ fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> 
         .holder
         .as_deref()
         .filter(|_| watch_lag_ms > crate::engine::LAG_CAP_MILLIS)
-        .and_then(|holder| ctx.leases.presence_of(holder, now))
-        .map(|(presence, unchanged_for_ms)| {
-            let margin_ms = u64::try_from(ctx.settings.skew_margin.as_millis()).unwrap_or(u64::MAX);
-            lease::observed(Some(&presence), unchanged_for_ms, margin_ms)
-        });
+        .and_then(|holder| ctx.holder_presence(holder, now));
     let wait = crate::engine::observer_wait(
         &watched_view(obj),
         &seen,
@@ -331,18 +327,17 @@ async fn observe_with_slot(
     let read = match unread {
         Some(state) => Ok(Some(state)),
         None => {
-            // Why a run new to this replica is not kept ([`super::watches::keeps_fresh`]).
-            let peers = || {
-                ctx.leases
-                    .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY)
-                    .len()
-            };
+            // With why a run new to this replica was not kept ([`super::watches::keeps_fresh`]);
+            // the fields are evaluated only when the line is enabled.
             tracing::debug!(
                 run = %key,
                 fresh = fresh.is_some(),
                 lease = lease_read.is_some(),
                 fresh_bytes = FreshRun::bytes_alive(),
-                peers = tracing::enabled!(tracing::Level::DEBUG).then(peers),
+                peers = ctx
+                    .leases
+                    .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY)
+                    .len(),
                 "reading the run"
             );
             ctx.read_state(key).await

@@ -264,21 +264,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_new_run_or_one_held_live_by_another_on_its_current_spec_is_left_to_its_holder() {
-        let watched = WatchedView {
+    /// A run the watch shows `Running` under `a-1` on its current spec (generation 1).
+    fn running_under_a() -> WatchedView<'static> {
+        WatchedView {
             phase: Some("Running"),
             generation: Some(1),
             observed_generation: Some(1),
             holder: Some("a-1"),
-        };
-        let lease = LeaseView {
+        }
+    }
+
+    /// A Lease (or a presence Lease) held by `a-1` for 30 s, seen unchanged for
+    /// `unchanged_for_ms`, judged with a 500 ms margin.
+    fn held_by_a(unchanged_for_ms: u64) -> LeaseView {
+        LeaseView {
             holder: Some("a-1".into()),
             duration_seconds: Some(30),
-            unchanged_for_ms: 10_000,
+            unchanged_for_ms,
             takeover_margin_ms: 500,
             ..LeaseView::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_new_run_or_one_held_live_by_another_on_its_current_spec_is_left_to_its_holder() {
+        let watched = running_under_a();
+        let lease = held_by_a(10_000);
         assert_eq!(
             observer_wait(&watched, &lease, "b-2", &WatchBehind::default()),
             Some(20_500)
@@ -357,20 +368,9 @@ mod tests {
 
     #[test]
     fn a_watch_lag_past_a_minute_is_waited_out_while_the_holder_is_present() {
-        let watched = WatchedView {
-            phase: Some("Running"),
-            generation: Some(1),
-            observed_generation: Some(1),
-            holder: Some("a-1"),
-        };
+        let watched = running_under_a();
         // The run's Lease could have expired 70 s ago; the run watch is 90 s behind.
-        let lease = LeaseView {
-            holder: Some("a-1".into()),
-            duration_seconds: Some(30),
-            unchanged_for_ms: 100_500,
-            takeover_margin_ms: 500,
-            ..LeaseView::default()
-        };
+        let lease = held_by_a(100_500);
         assert_eq!(
             observer_wait(&watched, &lease, "b-2", &lagging(90_000)),
             None,
@@ -378,13 +378,7 @@ mod tests {
         );
         // The holder renews its presence Lease (seen changed 4 s ago): the whole lag is waited
         // out, judged again when the presence could have expired.
-        let presence = LeaseView {
-            holder: Some("a-1".into()),
-            duration_seconds: Some(30),
-            unchanged_for_ms: 4_000,
-            takeover_margin_ms: 500,
-            ..LeaseView::default()
-        };
+        let presence = held_by_a(4_000);
         let behind = WatchBehind {
             lag_ms: 90_000,
             holder_presence: Some(&presence),
