@@ -274,10 +274,11 @@ pub const LAG_DELIVERED_MEMORY: usize = 64;
 /// instant the run watch delivered that version. No clock of another replica or of the API
 /// server is read. The probes in flight are kept oldest first; the watch delivers a resource's
 /// events in the order they were written, so delivering one settles the probes answered before
-/// it too, and a probe whose event came before its answer costs no more than the spacing. The oldest probe in flight counts as at least its
-/// age, so a watch falling further behind is seen before its probe comes back; one in flight
-/// [`LAG_LOST_SECONDS`] is taken for lost. A write whose version the watch delivered before the
-/// answer came (the last [`LAG_DELIVERED_MEMORY`] versions) is a sample of 0.
+/// it too, and a probe whose event came before its answer costs no more than the spacing. The
+/// oldest probe in flight counts as at least its age, so a watch falling further behind is seen
+/// before its probe comes back; one in flight [`LAG_LOST_SECONDS`] is taken for lost. A write
+/// whose version the watch delivered before the answer came (the last
+/// [`LAG_DELIVERED_MEMORY`] versions) is a sample of 0.
 ///
 /// On a loaded kube-apiserver a watch can deliver events tens of seconds late, more than a
 /// minute with 10,000 runs. A replica that left a run another one held alone until that run's
@@ -587,6 +588,20 @@ impl Context {
             unchanged_for_ms,
             self.takeover_margin_ms(),
         ))
+    }
+
+    /// This replica's place among the replicas it has seen lately for the run `uid`
+    /// ([`super::spread::place`]; 0, first, when the spread is off): the order in which its
+    /// runs waiting for a slot get one, and which new runs it keeps past a quarter of the
+    /// [`super::watches::FreshRun`] budget ([`super::watches::keeps_fresh`]).
+    pub fn place_for(&self, uid: &str) -> usize {
+        if !self.settings.savings.spread {
+            return 0;
+        }
+        let peers = self
+            .leases
+            .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);
+        super::spread::place(uid, self.settings.holder.as_str(), &peers)
     }
 
     /// `--lease-skew-margin-ms`: the unchanged observation required beyond a Lease's duration

@@ -196,22 +196,10 @@ pub(super) fn slot_before_read<'a>(
     match ctx.executors.reserve_slot(key) {
         Some(slot) => SlotBeforeRead::Reserved(slot),
         None => {
-            ctx.executors.wait_for_slot(key, slot_rank(ctx, obj.uid()));
+            ctx.executors.wait_for_slot(key, ctx.place_for(obj.uid()));
             SlotBeforeRead::Full
         }
     }
-}
-
-/// This replica's place among the replicas it knows for the run `uid` ([`super::spread::place`];
-/// 0 when the spread is off): the order in which its runs waiting for a slot get one.
-fn slot_rank(ctx: &Context, uid: &str) -> usize {
-    if !ctx.settings.savings.spread {
-        return 0;
-    }
-    let peers = ctx
-        .leases
-        .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);
-    super::spread::place(uid, ctx.settings.holder.as_str(), &peers)
 }
 
 /// When the watch saw `obj` held by another replica whose Lease, as the Lease watch delivered
@@ -411,7 +399,7 @@ async fn observe_with_slot(
                     // Looked at again when a slot frees (or after the safety net).
                     tracing::debug!(run = %key, "at --max-concurrent-runs; waiting for a slot");
                     ctx.executors
-                        .wait_for_slot(key, slot_rank(ctx, &state.run.snapshot.uid));
+                        .wait_for_slot(key, ctx.place_for(&state.run.snapshot.uid));
                     soonest(SLOT_WAIT_MILLIS);
                 } else if let Some(wait) = lease::held_by_another(
                     &seen,

@@ -627,19 +627,13 @@ where
 
 /// Whether this replica keeps the new run `uid` as a [`FreshRun`], with `alive` bytes of them
 /// alive (its own counted): below [`FRESH_OTHERS_BYTES`], or when its uid ranks this replica
-/// first among the replicas seen lately ([`super::spread::place`]; any run when the spread
-/// is off). Never with `AGENTRT_SAVINGS_OFF=watched-spec`.
+/// first among the replicas seen lately ([`Context::place_for`]; any run when the spread is
+/// off). Never with `AGENTRT_SAVINGS_OFF=watched-spec`.
 pub(super) fn keeps_fresh(ctx: &Context, uid: &str, alive: usize) -> bool {
     if !ctx.settings.savings.watched_spec {
         return false;
     }
-    if alive <= FRESH_OTHERS_BYTES || !ctx.settings.savings.spread {
-        return true;
-    }
-    let peers = ctx
-        .leases
-        .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);
-    super::spread::place(uid, ctx.settings.holder.as_str(), &peers) == 0
+    alive <= FRESH_OTHERS_BYTES || ctx.place_for(uid) == 0
 }
 
 /// Runs the Controller for `scope` (a namespace; `None` for all) until shutdown.
