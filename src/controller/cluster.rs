@@ -29,8 +29,9 @@ pub const RUN_UID_LABEL: &str = "agentrt.dev/run-uid";
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredRun {
     /// The object as the API server returned it, without its status (which is
-    /// `snapshot.status`: the record is held once, not twice) and without its spec (which is
-    /// [`StoredRun::spec`]).
+    /// `snapshot.status`: the record is held once, not twice), without its spec (which is
+    /// [`StoredRun::spec`]) and without `metadata.managedFields` (counted in
+    /// `snapshot.metadata_bytes`, never sent back).
     pub object: Value,
     /// `spec` as the API server returned it, shared by every [`StoredRun`] of the same
     /// generation ([`StoredRun::landed`]): a status write leaves the spec as it was, so the
@@ -52,13 +53,78 @@ struct Written<S> {
     #[serde(default)]
     kind: Option<Value>,
     #[serde(default)]
-    metadata: Value,
+    metadata: Metadata,
     /// Only whether there is one: its text is skipped, not built.
     #[serde(default)]
     spec: Option<serde::de::IgnoredAny>,
     /// `Value`, or [`serde::de::IgnoredAny`] (skipped, not built).
     #[serde(default)]
     status: S,
+}
+
+/// A run's `metadata` as a status write's answer shows it, without its `managedFields`: they
+/// are kept neither in [`StoredRun::object`] nor sent back with the next status write (a write
+/// without them leaves the stored ones as they are, on both API servers), only their length
+/// is, for the object budget. No JSON tree is built of them: they are a third or more of a
+/// run's metadata, and were decoded, measured, sent back and parsed again by the server on
+/// every step (issue 15; docs/performance.md, session 19).
+#[derive(Default)]
+struct Metadata {
+    /// Every field but `managedFields`.
+    fields: serde_json::Map<String, Value>,
+    /// The bytes `"managedFields":[...],` took in the answer (0 without them).
+    managed_fields_bytes: usize,
+}
+
+impl<'de> serde::Deserialize<'de> for Metadata {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Metadata, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Metadata;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object's metadata")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Metadata, A::Error> {
+                let mut metadata = Metadata::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == MANAGED_FIELDS {
+                        let raw = map.next_value::<Box<serde_json::value::RawValue>>()?;
+                        metadata.managed_fields_bytes = managed_fields_entry_bytes(raw.get().len());
+                    } else {
+                        let value = map.next_value::<Value>()?;
+                        metadata.fields.insert(key, value);
+                    }
+                }
+                Ok(metadata)
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+/// `metadata.managedFields`.
+const MANAGED_FIELDS: &str = "managedFields";
+
+/// The bytes a `managedFields` entry of a metadata object takes in compact JSON when its value
+/// takes `value_bytes`: the quoted key, its colon and the comma that separates it from the
+/// other fields (metadata always has others: name, uid, resourceVersion).
+fn managed_fields_entry_bytes(value_bytes: usize) -> usize {
+    MANAGED_FIELDS.len() + 3 + value_bytes + 1
+}
+
+/// Takes `metadata.managedFields` out of `object`, returning the bytes they took in its compact
+/// JSON (the key, the value and a comma; 0 without them).
+pub(crate) fn take_managed_fields(object: &mut Value) -> usize {
+    object
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .and_then(|meta| meta.remove(MANAGED_FIELDS))
+        .map_or(0, |fields| {
+            managed_fields_entry_bytes(crate::engine::encoded_len(&fields))
+        })
 }
 
 /// A status write's answer as [`StoredRun::answer`] reads it.
@@ -107,7 +173,9 @@ impl Landed {
 }
 
 impl StoredRun {
-    /// Reads identity, spec and status out of a whole AgentRun object.
+    /// Reads identity, spec and status out of a whole AgentRun object. Its
+    /// `metadata.managedFields` are not kept, only counted in `snapshot.metadata_bytes` (as a
+    /// status write's answer is read, [`StoredRun::landed`]).
     ///
     /// # Errors
     /// A [`DecodeError`] naming the run and the field when the metadata is incomplete or the
@@ -140,7 +208,8 @@ impl StoredRun {
             .as_object_mut()
             .and_then(|fields| fields.remove("status"))
             .unwrap_or(Value::Null);
-        let metadata_bytes = crate::engine::encoded_len(&object);
+        let managed_fields_bytes = take_managed_fields(&mut object);
+        let metadata_bytes = crate::engine::encoded_len(&object) + managed_fields_bytes;
         Ok(StoredRun {
             snapshot: RunSnapshot {
                 namespace,
@@ -222,7 +291,7 @@ impl StoredRun {
         let run = || self.key();
         let written: Written<S> = serde_json::from_str(text)
             .map_err(|source| DecodeError::Answer { run: run(), source })?;
-        let meta = &written.metadata;
+        let meta = &written.metadata.fields;
         let same_spec = meta.get("uid").and_then(Value::as_str) == Some(&self.snapshot.uid)
             && meta.get("generation").and_then(Value::as_i64) == Some(self.snapshot.generation)
             && written.spec.is_some();
@@ -242,10 +311,12 @@ impl StoredRun {
         if let Some(kind) = written.kind {
             object.insert("kind".to_string(), kind);
         }
-        let created_by = created_by(&written.metadata);
-        object.insert("metadata".to_string(), written.metadata);
+        let managed_fields_bytes = written.metadata.managed_fields_bytes;
+        let metadata = Value::Object(written.metadata.fields);
+        let created_by = created_by(&metadata);
+        object.insert("metadata".to_string(), metadata);
         let object = Value::Object(object);
-        let metadata_bytes = crate::engine::encoded_len(&object);
+        let metadata_bytes = crate::engine::encoded_len(&object) + managed_fields_bytes;
         Ok(Answer::Same {
             run: StoredRun {
                 snapshot: RunSnapshot {

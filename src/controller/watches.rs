@@ -126,14 +126,7 @@ impl FreshRun {
     /// Keeps `object` as text without its managedFields, counted in `account`; `None` when
     /// that would take the count over `budget` bytes (or it does not serialize).
     fn keep(mut object: Value, account: &'static AtomicUsize, budget: usize) -> Option<FreshRun> {
-        let managed_fields_bytes = match object.get_mut("metadata").and_then(Value::as_object_mut) {
-            Some(meta) if meta.contains_key("managedFields") => {
-                let whole = crate::engine::encoded_len(&*meta);
-                meta.remove("managedFields");
-                whole.saturating_sub(crate::engine::encoded_len(&*meta))
-            }
-            _ => 0,
-        };
+        let managed_fields_bytes = super::cluster::take_managed_fields(&mut object);
         let text = serde_json::to_string(&object).ok()?;
         let len = text.len();
         let before = account.fetch_add(len, Ordering::Relaxed);
