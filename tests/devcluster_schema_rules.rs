@@ -51,6 +51,47 @@ fn message_expression_becomes_the_detail() {
     );
 }
 
+/// The value bound to `self` is built from what a node's rules read (session 19): a field only
+/// the messageExpression reads, one only a sibling rule reads, and `oldSelf` of a transition
+/// rule beside them are all there when evaluated.
+#[test]
+fn every_field_a_node_s_rules_and_messages_read_is_bound() {
+    let s = schema(json!({"type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "integer"},
+            "big": {"type": "array", "items": {"type": "string"}}},
+        "x-kubernetes-validations": [
+            {"rule": "self.a < 3", "messageExpression": "'a too big beside ' + self.b"},
+            {"rule": "!has(self.c) || self.c == 1", "message": "c must be 1"},
+            {"rule": "!has(oldSelf.b) || self.b == oldSelf.b", "message": "b is immutable"}]}));
+    let spec = json!({"a": 5, "b": "bee", "c": 2, "big": ["x", "y"]});
+    assert_eq!(
+        admit(&s, spec.clone(), None),
+        Err(vec![
+            "spec: Invalid value: \"object\": a too big beside bee".to_string(),
+            "spec: Invalid value: \"object\": c must be 1".to_string(),
+        ])
+    );
+    let old = json!({"a": 1, "b": "old", "c": 1});
+    assert_eq!(
+        admit(
+            &s,
+            json!({"a": 1, "b": "new", "c": 1, "big": ["x"]}),
+            Some(old.clone())
+        ),
+        Err(vec![
+            "spec: Invalid value: \"object\": b is immutable".to_string()
+        ])
+    );
+    assert_eq!(
+        admit(
+            &s,
+            json!({"a": 1, "b": "old", "c": 1, "big": ["x"]}),
+            Some(old)
+        ),
+        Ok(vec![])
+    );
+}
+
 #[test]
 fn failing_message_expression_falls_back_to_the_message() {
     let s = schema(

@@ -10,6 +10,7 @@ use std::panic::{self, AssertUnwindSafe};
 use cel::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
 
+use super::cel_reads::Reads;
 use super::cel_value;
 use super::listtype;
 use super::node::{ListType, Node};
@@ -67,9 +68,22 @@ impl Walk<'_> {
             None => parent_unchanged,
         };
         if !node.rules.is_empty() {
+            // Built from what the node's rules read (`cel_reads`): a root rule reading
+            // `self.metadata.name` does not convert the status; `oldSelf` only for a
+            // transition rule.
+            let (mut reads_self, mut reads_old) = (Reads::none(), Reads::none());
+            for rule in &node.rules {
+                reads_self.union(&rule.reads_self);
+                reads_old.union(&rule.reads_old_self);
+            }
+            let bound = |reads: &Reads, v: &Value| match reads.keep(v) {
+                Some(kept) => cel_value::typed(node, &kept, resource_root),
+                None => CelValue::Null,
+            };
+            let transition = node.rules.iter().any(|r| r.uses_old_self);
             let binding = Binding {
-                this: cel_value::typed(node, value, resource_root),
-                old: old.map(|o| cel_value::typed(node, o, resource_root)),
+                this: bound(&reads_self, value),
+                old: old.filter(|_| transition).map(|o| bound(&reads_old, o)),
             };
             for rule in &node.rules {
                 self.rule(rule, node, &binding, path, unchanged);

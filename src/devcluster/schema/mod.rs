@@ -18,6 +18,7 @@ mod cel_check;
 mod cel_cost;
 mod cel_eval;
 mod cel_lib;
+mod cel_reads;
 mod cel_types;
 mod cel_unify;
 mod cel_value;

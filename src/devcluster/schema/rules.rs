@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::cel_check::{self, Var};
 use super::cel_cost::{self, TotalCost};
+use super::cel_reads::Reads;
 use super::cel_types::{self, Decl, Ty};
 use super::gofmt;
 use super::node::{CompileError, Node, Site};
@@ -62,6 +63,10 @@ pub(super) struct Rule {
     /// A transition rule: it reads `oldSelf`.
     pub(super) uses_old_self: bool,
     pub(super) optional_old_self: bool,
+    /// What the rule and its `messageExpression` read of `self`.
+    pub(super) reads_self: Reads,
+    /// What they read of `oldSelf`.
+    pub(super) reads_old_self: Reads,
 }
 
 impl Rule {
@@ -444,6 +449,15 @@ fn compile(
     if checks.errors.len() > refusals {
         return Ok(None);
     }
+    let reads = |var: &str| {
+        let mut reads = Reads::none();
+        reads.add(program.expression(), var);
+        if let Some(expr) = &message_expression {
+            reads.add(expr.expression(), var);
+        }
+        reads
+    };
+    let (reads_self, reads_old_self) = (reads("self"), reads("oldSelf"));
     Ok(Some(Rule {
         source,
         program,
@@ -453,6 +467,8 @@ fn compile(
         reason,
         uses_old_self,
         optional_old_self,
+        reads_self,
+        reads_old_self,
     }))
 }
 
