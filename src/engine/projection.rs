@@ -188,12 +188,19 @@ fn project(event: &Value) -> Option<KubeEventProjection> {
         "lease.taken_over" => (
             KubeEventType::Warning,
             "TakenOver",
-            format!(
-                "{} took the run over from {} (lease expired {})",
-                text("holder"),
-                text("previousHolder"),
-                text("previousExpiry")
-            ),
+            // A Lease released by a replica that stopped cleanly (or deleted) has no expiry to
+            // name, and a run never held has no previous holder: said so, not "-".
+            match (data.get("previousHolder"), data.get("previousExpiry")) {
+                (Some(Value::String(previous)), Some(Value::String(expiry))) => format!(
+                    "{} took the run over from {previous} (lease expired {expiry})",
+                    text("holder")
+                ),
+                (Some(Value::String(previous)), _) => format!(
+                    "{} took the run over from {previous}, whose lease was released or deleted",
+                    text("holder")
+                ),
+                _ => format!("{} took the run over (no previous holder)", text("holder")),
+            },
         ),
         "step.interrupted" => (
             KubeEventType::Warning,

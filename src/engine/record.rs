@@ -213,6 +213,9 @@ pub(crate) struct Txn<'a> {
     observe_next: ObserveNext,
     /// Whether the caller executes the run (holds its lease) rather than observing it.
     pub executor: bool,
+    /// Whether this transition has compared the spec with `status.specHashes` yet
+    /// ([`Txn::note_spec_change`]): at its first event, else at its write.
+    spec_noted: bool,
 }
 
 impl<'a> Txn<'a> {
@@ -236,6 +239,7 @@ impl<'a> Txn<'a> {
             next: None,
             observe_next: ObserveNext::Nothing,
             executor,
+            spec_noted: false,
         }
     }
 
@@ -246,7 +250,12 @@ impl<'a> Txn<'a> {
 
     /// Appends an event with the next `seq`.
     /// Absent fields of `data` (JSON `null` at its top level) are left out.
+    /// A spec edited since the last write is journaled (`spec.changed`) before this
+    /// transition's first event: the steps it decides already follow the new spec.
     pub fn event(&mut self, type_: EventType, step: Option<StepIndex>, mut data: Value) {
+        if !self.spec_noted {
+            self.note_spec_change();
+        }
         if let Value::Object(map) = &mut data {
             map.retain(|_, v| !v.is_null());
         }
@@ -535,8 +544,12 @@ impl<'a> Txn<'a> {
     /// docs/behaviours.md 73: in a write after `metadata.generation` moved past
     /// `observedGeneration`, `spec.changed` {generation, fields} names the top-level spec
     /// fields whose hash differs from `status.specHashes`, which then holds the new ones. The
-    /// first write of a run (or of a record from before `specHashes`) only sets them.
+    /// first write of a run (or of a record from before `specHashes`) only sets them. Noted
+    /// once per transition, before its first event ([`Txn::event`]) or at its write.
     fn note_spec_change(&mut self) {
+        if std::mem::replace(&mut self.spec_noted, true) {
+            return;
+        }
         let generation = self.run.generation;
         let seen = !self.status.spec_hashes.is_empty();
         if seen && self.status.observed_generation == Some(generation) {

@@ -239,6 +239,12 @@ fn an_edit_of_policy_and_limits_on_a_live_run_is_journaled_spec_changed_naming_t
         1,
         "{journal:?}"
     );
+    // Before what the transition decided under the new spec, not after the run's end.
+    assert_eq!(
+        journal.first().map(String::as_str),
+        Some("spec.changed"),
+        "{journal:?}"
+    );
     assert_eq!(
         h.last_event("spec.changed"),
         json!({"generation": 2, "fields": ["spec.limits", "spec.policy"]})

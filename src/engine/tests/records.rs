@@ -479,3 +479,28 @@ fn a_null_the_api_server_prunes_is_not_written() {
         }
     }
 }
+
+/// A takeover's Kubernetes Event names the expiry it went by, and says so when there was none: a
+/// Lease released by a replica that stopped cleanly, or a run never held.
+#[test]
+fn a_takeover_event_says_whether_the_lease_expired_or_was_released() {
+    let message = |data: Value| {
+        let status = json!({"events": [{"seq": 1, "type": "lease.taken_over", "data": data}]});
+        let events = kube_events(&Value::Null, &status);
+        assert_eq!(events.len(), 1, "{events:?}");
+        events[0].message.clone()
+    };
+    assert_eq!(
+        message(json!({"holder": "b", "previousHolder": "a",
+            "previousExpiry": "2026-12-05T02:00:00.000Z"})),
+        "b took the run over from a (lease expired 2026-12-05T02:00:00.000Z)"
+    );
+    assert_eq!(
+        message(json!({"holder": "b", "previousHolder": "a"})),
+        "b took the run over from a, whose lease was released or deleted"
+    );
+    assert_eq!(
+        message(json!({"holder": "b"})),
+        "b took the run over (no previous holder)"
+    );
+}
