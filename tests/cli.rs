@@ -522,6 +522,10 @@ fn lint_of_the_samples_and_of_stdin_says_how_many_runs_are_ok() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(stdout.ends_with(" runs ok\n"), "{stdout}");
+    // The directory itself, as `kubectl apply -f DIR` takes it: the same runs.
+    let out_dir = lint(&["-f", &samples.display().to_string()], None);
+    assert_eq!(out_dir.status.code(), Some(0), "{}", text(&out_dir));
+    assert_eq!(String::from_utf8_lossy(&out_dir.stdout), stdout);
     let sample = std::fs::read_to_string(samples.join("refund-approval.yaml")).expect("sample");
     let out = lint(&["-f", "-"], Some(&sample));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -27,13 +27,15 @@ pub struct Report {
     pub runs: usize,
 }
 
-/// Lints `files` (`-` reads standard input).
+/// Lints `files` (`-` reads standard input; a directory stands for its `.yaml`, `.yml` and
+/// `.json` files in name order, not those of its subdirectories, as `kubectl apply -f DIR`).
 ///
 /// # Errors
-/// A file that cannot be read or is not YAML/JSON (naming it and the document).
+/// A file or directory that cannot be read, or a file that is not YAML/JSON (naming it and the
+/// document).
 pub fn lint_files(files: &[String]) -> anyhow::Result<Report> {
     let mut report = Report::default();
-    for file in files {
+    for file in &expand_directories(files)? {
         let text = if file == "-" {
             let mut text = String::new();
             std::io::stdin()
@@ -51,6 +53,33 @@ pub fn lint_files(files: &[String]) -> anyhow::Result<Report> {
         lint_text(shown, &text, &mut report)?;
     }
     Ok(report)
+}
+
+/// `files` with each directory replaced by its manifest files (`.yaml`, `.yml`, `.json`), sorted.
+fn expand_directories(files: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut expanded = Vec::new();
+    for file in files {
+        let path = std::path::Path::new(file);
+        if file == "-" || !path.is_dir() {
+            expanded.push(file.clone());
+            continue;
+        }
+        let mut inside = Vec::new();
+        for entry in std::fs::read_dir(path).with_context(|| format!("cannot read {file}"))? {
+            let entry = entry.with_context(|| format!("cannot read {file}"))?;
+            let manifest = entry.path();
+            let is_manifest = manifest
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"));
+            if is_manifest && manifest.is_file() {
+                inside.push(manifest.display().to_string());
+            }
+        }
+        inside.sort();
+        expanded.extend(inside);
+    }
+    Ok(expanded)
 }
 
 /// Lints the documents of one file's `text`, shown as `file`, into `report`.

@@ -158,7 +158,8 @@ pub enum OperatorCommand {
     /// webhook): print every problem as `FILE: NAMESPACE/NAME: field: message` and exit 1, or
     /// print `N runs ok`. Other kinds of document are skipped with a note.
     Lint {
-        /// Files to check (`-` reads standard input); each may hold many YAML documents.
+        /// Files to check (`-` reads standard input; a directory: its .yaml, .yml and .json
+        /// files, as `kubectl apply -f DIR`); each may hold many YAML documents.
         #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
         files: Vec<String>,
     },
