@@ -19,7 +19,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// thread starts: mimalloc asks for them on its arenas, and the kernel then backs each fresh
 /// span with a zeroed 2 MiB page and counts all of it as resident. With them, clearing those pages
 /// was a tenth of the embedded API server's CPU samples in `agentrt bench --workload wide`, and a
-/// controller's peak RSS was 94-115 MiB where without them it is 68-70 MiB (docs/performance.md,
+/// controller's peak RSS was 81-115 MiB where without them it is 58-75 MiB (docs/performance.md,
 /// session 19). The setting is the process's own (children get it too); nothing else changes. A
 /// kernel without the call leaves things as they were.
 fn no_transparent_huge_pages() {

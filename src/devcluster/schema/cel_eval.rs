@@ -71,19 +71,16 @@ impl Walk<'_> {
             // Built from what the node's rules read (`cel_reads`): a root rule reading
             // `self.metadata.name` does not convert the status; `oldSelf` only for a
             // transition rule.
-            let (mut reads_self, mut reads_old) = (Reads::none(), Reads::none());
-            for rule in &node.rules {
-                reads_self.union(&rule.reads_self);
-                reads_old.union(&rule.reads_old_self);
-            }
+            let reads = &node.rule_reads;
             let bound = |reads: &Reads, v: &Value| match reads.keep(v) {
                 Some(kept) => cel_value::typed(node, &kept, resource_root),
                 None => CelValue::Null,
             };
-            let transition = node.rules.iter().any(|r| r.uses_old_self);
             let binding = Binding {
-                this: bound(&reads_self, value),
-                old: old.filter(|_| transition).map(|o| bound(&reads_old, o)),
+                this: bound(&reads.this, value),
+                old: old
+                    .filter(|_| reads.transition)
+                    .map(|o| bound(&reads.old, o)),
             };
             for rule in &node.rules {
                 self.rule(rule, node, &binding, path, unchanged);

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde_json::{Map, Value};
 
+use super::cel_reads::Reads;
 use super::numbers;
 use super::rules::{self, Checks, Rule};
 
@@ -123,8 +124,44 @@ pub(super) struct Node {
     pub(super) list_type: Option<ListType>,
     pub(super) list_map_keys: Vec<String>,
     pub(super) rules: Vec<Rule>,
+    /// What `rules` (and their messageExpressions) read of `self` and `oldSelf` together: the
+    /// parts of the value their bindings are built from (`cel_eval`).
+    pub(super) rule_reads: RuleReads,
     /// Whether this node or one below it has CEL rules.
     pub(super) has_rules: bool,
+}
+
+/// What a node's rules read, together ([`Node::rule_reads`]).
+#[derive(Debug, Clone)]
+pub(super) struct RuleReads {
+    /// Of `self`.
+    pub(super) this: Reads,
+    /// Of `oldSelf`; only bound when `transition`.
+    pub(super) old: Reads,
+    /// Whether any rule reads `oldSelf`.
+    pub(super) transition: bool,
+}
+
+impl Default for RuleReads {
+    fn default() -> RuleReads {
+        RuleReads {
+            this: Reads::none(),
+            old: Reads::none(),
+            transition: false,
+        }
+    }
+}
+
+impl RuleReads {
+    fn of(rules: &[Rule]) -> RuleReads {
+        let mut reads = RuleReads::default();
+        for rule in rules {
+            reads.this.union(&rule.reads_self);
+            reads.old.union(&rule.reads_old_self);
+            reads.transition |= rule.uses_old_self;
+        }
+        reads
+    }
 }
 
 /// String formats kube-apiserver validates (after removing dashes, as go-openapi normalizes).
@@ -325,6 +362,7 @@ impl Node {
         }
         if let Some(rules) = obj.get("x-kubernetes-validations") {
             node.rules = rules::compile_all(rules, site, &node, checks)?;
+            node.rule_reads = RuleReads::of(&node.rules);
         }
         node.has_rules = !node.rules.is_empty()
             || node.properties.values().any(|p| p.has_rules)
