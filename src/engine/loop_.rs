@@ -446,7 +446,7 @@ pub(crate) fn check_args(
             tool.name
         ))));
     }
-    let schema = ToolSchema::compile(index, tool).map_err(CallProblem::Internal)?;
+    let schema = ToolSchema::compiled(index, tool).map_err(CallProblem::Internal)?;
     if let Err(details) = schema.check(args) {
         return Err(CallProblem::Invalid(Invalid {
             error: format!(

@@ -7,10 +7,13 @@
 //! the compilation with a retriever that refuses everything. Must not: fetch a file or a URL,
 //! whatever the schema says.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use jsonschema::{Retrieve, Uri, Validator};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use super::{check_storable, check_storable_at, walk_of, JsonPath, Segment, Walk};
 use crate::api::ToolSpec;
@@ -68,6 +71,31 @@ impl ToolSchema {
         Ok(ToolSchema { validator })
     }
 
+    /// [`ToolSchema::compile`], once per distinct schema in this process: the compiled schema
+    /// is kept by the SHA-256 of the schema's JSON text (up to [`COMPILED_KEPT`] of them; past
+    /// that the kept ones are dropped and kept again as they are used), so a run's steps check
+    /// their args without compiling the same `inputSchema` each time (docs/performance.md,
+    /// session 20). A schema that does not compile is not kept.
+    ///
+    /// # Errors
+    /// Those of [`ToolSchema::compile`], the same sentence each time.
+    pub fn compiled(index: usize, tool: &ToolSpec) -> Result<Arc<ToolSchema>, String> {
+        static KEPT: LazyLock<Mutex<HashMap<[u8; 32], Arc<ToolSchema>>>> =
+            LazyLock::new(|| Mutex::new(HashMap::new()));
+        let text = serde_json::to_vec(&tool.input_schema).map_err(|e| e.to_string())?;
+        let key: [u8; 32] = Sha256::digest(&text).into();
+        if let Some(schema) = KEPT.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(schema.clone());
+        }
+        let schema = Arc::new(ToolSchema::compile(index, tool)?);
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= COMPILED_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, schema.clone());
+        Ok(schema)
+    }
+
     /// Checks `args` against the schema.
     ///
     /// `args` are first held to [`check_storable`] (depth and numbers), whose one sentence is
@@ -108,6 +136,9 @@ impl ToolSchema {
         Err(lines)
     }
 }
+
+/// Most compiled schemas [`ToolSchema::compiled`] keeps in a process.
+pub const COMPILED_KEPT: usize = 256;
 
 /// Most violation lines [`ToolSchema::check`] returns (then one line counting the rest).
 pub const MAX_VIOLATIONS: usize = 50;
@@ -340,6 +371,28 @@ mod tests {
         let s = compiled(refund_schema());
         assert_eq!(s.check(&json!({"order": 1042, "amount": 250})), Ok(()));
         assert_eq!(s.check(&json!({"order": 1042, "amount": 250.5})), Ok(()));
+    }
+
+    #[test]
+    fn a_schema_is_compiled_once_and_a_different_one_apart() {
+        let refund = tool(refund_schema());
+        let first = ToolSchema::compiled(1, &refund).expect("compiles");
+        let again = ToolSchema::compiled(3, &refund).expect("compiles");
+        assert!(Arc::ptr_eq(&first, &again), "the same schema is kept");
+        assert!(first.check(&json!({"order": 1, "amount": 2})).is_ok());
+        let other = ToolSchema::compiled(1, &tool(json!({"type": "object", "required": ["x"]})))
+            .expect("compiles");
+        assert!(!Arc::ptr_eq(&first, &other), "another schema is its own");
+        assert!(other.check(&json!({"order": 1, "amount": 2})).is_err());
+        // A schema that does not compile says so each time, with the index it is given.
+        let bad = tool(json!({"type": "banana"}));
+        for index in [2, 5] {
+            let err = ToolSchema::compiled(index, &bad).expect_err("refused");
+            assert!(
+                err.starts_with(&format!("spec.tools[{index}].inputSchema")),
+                "{err}"
+            );
+        }
     }
 
     #[test]
