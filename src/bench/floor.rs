@@ -68,6 +68,10 @@ pub struct Replay {
     /// answer's `resourceVersion` read), to compare with what the controllers saw
     /// (`agentrt_status_write_duration_seconds`).
     pub write_seconds: f64,
+    /// Status writes whose answer was lost and that were settled by reading the run back: a
+    /// write the API server timed out on (504) that the client sent again, which then
+    /// conflicted with itself (kube-apiserver under load, `long` at 2,000 steps).
+    pub settled_writes: usize,
 }
 
 impl Replay {
@@ -160,6 +164,7 @@ pub async fn replay(
                 format!("/apis/agentrt.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}/status");
             let name_json = serde_json::to_string(&name)?;
             let mut write_seconds = 0.0;
+            let mut settled = 0;
             for status in statuses {
                 // Without the spec, as the runtime writes a status (the status subresource
                 // takes everything but the status from the stored object).
@@ -172,25 +177,62 @@ pub async fn replay(
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(body.into_bytes())?;
                 let sent = Instant::now();
-                let answer = client
-                    .request_text(request)
-                    .await
-                    .with_context(|| format!("floor: status write of {namespace}/{name}"))?;
-                let answer: Answer = serde_json::from_str(&answer).with_context(|| {
-                    format!("floor: the answer to a status write of {namespace}/{name}")
-                })?;
-                resource_version = answer.metadata.resource_version;
+                match client.request_text(request).await {
+                    Ok(answer) => {
+                        let answer: Answer = serde_json::from_str(&answer).with_context(|| {
+                            format!("floor: the answer to a status write of {namespace}/{name}")
+                        })?;
+                        resource_version = answer.metadata.resource_version;
+                    }
+                    // Nobody else writes these runs: a 409 is this write landing once already
+                    // (its first answer lost, the client sending it again). Read back, go on
+                    // from what is stored if it is this status, else fail.
+                    Err(kube::Error::Api(refused)) if refused.is_conflict() => {
+                        let sent: Value = serde_json::from_str(status.get())?;
+                        resource_version =
+                            settle(&api, &name, &sent).await.with_context(|| {
+                                format!("floor: status write of {namespace}/{name}: {refused}")
+                            })?;
+                        settled += 1;
+                    }
+                    Err(err) => {
+                        return Err(anyhow::Error::new(err)
+                            .context(format!("floor: status write of {namespace}/{name}")))
+                    }
+                }
                 write_seconds += sent.elapsed().as_secs_f64();
             }
-            anyhow::Ok(write_seconds)
+            anyhow::Ok((write_seconds, settled))
         }
     }))
     .buffer_unordered(parallel.max(1))
-    .try_collect::<Vec<f64>>()
+    .try_collect::<Vec<(f64, usize)>>()
     .await?;
-    measured.write_seconds = write_seconds.iter().sum();
+    measured.write_seconds = write_seconds.iter().map(|(seconds, _)| seconds).sum();
+    measured.settled_writes = write_seconds.iter().map(|(_, settled)| settled).sum();
     measured.writes_per_sec = measured.writes as f64 / started.elapsed().as_secs_f64();
     Ok(measured)
+}
+
+/// The `resourceVersion` of the run `name` when its stored status is `sent`: a status write
+/// whose answer was lost landed.
+///
+/// # Errors
+/// When the run cannot be read, or holds another status (someone else wrote it).
+async fn settle(
+    api: &kube::Api<DynamicObject>,
+    name: &str,
+    sent: &Value,
+) -> anyhow::Result<String> {
+    let stored = api.get_status(name).await?;
+    anyhow::ensure!(
+        stored.data.get("status") == Some(sent),
+        "the run holds another status than the one written: someone else writes it"
+    );
+    stored
+        .metadata
+        .resource_version
+        .context("the run read back has no metadata.resourceVersion")
 }
 
 #[cfg(test)]

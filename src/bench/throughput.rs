@@ -357,8 +357,9 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
             }
         }
         row.notes.push(format!(
-            "floor: {} status writes replayed, {} runs as the watch recorded their statuses ({} recorded), {} from their final record (the watch saw none, or not their last){}",
+            "floor: {} status writes replayed ({} settled by reading the run back after a lost answer), {} runs as the watch recorded their statuses ({} recorded), {} from their final record (the watch saw none, or not their last){}",
             best.writes,
+            best.settled_writes,
             best.recorded_runs,
             recorded.status_count(),
             best.rebuilt_runs,
