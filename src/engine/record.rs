@@ -253,9 +253,7 @@ impl<'a> Txn<'a> {
     /// A spec edited since the last write is journaled (`spec.changed`) before this
     /// transition's first event: the steps it decides already follow the new spec.
     pub fn event(&mut self, type_: EventType, step: Option<StepIndex>, mut data: Value) {
-        if !self.spec_noted {
-            self.note_spec_change();
-        }
+        self.note_spec_change();
         if let Value::Object(map) = &mut data {
             map.retain(|_, v| !v.is_null());
         }

@@ -26,6 +26,13 @@ pub(super) enum Reads {
     Paths(Vec<Vec<String>>),
 }
 
+impl Default for Reads {
+    /// Nothing read.
+    fn default() -> Reads {
+        Reads::none()
+    }
+}
+
 impl Reads {
     /// Nothing read yet.
     pub(super) fn none() -> Reads {
@@ -131,14 +138,19 @@ fn collect(expr: &IdedExpr, var: &str, paths: &mut Vec<Vec<String>>) -> bool {
                 .all(|e| collect(e, var, paths))
         }
         Expr::List(list) => list.elements.iter().all(|e| collect(e, var, paths)),
-        Expr::Map(map) => map.entries.iter().all(|entry| match &entry.expr {
-            EntryExpr::MapEntry(m) => collect(&m.key, var, paths) && collect(&m.value, var, paths),
-            EntryExpr::StructField(f) => collect(&f.value, var, paths),
-        }),
-        Expr::Struct(s) => s.entries.iter().all(|entry| match &entry.expr {
-            EntryExpr::MapEntry(m) => collect(&m.key, var, paths) && collect(&m.value, var, paths),
-            EntryExpr::StructField(f) => collect(&f.value, var, paths),
-        }),
+        Expr::Map(map) => map
+            .entries
+            .iter()
+            .all(|e| collect_entry(&e.expr, var, paths)),
+        Expr::Struct(s) => s.entries.iter().all(|e| collect_entry(&e.expr, var, paths)),
+    }
+}
+
+/// [`collect`] for a map literal's or a message's entry: its key and value, or its field's value.
+fn collect_entry(entry: &EntryExpr, var: &str, paths: &mut Vec<Vec<String>>) -> bool {
+    match entry {
+        EntryExpr::MapEntry(m) => collect(&m.key, var, paths) && collect(&m.value, var, paths),
+        EntryExpr::StructField(f) => collect(&f.value, var, paths),
     }
 }
 

@@ -132,7 +132,7 @@ pub(super) struct Node {
 }
 
 /// What a node's rules read, together ([`Node::rule_reads`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct RuleReads {
     /// Of `self`.
     pub(super) this: Reads,
@@ -140,16 +140,6 @@ pub(super) struct RuleReads {
     pub(super) old: Reads,
     /// Whether any rule reads `oldSelf`.
     pub(super) transition: bool,
-}
-
-impl Default for RuleReads {
-    fn default() -> RuleReads {
-        RuleReads {
-            this: Reads::none(),
-            old: Reads::none(),
-            transition: false,
-        }
-    }
 }
 
 impl RuleReads {
