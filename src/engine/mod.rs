@@ -108,6 +108,7 @@ pub use observe::{
 pub use projection::{
     decode_status, kube_events, KubeEventProjection, KubeEventType, STARTED_REASON,
 };
+pub use raw::spec_undecodable;
 pub(crate) use record::encoded_len;
 pub use takeover::INTERRUPTED_NOTICE;
 
