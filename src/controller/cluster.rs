@@ -572,6 +572,16 @@ pub enum ApiError {
     /// 404, with the API server's message (which says what was not found).
     #[error("{0}")]
     NotFound(String),
+    /// 403: the API server refused the request (RBAC, or a ValidatingAdmissionPolicy, whose
+    /// name its message carries): not a conflict, and sending it again changes nothing until
+    /// someone changes the policy (issue 34 item 6). The write did not land.
+    #[error("refused ({reason}): {message}")]
+    Refused {
+        /// The Status `reason` (`Forbidden`).
+        reason: String,
+        /// The API server's message, bounded ([`bounded`]).
+        message: String,
+    },
     /// Any other failure of the client or the API server: the write may or may not have
     /// landed. Shown as the API server's message ([`server_message`]).
     #[error("{}", server_message(.0))]
@@ -597,6 +607,7 @@ impl ApiError {
         match self {
             ApiError::Conflict(_) => "conflict",
             ApiError::NotFound(_) => "not_found",
+            ApiError::Refused { .. } => "refused",
             ApiError::Kube(_) => "api",
             ApiError::Request(_) | ApiError::Json { .. } => "encode",
         }
@@ -636,6 +647,14 @@ fn classify(err: kube::Error) -> ApiError {
         kube::Error::Api(status) if status.code == 404 => {
             ApiError::NotFound(status.message.clone())
         }
+        kube::Error::Api(status) if status.code == 403 => ApiError::Refused {
+            reason: if status.reason.is_empty() {
+                "Forbidden".into()
+            } else {
+                status.reason.clone()
+            },
+            message: bounded(&status.message),
+        },
         _ => ApiError::Kube(err),
     }
 }

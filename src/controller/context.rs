@@ -712,9 +712,9 @@ impl Context {
         let before = &state.run.snapshot.status;
         let sent = std::time::Instant::now();
         let written = self.api.replace_run_status(&state.run, &status).await;
-        // A conflict or a gone run is an answer; any other error is a failed write.
+        // A conflict, a gone run or a refusal is an answer; any other error is a failed write.
         let failed = matches!(&written, Err(err)
-            if !matches!(err, RunError::Api(ApiError::Conflict(_) | ApiError::NotFound(_))));
+            if !matches!(err, RunError::Api(ApiError::Conflict(_) | ApiError::NotFound(_) | ApiError::Refused { .. })));
         let took = sent.elapsed();
         self.executors.record_write(took, !failed);
         self.metrics.status_write_took(took.as_secs_f64());
@@ -729,6 +729,8 @@ impl Context {
                         .wrote(&run.resource_version, std::time::Instant::now());
                 }
                 self.metrics.status_write("ok");
+                self.failures
+                    .write_landed(&run.snapshot.namespace, &run.snapshot.name);
                 self.landed(before, &run);
                 Ok(Written::Landed(Box::new(run)))
             }
@@ -738,6 +740,30 @@ impl Context {
                 Ok(Written::Conflict)
             }
             Err(RunError::Api(ApiError::NotFound(_))) => Ok(Written::Gone),
+            Err(RunError::Api(ApiError::Refused { reason, message })) => {
+                // Issue 34 item 6: RBAC or an admission policy refused the write. It did not
+                // land, and is not a conflict: said once per attempt (a Warning Event on the
+                // run, one log line, a metric), and the next attempt waits for the run's own
+                // bounded backoff instead of reading and writing again at once.
+                self.metrics.status_write("refused");
+                self.metrics.status_write_refused(&reason);
+                let key = RunKey {
+                    namespace: state.run.snapshot.namespace.clone(),
+                    name: state.run.snapshot.name.clone(),
+                };
+                let (row, wait) = self.failures.refused(&key);
+                tracing::warn!(run = %key, %reason, %message, refused_in_a_row = row, retry_in = ?wait, "status write refused by the API server");
+                self.events.warn(
+                    &state.run.snapshot,
+                    "StatusWriteRefused",
+                    format!(
+                        "the API server refused the status write ({reason}): {message}; next attempt in {}s",
+                        wait.as_secs()
+                    ),
+                );
+                tokio::time::sleep(wait).await;
+                Err(RunError::Api(ApiError::Refused { reason, message }))
+            }
             Err(err) => {
                 self.metrics.status_write("error");
                 tracing::warn!(run = %state.run.key(), %err, "status write failed; reading the run back to see whether it landed");

@@ -74,15 +74,54 @@ impl ReconcileError {
 }
 
 /// Every `kind` [`ReconcileError::metric_label`] can give, reported even at zero.
-pub const KINDS: [&str; 5] = ["conflict", "not_found", "api", "encode", "decode"];
+pub const KINDS: [&str; 6] = [
+    "conflict",
+    "not_found",
+    "refused",
+    "api",
+    "encode",
+    "decode",
+];
 
-/// Failed reconciles in a row, per run.
+/// Failed reconciles in a row, per run; and refused status writes in a row, per run.
 #[derive(Debug, Default)]
 pub struct FailureBackoff {
     failures: Mutex<HashMap<RunKey, u32>>,
+    /// Status writes the API server refused (403) in a row, per run: reset only by a write
+    /// that lands, not by a reconcile that succeeds (an executor that stops on a refusal
+    /// kicks a reconcile that succeeds in acquiring the Lease again).
+    refusals: Mutex<HashMap<RunKey, u32>>,
 }
 
 impl FailureBackoff {
+    /// Counts one more refused status write of `key` in a row; the wait before the next
+    /// attempt: [`BACKOFF_FIRST`] doubled per earlier refusal in the row, at most
+    /// [`BACKOFF_MAX`] (issue 34 item 6: a refused write is not retried blindly).
+    pub fn refused(&self, key: &RunKey) -> (u32, Duration) {
+        let mut refusals = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let row = refusals.entry(key.clone()).or_insert(0);
+        *row = row.saturating_add(1);
+        let doublings = (*row - 1).min(16);
+        let wait = BACKOFF_FIRST
+            .saturating_mul(1 << doublings)
+            .min(BACKOFF_MAX);
+        (*row, wait)
+    }
+
+    /// Forgets `key`'s refused writes (a status write landed).
+    pub fn write_landed(&self, namespace: &str, name: &str) {
+        let mut refusals = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !refusals.is_empty() {
+            refusals.remove(&RunKey::new(namespace, name));
+        }
+    }
+
     /// Counts one more failure of `key` in a row; the wait before its next reconcile:
     /// [`BACKOFF_FIRST`] doubled per earlier failure in the row, at most [`BACKOFF_MAX`].
     pub fn set_failure(&self, key: &RunKey) -> Duration {
@@ -226,6 +265,27 @@ mod tests {
         assert_eq!(backoff.failures(&key("a")), 0);
         assert_eq!(backoff.set_failure(&key("a")), BACKOFF_FIRST);
         assert_eq!(backoff.failures(&key("b")), 1);
+    }
+
+    #[test]
+    fn a_refused_write_backs_off_per_run_until_a_write_lands() {
+        let backoff = FailureBackoff::default();
+        let waits: Vec<Duration> = (0..6).map(|_| backoff.refused(&key("a")).1).collect();
+        assert_eq!(waits, [2, 4, 8, 16, 30, 30].map(Duration::from_secs));
+        // A successful reconcile does not reset it; a landed write does.
+        backoff.reset(&key("a"));
+        assert_eq!(backoff.refused(&key("a")), (7, BACKOFF_MAX));
+        assert_eq!(backoff.refused(&key("b")), (1, BACKOFF_FIRST));
+        backoff.write_landed("ns", "a");
+        assert_eq!(backoff.refused(&key("a")), (1, BACKOFF_FIRST));
+        let refused = ReconcileError::new(
+            key("a"),
+            RunError::Api(ApiError::Refused {
+                reason: "Forbidden".into(),
+                message: "ValidatingAdmissionPolicy 'deny' denied request".into(),
+            }),
+        );
+        assert_eq!(refused.metric_label(), "refused");
     }
 
     #[test]
