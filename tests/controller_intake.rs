@@ -189,3 +189,135 @@ async fn a_run_nested_150_deep_does_not_stop_the_controller_for_other_runs() {
         log.lines().map(|l| l.len()).max().unwrap_or(0)
     );
 }
+
+/// The value of the one sample `series` of a metrics text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+}
+
+/// Issue 34 item 6: a ValidatingAdmissionPolicy denies the controller's status writes of one
+/// run. The run shows a Warning Event naming the policy, the refusals are counted and stay few
+/// (backed off, not retried as conflicts), and another run completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_write_refused_by_a_policy_is_said_and_backed_off() {
+    let cluster = agentrt_cluster().await;
+    if cluster.is_embedded() {
+        return eprintln!(
+            "needs kube-apiserver: the embedded server has no ValidatingAdmissionPolicy"
+        );
+    }
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let policy = format!("deny-blocked-{ns}");
+    let manifest = format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {policy}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [agentrt.dev]
+      apiVersions: ["*"]
+      operations: [UPDATE]
+      resources: [agentruns/status]
+  validations:
+  - expression: "object.metadata.namespace != '{ns}' || object.metadata.name != 'blocked'"
+    message: status writes of blocked are refused
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {policy}}}
+spec:
+  policyName: {policy}
+  validationActions: [Deny]
+"#
+    );
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &manifest);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The policy takes a moment to be served.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let port = free_port();
+    let controller = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        &ns,
+        ControllerSpec {
+            prefix: "refused".into(),
+            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
+            ..ControllerSpec::default()
+        },
+    );
+    let complete = json!([{"kind": "complete", "result": {"ok": true}}]);
+    create_raw(&client, &ns, &run("blocked", complete.clone()))
+        .await
+        .expect("created");
+    create_raw(&client, &ns, &run("free", complete))
+        .await
+        .expect("created");
+    wait_phase(&client, &ns, "free", "Completed", Duration::from_secs(60)).await;
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let note = loop {
+        let list = events
+            .list(&ListParams::default().fields("involvedObject.name=blocked"))
+            .await
+            .expect("events list");
+        if let Some(event) = list.items.iter().find(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("StatusWriteRefused")
+        }) {
+            break event.message.clone().unwrap_or_default();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no StatusWriteRefused Event:\n{}",
+            controller.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(note.contains(&policy), "the Event names the policy: {note}");
+    // Over the next 10 s the refusals stay few: 2 s, 4 s, 8 s apart.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let text = http
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("body");
+    // A policy's denial is 422 Invalid unless its validation names another reason.
+    let refused = sample(
+        &text,
+        "agentrt_status_writes_refused_total{reason=\"Invalid\"}",
+    )
+    .unwrap_or_else(|| panic!("no refusal counted:\n{text}"));
+    assert!(
+        (1.0..=6.0).contains(&refused),
+        "{refused} refused writes in ~12 s"
+    );
+    let conflicts =
+        sample(&text, "agentrt_status_writes_total{outcome=\"conflict\"}").unwrap_or(0.0);
+    assert!(conflicts <= 2.0, "refusals are not conflicts: {conflicts}");
+    let status = status(&client, &ns, "blocked").await;
+    assert_ne!(status["phase"], "Completed", "{status}");
+    let _ = cluster.kubectl(&[
+        "delete",
+        "validatingadmissionpolicybinding,validatingadmissionpolicy",
+        &policy,
+    ]);
+}

@@ -572,12 +572,13 @@ pub enum ApiError {
     /// 404, with the API server's message (which says what was not found).
     #[error("{0}")]
     NotFound(String),
-    /// 403: the API server refused the request (RBAC, or a ValidatingAdmissionPolicy, whose
-    /// name its message carries): not a conflict, and sending it again changes nothing until
+    /// 403 or 422: the API server refused the request (RBAC; a ValidatingAdmissionPolicy, whose
+    /// name its message carries and which answers 422 `Invalid` unless its validation sets
+    /// another reason; the schema): not a conflict, and sending it again changes nothing until
     /// someone changes the policy (issue 34 item 6). The write did not land.
     #[error("refused ({reason}): {message}")]
     Refused {
-        /// The Status `reason` (`Forbidden`).
+        /// The Status `reason` (`Forbidden`, `Invalid`).
         reason: String,
         /// The API server's message, bounded ([`bounded`]).
         message: String,
@@ -647,9 +648,14 @@ fn classify(err: kube::Error) -> ApiError {
         kube::Error::Api(status) if status.code == 404 => {
             ApiError::NotFound(status.message.clone())
         }
-        kube::Error::Api(status) if status.code == 403 => ApiError::Refused {
+        kube::Error::Api(status) if status.code == 403 || status.code == 422 => ApiError::Refused {
             reason: if status.reason.is_empty() {
-                "Forbidden".into()
+                if status.code == 403 {
+                    "Forbidden"
+                } else {
+                    "Invalid"
+                }
+                .into()
             } else {
                 status.reason.clone()
             },
