@@ -1,5 +1,5 @@
 //! An answer of any size is read within a small bound (docs/design.md section 6, "Answers";
-//! docs/behaviours.md 62; issue 34): a tool, a webhook agent and a model each answer 200 MB,
+//! docs/behaviours.md 83; issue 34): a tool, a webhook agent and a model each answer 200 MB,
 //! generated as it is sent (never held by the server either); the run ends as the design
 //! says, and the controller child's peak resident memory (`VmHWM`) grows by less than
 //! [`PEAK_GROWTH_KIB`] over its peak after a run with small answers.

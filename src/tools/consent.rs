@@ -1,4 +1,4 @@
-//! Which Secrets a run may use (docs/design.md section 6, "Secrets"; docs/behaviours.md 63;
+//! Which Secrets a run may use (docs/design.md section 6, "Secrets"; docs/behaviours.md 84;
 //! issue 34): a run's author writes which Secret a header or an API key comes from, and the
 //! controller may read Secrets its author cannot, so a Secret is used only when its owner
 //! consented on the Secret itself. The controller checks this each time it reads a Secret for a
