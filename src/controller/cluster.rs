@@ -725,8 +725,15 @@ pub trait ClusterApi: Send + Sync + 'static {
         uid: &str,
         resource_version: &str,
     ) -> Result<(), ApiError>;
-    /// The value of one Secret key, as text.
-    async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String>;
+    /// The value of one Secret key, as text, for run `run` of `namespace`: only when the Secret
+    /// consents to that run (`tools::consent::check`, docs/design.md section 6 "Secrets"),
+    /// checked on the object just read.
+    async fn secret_value(
+        &self,
+        namespace: &str,
+        run: &str,
+        secret: &SecretKeyRef,
+    ) -> Result<String, String>;
 }
 
 /// [`ClusterApi`] over a kube client.
@@ -985,11 +992,23 @@ impl ClusterApi for KubeApi {
         Ok(())
     }
 
-    async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String> {
+    async fn secret_value(
+        &self,
+        namespace: &str,
+        run: &str,
+        secret: &SecretKeyRef,
+    ) -> Result<String, String> {
         let object = Api::<Secret>::namespaced(self.client.clone(), namespace)
             .get(&secret.name)
             .await
             .map_err(|err| server_message(&err))?;
+        crate::tools::consent::check(
+            namespace,
+            &secret.name,
+            object.metadata.labels.as_ref(),
+            object.metadata.annotations.as_ref(),
+            run,
+        )?;
         if let Some(value) = object.data.as_ref().and_then(|data| data.get(&secret.key)) {
             return String::from_utf8(value.0.clone())
                 .map_err(|_| format!("key {:?} is not UTF-8", secret.key));

@@ -320,6 +320,7 @@ impl ClusterApi for FakeApi {
     async fn secret_value(
         &self,
         _namespace: &str,
+        _run: &str,
         secret: &SecretKeyRef,
     ) -> Result<String, String> {
         Err(format!("no Secret {}", secret.name))
