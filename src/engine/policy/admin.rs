@@ -1,5 +1,5 @@
 //! The admins' policies combined with the run's own (docs/design.md section 6, admin policies;
-//! docs/behaviours.md 81-84; issue 34): each `AgentPolicy` and `ClusterAgentPolicy` that
+//! docs/behaviours.md 83-86; issue 34): each `AgentPolicy` and `ClusterAgentPolicy` that
 //! selects the run decides the call as a run's policy would (its rules in order, first match
 //! wins, else its side-effect class outcome; a class it leaves out has no opinion), and of those
 //! outcomes and the run's own the most restrictive wins: abort over deny over require approval

@@ -1,4 +1,4 @@
-//! docs/behaviours.md 81-84: the admins' `AgentPolicy` and `ClusterAgentPolicy` at a run's
+//! docs/behaviours.md 83-86: the admins' `AgentPolicy` and `ClusterAgentPolicy` at a run's
 //! decisions: an admin requirement holds over a run that allows the call, the step and the
 //! Approval name the admin policy, and a ceiling lowered on a live run applies at its next
 //! decision.

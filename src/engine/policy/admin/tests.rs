@@ -1,4 +1,4 @@
-//! docs/behaviours.md 81-84: the admin policies combined with the run's own: the most
+//! docs/behaviours.md 83-86: the admin policies combined with the run's own: the most
 //! restrictive wins, so a run's policy can never loosen an admin decision; ceilings lower the
 //! run's limits.
 
@@ -296,7 +296,7 @@ fn run_policy() -> impl Strategy<Value = PolicySpec> {
 }
 
 proptest! {
-    /// docs/behaviours.md 81: whatever the run's own policy says, the outcome is exactly the
+    /// docs/behaviours.md 83: whatever the run's own policy says, the outcome is exactly the
     /// most restrictive of it and every admin policy's, never looser than any admin decision;
     /// and when an admin policy is at least as strict as the run's own, an admin policy is named.
     #[test]
