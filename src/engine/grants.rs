@@ -81,7 +81,7 @@ pub(crate) fn execute_grant(
     };
     record_decision(txn, index, latest, decision);
     txn.status.phase = RunPhase::Running;
-    // docs/behaviours.md 83: who resumes, at which epoch, and who held the run before when
+    // docs/behaviours.md 81: who resumes, at which epoch, and who held the run before when
     // that was another replica, in the write that records its first action.
     let previous_holder = txn.holder().map(str::to_string);
     txn.take_lease();
