@@ -355,7 +355,13 @@ fn values_outside_the_schema_are_refused() {
 
 #[test]
 fn chart_crds_are_the_generated_crds() {
-    for name in ["agentruns.yaml", "agentrunsegments.yaml", "approvals.yaml"] {
+    for name in [
+        "agentpolicies.yaml",
+        "agentruns.yaml",
+        "agentrunsegments.yaml",
+        "approvals.yaml",
+        "clusteragentpolicies.yaml",
+    ] {
         let top = std::fs::read_to_string(root().join("crds").join(name)).expect("crds/ file");
         let chart = std::fs::read_to_string(root().join("charts/agentrt/crds").join(name))
             .expect("charts/agentrt/crds file");
