@@ -216,9 +216,35 @@ fn watch_namespaces_render_a_role_per_namespace_and_no_cluster_role_for_the_cont
         .filter_map(|r| r["metadata"]["namespace"].as_str())
         .collect();
     assert_eq!(namespaces, ["team-a", "team-b"]);
-    assert!(
-        !objects.iter().any(|o| o["kind"] == "ClusterRoleBinding"),
-        "no cluster-wide binding for the controller"
+    // The one cluster-wide binding reads the admin policies (ClusterAgentPolicies, Namespaces'
+    // labels) and nothing of the runs.
+    let bindings: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRoleBinding")
+        .collect();
+    assert_eq!(bindings.len(), 1, "{bindings:?}");
+    assert_eq!(
+        bindings[0]["roleRef"]["name"],
+        "agentrt-controller-policies"
+    );
+    let cluster_role = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "ClusterRole" && o["metadata"]["name"] == "agentrt-controller-policies"
+        })
+        .expect("the admin policies' ClusterRole");
+    let resources: Vec<&Value> = cluster_role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .flat_map(|r| r["resources"].as_array().expect("resources"))
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            &serde_json::json!("clusteragentpolicies"),
+            &serde_json::json!("namespaces")
+        ]
     );
     let deployment = objects
         .iter()
@@ -329,7 +355,13 @@ fn values_outside_the_schema_are_refused() {
 
 #[test]
 fn chart_crds_are_the_generated_crds() {
-    for name in ["agentruns.yaml", "agentrunsegments.yaml", "approvals.yaml"] {
+    for name in [
+        "agentpolicies.yaml",
+        "agentruns.yaml",
+        "agentrunsegments.yaml",
+        "approvals.yaml",
+        "clusteragentpolicies.yaml",
+    ] {
         let top = std::fs::read_to_string(root().join("crds").join(name)).expect("crds/ file");
         let chart = std::fs::read_to_string(root().join("charts/agentrt/crds").join(name))
             .expect("charts/agentrt/crds file");

@@ -94,6 +94,9 @@ pub struct Settings {
     pub budgets: Budgets,
     /// Which of issue 15's request savings are on (all, unless measuring them).
     pub savings: Savings,
+    /// The admin policies (`AgentPolicy`, `ClusterAgentPolicy`) this replica watches, handed to
+    /// the engine with each call ([`super::admin_policy`]; none in [`Settings::new`]).
+    pub admin_policies: super::admin_policy::AdminPolicyView,
 }
 
 /// Issue 15's request savings, each of which can be switched off to measure it on its own
@@ -200,6 +203,7 @@ impl Settings {
             skew_margin: Duration::from_millis(500),
             budgets: Budgets::default(),
             savings: Savings::ALL,
+            admin_policies: super::admin_policy::AdminPolicyView::none(),
         }
     }
 }
@@ -522,6 +526,7 @@ impl Context {
             holder: self.settings.holder.as_str().to_string(),
             now: self.settings.clock.now(),
             draining: self.executors.shutdown.is_cancelled(),
+            admin: Default::default(),
         }
     }
 
@@ -610,12 +615,25 @@ impl Context {
         u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// [`Context::caller`] with the admin policies that select the run, read now
+    /// ([`super::admin_policy::AdminPolicyView::for_run`]).
+    pub fn caller_for(&self, state: &RunState) -> Caller {
+        let admin = self
+            .settings
+            .admin_policies
+            .for_run(&state.run.snapshot.namespace, &state.run.object["metadata"]);
+        Caller {
+            admin: Arc::new(admin),
+            ..self.caller()
+        }
+    }
+
     /// Asks the engine what the executor does next.
     pub fn step(&self, state: &RunState, input: Input) -> Result<Transition, EngineError> {
         (self.settings.engine.step)(
             &state.run.snapshot,
             &state.approvals,
-            &self.caller(),
+            &self.caller_for(state),
             &self.settings.budgets,
             input,
         )
@@ -631,7 +649,7 @@ impl Context {
         (self.settings.engine.step)(
             &state.run.snapshot,
             &state.approvals,
-            &self.caller(),
+            &self.caller_for(state),
             &budgets,
             input,
         )
@@ -642,7 +660,7 @@ impl Context {
         (self.settings.engine.observe)(
             &state.run.snapshot,
             &state.approvals,
-            &self.caller(),
+            &self.caller_for(state),
             &self.settings.budgets,
             lease,
         )
