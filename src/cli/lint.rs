@@ -1,58 +1,144 @@
-//! `agentrt lint -f FILE...` (docs/behaviours.md 1): the verdict `kubectl apply` would give an
-//! AgentRun, offline. Every document of every file (`-` is standard input; YAML with `---`
+//! `agentrt lint -f FILE...` (docs/behaviours.md 1, 98): the verdict `kubectl apply` would give
+//! an AgentRun, offline. Every document of every file (`-` is standard input; YAML with `---`
 //! between documents, or JSON) that is an `agentrt.dev` AgentRun is decoded as the API server
 //! would (serde's defaults are the CRD's) and checked by
 //! [`engine::validate::spec`](crate::engine::validate::spec), the rules the webhook and the
-//! engine apply; any other document is skipped with a note on standard error.
+//! engine apply.
+//!
+//! Admin policies (docs/design.md section 6, admin policies): the `AgentPolicy` and
+//! `ClusterAgentPolicy` documents among the files, in `--policy` files, or read from the cluster
+//! (`--policies-from-cluster`, [`cluster`]) are linted themselves (their rules as a run's, an
+//! unknown side-effect class or outcome named by its path) and select the runs as the
+//! controller selects them ([`engine::policy::select`](crate::engine::policy::select)); a run
+//! over a ceiling is refused by
+//! [`ceiling_refusals`](crate::engine::policy::admin::ceiling_refusals), the webhook's rule, in
+//! the webhook's words. A ClusterAgentPolicy's `namespaceSelector` is matched against the
+//! labels of a `Namespace` document among the files (or the cluster's), else against the
+//! `kubernetes.io/metadata.name` label every namespace carries, with a note. Any other document
+//! is skipped with a note on standard error.
 //!
 //! Owns: reading the files and the report's lines, `FILE: NAMESPACE/NAME: field: message`.
-//! Must not: contact an API server.
+//! Must not: contact an API server (but [`cluster`], when asked).
 
+pub mod cluster;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
 use anyhow::Context as _;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::api::{AgentPolicy, AgentPolicySpec, ClusterAgentPolicy, ClusterAgentPolicySpec};
+use crate::engine::policy::admin::{ceiling_refusals, policy_problems, AdminPolicy};
+use crate::engine::policy::select::select;
 use crate::engine::validate::spec;
+
+/// The label kube-apiserver puts on every namespace: its name.
+const NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// What linting the files found.
 #[derive(Debug, Default, PartialEq)]
 pub struct Report {
-    /// One line per problem: `FILE: NAMESPACE/NAME: field: message`.
+    /// One line per problem: `FILE: NAMESPACE/NAME: field: message` (for a policy
+    /// `FILE: AgentPolicy NAMESPACE/NAME: field: message`).
     pub problems: Vec<String>,
-    /// One line per skipped document: `FILE: document N (KIND NAME) is not an AgentRun; skipped`.
+    /// One line per skipped document: `FILE: document N (KIND NAME) is not an AgentRun; skipped`,
+    /// and what a reader should know of how a policy was applied.
     pub notes: Vec<String>,
     /// AgentRuns checked.
     pub runs: usize,
+    /// Admin policies (AgentPolicy, ClusterAgentPolicy) read and checked.
+    pub policies: usize,
+}
+
+/// One document, and where it was read.
+#[derive(Debug, Clone)]
+struct Document {
+    file: String,
+    value: Value,
+}
+
+/// The documents of every file, sorted by what they are, before anything is checked (a
+/// policy in a later file applies to a run in an earlier one).
+#[derive(Debug, Default)]
+pub struct Documents {
+    runs: Vec<Document>,
+    policies: Vec<Document>,
+    /// Namespace name → its labels, from Namespace documents (or the cluster).
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// Policies read from the cluster (not linted again, not counted).
+    cluster_policies: Vec<ClusterAgentPolicy>,
+    namespaced_policies: Vec<AgentPolicy>,
+    notes: Vec<String>,
+}
+
+impl Documents {
+    /// The namespaces the runs are in (`default_namespace` for one that names none).
+    pub fn run_namespaces(&self, default_namespace: &str) -> BTreeSet<String> {
+        self.runs
+            .iter()
+            .map(|d| namespace_of(&d.value, default_namespace))
+            .collect()
+    }
+
+    /// Adds the admin policies and a namespace's labels read from a cluster.
+    pub fn add_from_cluster(
+        &mut self,
+        cluster: Vec<ClusterAgentPolicy>,
+        namespaced: Vec<AgentPolicy>,
+        namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    ) {
+        self.cluster_policies.extend(cluster);
+        self.namespaced_policies.extend(namespaced);
+        self.namespaces.extend(namespaces);
+    }
 }
 
 /// Lints `files` (`-` reads standard input; a directory stands for its `.yaml`, `.yml` and
-/// `.json` files in name order, not those of its subdirectories, as `kubectl apply -f DIR`).
+/// `.json` files in name order, not those of its subdirectories, as `kubectl apply -f DIR`)
+/// under the admin policies among them and in `policy_files`; a document without a namespace is
+/// in `default_namespace`.
 ///
 /// # Errors
 /// A file or directory that cannot be read, or a file that is not YAML/JSON (naming it and the
 /// document).
-pub fn lint_files(files: &[String]) -> anyhow::Result<Report> {
-    let mut report = Report::default();
-    for file in &expand_directories(files)? {
-        let text = if file == "-" {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("cannot read standard input")?;
-            text
-        } else {
-            std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?
-        };
-        let shown = if file == "-" {
-            "<stdin>"
-        } else {
-            file.as_str()
-        };
-        lint_text(shown, &text, &mut report)?;
+pub fn lint_files(
+    files: &[String],
+    policy_files: &[String],
+    default_namespace: &str,
+) -> anyhow::Result<Report> {
+    let documents = read_files(files, policy_files)?;
+    Ok(check(documents, default_namespace))
+}
+
+/// Reads `files` and `policy_files` (as [`lint_files`]) into documents to [`check`].
+///
+/// # Errors
+/// As [`lint_files`].
+pub fn read_files(files: &[String], policy_files: &[String]) -> anyhow::Result<Documents> {
+    let mut documents = Documents::default();
+    for (list, policies_only) in [(files, false), (policy_files, true)] {
+        for file in &expand_directories(list)? {
+            let text = if file == "-" {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .context("cannot read standard input")?;
+                text
+            } else {
+                std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?
+            };
+            let shown = if file == "-" {
+                "<stdin>"
+            } else {
+                file.as_str()
+            };
+            read_text(shown, &text, policies_only, &mut documents)?;
+        }
     }
-    Ok(report)
+    Ok(documents)
 }
 
 /// `files` with each directory replaced by its manifest files (`.yaml`, `.yml`, `.json`), sorted.
@@ -82,11 +168,30 @@ fn expand_directories(files: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(expanded)
 }
 
-/// Lints the documents of one file's `text`, shown as `file`, into `report`.
+/// Lints the documents of one file's `text`, shown as `file`, into `report` (the admin
+/// policies among them apply to its runs; a document without a namespace is in `default`).
 ///
 /// # Errors
 /// A document that is not YAML (naming the file and the document's number, from 1).
 pub fn lint_text(file: &str, text: &str, report: &mut Report) -> anyhow::Result<()> {
+    let mut documents = Documents::default();
+    read_text(file, text, false, &mut documents)?;
+    let found = check(documents, "default");
+    report.problems.extend(found.problems);
+    report.notes.extend(found.notes);
+    report.runs += found.runs;
+    report.policies += found.policies;
+    Ok(())
+}
+
+/// Sorts the documents of `text` into `documents`; with `policies_only` (a `--policy` file) an
+/// AgentRun is skipped with a note.
+fn read_text(
+    file: &str,
+    text: &str,
+    policies_only: bool,
+    documents: &mut Documents,
+) -> anyhow::Result<()> {
     for (n, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let number = n + 1;
         let value = Value::deserialize(document)
@@ -96,20 +201,167 @@ pub fn lint_text(file: &str, text: &str, report: &mut Report) -> anyhow::Result<
         }
         let kind = value["kind"].as_str().unwrap_or("");
         let name = value["metadata"]["name"].as_str().unwrap_or("");
-        let group = value["apiVersion"]
-            .as_str()
-            .and_then(|v| v.split('/').next())
-            .unwrap_or("");
-        if kind != "AgentRun" || group != "agentrt.dev" {
-            report.notes.push(format!(
-                "{file}: document {number} ({} {}) is not an AgentRun; skipped",
+        let api_version = value["apiVersion"].as_str().unwrap_or("");
+        let group = api_version.split('/').next().unwrap_or("");
+        let skipped = |what: &str| {
+            format!(
+                "{file}: document {number} ({} {}) is not {what}; skipped",
                 if kind.is_empty() { "no kind" } else { kind },
                 if name.is_empty() { "-" } else { name },
-            ));
-            continue;
+            )
+        };
+        let document = Document {
+            file: file.to_string(),
+            value: value.clone(),
+        };
+        match (group, kind) {
+            ("agentrt.dev", "AgentPolicy" | "ClusterAgentPolicy") => {
+                documents.policies.push(document)
+            }
+            ("v1", "Namespace") if !name.is_empty() => {
+                documents
+                    .namespaces
+                    .insert(name.to_string(), labels_of(&value["metadata"]));
+            }
+            ("agentrt.dev", "AgentRun") if !policies_only => documents.runs.push(document),
+            _ if policies_only => documents
+                .notes
+                .push(skipped("an AgentPolicy or ClusterAgentPolicy")),
+            _ => documents.notes.push(skipped("an AgentRun")),
         }
+    }
+    Ok(())
+}
+
+/// `metadata.labels` as a map (values that are not strings left out).
+fn labels_of(metadata: &Value) -> BTreeMap<String, String> {
+    metadata["labels"]
+        .as_object()
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn namespace_of(value: &Value, default_namespace: &str) -> String {
+    value["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or(default_namespace)
+        .to_string()
+}
+
+/// Decodes an admin policy's `spec` as the API server would, naming a field that does not
+/// decode by its path; each field no such policy has is a problem too.
+fn decode_policy_spec<T: DeserializeOwned>(spec: &Value) -> Result<T, Vec<String>> {
+    let mut unknown = Vec::new();
+    let mut track = serde_path_to_error::Track::new();
+    let decoded: Result<T, _> = {
+        let tracked = serde_path_to_error::Deserializer::new(spec, &mut track);
+        serde_ignored::deserialize(tracked, |path| unknown.push(format!("spec.{path}")))
+    };
+    let mut problems: Vec<String> = unknown
+        .into_iter()
+        .map(|field| {
+            if field.starts_with("spec.sideEffects.") {
+                format!(
+                    "{field}: unknown side-effect class; use ReadOnly, LocalMutation, \
+                     RemoteMutation or Destructive"
+                )
+            } else {
+                format!(
+                    "{field}: unknown field; kubectl apply refuses it (`kubectl explain \
+                     agentpolicy.spec` lists the fields)"
+                )
+            }
+        })
+        .collect();
+    match decoded {
+        Ok(spec) if problems.is_empty() => Ok(spec),
+        Ok(_) => Err(problems),
+        Err(err) => {
+            let path = track.path().to_string();
+            let field = if path == "." || path.is_empty() {
+                "spec".to_string()
+            } else {
+                format!("spec.{path}")
+            };
+            problems.push(format!("{field}: {err}"));
+            Err(problems)
+        }
+    }
+}
+
+/// Checks the documents: each admin policy, then each run (its spec, then its limits against
+/// the ceilings of the admin policies that select it).
+pub fn check(documents: Documents, default_namespace: &str) -> Report {
+    let mut report = Report {
+        notes: documents.notes.clone(),
+        ..Report::default()
+    };
+    let mut cluster = documents.cluster_policies.clone();
+    let mut namespaced = documents.namespaced_policies.clone();
+    for document in &documents.policies {
+        let value = &document.value;
+        let file = &document.file;
+        let kind = value["kind"].as_str().unwrap_or("");
+        let name = value["metadata"]["name"].as_str().unwrap_or("");
+        report.policies += 1;
+        let shown = if kind == "AgentPolicy" {
+            format!(
+                "AgentPolicy {}/{}",
+                namespace_of(value, default_namespace),
+                if name.is_empty() { "-" } else { name }
+            )
+        } else {
+            format!(
+                "ClusterAgentPolicy {}",
+                if name.is_empty() { "-" } else { name }
+            )
+        };
+        if name.is_empty() {
+            report.problems.push(format!(
+                "{file}: {shown}: metadata.name: must be set; name the policy"
+            ));
+        }
+        let admin = if kind == "AgentPolicy" {
+            decode_policy_spec::<AgentPolicySpec>(&value["spec"]).map(|spec| {
+                let mut policy = AgentPolicy::new(name, spec);
+                policy.metadata.namespace = Some(namespace_of(value, default_namespace));
+                policy.metadata.labels = Some(labels_of(&value["metadata"]));
+                let admin = AdminPolicy::from_namespaced(&policy);
+                namespaced.push(policy);
+                admin
+            })
+        } else {
+            decode_policy_spec::<ClusterAgentPolicySpec>(&value["spec"]).map(|spec| {
+                let policy = ClusterAgentPolicy::new(name, spec);
+                let admin = AdminPolicy::from_cluster(&policy);
+                cluster.push(policy);
+                admin
+            })
+        };
+        match admin {
+            Ok(admin) => report.problems.extend(
+                policy_problems(&admin)
+                    .into_iter()
+                    .map(|p| format!("{file}: {shown}: {p}")),
+            ),
+            Err(problems) => report.problems.extend(
+                problems
+                    .into_iter()
+                    .map(|p| format!("{file}: {shown}: {p}")),
+            ),
+        }
+    }
+    let mut noted = BTreeSet::new();
+    for document in &documents.runs {
+        let (file, value) = (&document.file, &document.value);
         report.runs += 1;
-        let namespace = value["metadata"]["namespace"].as_str().unwrap_or("default");
+        let name = value["metadata"]["name"].as_str().unwrap_or("");
+        let namespace = namespace_of(value, default_namespace);
         let object = format!("{namespace}/{}", if name.is_empty() { "-" } else { name });
         if name.is_empty() && value["metadata"]["generateName"].is_null() {
             report.problems.push(format!(
@@ -131,13 +383,46 @@ pub fn lint_text(file: &str, text: &str, report: &mut Report) -> anyhow::Result<
                         .into_iter()
                         .map(|p| format!("{file}: {object}: {p}")),
                 );
+                let mut namespace_labels = documents
+                    .namespaces
+                    .get(&namespace)
+                    .cloned()
+                    .unwrap_or_default();
+                namespace_labels.insert(NAME_LABEL.to_string(), namespace.clone());
+                let known = documents.namespaces.contains_key(&namespace);
+                for policy in cluster
+                    .iter()
+                    .filter(|p| p.spec.namespace_selector.is_some())
+                {
+                    let policy_name = policy.metadata.name.clone().unwrap_or_default();
+                    if !known && noted.insert((namespace.clone(), policy_name.clone())) {
+                        report.notes.push(format!(
+                            "the labels of namespace {namespace} are not among the files: \
+                             ClusterAgentPolicy {policy_name}'s namespaceSelector was matched \
+                             against {NAME_LABEL}={namespace} only (add the Namespace manifest, \
+                             or pass --policies-from-cluster)"
+                        ));
+                    }
+                }
+                let admins = select(
+                    &cluster,
+                    &namespaced,
+                    &namespace,
+                    &labels_of(&value["metadata"]),
+                    Some(&namespace_labels),
+                );
+                report.problems.extend(
+                    ceiling_refusals(&decoded.spec.limits, &admins)
+                        .into_iter()
+                        .map(|v| format!("{file}: {object}: {v}")),
+                );
             }
             Err(err) => report.problems.push(format!(
                 "{file}: {object}: {err}; compare it with `kubectl explain agentrun.spec`"
             )),
         }
     }
-    Ok(())
+    report
 }
 
 #[cfg(test)]
@@ -200,6 +485,133 @@ spec:
             "{:?}",
             report.problems
         );
+    }
+
+    const STRICT: &str = r#"
+apiVersion: agentrt.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: strict, namespace: demo}
+spec:
+  sideEffects: {RemoteMutation: RequireApproval}
+  limits: {maxSteps: 20}
+"#;
+
+    fn documents(text: &str, policies: &str) -> Report {
+        let mut documents = Documents::default();
+        read_text("run.yaml", text, false, &mut documents).expect("reads");
+        read_text("policy.yaml", policies, true, &mut documents).expect("reads");
+        check(documents, "default")
+    }
+
+    #[test]
+    fn a_run_over_an_admin_ceiling_is_refused_naming_the_field_and_the_policy() {
+        let run = RUN
+            .replace("get weather!", "get_weather")
+            .replace("objekt", "object")
+            .replace("ftp://x/y", "http://x/y");
+        // The defaults count: maxSteps is 50 when left out.
+        let report = documents(&run, STRICT);
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert!(report.problems[0].contains("spec.limits.maxSteps 50 is over the ceiling 20"));
+        let under = run.replace("  tools:\n", "  limits: {maxSteps: 20}\n  tools:\n");
+        assert_eq!(documents(&under, STRICT).problems, Vec::<String>::new());
+        let over = run.replace("  tools:\n", "  limits: {maxSteps: 80}\n  tools:\n");
+        let report = documents(&over, STRICT);
+        assert_eq!(
+            report.problems,
+            [
+                "run.yaml: demo/weather: spec.limits.maxSteps 80 is over the ceiling 20 of \
+              AgentPolicy demo/strict (spec.limits); set spec.limits.maxSteps to at most 20"
+            ]
+        );
+        assert_eq!((report.runs, report.policies), (1, 1));
+        // Another namespace's policy does not select the run; a runSelector decides too.
+        let elsewhere = STRICT.replace("namespace: demo", "namespace: other");
+        assert!(documents(&over, &elsewhere).problems.is_empty());
+        let labelled = STRICT.replace(
+            "  limits:",
+            "  runSelector: {matchLabels: {risk: high}}\n  limits:",
+        );
+        assert!(documents(&over, &labelled).problems.is_empty());
+        let risky = over.replace("namespace: demo}", "namespace: demo, labels: {risk: high}}");
+        assert_eq!(documents(&risky, &labelled).problems.len(), 1);
+        // A policy in the linted files applies as one given with --policy.
+        let mut report = Report::default();
+        lint_text("both.yaml", &format!("{over}---{STRICT}"), &mut report).expect("lints");
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    }
+
+    #[test]
+    fn a_cluster_policy_selects_namespaces_by_the_labels_of_a_namespace_among_the_files() {
+        let run = RUN
+            .replace("get weather!", "get_weather")
+            .replace("objekt", "object")
+            .replace("ftp://x/y", "http://x/y")
+            .replace("  tools:\n", "  limits: {maxSteps: 80}\n  tools:\n");
+        let cluster = r#"
+apiVersion: agentrt.dev/v1alpha1
+kind: ClusterAgentPolicy
+metadata: {name: prod}
+spec:
+  namespaceSelector: {matchLabels: {env: prod}}
+  limits: {maxSteps: 10}
+"#;
+        let report = documents(&run, cluster);
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        assert_eq!(report.notes.len(), 1, "{:?}", report.notes);
+        assert!(report.notes[0].contains("the labels of namespace demo are not among the files"));
+        let namespace =
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: demo, labels: {env: prod}}\n";
+        let report = documents(&format!("{namespace}---{run}"), cluster);
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert!(report.problems[0].contains("ceiling 10 of ClusterAgentPolicy prod"));
+        assert!(report.notes.is_empty(), "{:?}", report.notes);
+        // kubernetes.io/metadata.name is every namespace's own label.
+        let by_name = cluster.replace("{env: prod}", "{kubernetes.io/metadata.name: demo}");
+        assert_eq!(documents(&run, &by_name).problems.len(), 1);
+    }
+
+    #[test]
+    fn an_admin_policy_is_linted_naming_the_field() {
+        let bad = r#"
+apiVersion: agentrt.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: broken, namespace: demo}
+spec:
+  sideEffects: {RemoteMutations: Deny}
+  rules:
+  - {name: big, when: "args.amount <=> 100", outcome: Deny}
+"#;
+        let report = documents("", bad);
+        assert_eq!(report.policies, 1);
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert_eq!(
+            report.problems[0],
+            "policy.yaml: AgentPolicy demo/broken: spec.sideEffects.RemoteMutations: unknown \
+             side-effect class; use ReadOnly, LocalMutation, RemoteMutation or Destructive"
+        );
+        let report = documents("", &bad.replace("RemoteMutations", "RemoteMutation"));
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert!(
+            report.problems[0]
+                .starts_with("policy.yaml: AgentPolicy demo/broken: spec.rules[0].when: "),
+            "{:?}",
+            report.problems
+        );
+        let wrong = bad
+            .replace("RemoteMutations: Deny", "RemoteMutation: Maybe")
+            .replace("kind: AgentPolicy", "kind: ClusterAgentPolicy");
+        let report = documents("", &wrong);
+        assert!(
+            report.problems[0]
+                .starts_with("policy.yaml: ClusterAgentPolicy broken: spec.sideEffects.RemoteMutation: unknown variant `Maybe`"),
+            "{:?}",
+            report.problems
+        );
+        // An AgentRun in a --policy file is skipped with a note.
+        let report = documents("", RUN);
+        assert_eq!(report.runs, 0);
+        assert!(report.notes[0].contains("is not an AgentPolicy or ClusterAgentPolicy"));
     }
 
     #[test]

@@ -157,11 +157,35 @@ pub enum OperatorCommand {
     /// Check AgentRun manifests offline, as `kubectl apply` would (with the controller's
     /// webhook): print every problem as `FILE: NAMESPACE/NAME: field: message` and exit 1, or
     /// print `N runs ok`. Other kinds of document are skipped with a note.
+    ///
+    /// Admin policies: the AgentPolicy and ClusterAgentPolicy documents among the files, in
+    /// --policy files, or (with --policies-from-cluster) the cluster's are linted themselves
+    /// (a `when` that is not CEL, an unknown side-effect class) and a run over a ceiling of one
+    /// that selects it is refused as the webhook refuses it, naming the field and the policy.
+    /// A Namespace document among the files gives its labels to namespaceSelector.
     Lint {
         /// Files to check (`-` reads standard input; a directory: its .yaml, .yml and .json
         /// files, as `kubectl apply -f DIR`); each may hold many YAML documents.
-        #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+        #[arg(
+            short = 'f',
+            long = "filename",
+            num_args = 1..,
+            required_unless_present_any = ["paths"]
+        )]
         files: Vec<String>,
+        /// More files to check, as -f.
+        #[arg(value_name = "FILE")]
+        paths: Vec<String>,
+        /// A file (or directory) of AgentPolicy and ClusterAgentPolicy objects the runs are
+        /// checked against (linted too); repeat for more.
+        #[arg(long = "policy", value_name = "FILE")]
+        policies: Vec<String>,
+        /// Also check against the admin policies in the cluster (the kubeconfig's): every
+        /// ClusterAgentPolicy, the AgentPolicies and labels of the runs' namespaces.
+        #[arg(long)]
+        policies_from_cluster: bool,
+        #[command(flatten)]
+        target: Target,
     },
     /// Cancel a run (sets spec.cancel; a running tool is not interrupted).
     Cancel {
@@ -335,20 +359,39 @@ async fn connect(target: &Target) -> anyhow::Result<Session> {
 /// printed).
 pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
     match command {
-        OperatorCommand::Lint { files } => {
-            let report = lint::lint_files(&files)?;
+        OperatorCommand::Lint {
+            mut files,
+            paths,
+            policies,
+            policies_from_cluster,
+            target,
+        } => {
+            files.extend(paths);
+            let mut documents = lint::read_files(&files, &policies)?;
+            let namespace = match policies_from_cluster {
+                true => lint::cluster::add_from_cluster(&target, &mut documents).await?,
+                false => target.namespace.clone().unwrap_or_else(|| "default".into()),
+            };
+            let report = lint::check(documents, &namespace);
             for note in &report.notes {
                 eprintln!("note: {note}");
             }
             if !report.problems.is_empty() {
                 emit(&format!("{}\n", report.problems.join("\n")))?;
+                let policies = match report.policies {
+                    0 => String::new(),
+                    n => format!(" and {n} admin policies"),
+                };
                 bail!(
-                    "{} problem(s) in {} run(s); fix them before applying",
+                    "{} problem(s) in {} run(s){policies}; fix them before applying",
                     report.problems.len(),
                     report.runs
                 );
             }
-            emit(&format!("{} runs ok\n", report.runs))?;
+            match report.policies {
+                0 => emit(&format!("{} runs ok\n", report.runs))?,
+                n => emit(&format!("{} runs ok, {n} admin policies ok\n", report.runs))?,
+            }
         }
         OperatorCommand::Runs {
             target,

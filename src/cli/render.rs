@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::api::{AgentRun, Approval, RunEvent, Verdict};
+use crate::api::{AgentRun, Approval, PolicyRecord, RunEvent, Verdict};
 
 use super::escape::{escape_bounded, render_json, render_json_line, DEFAULT_MAX_CHARS};
 
@@ -196,15 +196,77 @@ pub fn run_details(run: &AgentRun) -> String {
             .unwrap_or(0)
     };
     let (w_index, w_status, w_decision) = (width(|r| &r.0), width(|r| &r.1), width(|r| &r.2));
-    for (index, status, decision, observation) in &rows {
+    for ((index, status, decision, observation), step) in rows.iter().zip(&status.steps) {
         let _ = writeln!(
             out,
             "  {index:>w_index$} {status:<w_status$} {decision:<w_decision$}  → {observation}"
         );
+        if let Some(policy) = &step.policy {
+            let _ = writeln!(
+                out,
+                "  {:w_index$} policy: {} by {}",
+                "",
+                wire(&policy.decision),
+                decided_by(policy)
+            );
+        }
     }
     let _ = writeln!(out, "Events:");
     out.push_str(&events_timeline(&status.events));
     out
+}
+
+/// Which policy decided a step (docs/design.md section 6, admin policies): `AgentPolicy
+/// team-a/strict rule spec.rules[2] "no-mail" (generation 3)`, `ClusterAgentPolicy base, its
+/// sideEffects outcome (generation 1)`, or `the run's own policy` (with its rule when one
+/// matched), from the step's `policy.source`.
+pub fn decided_by(policy: &PolicyRecord) -> String {
+    let rule = policy.rule.as_deref().map(|r| short(r, 80));
+    match &policy.source {
+        Some(source) => {
+            let which = match (source.rule_index, rule) {
+                (Some(index), Some(name)) => format!(" rule spec.rules[{index}] \"{name}\""),
+                (Some(index), None) => format!(" rule spec.rules[{index}]"),
+                (None, _) => ", its sideEffects outcome".to_string(),
+            };
+            format!(
+                "{}{which} (generation {})",
+                esc(&source.display_name()),
+                source.generation
+            )
+        }
+        None => match rule {
+            Some(name) => format!("the run's own policy, rule \"{name}\""),
+            None => "the run's own policy".to_string(),
+        },
+    }
+}
+
+/// An Approval's `presentation.policy` (the admin policy that required it) as one line:
+/// `AgentPolicy team-a/strict rule spec.rules[0] "needs-ok"`; `None` when the presentation
+/// names no admin policy.
+pub fn approval_policy(presentation: &serde_json::Value) -> Option<String> {
+    let policy = presentation.get("policy")?.as_object()?;
+    let text = |key: &str| policy.get(key).and_then(|v| v.as_str()).map(esc);
+    let kind = text("kind")?;
+    let name = text("name").unwrap_or_else(|| "-".into());
+    let mut line = match text("namespace") {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    };
+    match (
+        policy.get("ruleIndex").and_then(|v| v.as_i64()),
+        text("rule"),
+    ) {
+        (Some(index), Some(rule)) => {
+            let _ = write!(line, " rule spec.rules[{index}] \"{rule}\"");
+        }
+        (Some(index), None) => {
+            let _ = write!(line, " rule spec.rules[{index}]");
+        }
+        (None, _) => line.push_str(", its sideEffects outcome"),
+    }
+    Some(line)
 }
 
 /// One line per event: `seq time type [step] data`.
@@ -267,6 +329,9 @@ pub fn approval_details(approval: &Approval) -> String {
     let _ = writeln!(out, "  Kind:         {}", esc(&spec.kind));
     if let Some(reason) = &spec.reason {
         let _ = writeln!(out, "  Reason:       {}", esc(reason));
+    }
+    if let Some(policy) = spec.presentation.as_ref().and_then(approval_policy) {
+        let _ = writeln!(out, "  Required by:  {policy} (an admin policy)");
     }
     let _ = writeln!(
         out,
@@ -408,6 +473,88 @@ mod tests {
             .map(|l| l.find("] ").expect("an index"))
             .collect();
         assert!(statuses.iter().all(|a| *a == statuses[0]), "{text}");
+    }
+
+    #[test]
+    fn each_step_says_which_policy_decided_it() {
+        use crate::api::{PolicyDecisionKind, PolicyRecord, PolicySource};
+        let spec: AgentRunSpec = serde_json::from_value(serde_json::json!({
+            "goal": "g", "agent": {"scripted": {"decisions": []}}
+        }))
+        .expect("a spec");
+        let mut run = AgentRun::new("r", spec);
+        let mut admin = step(0, StepStatus::AwaitingApproval);
+        admin.policy = Some(PolicyRecord {
+            decision: PolicyDecisionKind::RequireApproval,
+            rule: Some("needs-ok".into()),
+            reason: None,
+            source: Some(PolicySource {
+                kind: "AgentPolicy".into(),
+                namespace: Some("team-a".into()),
+                name: "strict".into(),
+                generation: 3,
+                rule_index: Some(2),
+            }),
+        });
+        let mut class = step(1, StepStatus::Failed);
+        class.policy = Some(PolicyRecord {
+            decision: PolicyDecisionKind::Deny,
+            rule: None,
+            reason: None,
+            source: Some(PolicySource {
+                kind: "ClusterAgentPolicy".into(),
+                namespace: None,
+                name: "base".into(),
+                generation: 1,
+                rule_index: None,
+            }),
+        });
+        let mut own = step(2, StepStatus::Done);
+        own.policy = Some(PolicyRecord {
+            decision: PolicyDecisionKind::Allow,
+            rule: Some("cheap".into()),
+            reason: None,
+            source: None,
+        });
+        run.status = Some(AgentRunStatus {
+            steps: vec![admin, class, own, step(3, StepStatus::Done)],
+            ..AgentRunStatus::default()
+        });
+        let text = run_details(&run);
+        let policies: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("policy: "))
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            policies,
+            [
+                "policy: require_approval by AgentPolicy team-a/strict rule spec.rules[2] \
+                 \"needs-ok\" (generation 3)",
+                "policy: deny by ClusterAgentPolicy base, its sideEffects outcome (generation 1)",
+                "policy: allow by the run's own policy, rule \"cheap\"",
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_approval_names_the_admin_policy_that_required_it() {
+        let presentation = serde_json::json!({"tool": "send", "policy": {
+            "kind": "AgentPolicy", "namespace": "team-a", "name": "strict",
+            "rule": null, "ruleIndex": null}});
+        assert_eq!(
+            approval_policy(&presentation).as_deref(),
+            Some("AgentPolicy team-a/strict, its sideEffects outcome")
+        );
+        let presentation = serde_json::json!({"policy": {
+            "kind": "ClusterAgentPolicy", "name": "base\u{1b}[2J", "rule": "no-mail",
+            "ruleIndex": 0}});
+        assert_eq!(
+            approval_policy(&presentation).as_deref(),
+            Some("ClusterAgentPolicy base\\u{001B}[2J rule spec.rules[0] \"no-mail\"")
+        );
+        assert_eq!(approval_policy(&serde_json::json!({"tool": "x"})), None);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
 use super::admin_policy::AdminPolicyView;
-use crate::engine::policy::admin::{ceiling_violations, AdminPolicies};
+use crate::engine::policy::admin::ceiling_refusals;
 use crate::engine::validate::spec;
 
 /// The webhook's name in `agentrt dev` (the chart names its own after the release; the one in
@@ -89,15 +89,14 @@ fn problems(object: &Value, admin: &AdminPolicyView) -> Vec<String> {
             let namespace = object["metadata"]["namespace"]
                 .as_str()
                 .unwrap_or("default");
-            if let AdminPolicies::Known(policies) = admin.for_run(namespace, &object["metadata"]) {
-                for policy in &policies {
-                    found.extend(
-                        ceiling_violations(&decoded.spec.limits, policy)
-                            .iter()
-                            .map(ToString::to_string),
-                    );
-                }
-            }
+            found.extend(
+                ceiling_refusals(
+                    &decoded.spec.limits,
+                    &admin.for_run(namespace, &object["metadata"]),
+                )
+                .iter()
+                .map(ToString::to_string),
+            );
             found
         }
         Err(err) => vec![err],

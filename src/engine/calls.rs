@@ -92,14 +92,22 @@ pub(crate) fn evaluate(
     match decision.decision {
         PolicyDecisionKind::Allow => start_tool(txn, index, tool, args, grant),
         PolicyDecisionKind::Deny => {
-            let content = json!({
+            let mut content = json!({
                 "tool": txn.run.spec.tools[tool].name,
                 "rule": decision.rule,
                 "reason": decision.reason,
             });
+            // docs/design.md section 6, admin policies: an admin's denial names its policy.
+            let who = match &source {
+                Some(source) => {
+                    content["policy"] = json!(source.display_name());
+                    format!("the admin policy {}", source.display_name())
+                }
+                None => "the policy".to_string(),
+            };
             let summary = match &decision.reason {
-                Some(reason) => format!("the policy denied this call: {reason}"),
-                None => "the policy denied this call".to_string(),
+                Some(reason) => format!("{who} denied this call: {reason}"),
+                None => format!("{who} denied this call"),
             };
             txn.add_active_time(index);
             txn.fail_step(
@@ -113,6 +121,14 @@ pub(crate) fn evaluate(
                 .reason
                 .clone()
                 .or_else(|| decision.rule.as_ref().map(|r| format!("policy rule {r}")));
+            // An admin's abort names its policy (docs/design.md section 6, admin policies).
+            let detail = match (&source, detail) {
+                (Some(source), Some(detail)) => {
+                    Some(format!("{}: {detail}", source.display_name()))
+                }
+                (Some(source), None) => Some(format!("{} aborts this call", source.display_name())),
+                (None, detail) => detail,
+            };
             txn.add_active_time(index);
             let now = txn.now();
             let step = txn.step_mut(index);

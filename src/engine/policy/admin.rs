@@ -420,5 +420,29 @@ pub fn ceiling_violations(limits: &Limits, policy: &AdminPolicy) -> Vec<CeilingV
         .collect()
 }
 
+/// Each limit of `limits` above a ceiling of the admin policies that select the run: what the
+/// admission webhook refuses at apply and `agentrt lint --policy` refuses offline (one rule for
+/// both; docs/design.md section 6, admin policies). Policies that could not be read
+/// ([`AdminPolicies::Unavailable`]) refuse nothing here: the ceilings still lower the run's
+/// limits at each decision ([`effective_limits`]).
+pub fn ceiling_refusals(limits: &Limits, admins: &AdminPolicies) -> Vec<CeilingViolation> {
+    match admins {
+        AdminPolicies::Known(policies) => policies
+            .iter()
+            .flat_map(|policy| ceiling_violations(limits, policy))
+            .collect(),
+        AdminPolicies::Unavailable(_) => Vec::new(),
+    }
+}
+
+/// Every problem of an admin policy's own spec, each named by its path from the object's root
+/// (`spec.rules[1].when: ...`): its rules checked as a run's `spec.policy.rules` are
+/// ([`crate::engine::validate::spec::policy_rules`]: a `when` that is not CEL, an empty tool
+/// glob, a capability or presentation that is not a storable object). `agentrt lint` reports
+/// them; an unknown side-effect class or outcome is a decoding problem its caller reports.
+pub fn policy_problems(policy: &AdminPolicy) -> Vec<crate::engine::validate::spec::Problem> {
+    crate::engine::validate::spec::policy_rules("spec.rules", &policy.rules)
+}
+
 #[cfg(test)]
 mod tests;

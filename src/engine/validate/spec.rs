@@ -16,7 +16,7 @@ use std::fmt;
 use serde_json::Value;
 
 use super::{check_storable_at, json_kind, ToolSchema};
-use crate::api::{AgentRunSpec, HttpHeader, ToolSpec};
+use crate::api::{AgentRunSpec, HttpHeader, PolicyRule, ToolSpec};
 use crate::engine::conversation::{COMPLETE_FUNCTION, FAIL_FUNCTION};
 use crate::engine::pins::{is_function_name, MAX_FUNCTION_NAME, SET_SEPARATOR};
 use crate::engine::policy::check_when;
@@ -430,8 +430,21 @@ fn tool_sets(spec: &AgentRunSpec, out: &mut Problems) {
 }
 
 fn policy(spec: &AgentRunSpec, out: &mut Problems) {
-    for (index, rule) in spec.policy.rules.iter().enumerate() {
-        let field = format!("spec.policy.rules[{index}]");
+    rules("spec.policy.rules", &spec.policy.rules, out);
+}
+
+/// Every problem of the policy `rules` found at `field` (a run's `spec.policy.rules`, an admin
+/// policy's `spec.rules`): the rule checks of [`spec`], each problem named by its path under
+/// `field`. `agentrt lint` applies it to AgentPolicy and ClusterAgentPolicy files.
+pub fn policy_rules(field: &str, rules_at: &[PolicyRule]) -> Vec<Problem> {
+    let mut out = Problems::default();
+    rules(field, rules_at, &mut out);
+    out.0
+}
+
+fn rules(prefix: &str, rules: &[PolicyRule], out: &mut Problems) {
+    for (index, rule) in rules.iter().enumerate() {
+        let field = format!("{prefix}[{index}]");
         if rule.name.is_empty() {
             out.add(
                 format!("{field}.name"),
