@@ -9,6 +9,7 @@
 //! - [`stub`]: a scripted HTTP endpoint standing in for a webhook agent or a reconcile hook.
 //! - [`modelserver`], [`toolserver`], [`proxy`]: a chat-completions model, the tools, a TCP proxy.
 //! - [`mcpserver`]: the Python MCP SDK's FastMCP server (tests/fixtures/mcp_server.py).
+//! - [`webhook`]: the controller's admission webhook registered with a real kube-apiserver.
 #![allow(dead_code)]
 
 pub mod cluster;
@@ -60,3 +61,4 @@ pub mod modelserver;
 pub mod proxy;
 pub mod stub;
 pub mod toolserver;
+pub mod webhook;

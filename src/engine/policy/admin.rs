@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use super::{first_match, outcome_decision, PolicyDecision, PolicyError};
 use crate::api::{
     AdminSideEffects, AgentPolicy, ClusterAgentPolicy, LimitCeilings, Limits, PolicyDecisionKind,
-    PolicyRule, PolicySource, ToolSpec, POLICY_ERROR,
+    PolicyOutcome, PolicyRule, PolicySource, ToolSpec, POLICY_ERROR,
 };
 
 /// The approval kind of a call paused because the admin policies could not be read.
@@ -164,11 +164,31 @@ pub fn admin_decision(policy: &AdminPolicy, tool: &ToolSpec, args: &Value) -> Op
         Ok(None) => policy
             .side_effects
             .outcome(tool.side_effect)
-            .map(|outcome| Decided {
-                decision: outcome_decision(outcome, tool.side_effect),
-                source: Some(policy.source(None)),
+            .map(|outcome| {
+                // The reason names the admin policy, not a default (docs/design.md section 6).
+                let mut decision = outcome_decision(outcome, tool.side_effect);
+                decision.reason = Some(format!(
+                    "{} sets sideEffects.{}: {}",
+                    policy.display_name(),
+                    tool.side_effect.as_str(),
+                    outcome_word(outcome)
+                ));
+                Decided {
+                    decision,
+                    source: Some(policy.source(None)),
+                }
             }),
         Err(err) => Some(admin_error(policy, tool, args, err)),
+    }
+}
+
+/// `outcome` as a manifest spells it.
+fn outcome_word(outcome: PolicyOutcome) -> &'static str {
+    match outcome {
+        PolicyOutcome::Allow => "Allow",
+        PolicyOutcome::Deny => "Deny",
+        PolicyOutcome::Abort => "Abort",
+        PolicyOutcome::RequireApproval => "RequireApproval",
     }
 }
 

@@ -75,7 +75,7 @@ fn an_admin_requirement_holds_over_a_run_that_allows_remote_mutation() {
     assert_eq!(d.decision.approval_kind.as_deref(), Some("policy"));
     assert_eq!(
         d.decision.reason.as_deref(),
-        Some("RemoteMutation tools require approval by default")
+        Some("AgentPolicy shop/four-eyes sets sideEffects.RemoteMutation: RequireApproval")
     );
     assert_eq!(
         d.source,
