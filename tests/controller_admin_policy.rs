@@ -89,6 +89,19 @@ async fn a_run_allowing_remote_mutation_waits_for_a_person_under_an_agent_policy
         "-o",
         "jsonpath={.metadata.generation}",
     ]);
+    // kubectl get apol: the RemoteMutation outcome and the maxSteps ceiling.
+    let listed = cluster.kubectl_ok(&["get", "apol"]);
+    let row: Vec<&str> = listed
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row.get(..3),
+        Some(&["strict", "RequireApproval", "20"][..]),
+        "{listed}"
+    );
     let controller =
         ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
     let run = manifest("own-allow", &[("NAME", "weekly"), ("TOOLS", &tools.base())]).replace(
@@ -328,6 +341,31 @@ async fn a_run_over_an_admin_ceiling_is_refused_at_apply_and_by_lint_naming_the_
             sentence("demo").trim_start_matches("AgentRun ")
         )
     );
+    // --policies-from-cluster: the same sentence from the policies the cluster holds.
+    let from_cluster = |cluster: &TestCluster| {
+        let file = dir.path().join("run-here.yaml");
+        std::fs::write(&file, &run).expect("written");
+        let out = agentrt(
+            cluster,
+            &[
+                "lint",
+                "-f",
+                &file.display().to_string(),
+                "--policies-from-cluster",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let ns = cluster.namespace();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!(
+                "{}: {}\n",
+                file.display(),
+                sentence(ns).trim_start_matches("AgentRun ")
+            )
+        );
+    };
+    from_cluster(&embedded);
     let help = Command::new(env!("CARGO_BIN_EXE_agentrt"))
         .args(["lint", "--help"])
         .output()
@@ -360,6 +398,7 @@ async fn a_run_over_an_admin_ceiling_is_refused_at_apply_and_by_lint_naming_the_
         registered.controller.log()
     );
     apply(&cluster, &under);
+    from_cluster(&cluster);
 }
 
 /// Applies `run` until it is refused (a new policy, or a new webhook configuration, takes a

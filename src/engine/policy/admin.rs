@@ -15,7 +15,7 @@
 //!
 //! Ceilings: a run's effective limits are its own, each lowered to the smallest ceiling of the
 //! policies that select it; an optional limit the run left out takes the ceiling
-//! ([`effective_limits`]). [`ceiling_violations`] is what admission and `agentrt lint` refuse.
+//! ([`effective_limits`]). [`ceiling_refusals`] is what admission and `agentrt lint` refuse.
 //!
 //! Owns: the combination and the ceilings. Must not: read the policies (the controller hands in
 //! those that select the run, with their generation, on each call).
