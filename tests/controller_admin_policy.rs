@@ -6,10 +6,11 @@
 //! next decision; a run over a ceiling is refused at apply (the webhook) and by `agentrt lint`
 //! in the same words; admin policies that cannot be read pause every call (fail closed).
 //!
-//! Each runs on the embedded server and on kube-apiserver, except: the webhook's refusal by
+//! Each runs on the embedded server and on kube-apiserver. The webhook's refusal by
 //! kube-apiserver itself needs the real one (the embedded server's in-process webhook is held
-//! to the same words in the same test), and the fail-closed case deletes the AgentPolicy CRD,
-//! which only a server of the test's own (the embedded one) may do.
+//! to the same words in the same test); the fail-closed case makes the policies unreadable by
+//! RBAC on the real one and by deleting the AgentPolicy CRD on the embedded one (it has no
+//! RBAC, and the real one is shared by the tests running at the same time).
 
 mod support;
 
@@ -418,24 +419,33 @@ async fn refused_within(cluster: &TestCluster, run: &str) -> String {
     text(&out)
 }
 
-/// Admin policies that cannot be read pause every call (fail closed): with the AgentPolicy CRD
-/// gone, the controller's AgentPolicy watch fails, and even a ReadOnly call the run's own policy
-/// allows waits on an `admin_policy_unavailable` Approval; nothing reaches the tool.
+/// Admin policies that cannot be read pause every call (fail closed): even a ReadOnly call the
+/// run's own policy allows waits on an `admin_policy_unavailable` Approval, and nothing reaches
+/// the tool. On kube-apiserver the controller runs as a ServiceAccount with the chart's rules
+/// but no list/watch of agentpolicies (RBAC forbids the watch); on the embedded server, which
+/// has no RBAC, the AgentPolicy CRD is deleted (the watch fails with 404).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_admin_policies_pause_every_call_on_an_approval() {
     let cluster = agentrt_cluster().await;
-    if !cluster.is_embedded() {
-        eprintln!(
-            "unreadable_admin_policies_pause_every_call_on_an_approval: not run on a shared \
-             kube-apiserver (it deletes the AgentPolicy CRD); the embedded run holds it"
-        );
-        return;
-    }
     let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let tools = ToolServer::start().await;
-    cluster.kubectl_ok(&["delete", "crd", "agentpolicies.agentrt.dev", "--wait=true"]);
-    let controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let mut _guards = Vec::new();
+    let kubeconfig = if cluster.is_embedded() {
+        cluster.kubectl_ok(&["delete", "crd", "agentpolicies.agentrt.dev", "--wait=true"]);
+        cluster.kubeconfig().to_path_buf()
+    } else {
+        apply(&cluster, &manifest("blind-controller", &[("NS", &ns)]));
+        for kind in ["clusterrole", "clusterrolebinding"] {
+            _guards.push(ClusterScoped {
+                cluster: &cluster,
+                kind,
+                name: format!("{ns}-blind"),
+            });
+        }
+        let token = cluster.kubectl_ok(&["create", "token", "blind", "--duration=1h"]);
+        kubeconfig_with_token(&cluster, token.trim())
+    };
+    let controller = ControllerProcess::spawn(&kubeconfig, &ns, ControllerSpec::named("c"));
     let run = manifest(
         "lookup-then-send",
         &[("NAME", "blind"), ("TOOLS", &tools.base())],
@@ -463,4 +473,19 @@ async fn unreadable_admin_policies_pause_every_call_on_an_approval() {
         "{}",
         controller.log()
     );
+}
+
+/// A kubeconfig for the cluster with `token` as its only credential.
+fn kubeconfig_with_token(cluster: &TestCluster, token: &str) -> std::path::PathBuf {
+    let admin = std::fs::read_to_string(cluster.kubeconfig()).expect("kubeconfig readable");
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&admin).expect("kubeconfig YAML");
+    let users = config["users"].as_sequence_mut().expect("kubeconfig users");
+    for user in users.iter_mut() {
+        let mut credentials = serde_yaml::Mapping::new();
+        credentials.insert("token".into(), token.into());
+        user["user"] = serde_yaml::Value::Mapping(credentials);
+    }
+    let path = cluster.dir().join("blind.kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&config).expect("YAML")).expect("write");
+    path
 }
