@@ -1,4 +1,4 @@
-//! `agentrt lint -f FILE...` (docs/behaviours.md 1, 98): the verdict `kubectl apply` would give
+//! `agentrt lint -f FILE...` (docs/behaviours.md 1, 101): the verdict `kubectl apply` would give
 //! an AgentRun, offline. Every document of every file (`-` is standard input; YAML with `---`
 //! between documents, or JSON) that is an `agentrt.dev` AgentRun is decoded as the API server
 //! would (serde's defaults are the CRD's) and checked by

@@ -162,7 +162,9 @@ pub enum OperatorCommand {
     /// --policy files, or (with --policies-from-cluster) the cluster's are linted themselves
     /// (a `when` that is not CEL, an unknown side-effect class) and a run over a ceiling of one
     /// that selects it is refused as the webhook refuses it, naming the field and the policy.
-    /// A Namespace document among the files gives its labels to namespaceSelector.
+    /// A Namespace document among the files gives its labels to namespaceSelector. A document
+    /// without a namespace is in -n's, else `default` (with --policies-from-cluster: -n's, else
+    /// the context's).
     Lint {
         /// Files to check (`-` reads standard input; a directory: its .yaml, .yml and .json
         /// files, as `kubectl apply -f DIR`); each may hold many YAML documents.
