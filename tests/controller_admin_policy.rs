@@ -234,7 +234,7 @@ async fn an_edit_of_the_admin_policy_applies_at_the_next_decision() {
     let cluster = agentrt_cluster().await;
     let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let tools = ToolServer::start().await;
-    tools.set("lookup", Behaviour::sleeping(3_000));
+    tools.set("lookup", Behaviour::sleeping(5_000));
     let lenient = manifest("strict", &[]).replace(
         "sideEffects: {RemoteMutation: RequireApproval}",
         "sideEffects: {ReadOnly: Allow}",
