@@ -28,8 +28,9 @@ pub async fn add_from_cluster(
 ) -> anyhow::Result<String> {
     let session = crate::cli::connect(target).await?;
     let client = session.client;
-    let fix = "lint needs get/list on it (the agentrt-viewer role), or leave out \
-               --policies-from-cluster and pass --policy FILE";
+    let fix = "--policies-from-cluster needs list on clusteragentpolicies (cluster-wide), \
+               list on the runs' namespaces' agentpolicies and get on those namespaces; ask \
+               for them, or leave the flag out and pass --policy FILE";
     let cluster = Api::<ClusterAgentPolicy>::all(client.clone())
         .list(&ListParams::default())
         .await
