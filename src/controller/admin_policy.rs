@@ -32,6 +32,9 @@ use crate::api::{AgentPolicy, ClusterAgentPolicy};
 use crate::engine::policy::admin::AdminPolicies;
 use crate::engine::policy::select::select;
 
+use super::metrics::WatchHealth;
+use super::watches::recovering;
+
 /// How long an executor waits, before a step, for admin policy watches that are (re)listing.
 pub const FRESH_WAIT: Duration = Duration::from_secs(10);
 
@@ -49,6 +52,29 @@ impl Health {
             name,
             ..Health::default()
         })
+    }
+
+    /// Keeps one item of the watch: a completed list or a change clears the error (and the
+    /// first completed list marks it listed); an error is kept until then. The start of a
+    /// relist changes nothing: it has not answered yet.
+    fn observe<K>(&self, item: &Result<watcher::Event<K>, watcher::Error>) {
+        match item {
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Ok(event) => {
+                if let Ok(mut error) = self.error.lock() {
+                    *error = None;
+                }
+                if matches!(event, watcher::Event::InitDone) {
+                    self.listed.store(true, Ordering::Release);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(watch = %self.name, %err, "admin policy watch failed");
+                if let Ok(mut error) = self.error.lock() {
+                    *error = Some(err.to_string());
+                }
+            }
+        }
     }
 
     fn problem(&self) -> Option<String> {
@@ -112,7 +138,8 @@ impl AdminPolicyView {
             let (store, writer) = reflector::store();
             let h = Health::new(name);
             spawn_watch(
-                reflector::reflector(writer, watcher(api, watcher::Config::default())),
+                move || watcher(api.clone(), watcher::Config::default()),
+                writer,
                 h.clone(),
                 shutdown.clone(),
             );
@@ -121,28 +148,20 @@ impl AdminPolicyView {
         }
         let (cluster, writer) = reflector::store();
         let h = Health::new("ClusterAgentPolicy".into());
+        let api = Api::<ClusterAgentPolicy>::all(client.clone());
         spawn_watch(
-            reflector::reflector(
-                writer,
-                watcher(
-                    Api::<ClusterAgentPolicy>::all(client.clone()),
-                    watcher::Config::default(),
-                ),
-            ),
+            move || watcher(api.clone(), watcher::Config::default()),
+            writer,
             h.clone(),
             shutdown.clone(),
         );
         health.push(h);
         let (namespaces, writer) = reflector::store();
         let h = Health::new("Namespace".into());
+        let api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
         spawn_watch(
-            reflector::reflector(
-                writer,
-                watcher(
-                    Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-                    watcher::Config::default(),
-                ),
-            ),
+            move || watcher(api.clone(), watcher::Config::default()),
+            writer,
             h.clone(),
             shutdown.clone(),
         );
@@ -224,38 +243,39 @@ fn labels_of(metadata: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// Drives one reflector until shutdown, keeping its health: an error marks it failed (the
-/// watcher relists after its backoff), the next event clears it, the first `InitDone` marks it
-/// listed.
-fn spawn_watch<K, S>(stream: S, health: Arc<Health>, shutdown: CancellationToken)
-where
-    K: Send + 'static,
+/// Drives one reflector until shutdown, its watches begun by `start` and kept in `writer`'s
+/// store. It recovers as the run watches do (`watches::recovering`: a fresh list after any
+/// error, at once after a 410 Gone, otherwise a backoff bounded by `watches::BACKOFF_MAX`), so
+/// after an API server outage the admin policies are usable again about when the runs are
+/// watched again. `health` keeps its state: an error marks it failed until a list completes or a
+/// change arrives; the first completed list marks it listed.
+fn spawn_watch<K, F, S>(
+    start: F,
+    writer: reflector::store::Writer<K>,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    F: Fn() -> S + Send + Sync + 'static,
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
+    let sync = Arc::new(WatchHealth::unreported(&health.name));
+    let observed = health.clone();
+    let stream = recovering(sync, move || {
+        let observed = observed.clone();
+        start().inspect(move |item| observed.observe(item))
+    })
+    .reflect(writer);
     tokio::spawn(async move {
-        let stream = stream.default_backoff();
         futures::pin_mut!(stream);
         loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 next = stream.next() => next,
             };
-            match next {
-                None => return,
-                Some(Ok(event)) => {
-                    if let Ok(mut error) = health.error.lock() {
-                        *error = None;
-                    }
-                    if matches!(event, watcher::Event::InitDone) {
-                        health.listed.store(true, Ordering::Release);
-                    }
-                }
-                Some(Err(err)) => {
-                    tracing::warn!(watch = %health.name, %err, "admin policy watch failed");
-                    if let Ok(mut error) = health.error.lock() {
-                        *error = Some(err.to_string());
-                    }
-                }
+            if next.is_none() {
+                return;
             }
         }
     });
@@ -290,6 +310,18 @@ mod tests {
             h.problem().as_deref(),
             Some("the AgentPolicy watch failed: 403 forbidden")
         );
+    }
+
+    #[test]
+    fn a_relist_that_has_not_answered_keeps_the_error_and_a_completed_list_clears_it() {
+        let h = Health::new("Namespace".into());
+        let failed: Result<watcher::Event<()>, watcher::Error> =
+            Err(watcher::Error::NoResourceVersion);
+        h.observe(&failed);
+        h.observe(&Ok(watcher::Event::<()>::Init));
+        assert!(h.problem().is_some_and(|p| p.contains("failed")));
+        h.observe(&Ok(watcher::Event::<()>::InitDone));
+        assert_eq!(h.problem(), None);
     }
 
     #[test]

@@ -718,7 +718,7 @@ fn is_gone(err: &watcher::Error) -> bool {
 /// A watch as the Controller gets it: `start` (a kube-runtime `watcher`) begun afresh after
 /// every error so it relists, its health kept in `health`, backed off with [`WatchBackoff`],
 /// and its errors logged and dropped.
-fn recovering<K, F, S>(
+pub(super) fn recovering<K, F, S>(
     health: Arc<WatchHealth>,
     start: F,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
