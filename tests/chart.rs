@@ -223,7 +223,7 @@ fn watch_namespaces_render_a_role_per_namespace_and_no_cluster_role_for_the_cont
         .collect();
     assert_eq!(namespaces, ["team-a", "team-b"]);
     // The one cluster-wide binding reads the admin policies (ClusterAgentPolicies, Namespaces'
-    // labels) and nothing of the runs.
+    // labels) and creates the webhook's SubjectAccessReviews; nothing of the runs, no Secret.
     let bindings: Vec<&Value> = objects
         .iter()
         .filter(|o| o["kind"] == "ClusterRoleBinding")
@@ -249,8 +249,38 @@ fn watch_namespaces_render_a_role_per_namespace_and_no_cluster_role_for_the_cont
         resources,
         [
             &serde_json::json!("clusteragentpolicies"),
-            &serde_json::json!("namespaces")
+            &serde_json::json!("namespaces"),
+            &serde_json::json!("subjectaccessreviews")
         ]
+    );
+    // Secrets: get only, and only in the watched namespaces' Roles.
+    for role in &roles {
+        let secrets: Vec<&Value> = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| r["resources"] == serde_json::json!(["secrets"]))
+            .collect();
+        assert_eq!(secrets.len(), 1, "{role}");
+        assert_eq!(secrets[0]["verbs"], serde_json::json!(["get"]), "{role}");
+    }
+    let subject_access = |objects: &[Value]| {
+        objects.iter().any(|o| {
+            o["kind"] == "ClusterRole"
+                && o["rules"].as_array().is_some_and(|rules| {
+                    rules
+                        .iter()
+                        .any(|r| r["resources"] == serde_json::json!(["subjectaccessreviews"]))
+                })
+        })
+    };
+    assert!(subject_access(&objects));
+    assert!(
+        !subject_access(&render(&[
+            "watchNamespaces={team-a}",
+            "webhook.enabled=false"
+        ])),
+        "no SubjectAccessReviews without the webhook"
     );
     let deployment = objects
         .iter()

@@ -58,6 +58,9 @@ app.kubernetes.io/component: controller
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
+# A run's header or API key from a Secret (docs/design.md section 6, "Secrets"): get only,
+# never list or watch, in the watched namespaces only when watchNamespaces is set; a Secret is
+# used only when its owner labelled it agentrt.dev/usable-by-runs=true.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
@@ -76,4 +79,15 @@ the Namespaces' labels their namespaceSelector reads. Read only. */}}
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["list", "watch"]
+{{- end -}}
+
+
+{{/* The webhook's SubjectAccessReviews (cluster-scoped): may the user creating a run get each
+Secret it names (docs/design.md section 6, "Secrets"). Only with the webhook on. */}}
+{{- define "agentrt.accessReviewRules" -}}
+{{- if .Values.webhook.enabled }}
+- apiGroups: ["authorization.k8s.io"]
+  resources: ["subjectaccessreviews"]
+  verbs: ["create"]
+{{- end }}
 {{- end -}}
