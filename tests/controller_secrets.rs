@@ -7,7 +7,8 @@
 //!   works (the tool receives it).
 //! - On kube-apiserver only (the embedded server has no authorization): the webhook refuses a
 //!   run created by a user who may create AgentRuns but not `get` the Secret it names, naming
-//!   the field; a user who may get it is admitted and the run completes.
+//!   the field; a user who may get it is admitted and the run completes. The controller serving
+//!   the webhook runs as the chart's ServiceAccount with the chart's RBAC.
 
 mod support;
 
@@ -160,7 +161,28 @@ async fn the_webhook_refuses_a_run_naming_a_secret_its_creator_may_not_get() {
     create_secret(&client, &ns, "db-admin", "password", PASSWORD).await;
     let out = cluster.kubectl_stdin(&["apply", "-f", "-"], USERS);
     assert!(out.status.success(), "{}", text(&out));
-    let served = support::webhook::serve(&cluster, cluster.kubeconfig(), "secrets-webhook");
+    // The controller serving the webhook runs with exactly the chart's RBAC (per-namespace
+    // mode): its ServiceAccount may create the SubjectAccessReviews.
+    let release = support::chart::release();
+    let rbac = support::chart::render(
+        &release,
+        &ns,
+        &[format!("watchNamespaces={{{ns}}}")],
+        &[
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ],
+    );
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &rbac);
+    assert!(out.status.success(), "{}", text(&out));
+    let _installed = support::chart::Installed {
+        cluster: &cluster,
+        yaml: rbac,
+    };
+    let controller_kubeconfig = support::chart::service_account_kubeconfig(&cluster, &release);
+    let served = support::webhook::serve(&cluster, &controller_kubeconfig, "secrets-webhook");
 
     let as_author = ["--as=secrets-author", "create", "-f", "-"];
     let manifest = run("leak", &tools);

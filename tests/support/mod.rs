@@ -8,6 +8,7 @@
 //!   sequence, the fault-injection skip guard, [`controller::RunFixture`].
 //! - [`stub`]: a scripted HTTP endpoint standing in for a webhook agent or a reconcile hook.
 //! - [`modelserver`], [`toolserver`], [`proxy`]: a chat-completions model, the tools, a TCP proxy.
+//! - [`chart`]: the Helm chart rendered, ServiceAccount kubeconfigs.
 //! - [`webhook`]: the controller serving its admission webhook to a real kube-apiserver
 //!   (certificates, the ValidatingWebhookConfiguration, removed when the test ends).
 //! - [`mcpserver`]: the Python MCP SDK's FastMCP server (tests/fixtures/mcp_server.py).
@@ -31,6 +32,7 @@ pub mod fixtures {
         path("devcluster").join(name)
     }
 }
+pub mod chart;
 pub mod controller;
 pub mod webhook;
 

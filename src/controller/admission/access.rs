@@ -80,10 +80,16 @@ impl SecretAccess for SubjectAccessReviews {
     ) -> Result<Access, String> {
         let review = review_of(user, namespace, name);
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let answered = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|err| format!("the SubjectAccessReview failed: {err}"))?;
+        let answered =
+            api.create(&PostParams::default(), &review)
+                .await
+                .map_err(|err| match err {
+                    kube::Error::Api(status) => format!(
+                        "the SubjectAccessReview was refused ({}): {}",
+                        status.code, status.message
+                    ),
+                    other => format!("the SubjectAccessReview failed: {other}"),
+                })?;
         let Some(status) = answered.status else {
             return Err("the SubjectAccessReview came back without a status".to_string());
         };
