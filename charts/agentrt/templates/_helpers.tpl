@@ -58,12 +58,6 @@ app.kubernetes.io/component: controller
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
-# A run's header or API key from a Secret (docs/design.md section 6, "Secrets"): get only,
-# never list or watch, in the watched namespaces only when watchNamespaces is set; a Secret is
-# used only when its owner labelled it agentrt.dev/usable-by-runs=true.
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get"]
 # The admins' policies (docs/design.md section 6), kept by a reflector; never written.
 - apiGroups: ["agentrt.dev"]
   resources: ["agentpolicies"]
@@ -90,4 +84,15 @@ Secret it names (docs/design.md section 6, "Secrets"). Only with the webhook on.
   resources: ["subjectaccessreviews"]
   verbs: ["create"]
 {{- end }}
+{{- end -}}
+
+
+{{/* A run's header or API key from a Secret (docs/design.md section 6, "Secrets"): get only,
+never list or watch; a Secret is used only when its owner labelled it
+agentrt.dev/usable-by-runs=true. In the watched namespaces' Roles with watchNamespaces; else in
+the ClusterRole, or in a Role per secretNamespaces entry when that is set. */}}
+{{- define "agentrt.secretRules" -}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
 {{- end -}}
