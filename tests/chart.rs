@@ -223,7 +223,7 @@ fn watch_namespaces_render_a_role_per_namespace_and_no_cluster_role_for_the_cont
         .collect();
     assert_eq!(namespaces, ["team-a", "team-b"]);
     // The one cluster-wide binding reads the admin policies (ClusterAgentPolicies, Namespaces'
-    // labels) and nothing of the runs.
+    // labels) and creates the webhook's SubjectAccessReviews; nothing of the runs, no Secret.
     let bindings: Vec<&Value> = objects
         .iter()
         .filter(|o| o["kind"] == "ClusterRoleBinding")
@@ -249,8 +249,38 @@ fn watch_namespaces_render_a_role_per_namespace_and_no_cluster_role_for_the_cont
         resources,
         [
             &serde_json::json!("clusteragentpolicies"),
-            &serde_json::json!("namespaces")
+            &serde_json::json!("namespaces"),
+            &serde_json::json!("subjectaccessreviews")
         ]
+    );
+    // Secrets: get only, and only in the watched namespaces' Roles.
+    for role in &roles {
+        let secrets: Vec<&Value> = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| r["resources"] == serde_json::json!(["secrets"]))
+            .collect();
+        assert_eq!(secrets.len(), 1, "{role}");
+        assert_eq!(secrets[0]["verbs"], serde_json::json!(["get"]), "{role}");
+    }
+    let subject_access = |objects: &[Value]| {
+        objects.iter().any(|o| {
+            o["kind"] == "ClusterRole"
+                && o["rules"].as_array().is_some_and(|rules| {
+                    rules
+                        .iter()
+                        .any(|r| r["resources"] == serde_json::json!(["subjectaccessreviews"]))
+                })
+        })
+    };
+    assert!(subject_access(&objects));
+    assert!(
+        !subject_access(&render(&[
+            "watchNamespaces={team-a}",
+            "webhook.enabled=false"
+        ])),
+        "no SubjectAccessReviews without the webhook"
     );
     let deployment = objects
         .iter()
@@ -277,6 +307,58 @@ fn watch_namespaces_render_a_role_per_namespace_and_no_cluster_role_for_the_cont
             "operator": "In",
             "values": ["team-a", "team-b"]
         })
+    );
+}
+
+/// docs/design.md section 6, "Secrets": cluster-wide, the controller may get Secrets only in the
+/// namespaces `secretNamespaces` lists (a Role each), none in its ClusterRole; get only.
+#[test]
+fn secret_namespaces_move_the_secret_read_into_a_role_per_namespace() {
+    let grants_secrets = |object: &Value| {
+        object["rules"].as_array().is_some_and(|rules| {
+            rules
+                .iter()
+                .any(|r| r["resources"] == serde_json::json!(["secrets"]))
+        })
+    };
+    let default = render(&[]);
+    let cluster_role = default
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "agentrt-controller")
+        .expect("the controller's ClusterRole");
+    assert!(grants_secrets(cluster_role), "{cluster_role}");
+
+    let objects = render(&["secretNamespaces={team-a,team-b}"]);
+    assert_valid(&objects);
+    let cluster_role = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "agentrt-controller")
+        .expect("the controller's ClusterRole");
+    assert!(!grants_secrets(cluster_role), "{cluster_role}");
+    let roles: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" && grants_secrets(o))
+        .collect();
+    let namespaces: Vec<&str> = roles
+        .iter()
+        .filter_map(|r| r["metadata"]["namespace"].as_str())
+        .collect();
+    assert_eq!(namespaces, ["team-a", "team-b"]);
+    for role in &roles {
+        assert_eq!(
+            role["rules"],
+            serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]),
+            "{role}"
+        );
+    }
+    let bound: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding")
+        .filter_map(|b| b["roleRef"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        bound,
+        ["agentrt-controller-secrets", "agentrt-controller-secrets"]
     );
 }
 

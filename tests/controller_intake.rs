@@ -321,3 +321,130 @@ spec:
         &policy,
     ]);
 }
+
+/// Issue 34: anyone who may create Approvals can write one nested 150 deep. The Approval watch
+/// decodes each object on its own: the deep one is set aside (a Warning Event
+/// `InvalidApproval`, `agentrt_objects_set_aside_total{part="approval"}`, no log line with its
+/// body), `/readyz` stays 200, and a run waiting for its own Approval is woken by the decision
+/// and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_nested_150_deep_is_set_aside_and_the_approval_watch_serves_the_others() {
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let tools = support::toolserver::ToolServer::start().await;
+    let port = free_port();
+    let controller = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        &ns,
+        ControllerSpec {
+            prefix: "intake-approvals".into(),
+            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
+            ..ControllerSpec::default()
+        },
+    );
+    let deep = json!({
+        "apiVersion": "agentrt.dev/v1alpha1",
+        "kind": "Approval",
+        "metadata": {"name": "deep"},
+        "spec": {
+            "runName": "nobody", "runUID": "0000", "stepIndex": 0, "kind": "policy",
+            "request": {
+                "run": {"namespace": ns, "name": "nobody", "uid": "0000"},
+                "step": 0,
+                "tool": {"name": "t", "inputSchema": {"type": "object"},
+                         "sideEffect": "RemoteMutation", "timeoutSeconds": 30},
+                "args": nested(150),
+            },
+            "hash": format!("sha256:{}", "0".repeat(64)),
+        },
+    });
+    let request = kube::core::Request::new(format!(
+        "/apis/agentrt.dev/v1alpha1/namespaces/{ns}/approvals"
+    ))
+    .create(
+        &PostParams::default(),
+        serde_json::to_vec(&deep).expect("encodes"),
+    )
+    .expect("a request");
+    client
+        .request_text(request)
+        .await
+        .expect("both servers accept an Approval nested 150 deep");
+
+    RunFixture::new("needs-approval", &tools.base(), "waits")
+        .create(&client, &ns)
+        .await;
+    // Listed by the run's label: a client listing every Approval would fail on the deep one.
+    let approvals = approvals_api(&client, &ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let approval = loop {
+        let list = approvals
+            .list(&ListParams::default().labels("agentrt.dev/run=waits"))
+            .await
+            .expect("list the run's approvals");
+        if let Some(found) = list.items.into_iter().next() {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run never asked for approval:\n{}",
+            controller.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    decide(&client, &ns, &approval, "Approved").await;
+    let done = wait_phase(&client, &ns, "waits", "Completed", Duration::from_secs(60)).await;
+    assert_eq!(done["reason"], "goal_completed", "{}", controller.log());
+    assert_eq!(tools.calls_of_run(&format!("{ns}/waits")).len(), 1);
+
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = events
+            .list(&ListParams::default().fields("involvedObject.name=deep"))
+            .await
+            .expect("events list");
+        if let Some(event) = list.items.iter().find(|e| {
+            e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("InvalidApproval")
+        }) {
+            let note = event.message.as_deref().unwrap_or_default();
+            assert!(
+                note.contains("recursion limit exceeded") && note.len() < 1_000,
+                "{note}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Warning Event InvalidApproval on the deep Approval:\n{}",
+            controller.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(readyz(port).await, 200, "{}", controller.log());
+    let metrics = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text");
+    let set_aside = sample(
+        &metrics,
+        "agentrt_objects_set_aside_total{part=\"approval\"}",
+    )
+    .unwrap_or(0.0);
+    assert!(set_aside >= 1.0, "{metrics}");
+    let log = controller.log();
+    assert!(
+        log.lines().all(|line| line.len() < 2_000),
+        "a log line is long:\n{}",
+        log.lines().map(|l| l.len()).max().unwrap_or(0)
+    );
+}

@@ -134,13 +134,20 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
     // - a Lease GET: a reconcile reads the Lease from the Lease watch once that has listed,
     //   live only before then or after losing an acquisition (timing decides whether it
     //   happens here; issue 15).
-    let unprovoked: [Call; 2] = [
+    // - the webhook's SubjectAccessReviews: the embedded server asks its webhook in process and
+    //   has no authorization (tests/controller_secrets.rs has kube-apiserver ask them).
+    let unprovoked: [Call; 3] = [
         (
             "agentrt.dev".into(),
             "agentrunsegments".into(),
             "get".into(),
         ),
         ("coordination.k8s.io".into(), "leases".into(), "get".into()),
+        (
+            "authorization.k8s.io".into(),
+            "subjectaccessreviews".into(),
+            "create".into(),
+        ),
     ];
     let unused: Vec<&Call> = granted
         .iter()

@@ -6,6 +6,9 @@
 //! (`AgentPolicy`, `ClusterAgentPolicy`: docs/design.md section 6) is refused too
 //! ([`refusal_under`]).
 //!
+//! A run naming a Secret its creator may not `get` is refused too, by a SubjectAccessReview
+//! ([`access`]; on a cluster only: `agentrt dev`'s server has no authorization).
+//!
 //! Owns: the AdmissionReview (admission.k8s.io/v1) answer ([`review`]), the refusal message of
 //! an object ([`refusal`], also handed to `agentrt dev`'s embedded server by `controller::dev`),
 //! and the HTTPS server (`--webhook-addr`, `--webhook-cert-dir` with `tls.crt` and `tls.key`,
@@ -26,6 +29,9 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
+pub mod access;
+
+use self::access::SecretAccess;
 use super::admin_policy::AdminPolicyView;
 use crate::engine::policy::admin::ceiling_refusals;
 use crate::engine::validate::spec;
@@ -134,7 +140,47 @@ pub fn review_under(review_request: &Value, admin: &AdminPolicyView) -> Value {
     })
 }
 
-/// Serves [`review`] at [`PATH`] over HTTPS on `addr` until `shutdown` fires, with the
+/// [`review_under`], then, for a run admitted so far, the creator's access to each Secret it
+/// names ([`access::refusal`]): refused with a Status 403 `Forbidden` naming each field and the
+/// fix (docs/design.md section 6, "Secrets").
+pub async fn review_with_access(
+    review_request: &Value,
+    admin: &AdminPolicyView,
+    secrets: &dyn SecretAccess,
+) -> Value {
+    let answer = review_under(review_request, admin);
+    if answer["response"]["allowed"] != true {
+        return answer;
+    }
+    let request = &review_request["request"];
+    let Some(problems) = access::refusal(request, secrets).await else {
+        return answer;
+    };
+    let object = &request["object"];
+    let namespace = object["metadata"]["namespace"]
+        .as_str()
+        .or_else(|| request["namespace"].as_str())
+        .unwrap_or("default");
+    let name = object["metadata"]["name"]
+        .as_str()
+        .or_else(|| object["metadata"]["generateName"].as_str())
+        .unwrap_or("-");
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": request["uid"].clone(),
+            "allowed": false,
+            "status": {
+                "code": 403,
+                "reason": "Forbidden",
+                "message": format!("AgentRun {namespace}/{name}: {problems}"),
+            },
+        },
+    })
+}
+
+/// Serves [`review_with_access`] at [`PATH`] over HTTPS on `addr` until `shutdown` fires, with the
 /// certificate chain `cert_dir/tls.crt` and key `cert_dir/tls.key` (PEM; read once at start).
 /// Returns the address bound.
 ///
@@ -145,6 +191,7 @@ pub async fn serve(
     addr: SocketAddr,
     cert_dir: &Path,
     admin: AdminPolicyView,
+    secrets: Arc<dyn SecretAccess>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(cert_dir)?));
@@ -156,7 +203,8 @@ pub async fn serve(
         PATH,
         post(move |Json(body): Json<Value>| {
             let admin = admin.clone();
-            async move { Json(review_under(&body, &admin)) }
+            let secrets = secrets.clone();
+            async move { Json(review_with_access(&body, &admin, secrets.as_ref()).await) }
         }),
     );
     tokio::spawn(async move {
@@ -259,6 +307,44 @@ mod tests {
         assert_eq!(answer["response"], json!({"uid": "u2", "allowed": true}));
         let answer = review(&json!({"request": {"uid": "u3", "object": null}}));
         assert_eq!(answer["response"]["allowed"], true, "a DELETE is allowed");
+    }
+
+    /// Denies every Secret.
+    struct NoSecrets;
+
+    #[async_trait::async_trait]
+    impl SecretAccess for NoSecrets {
+        async fn may_get(
+            &self,
+            _: &k8s_openapi::api::authentication::v1::UserInfo,
+            _: &str,
+            _: &str,
+        ) -> Result<access::Access, String> {
+            Ok(access::Access::Denied(String::new()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_run_naming_a_secret_its_creator_may_not_get_is_refused_with_403() {
+        let mut object = run("get_weather");
+        object["spec"]["tools"][0]["http"]["headers"] =
+            json!([{"name": "Authorization", "secretKeyRef": {"name": "db-admin", "key": "pw"}}]);
+        let request = json!({"request": {"uid": "u", "operation": "CREATE",
+            "userInfo": {"username": "alice"}, "object": object}});
+        let answer = review_with_access(&request, &AdminPolicyView::none(), &NoSecrets).await;
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+        assert_eq!(answer["response"]["uid"], "u");
+        assert_eq!(answer["response"]["status"]["code"], 403);
+        assert_eq!(
+            answer["response"]["status"]["message"],
+            "AgentRun demo/weather: spec.tools[0].http.headers[0].secretKeyRef.name: alice may \
+             not get Secret demo/db-admin; ask for get on that Secret or use one you can read"
+        );
+        // A spec with problems is refused for them first, as before (400).
+        let mut bad = request.clone();
+        bad["request"]["object"]["spec"]["tools"][0]["name"] = json!("bad name!");
+        let answer = review_with_access(&bad, &AdminPolicyView::none(), &NoSecrets).await;
+        assert_eq!(answer["response"]["status"]["code"], 400, "{answer}");
     }
 
     #[test]

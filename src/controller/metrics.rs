@@ -411,7 +411,7 @@ impl Default for Metrics {
         for outcome in ["ok", "conflict", "error", "refused"] {
             let _ = m.status_writes.get_or_create(&Outcome::of(outcome));
         }
-        for part in ["spec", "status", "object"] {
+        for part in ["spec", "status", "object", "approval"] {
             let _ = m
                 .objects_set_aside
                 .get_or_create(&PartLabel { part: part.into() });

@@ -341,6 +341,7 @@ pub async fn run_with_engine(
             addr,
             &options.webhook_cert_dir,
             admin_policies.clone(),
+            Arc::new(admission::access::SubjectAccessReviews::new(client.clone())),
             shutdown.clone(),
         )
         .await?;

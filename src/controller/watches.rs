@@ -32,8 +32,6 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ApiResource, DynamicObject};
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::Event;
@@ -48,7 +46,11 @@ use super::cluster::{DecodeError, StoredRun};
 use super::context::{Context, RunKey};
 use super::metrics::WatchHealth;
 use super::{failures, lease};
-use crate::api::{AgentRun, Approval};
+use crate::api::AgentRun;
+
+pub mod approvals;
+
+use self::approvals::{SetAside, WatchedApproval};
 
 /// What a replica keeps of a watched AgentRun: its metadata and the status fields that wake it
 /// or that the metrics count. The record (the steps, the journal) is skipped while parsing,
@@ -766,23 +768,19 @@ pub async fn controller(
     ctx: Arc<Context>,
     kicks: UnboundedReceiver<RunKey>,
 ) {
-    let approvals_type = ApiResource::erase::<Approval>(&());
-    let (runs, approvals, leases): (
-        Api<WatchedRun>,
-        Api<PartialObjectMeta<DynamicObject>>,
-        Api<Lease>,
-    ) = match &scope {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced_with(client.clone(), ns, &approvals_type),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all_with(client.clone(), &approvals_type),
-            Api::all(client.clone()),
-        ),
-    };
+    let (runs, approvals, leases): (Api<WatchedRun>, Api<WatchedApproval>, Api<Lease>) =
+        match &scope {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+            ),
+        };
     let writer = reflector::store::Writer::new(());
     let reader = writer.as_reader();
     ctx.metrics.watch_runs(reader.clone());
@@ -855,11 +853,16 @@ pub async fn controller(
         }
     });
     // An Approval wakes the run that owns it (what `Controller::owns` does, here with the
-    // recovering watch).
+    // recovering watch); one that does not decode is set aside and wakes nothing (issue 34).
     let approval_stream = recovering(ctx.metrics.watch("approvals", scope_name), move || {
         watcher(approvals.clone(), watcher::Config::default())
     })
-    .touched_objects();
+    .touched_objects()
+    .try_filter({
+        let ctx = ctx.clone();
+        let set_aside = Arc::new(SetAside::default());
+        move |approval| std::future::ready(set_aside.serves(&ctx, approval))
+    });
     let kicks = tokio_stream::wrappers::UnboundedReceiverStream::new(kicks)
         .map(move |key: RunKey| ObjectRef::new(&key.name).within(&key.namespace));
     let kicks = futures::stream::select(kicks, resync_sweep(reader.clone(), RESYNC, RESYNC_TICK));
@@ -868,7 +871,7 @@ pub async fn controller(
     let controller = Controller::for_stream_with(run_stream, reader, ())
         .watches_stream_with(
             approval_stream,
-            move |approval: PartialObjectMeta<DynamicObject>| {
+            move |approval: WatchedApproval| {
                 let namespace = approval.metadata.namespace.clone().unwrap_or_default();
                 let owners: Vec<ObjectRef<WatchedRun>> = approval
                     .metadata
@@ -883,7 +886,7 @@ pub async fn controller(
                     .collect();
                 owners
             },
-            approvals_type,
+            (),
         )
         .watches_stream_with(
             lease_stream,

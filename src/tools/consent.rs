@@ -1,13 +1,75 @@
-//! Which Secrets a run may use (docs/design.md section 6, "Secrets"; docs/behaviours.md 84;
+//! Which Secrets a run may use (docs/design.md section 6, "Secrets"; docs/behaviours.md 87;
 //! issue 34): a run's author writes which Secret a header or an API key comes from, and the
 //! controller may read Secrets its author cannot, so a Secret is used only when its owner
 //! consented on the Secret itself. The controller checks this each time it reads a Secret for a
 //! run, so no admission webhook outage opens it.
 //!
-//! Owns: the consent rule and its refusal message. Must not: read anything (the caller hands in
-//! the Secret's labels and annotations), or ever name a Secret's value.
+//! The admission webhook adds the second half of the rule (docs/design.md section 6, "Secrets"):
+//! a run's creator must be able to `get` each Secret the run names; [`named_secrets`] lists them
+//! with their field paths.
+//!
+//! Owns: the consent rule and its refusal message, and which fields of a spec name a Secret.
+//! Must not: read anything (the caller hands in the Secret's labels and annotations), or ever
+//! name a Secret's value.
 
 use std::collections::BTreeMap;
+
+use crate::api::{AgentRunSpec, HttpHeader};
+
+/// One Secret a spec names: the field naming it, by its path from the object
+/// (`spec.tools[0].http.headers[1].secretKeyRef.name`), and the Secret's name (in the run's
+/// namespace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedSecret {
+    /// The field's path, ending in `.name`.
+    pub field: String,
+    /// The Secret's name.
+    pub name: String,
+}
+
+/// Every Secret `spec` names, in the spec's order: each `http` tool's and `mcp` tool's header
+/// `secretKeyRef`, each toolset's header `secretKeyRef` and the openai agent's
+/// `apiKeySecretRef` (the webhook agent and the reconcile hook name none).
+pub fn named_secrets(spec: &AgentRunSpec) -> Vec<NamedSecret> {
+    fn headers(found: &mut Vec<NamedSecret>, at: &str, headers: &[HttpHeader]) {
+        for (i, header) in headers.iter().enumerate() {
+            if let Some(secret) = &header.secret_key_ref {
+                found.push(NamedSecret {
+                    field: format!("{at}.headers[{i}].secretKeyRef.name"),
+                    name: secret.name.clone(),
+                });
+            }
+        }
+    }
+    let mut found = Vec::new();
+    if let Some(secret) = spec
+        .agent
+        .openai
+        .as_ref()
+        .and_then(|openai| openai.api_key_secret_ref.as_ref())
+    {
+        found.push(NamedSecret {
+            field: "spec.agent.openai.apiKeySecretRef.name".to_string(),
+            name: secret.name.clone(),
+        });
+    }
+    for (i, tool) in spec.tools.iter().enumerate() {
+        if let Some(http) = &tool.http {
+            headers(&mut found, &format!("spec.tools[{i}].http"), &http.headers);
+        }
+        if let Some(mcp) = &tool.mcp {
+            headers(&mut found, &format!("spec.tools[{i}].mcp"), &mcp.headers);
+        }
+    }
+    for (i, set) in spec.tool_sets.iter().enumerate() {
+        headers(
+            &mut found,
+            &format!("spec.toolSets[{i}].mcp"),
+            &set.mcp.headers,
+        );
+    }
+    found
+}
 
 /// The label a Secret's owner sets to `"true"` to let every run of the Secret's namespace use it.
 pub const USABLE_BY_RUNS: &str = "agentrt.dev/usable-by-runs";
@@ -60,6 +122,54 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect()
+    }
+
+    #[test]
+    fn every_field_naming_a_secret_is_listed_with_its_path() {
+        let spec: AgentRunSpec = serde_json::from_value(serde_json::json!({
+            "goal": "g",
+            "agent": {"openai": {"baseURL": "http://m", "model": "m",
+                                 "apiKeySecretRef": {"name": "model-key", "key": "k"}}},
+            "tools": [
+                {"name": "a", "sideEffect": "ReadOnly", "inputSchema": {"type": "object"},
+                 "http": {"url": "http://t", "headers": [
+                     {"name": "X-Plain", "value": "v"},
+                     {"name": "Authorization", "secretKeyRef": {"name": "db-admin", "key": "password"}}
+                 ]}},
+                {"name": "b", "sideEffect": "ReadOnly",
+                 "mcp": {"url": "http://m/mcp", "headers": [
+                     {"name": "Authorization", "secretKeyRef": {"name": "mcp-token", "key": "t"}}
+                 ]}}
+            ],
+            "toolSets": [{"name": "gh", "mcp": {"url": "http://g/mcp", "headers": [
+                {"name": "Authorization", "secretKeyRef": {"name": "gh-token", "key": "t"}}
+            ]}}]
+        }))
+        .expect("a spec");
+        let found: Vec<(String, String)> = named_secrets(&spec)
+            .into_iter()
+            .map(|s| (s.field, s.name))
+            .collect();
+        let want = [
+            ("spec.agent.openai.apiKeySecretRef.name", "model-key"),
+            (
+                "spec.tools[0].http.headers[1].secretKeyRef.name",
+                "db-admin",
+            ),
+            (
+                "spec.tools[1].mcp.headers[0].secretKeyRef.name",
+                "mcp-token",
+            ),
+            (
+                "spec.toolSets[0].mcp.headers[0].secretKeyRef.name",
+                "gh-token",
+            ),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(f, n)| ((*f).to_string(), (*n).to_string()))
+            .collect();
+        assert_eq!(found, want);
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //!   sequence, the fault-injection skip guard, [`controller::RunFixture`].
 //! - [`stub`]: a scripted HTTP endpoint standing in for a webhook agent or a reconcile hook.
 //! - [`modelserver`], [`toolserver`], [`proxy`]: a chat-completions model, the tools, a TCP proxy.
+//! - [`chart`]: the Helm chart rendered, ServiceAccount kubeconfigs.
+//! - [`webhook`]: the controller serving its admission webhook to a real kube-apiserver
+//!   (certificates, the ValidatingWebhookConfiguration, removed when the test ends).
 //! - [`mcpserver`]: the Python MCP SDK's FastMCP server (tests/fixtures/mcp_server.py).
 //! - [`webhook`]: the controller's admission webhook registered with a real kube-apiserver.
 #![allow(dead_code)]
@@ -30,7 +33,9 @@ pub mod fixtures {
         path("devcluster").join(name)
     }
 }
+pub mod chart;
 pub mod controller;
+pub mod webhook;
 
 /// The helm binary the chart tests use.
 pub mod helm {
@@ -61,4 +66,3 @@ pub mod modelserver;
 pub mod proxy;
 pub mod stub;
 pub mod toolserver;
-pub mod webhook;

@@ -56,6 +56,8 @@ pub struct Call {
     pub run: String,
     /// The args.
     pub args: Value,
+    /// `Authorization` (what a header from a Secret carries).
+    pub authorization: String,
     /// When it arrived and, once answered, when it ended (relative to the server's start).
     pub started: Duration,
     /// When it ended.
@@ -176,6 +178,7 @@ async fn handle(
             holder: header("agentrt-holder"),
             run: header("agentrt-run"),
             args: args.clone(),
+            authorization: header("authorization"),
             started: server.epoch.elapsed(),
             ended: None,
         });

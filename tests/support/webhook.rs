@@ -1,8 +1,7 @@
-//! The controller's admission webhook registered with a real kube-apiserver for one test's
-//! namespace: a CA and a serving certificate for 127.0.0.1 made with openssl, the controller
-//! started with `--webhook-addr` and `--webhook-cert-dir`, and a ValidatingWebhookConfiguration
-//! (deleted when the [`Registered`] guard drops) whose `namespaceSelector` keeps it to that
-//! namespace. (`tests/admission_webhook.rs` carries its own copy of these steps.)
+//! The controller's admission webhook served to a real kube-apiserver: a CA and a serving
+//! certificate for 127.0.0.1 (openssl), a controller child process with `--webhook-addr`, and a
+//! ValidatingWebhookConfiguration (`clientConfig.url` on loopback, its caBundle) holding only in
+//! the test's namespace, deleted when the test ends however it ends.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -90,24 +89,16 @@ pub fn certificates(dir: &Path) {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A controller serving the webhook, registered for the cluster's namespace; the registration
-/// is deleted on drop (the controller stops with its process guard).
-pub struct Registered<'a> {
+/// A served webhook: the controller answering it and its registration, deleted on drop.
+pub struct ServedWebhook<'a> {
+    /// The controller child process serving the webhook (and running the namespace's runs).
+    pub controller: ControllerProcess,
     cluster: &'a TestCluster,
     name: String,
-    /// The controller serving the webhook.
-    pub controller: ControllerProcess,
     _certs: tempfile::TempDir,
 }
 
-impl Drop for Registered<'_> {
+impl Drop for ServedWebhook<'_> {
     fn drop(&mut self) {
         let _ = self.cluster.kubectl(&[
             "delete",
@@ -118,15 +109,20 @@ impl Drop for Registered<'_> {
     }
 }
 
-/// Starts a controller (named `prefix`) serving the webhook on a free loopback port and
-/// registers it with the (real) API server for AgentRuns of the cluster's namespace.
-pub async fn register<'a>(cluster: &'a TestCluster, prefix: &str) -> Registered<'a> {
+/// Starts a controller (`prefix`) on `kubeconfig` serving the webhook, and registers it for
+/// AgentRun creates and updates in the test's namespace. kube-apiserver loads a new webhook
+/// configuration on its own time: a test waits for a first refusal before relying on it.
+pub fn serve<'a>(cluster: &'a TestCluster, kubeconfig: &Path, prefix: &str) -> ServedWebhook<'a> {
     let ns = cluster.namespace().to_string();
     let certs = tempfile::tempdir().expect("tempdir");
     certificates(certs.path());
-    let addr = format!("127.0.0.1:{}", free_port());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let addr = format!("127.0.0.1:{port}");
     let controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
+        kubeconfig,
         &ns,
         ControllerSpec {
             extra: vec![
@@ -145,9 +141,13 @@ pub async fn register<'a>(cluster: &'a TestCluster, prefix: &str) -> Registered<
             "the webhook never listened on {addr}:\n{}",
             controller.log()
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        std::thread::sleep(Duration::from_millis(100));
     }
     let ca = std::fs::read(certs.path().join("ca.crt")).expect("ca.crt");
+    let ca_bundle = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(&ca)
+    };
     let name = format!("agentrt-test-{ns}");
     let configuration = serde_json::json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -161,7 +161,7 @@ pub async fn register<'a>(cluster: &'a TestCluster, prefix: &str) -> Registered<
             "timeoutSeconds": 10,
             "clientConfig": {
                 "url": format!("https://{addr}/validate-agentrun"),
-                "caBundle": base64_encode(&ca),
+                "caBundle": ca_bundle,
             },
             "rules": [{
                 "apiGroups": ["agentrt.dev"],
@@ -178,15 +178,15 @@ pub async fn register<'a>(cluster: &'a TestCluster, prefix: &str) -> Registered<
     });
     let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &configuration.to_string());
     assert!(out.status.success(), "{}", text(&out));
-    Registered {
+    ServedWebhook {
+        controller,
         cluster,
         name,
-        controller,
         _certs: certs,
     }
 }
 
-fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
+/// [`serve`] with the cluster's own (admin) kubeconfig for the controller.
+pub async fn register<'a>(cluster: &'a TestCluster, prefix: &str) -> ServedWebhook<'a> {
+    serve(cluster, cluster.kubeconfig(), prefix)
 }

@@ -58,9 +58,6 @@ app.kubernetes.io/component: controller
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get"]
 # The admins' policies (docs/design.md section 6), kept by a reflector; never written.
 - apiGroups: ["agentrt.dev"]
   resources: ["agentpolicies"]
@@ -76,4 +73,26 @@ the Namespaces' labels their namespaceSelector reads. Read only. */}}
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["list", "watch"]
+{{- end -}}
+
+
+{{/* The webhook's SubjectAccessReviews (cluster-scoped): may the user creating a run get each
+Secret it names (docs/design.md section 6, "Secrets"). Only with the webhook on. */}}
+{{- define "agentrt.accessReviewRules" -}}
+{{- if .Values.webhook.enabled }}
+- apiGroups: ["authorization.k8s.io"]
+  resources: ["subjectaccessreviews"]
+  verbs: ["create"]
+{{- end }}
+{{- end -}}
+
+
+{{/* A run's header or API key from a Secret (docs/design.md section 6, "Secrets"): get only,
+never list or watch; a Secret is used only when its owner labelled it
+agentrt.dev/usable-by-runs=true. In the watched namespaces' Roles with watchNamespaces; else in
+the ClusterRole, or in a Role per secretNamespaces entry when that is set. */}}
+{{- define "agentrt.secretRules" -}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
 {{- end -}}
