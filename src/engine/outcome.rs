@@ -220,6 +220,18 @@ fn tool_name(txn: &Txn, index: usize) -> String {
 }
 
 /// An observation of tool content, cut to the per-step budget (docs/behaviours.md 50).
+/// An observation of `kind` over a tool's `content`, bounded to the per-step budget (its size
+/// and hash kept), as a tool's answer is recorded; also a person's `TookEffect` result
+/// ([`super::grants::settle`]).
+pub(crate) fn tool_observation(
+    txn: &Txn,
+    kind: ObservationKind,
+    content: Value,
+    headline: Option<String>,
+) -> Observation {
+    observe(txn, kind, content, headline)
+}
+
 fn observe(
     txn: &Txn,
     kind: ObservationKind,

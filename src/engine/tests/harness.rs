@@ -782,5 +782,6 @@ pub fn previous(holder: &str, expired_at: Time) -> PreviousHolder {
     PreviousHolder {
         holder: Some(holder.into()),
         expired_at: Some(expired_at),
+        stopped_by: None,
     }
 }
