@@ -1,5 +1,8 @@
 # syntax=docker/dockerfile:1
 # agentrt controller image: a static (musl) binary on a distroless, non-root base.
+# `scripts/image` builds the same layout without Docker (a static glibc binary, an OCI archive):
+# /usr/local/bin/agentrt and kubectl-agentrt, a CA bundle, user 65532, no shell; entrypoint
+# `agentrt controller`. Keep the two alike.
 
 FROM rust:1.89-bookworm AS build
 RUN rustup target add x86_64-unknown-linux-musl \

@@ -82,6 +82,7 @@ fn drive(
         holder: "bench-1".into(),
         now: agentrt::api::Time(jiff::Timestamp::now()),
         draining: false,
+        admin: Default::default(),
     };
     let budgets = Budgets::default();
     let mut input = Input::LeaseAcquired { takeover: None };

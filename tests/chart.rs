@@ -16,10 +16,15 @@ fn root() -> &'static Path {
 }
 
 fn render(sets: &[&str]) -> Vec<Value> {
+    render_as("agentrt", sets)
+}
+
+/// The objects `helm template RELEASE charts/agentrt -n agentrt-system --set S...` renders.
+fn render_as(release: &str, sets: &[&str]) -> Vec<Value> {
     let mut cmd = Command::new(helm());
     cmd.args([
         "template",
-        "agentrt",
+        release,
         "charts/agentrt",
         "--namespace",
         "agentrt-system",
@@ -143,6 +148,7 @@ fn default_values_render_valid_objects_with_a_cluster_role() {
             "ClusterRole",
             "ClusterRole",
             "ClusterRole",
+            "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
             "PodDisruptionBudget",
@@ -216,9 +222,35 @@ fn watch_namespaces_render_a_role_per_namespace_and_no_cluster_role_for_the_cont
         .filter_map(|r| r["metadata"]["namespace"].as_str())
         .collect();
     assert_eq!(namespaces, ["team-a", "team-b"]);
-    assert!(
-        !objects.iter().any(|o| o["kind"] == "ClusterRoleBinding"),
-        "no cluster-wide binding for the controller"
+    // The one cluster-wide binding reads the admin policies (ClusterAgentPolicies, Namespaces'
+    // labels) and nothing of the runs.
+    let bindings: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRoleBinding")
+        .collect();
+    assert_eq!(bindings.len(), 1, "{bindings:?}");
+    assert_eq!(
+        bindings[0]["roleRef"]["name"],
+        "agentrt-controller-policies"
+    );
+    let cluster_role = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "ClusterRole" && o["metadata"]["name"] == "agentrt-controller-policies"
+        })
+        .expect("the admin policies' ClusterRole");
+    let resources: Vec<&Value> = cluster_role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .flat_map(|r| r["resources"].as_array().expect("resources"))
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            &serde_json::json!("clusteragentpolicies"),
+            &serde_json::json!("namespaces")
+        ]
     );
     let deployment = objects
         .iter()
@@ -301,14 +333,29 @@ fn values_outside_the_schema_are_refused() {
             "agentrt",
             "charts/agentrt",
             "--set",
-            "replicaCount=0",
+            "replicaCount=-1",
         ])
         .current_dir(root())
         .output()
         .expect("helm runs");
     assert!(
         !out.status.success(),
-        "replicaCount=0 must be refused by values.schema.json"
+        "replicaCount=-1 must be refused by values.schema.json"
+    );
+    let out = Command::new(helm())
+        .args([
+            "template",
+            "agentrt",
+            "charts/agentrt",
+            "--set",
+            "image.digest=latest",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("helm runs");
+    assert!(
+        !out.status.success(),
+        "an image.digest that is not sha256:<64 hex> must be refused"
     );
     let out = Command::new(helm())
         .args([
@@ -329,7 +376,13 @@ fn values_outside_the_schema_are_refused() {
 
 #[test]
 fn chart_crds_are_the_generated_crds() {
-    for name in ["agentruns.yaml", "agentrunsegments.yaml", "approvals.yaml"] {
+    for name in [
+        "agentpolicies.yaml",
+        "agentruns.yaml",
+        "agentrunsegments.yaml",
+        "approvals.yaml",
+        "clusteragentpolicies.yaml",
+    ] {
         let top = std::fs::read_to_string(root().join("crds").join(name)).expect("crds/ file");
         let chart = std::fs::read_to_string(root().join("charts/agentrt/crds").join(name))
             .expect("charts/agentrt/crds file");
@@ -338,4 +391,102 @@ fn chart_crds_are_the_generated_crds() {
             "charts/agentrt/crds/{name} differs from crds/{name}; run scripts/gen-crds"
         );
     }
+}
+
+/// Issue 36, what a fresh user hit: `replicaCount: 0` is accepted (and renders no
+/// PodDisruptionBudget); two releases' cluster-scoped objects do not collide; people who create
+/// runs have a role; `image.digest` pins the image; the shutdown grace and the probes reach the
+/// Deployment.
+#[test]
+fn the_chart_serves_a_second_release_zero_replicas_a_digest_and_run_creators() {
+    let zero = render(&["replicaCount=0"]);
+    assert_valid(&zero);
+    let deployment = zero
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 0);
+    assert!(!zero.iter().any(|o| o["kind"] == "PodDisruptionBudget"));
+
+    let cluster_scoped = |objects: &[Value]| -> Vec<String> {
+        objects
+            .iter()
+            .filter(|o| o["metadata"]["namespace"].is_null())
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap_or(""),
+                    o["metadata"]["name"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    let sets = [
+        "admissionPolicies.enabled=true",
+        "admissionPolicies.fourEyes=true",
+    ];
+    let first = cluster_scoped(&render_as("agentrt", &sets));
+    let second = cluster_scoped(&render_as("team-b", &sets));
+    assert!(
+        first.contains(&"ClusterRole/agentrt-approver".to_string()),
+        "{first:?}"
+    );
+    assert!(
+        first.contains(&"ClusterRole/agentrt-editor".to_string()),
+        "{first:?}"
+    );
+    assert!(
+        first.contains(&"ClusterRole/agentrt-viewer".to_string()),
+        "{first:?}"
+    );
+    let shared: Vec<&String> = first.iter().filter(|n| second.contains(n)).collect();
+    assert!(shared.is_empty(), "two releases both render {shared:?}");
+
+    let objects = render(&[]);
+    let editor = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "agentrt-editor")
+        .expect("the editor role");
+    assert!(
+        editor["rules"][0]["verbs"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|v| v == "create")),
+        "{editor}"
+    );
+    let container = |objects: &[Value]| -> Value {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment")
+            .expect("a Deployment")["spec"]["template"]["spec"]["containers"][0]
+            .clone()
+    };
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let pinned = render(&[
+        "image.repository=registry.local/agentrt",
+        &format!("image.digest={digest}"),
+    ]);
+    assert_eq!(
+        container(&pinned)["image"],
+        format!("registry.local/agentrt@{digest}")
+    );
+    let c = container(&objects);
+    assert!(
+        c["args"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|a| a == "--shutdown-grace-seconds=20")),
+        "{}",
+        c["args"]
+    );
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["startupProbe"]["httpGet"]["path"], "/healthz");
+    let grace = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("a grace period");
+    assert!(
+        grace > 20,
+        "terminationGracePeriodSeconds {grace} covers the shutdown grace"
+    );
 }

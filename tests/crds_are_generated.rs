@@ -27,7 +27,13 @@ fn agentrt_crds_prints_the_files_of_crds_in_order() {
         .expect("agentrt runs");
     assert!(out.status.success());
     let mut expected = String::new();
-    for name in ["agentruns.yaml", "agentrunsegments.yaml", "approvals.yaml"] {
+    for name in [
+        "agentpolicies.yaml",
+        "agentruns.yaml",
+        "agentrunsegments.yaml",
+        "approvals.yaml",
+        "clusteragentpolicies.yaml",
+    ] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("crds")
             .join(name);

@@ -27,6 +27,7 @@ use reqwest::Url;
 
 use super::webhook::error_chain;
 use crate::api::OpenAiAgent;
+use crate::engine::content::answer::AnswerBody;
 use crate::engine::model::{AttemptOutcome, INSECURE_KEY_REFUSAL};
 
 pub use crate::engine::conversation::{COMPLETE_FUNCTION, DEFAULT_SYSTEM_PROMPT, FAIL_FUNCTION};
@@ -34,7 +35,9 @@ pub use crate::engine::model::ReportedUsage;
 pub use reply::{parse_reply, ParsedReply};
 pub use request::{encode, render, render_request, WIRE};
 
-/// The largest reply body read, in bytes; a larger one is treated as no answer.
+/// The largest reply body read, in bytes (docs/design.md section 6, "Answers"): reading stops
+/// there and the connection is dropped, and the attempt is a failed one
+/// ([`ModelAnswer::too_large`]; the engine ends the run `model_unavailable` naming the bound).
 pub const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;
 
 /// An API key. `Debug` and `Display` print `***`; only [`ApiKey::expose`] gives the text.
@@ -70,8 +73,10 @@ impl fmt::Display for ApiKey {
 pub struct ModelAnswer {
     /// The HTTP status (a 3xx is returned as is: redirects are not followed).
     pub status: u16,
-    /// The body as received (at most [`MAX_REPLY_BYTES`]).
+    /// The body as received (at most [`MAX_REPLY_BYTES`]; empty when `too_large`).
     pub body: Bytes,
+    /// Whether the body passed [`MAX_REPLY_BYTES`] (reading stopped there).
+    pub too_large: bool,
     /// How long the server asked to wait before retrying, in milliseconds: `retry-after-ms`,
     /// else `Retry-After` in seconds or as an HTTP date (0 when the date has passed).
     pub retry_after_millis: Option<u64>,
@@ -102,7 +107,7 @@ pub enum ModelCallError {
         /// What failed.
         detail: String,
     },
-    /// Sent, and no answer came (timeout, connection lost, body unreadable or too large): the
+    /// Sent, and no answer came (timeout, connection lost, body unreadable): the
     /// model may have run. Charged its projection; transient.
     #[error("model endpoint {url}: sent, no answer after {latency_ms} ms: {detail}")]
     Ambiguous {
@@ -228,30 +233,27 @@ pub async fn call(
     };
     let status = response.status().as_u16();
     let retry_after_millis = retry_after_millis(response.headers());
-    let mut received = Vec::new();
+    let mut reply = AnswerBody::new(MAX_REPLY_BYTES);
     loop {
         match response.chunk().await {
-            Ok(Some(chunk)) => {
-                if received.len() + chunk.len() > MAX_REPLY_BYTES {
-                    return Err(ModelCallError::Ambiguous {
-                        url: shown.clone(),
-                        detail: format!(
-                            "HTTP {status} reply body is larger than {MAX_REPLY_BYTES} bytes"
-                        ),
-                        latency_ms: elapsed_ms(),
-                    });
-                }
-                received.extend_from_slice(&chunk);
-            }
+            Ok(Some(chunk)) => reply.feed(&chunk),
             Ok(None) => break,
             Err(err) => return Err(no_answer(err)),
         }
+        if reply.over() {
+            // Dropping the response closes the connection: nothing more is read.
+            break;
+        }
     }
+    let read = reply.finish();
+    let too_large = read.body.is_none();
+    let received = read.body.unwrap_or_default();
     let latency_ms = elapsed_ms();
     tracing::debug!(url = %shown, status, latency_ms, "model endpoint answered");
     Ok(ModelAnswer {
         status,
         body: Bytes::from(scrub_bytes(received, api_key)),
+        too_large,
         retry_after_millis,
         latency_ms,
     })

@@ -9,12 +9,17 @@
 //! connection that fails, a timeout, 408, 425, 429 and 5xx are tried again with backoff; any
 //! other status, or a 2xx whose body is not JSON, is the answer at once (the engine fails the
 //! run `internal_error`, naming the hook).
+//!
+//! An answer is read within [`MAX_ANSWER_BYTES`] (`engine::content::answer`): past it reading
+//! stops and the connection is dropped; the agent's answer is then an invalid decision
+//! (`unparseable`), the hook's a failure that is not transient.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::api::DeciderFailure;
+use crate::engine::content::answer::{AnswerBody, MAX_ANSWER_BYTES};
 use crate::engine::AgentFailure;
 
 /// The wait before the reconcile hook's second attempt; it doubles up to
@@ -34,6 +39,8 @@ pub enum PostFailureKind {
     NotJson,
     /// The answer is JSON the Kubernetes API cannot store exactly (docs/design.md section 6).
     Unstorable,
+    /// The answer passed [`MAX_ANSWER_BYTES`]; reading stopped there.
+    TooLarge,
 }
 
 /// Why a POST has no usable answer.
@@ -67,7 +74,7 @@ pub async fn post(
         transient: true,
         retry_after_millis: None,
     };
-    let response = client
+    let mut response = client
         .post(url)
         .timeout(timeout)
         .json(body)
@@ -76,12 +83,34 @@ pub async fn post(
         .map_err(|err| transient(format!("POST {url}: {}", error_chain(&err))))?;
     let status = response.status();
     let retry_after_millis = super::openai::retry_after_millis(response.headers());
-    let bytes = response.bytes().await.map_err(|err| {
-        transient(format!(
-            "POST {url}: the answer was cut off: {}",
-            error_chain(&err)
-        ))
-    })?;
+    let mut answer = AnswerBody::new(MAX_ANSWER_BYTES);
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => answer.feed(&chunk),
+            Ok(None) => break,
+            Err(err) => {
+                return Err(transient(format!(
+                    "POST {url}: the answer was cut off: {}",
+                    error_chain(&err)
+                )))
+            }
+        }
+        if answer.over() {
+            // Dropping the response closes the connection: nothing more is read.
+            break;
+        }
+    }
+    let read = answer.finish();
+    let Some(bytes) = read.body else {
+        return Err(PostFailure {
+            kind: PostFailureKind::TooLarge,
+            detail: format!(
+                "POST {url}: HTTP {status}: the answer is over {MAX_ANSWER_BYTES} bytes (reading stopped there)"
+            ),
+            transient: false,
+            retry_after_millis: None,
+        });
+    };
     if !status.is_success() {
         let head: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
         let code = status.as_u16();
@@ -146,6 +175,13 @@ pub async fn call_agent(
         Err(failure) if failure.kind == PostFailureKind::Unstorable => Ok(serde_json::json!({
             "kind": "invalid",
             "failure": DeciderFailure::Unstorable,
+            "detail": failure.detail,
+        })),
+        // An answer over the bound is the agent's invalid decision too: it was not read to its
+        // end, so there is no decision in it (docs/design.md section 6, "Answers").
+        Err(failure) if failure.kind == PostFailureKind::TooLarge => Ok(serde_json::json!({
+            "kind": "invalid",
+            "failure": DeciderFailure::Unparseable,
             "detail": failure.detail,
         })),
         Err(failure) => Err(AgentFailure {

@@ -1,7 +1,8 @@
-//! The `AgentRun`, `Approval` and `AgentRunSegment` custom resources (docs/design.md section 2): the
+//! The `AgentRun`, `Approval`, `AgentRunSegment`, `AgentPolicy` and `ClusterAgentPolicy` custom resources (docs/design.md section 2): the
 //! contract, nothing else. `agentrt crds` prints what [`crds_yaml`] returns; `crds/` holds that output and a test
 //! fails when they differ.
 
+mod admin_policy;
 mod agentrun;
 mod approval;
 mod mcp;
@@ -13,6 +14,7 @@ mod step_index;
 mod time;
 pub mod vocab;
 
+pub use admin_policy::*;
 pub use agentrun::*;
 pub use approval::*;
 pub use mcp::*;
@@ -64,24 +66,35 @@ pub fn agentrun_crd(
 /// When a CRD cannot be serialized (never expected; reported rather than unwrapped).
 pub fn crd_files() -> Result<Vec<(&'static str, String)>, serde_yaml::Error> {
     Ok(vec![
+        (
+            "agentpolicies.yaml",
+            serde_yaml::to_string(&AgentPolicy::crd())?,
+        ),
         ("agentruns.yaml", serde_yaml::to_string(&agentrun_crd())?),
         (
             "agentrunsegments.yaml",
             serde_yaml::to_string(&AgentRunSegment::crd())?,
         ),
         ("approvals.yaml", serde_yaml::to_string(&Approval::crd())?),
+        (
+            "clusteragentpolicies.yaml",
+            serde_yaml::to_string(&ClusterAgentPolicy::crd())?,
+        ),
     ])
 }
 
-/// The CRDs as JSON values, in `crds/` order (agentruns, agentrunsegments, approvals).
+/// The CRDs as JSON values, in `crds/` order (agentpolicies, agentruns, agentrunsegments,
+/// approvals, clusteragentpolicies).
 ///
 /// # Errors
 /// When a CRD cannot be serialized (never expected; reported rather than unwrapped).
 pub fn crd_values() -> Result<Vec<serde_json::Value>, serde_json::Error> {
     Ok(vec![
+        serde_json::to_value(AgentPolicy::crd())?,
         serde_json::to_value(agentrun_crd())?,
         serde_json::to_value(AgentRunSegment::crd())?,
         serde_json::to_value(Approval::crd())?,
+        serde_json::to_value(ClusterAgentPolicy::crd())?,
     ])
 }
 

@@ -191,6 +191,39 @@ pub struct PolicyRecord {
     /// The rule's reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The admin policy that decided (docs/design.md section 6, admin policies); absent when the
+    /// run's own `spec.policy` did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<PolicySource>,
+}
+
+/// An admin policy that decided a step: `AgentPolicy` or `ClusterAgentPolicy`, which one, at
+/// which generation, and which of its rules (absent: its side-effect class outcome).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicySource {
+    /// `AgentPolicy` or `ClusterAgentPolicy`.
+    pub kind: String,
+    /// The AgentPolicy's namespace; absent for a ClusterAgentPolicy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// Its `metadata.generation` when it decided.
+    pub generation: i64,
+    /// The index of the rule in its `spec.rules` that decided; absent for its class outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_index: Option<i64>,
+}
+
+impl PolicySource {
+    /// `AgentPolicy ns/name` or `ClusterAgentPolicy name`, as a person reads it.
+    pub fn display_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{} {ns}/{}", self.kind, self.name),
+            None => format!("{} {}", self.kind, self.name),
+        }
+    }
 }
 
 /// What the agent sees after a step.

@@ -2,6 +2,10 @@
 //! whose spec has problems is refused at `kubectl apply`, with every problem in the message
 //! kube-apiserver shows (`admission webhook "..." denied the request: ...`).
 //!
+//! A run whose `spec.limits` exceed a ceiling of an admin policy that selects it
+//! (`AgentPolicy`, `ClusterAgentPolicy`: docs/design.md section 6) is refused too
+//! ([`refusal_under`]).
+//!
 //! Owns: the AdmissionReview (admission.k8s.io/v1) answer ([`review`]), the refusal message of
 //! an object ([`refusal`], also handed to `agentrt dev`'s embedded server by `controller::dev`),
 //! and the HTTPS server (`--webhook-addr`, `--webhook-cert-dir` with `tls.crt` and `tls.key`,
@@ -22,6 +26,8 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
+use super::admin_policy::AdminPolicyView;
+use crate::engine::policy::admin::{ceiling_violations, AdminPolicies};
 use crate::engine::validate::spec;
 
 /// The webhook's name in `agentrt dev` (the chart names its own after the release; the one in
@@ -39,6 +45,18 @@ pub const PATH: &str = "/validate-agentrun";
 /// the old object did not have count, so a run created before a rule existed can still be
 /// cancelled or have its policy fixed (as kube-apiserver ratchets CRD validation).
 pub fn refusal(object: &Value, old: Option<&Value>) -> Option<String> {
+    refusal_under(object, old, &AdminPolicyView::none())
+}
+
+/// [`refusal`], and also each of the run's `spec.limits` above a ceiling of an admin policy
+/// that selects it (docs/design.md section 6, admin policies), as `admin` holds them now. When
+/// the admin policies cannot be read the ceilings are not checked here (the run is admitted;
+/// its effective limits are still lowered to them at each decision).
+pub fn refusal_under(
+    object: &Value,
+    old: Option<&Value>,
+    admin: &AdminPolicyView,
+) -> Option<String> {
     if object["kind"] != "AgentRun" {
         return None;
     }
@@ -49,24 +67,39 @@ pub fn refusal(object: &Value, old: Option<&Value>) -> Option<String> {
         .as_str()
         .or_else(|| object["metadata"]["generateName"].as_str())
         .unwrap_or("-");
-    let before: Vec<String> = old.map(problems).unwrap_or_default();
-    let new: Vec<String> = problems(object)
+    let before: Vec<String> = old.map(|o| problems(o, admin)).unwrap_or_default();
+    let new: Vec<String> = problems(object, admin)
         .into_iter()
         .filter(|p| !before.contains(p))
         .collect();
     (!new.is_empty()).then(|| format!("AgentRun {namespace}/{name}: {}", new.join("; ")))
 }
 
-/// Each problem of `object`'s spec as `field: message`.
-fn problems(object: &Value) -> Vec<String> {
+/// Each problem of `object`'s spec as `field: message`, then each limit over an admin ceiling.
+fn problems(object: &Value, admin: &AdminPolicyView) -> Vec<String> {
     match crate::api::decode_spec(&object["spec"]) {
-        Ok(decoded) => spec::run(
-            object["metadata"]["name"].as_str().unwrap_or(""),
-            &decoded.spec,
-        )
-        .iter()
-        .map(ToString::to_string)
-        .collect(),
+        Ok(decoded) => {
+            let mut found: Vec<String> = spec::run(
+                object["metadata"]["name"].as_str().unwrap_or(""),
+                &decoded.spec,
+            )
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+            let namespace = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default");
+            if let AdminPolicies::Known(policies) = admin.for_run(namespace, &object["metadata"]) {
+                for policy in &policies {
+                    found.extend(
+                        ceiling_violations(&decoded.spec.limits, policy)
+                            .iter()
+                            .map(ToString::to_string),
+                    );
+                }
+            }
+            found
+        }
         Err(err) => vec![err],
     }
 }
@@ -75,12 +108,17 @@ fn problems(object: &Value) -> Vec<String> {
 /// `allowed: true`, or `allowed: false` with a Status (code 400, reason `BadRequest`) whose message
 /// is [`refusal`]'s. A DELETE (no object) is allowed.
 pub fn review(review_request: &Value) -> Value {
+    review_under(review_request, &AdminPolicyView::none())
+}
+
+/// [`review`] with the admin policies' ceilings ([`refusal_under`]).
+pub fn review_under(review_request: &Value, admin: &AdminPolicyView) -> Value {
     let request = &review_request["request"];
     let uid = request["uid"].clone();
     let old = Some(&request["oldObject"]).filter(|o| !o.is_null());
     let refused = match request["object"] {
         Value::Null => None,
-        ref object => refusal(object, old),
+        ref object => refusal_under(object, old, admin),
     };
     let response = match refused {
         None => json!({"uid": uid, "allowed": true}),
@@ -107,6 +145,7 @@ pub fn review(review_request: &Value) -> Value {
 pub async fn serve(
     addr: SocketAddr,
     cert_dir: &Path,
+    admin: AdminPolicyView,
     shutdown: CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(cert_dir)?));
@@ -116,7 +155,10 @@ pub async fn serve(
     let bound = listener.local_addr()?;
     let app = Router::new().route(
         PATH,
-        post(|Json(body): Json<Value>| async move { Json(review(&body)) }),
+        post(move |Json(body): Json<Value>| {
+            let admin = admin.clone();
+            async move { Json(review_under(&body, &admin)) }
+        }),
     );
     tokio::spawn(async move {
         loop {

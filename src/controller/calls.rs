@@ -15,7 +15,20 @@ use crate::tools::http::{self, HttpCall, SecretSource};
 
 pub use mcp::list_servers;
 
-struct ApiSecrets<'a>(&'a Context);
+/// The Secrets of one run's namespace, read for that run (its consent checked on each read).
+struct ApiSecrets<'a> {
+    ctx: &'a Context,
+    run: &'a str,
+}
+
+impl<'a> ApiSecrets<'a> {
+    fn of(ctx: &'a Context, state: &'a RunState) -> ApiSecrets<'a> {
+        ApiSecrets {
+            ctx,
+            run: &state.run.snapshot.name,
+        }
+    }
+}
 
 impl SecretSource for ApiSecrets<'_> {
     async fn secret_value(
@@ -23,7 +36,7 @@ impl SecretSource for ApiSecrets<'_> {
         namespace: &str,
         secret: &crate::api::SecretKeyRef,
     ) -> Result<String, String> {
-        self.0.api.secret_value(namespace, secret).await
+        self.ctx.api.secret_value(namespace, self.run, secret).await
     }
 }
 
@@ -44,17 +57,18 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
             duration_ms: 0,
         };
     };
-    let headers = match http::resolve_headers(spec, &snapshot.namespace, &ApiSecrets(ctx)).await {
-        Ok(headers) => headers,
-        Err(err) => {
-            return ToolOutcome::Error {
-                failure: crate::api::ToolFailure::HeaderUnavailable,
-                status: None,
-                content: serde_json::json!(err),
-                duration_ms: 0,
+    let headers =
+        match http::resolve_headers(spec, &snapshot.namespace, &ApiSecrets::of(ctx, state)).await {
+            Ok(headers) => headers,
+            Err(err) => {
+                return ToolOutcome::Error {
+                    failure: crate::api::ToolFailure::HeaderUnavailable,
+                    status: None,
+                    content: serde_json::json!(err),
+                    duration_ms: 0,
+                }
             }
-        }
-    };
+        };
     let request = HttpCall {
         url: spec.url.clone(),
         args: call.args.clone(),
@@ -135,7 +149,11 @@ pub async fn call_model(
     };
     let key = match &agent.api_key_secret_ref {
         None => None,
-        Some(secret) => match ctx.api.secret_value(&snapshot.namespace, secret).await {
+        Some(secret) => match ctx
+            .api
+            .secret_value(&snapshot.namespace, &snapshot.name, secret)
+            .await
+        {
             Ok(key) => Some(openai::ApiKey::new(key.trim().to_string())),
             Err(err) => {
                 return ModelOutcome::NotSent {
@@ -169,6 +187,17 @@ pub async fn call_model(
         }
     };
     match answered {
+        // A reply over the bound is a failed attempt whatever its status: it was not read to
+        // its end (docs/design.md section 6, "Answers").
+        Ok(answer) if answer.too_large => ModelOutcome::Failed {
+            status: answer.status,
+            retry_after_ms: answer.retry_after_millis,
+            detail: format!(
+                "the reply is over {} bytes; reading stopped there",
+                openai::MAX_REPLY_BYTES
+            ),
+            latency_ms: answer.latency_ms,
+        },
         Ok(answer) if (200..300).contains(&answer.status) => {
             let parsed = openai::parse_reply(&answer.body, max_output_tokens);
             ModelOutcome::Answered {

@@ -70,11 +70,11 @@ struct Written<S> {
 /// measured, sent back and parsed again by the server on every step (issue 15;
 /// docs/performance.md, session 19).
 #[derive(Default)]
-struct Metadata {
+pub(crate) struct Metadata {
     /// Every field but `managedFields`.
-    fields: serde_json::Map<String, Value>,
+    pub(crate) fields: serde_json::Map<String, Value>,
     /// The bytes `"managedFields":[...],` took in the answer (0 without them).
-    managed_fields_bytes: usize,
+    pub(crate) managed_fields_bytes: usize,
 }
 
 impl<'de> serde::Deserialize<'de> for Metadata {
@@ -197,13 +197,25 @@ impl StoredRun {
             .as_object_mut()
             .and_then(|fields| fields.remove("spec"))
             .unwrap_or(Value::Null);
-        let spec =
-            <AgentRunSpec as serde::Deserialize>::deserialize(&spec_json).map_err(|source| {
-                DecodeError::Spec {
-                    run: format!("{namespace}/{name}"),
-                    source,
-                }
-            })?;
+        let spec = match <AgentRunSpec as serde::Deserialize>::deserialize(&spec_json) {
+            Ok(spec) => spec,
+            Err(source) => {
+                let status = object
+                    .as_object_mut()
+                    .and_then(|fields| fields.remove("status"))
+                    .unwrap_or(Value::Null);
+                return Err(DecodeError::spec(
+                    HeldRun {
+                        namespace,
+                        name,
+                        uid,
+                        resource_version,
+                    },
+                    &source,
+                    status,
+                ));
+            }
+        };
         let created_by = created_by(&object["metadata"]);
         let status = object
             .as_object_mut()
@@ -229,6 +241,91 @@ impl StoredRun {
             spec: Arc::new(spec_json),
             object,
         })
+    }
+
+    /// Reads a run from the API server's answer `text` (a GET) as [`StoredRun::from_object`]
+    /// does, but each part on its own (issue 34): the top-level fields are skipped over as raw
+    /// text first (serde_json skips iteratively, without its recursion limit of 128), the
+    /// metadata is read without building its `managedFields` (which mirror the spec's shape),
+    /// and the spec and the status are each parsed from their own text. A spec that does not
+    /// parse (nested deeper than serde_json's 128 levels, say) or does not decode is a
+    /// [`DecodeError::Spec`] holding what is needed to end the run without it
+    /// ([`HeldRun`], and the status when that parses).
+    ///
+    /// # Errors
+    /// [`DecodeError::Text`] when `text` is not a JSON object; what
+    /// [`StoredRun::from_object`] returns for incomplete metadata or a spec that does not
+    /// decode.
+    pub fn from_text(text: &str) -> Result<StoredRun, DecodeError> {
+        let parts: RawObject = serde_json::from_str(text).map_err(|source| DecodeError::Text {
+            run: String::from("(read)"),
+            cause: bounded_cause(&source),
+        })?;
+        let metadata: Metadata = match &parts.metadata {
+            Some(raw) => serde_json::from_str(raw.get()).map_err(|source| DecodeError::Text {
+                run: String::from("(read)"),
+                cause: format!("metadata: {}", bounded_cause(&source)),
+            })?,
+            None => Metadata::default(),
+        };
+        let managed_fields_bytes = metadata.managed_fields_bytes;
+        let mut object = serde_json::Map::new();
+        if let Some(api_version) = parts.api_version {
+            object.insert("apiVersion".into(), api_version);
+        }
+        if let Some(kind) = parts.kind {
+            object.insert("kind".into(), kind);
+        }
+        let meta = &metadata.fields;
+        let text_of = |field: &str| meta.get(field).and_then(Value::as_str).map(str::to_string);
+        let namespace = text_of("namespace").unwrap_or_default();
+        let name = text_of("name").ok_or(DecodeError::NoName)?;
+        let held = || -> Result<HeldRun, DecodeError> {
+            let missing = |field: &'static str| DecodeError::Missing {
+                run: format!("{namespace}/{name}"),
+                field,
+            };
+            Ok(HeldRun {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid: text_of("uid").ok_or_else(|| missing("uid"))?,
+                resource_version: text_of("resourceVersion")
+                    .ok_or_else(|| missing("resourceVersion"))?,
+            })
+        };
+        let status = match &parts.status {
+            Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
+                Ok(status) => Some(status),
+                Err(source) => {
+                    return Err(DecodeError::Status {
+                        run: format!("{namespace}/{name}"),
+                        cause: bounded_cause(&source),
+                    })
+                }
+            },
+            None => None,
+        };
+        if let Some(raw) = &parts.spec {
+            match serde_json::from_str::<Value>(raw.get()) {
+                Ok(spec) => {
+                    object.insert("spec".into(), spec);
+                }
+                Err(source) => {
+                    return Err(DecodeError::spec(
+                        held()?,
+                        &source,
+                        status.unwrap_or(Value::Null),
+                    ))
+                }
+            }
+        }
+        object.insert("metadata".into(), Value::Object(metadata.fields));
+        if let Some(status) = status {
+            object.insert("status".into(), status);
+        }
+        let mut run = StoredRun::from_object(Value::Object(object))?;
+        run.snapshot.metadata_bytes += managed_fields_bytes;
+        Ok(run)
     }
 
     /// The run as the answer `text` to a status write of `self` shows it, read as
@@ -297,9 +394,7 @@ impl StoredRun {
             && meta.get("generation").and_then(Value::as_i64) == Some(self.snapshot.generation)
             && written.spec.is_some();
         if !same_spec {
-            let object: Value = serde_json::from_str(text)
-                .map_err(|source| DecodeError::Answer { run: run(), source })?;
-            return StoredRun::from_object(object).map(Answer::Whole);
+            return StoredRun::from_text(text).map(Answer::Whole);
         }
         let text_of = |field: &str| meta.get(field).and_then(Value::as_str).map(str::to_string);
         let missing = |field: &'static str| DecodeError::Missing { run: run(), field };
@@ -372,21 +467,100 @@ pub enum DecodeError {
         field: &'static str,
     },
     /// The API server's answer to a write is not JSON of an object ([`StoredRun::landed`]).
-    #[error("AgentRun {run}: the answer to the status write does not decode: {source}")]
+    #[error("AgentRun {run}: the answer to the status write does not decode: {}", bounded_cause(.source))]
     Answer {
         /// `<namespace>/<name>`.
         run: String,
         /// What serde found.
         source: serde_json::Error,
     },
-    /// `spec` does not decode as an [`AgentRunSpec`].
-    #[error("AgentRun {run}: spec does not decode: {source}")]
+    /// `spec` does not parse or does not decode as an [`AgentRunSpec`]: the run is set aside
+    /// and ended `invalid_spec` without its spec ([`crate::engine::spec_undecodable`], issue
+    /// 34).
+    #[error("AgentRun {}/{}: spec does not decode: {cause}", .held.namespace, .held.name)]
     Spec {
+        /// The run, as far as it is needed to end it.
+        held: Box<HeldRun>,
+        /// What serde found, at most [`CAUSE_CHARS`] characters (a wrong type's message
+        /// quotes the value, which can be any size).
+        cause: String,
+        /// The stored status as JSON (`Value::Null` when absent).
+        status: Value,
+    },
+    /// `status` does not parse as JSON (nested deeper than serde_json's 128 levels).
+    #[error("AgentRun {run}: status does not decode: {cause}")]
+    Status {
         /// `<namespace>/<name>`.
         run: String,
-        /// What serde found.
-        source: serde_json::Error,
+        /// What serde found, bounded as [`DecodeError::Spec`]'s.
+        cause: String,
     },
+    /// The object's text is not JSON of an object with readable metadata.
+    #[error("AgentRun {run}: does not decode: {cause}")]
+    Text {
+        /// `<namespace>/<name>`, or where it was read when the name is not known.
+        run: String,
+        /// What serde found, bounded as [`DecodeError::Spec`]'s.
+        cause: String,
+    },
+}
+
+impl DecodeError {
+    fn spec(held: HeldRun, source: &serde_json::Error, status: Value) -> DecodeError {
+        DecodeError::Spec {
+            held: Box::new(held),
+            cause: bounded_cause(source),
+            status,
+        }
+    }
+}
+
+/// An AgentRun whose spec does not decode, as far as it can be used: enough to write its
+/// status by name, on its uid and resourceVersion ([`ClusterApi::patch_run_status`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldRun {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.resourceVersion`.
+    pub resource_version: String,
+}
+
+/// The most characters of a decode error's message kept for a log line, an Event or a
+/// `reasonDetail` (issue 34: no log line carries an object's body).
+pub const CAUSE_CHARS: usize = 240;
+
+/// `err`'s message, at most [`CAUSE_CHARS`] characters (the cut marked with `…`): serde's
+/// message for a wrong type quotes the value found, whatever its size.
+pub fn bounded_cause(err: &dyn std::fmt::Display) -> String {
+    bounded(&err.to_string())
+}
+
+/// `text`, at most [`CAUSE_CHARS`] characters, the cut marked with `…`.
+pub fn bounded(text: &str) -> String {
+    match text.char_indices().nth(CAUSE_CHARS) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+    }
+}
+
+/// An object's top-level fields as raw text: skipping over them needs no recursion, so an
+/// object nested past serde_json's limit still yields its parts ([`StoredRun::from_text`]).
+#[derive(serde::Deserialize)]
+struct RawObject {
+    #[serde(rename = "apiVersion", default)]
+    api_version: Option<Value>,
+    #[serde(default)]
+    kind: Option<Value>,
+    #[serde(default)]
+    metadata: Option<Box<serde_json::value::RawValue>>,
+    #[serde(default)]
+    spec: Option<Box<serde_json::value::RawValue>>,
+    #[serde(default)]
+    status: Option<Box<serde_json::value::RawValue>>,
 }
 
 /// How a call to the API server failed.
@@ -398,6 +572,17 @@ pub enum ApiError {
     /// 404, with the API server's message (which says what was not found).
     #[error("{0}")]
     NotFound(String),
+    /// 403 or 422: the API server refused the request (RBAC; a ValidatingAdmissionPolicy, whose
+    /// name its message carries and which answers 422 `Invalid` unless its validation sets
+    /// another reason; the schema): not a conflict, and sending it again changes nothing until
+    /// someone changes the policy (issue 34 item 6). The write did not land.
+    #[error("refused ({reason}): {message}")]
+    Refused {
+        /// The Status `reason` (`Forbidden`, `Invalid`).
+        reason: String,
+        /// The API server's message, bounded ([`bounded`]).
+        message: String,
+    },
     /// Any other failure of the client or the API server: the write may or may not have
     /// landed. Shown as the API server's message ([`server_message`]).
     #[error("{}", server_message(.0))]
@@ -423,6 +608,7 @@ impl ApiError {
         match self {
             ApiError::Conflict(_) => "conflict",
             ApiError::NotFound(_) => "not_found",
+            ApiError::Refused { .. } => "refused",
             ApiError::Kube(_) => "api",
             ApiError::Request(_) | ApiError::Json { .. } => "encode",
         }
@@ -462,6 +648,19 @@ fn classify(err: kube::Error) -> ApiError {
         kube::Error::Api(status) if status.code == 404 => {
             ApiError::NotFound(status.message.clone())
         }
+        kube::Error::Api(status) if status.code == 403 || status.code == 422 => ApiError::Refused {
+            reason: if status.reason.is_empty() {
+                if status.code == 403 {
+                    "Forbidden"
+                } else {
+                    "Invalid"
+                }
+                .into()
+            } else {
+                status.reason.clone()
+            },
+            message: bounded(&status.message),
+        },
         _ => ApiError::Kube(err),
     }
 }
@@ -487,6 +686,11 @@ pub trait ClusterApi: Send + Sync + 'static {
     /// what landed, whose status the caller hands back ([`Landed::into_run`]).
     async fn replace_run_status(&self, run: &StoredRun, status: &Value)
         -> Result<Landed, RunError>;
+    /// Write the status of a run whose spec does not decode ([`HeldRun`], issue 34): a merge
+    /// patch of the status subresource by name carrying `metadata.resourceVersion`, so it
+    /// applies only to the run as read ([`ApiError::Conflict`] when it changed since); the spec
+    /// is neither read nor sent.
+    async fn patch_run_status(&self, run: &HeldRun, status: &Value) -> Result<(), ApiError>;
     /// Create an Approval (whole object); [`ApiError::Conflict`] when it exists.
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError>;
     /// Write an Approval's status: a merge patch of the status subresource carrying
@@ -521,8 +725,15 @@ pub trait ClusterApi: Send + Sync + 'static {
         uid: &str,
         resource_version: &str,
     ) -> Result<(), ApiError>;
-    /// The value of one Secret key, as text.
-    async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String>;
+    /// The value of one Secret key, as text, for run `run` of `namespace`: only when the Secret
+    /// consents to that run (`tools::consent::check`, docs/design.md section 6 "Secrets"),
+    /// checked on the object just read.
+    async fn secret_value(
+        &self,
+        namespace: &str,
+        run: &str,
+        secret: &SecretKeyRef,
+    ) -> Result<String, String>;
 }
 
 /// [`ClusterApi`] over a kube client.
@@ -624,12 +835,15 @@ impl ClusterApi for KubeApi {
             .run_request(namespace)
             .get(name, &kube::api::GetParams::default())
             .map_err(ApiError::from)?;
-        let object = match self.client.request::<Value>(request).await {
-            Ok(object) => object,
+        // As text, decoded here part by part: kube's `request` would log the whole body at
+        // warn level on a decode failure, and a run nested past serde_json's limit would fail
+        // as a whole (issue 34).
+        let text = match self.client.request_text(request).await {
+            Ok(text) => text,
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
             Err(err) => return Err(classify(err).into()),
         };
-        Ok(Some(StoredRun::from_object(object)?))
+        Ok(Some(StoredRun::from_text(&text)?))
     }
 
     async fn list_approvals(
@@ -680,6 +894,20 @@ impl ClusterApi for KubeApi {
             .map_err(ApiError::from)?;
         let written = self.client.request_text(request).await.map_err(classify)?;
         Ok(run.landed(&written, status)?)
+    }
+
+    async fn patch_run_status(&self, run: &HeldRun, status: &Value) -> Result<(), ApiError> {
+        let patch = Patch::Merge(serde_json::json!({
+            "metadata": {"resourceVersion": run.resource_version, "uid": run.uid},
+            "status": status,
+        }));
+        let request = self
+            .run_request(&run.namespace)
+            .patch_subresource("status", &run.name, &PatchParams::default(), &patch)
+            .map_err(ApiError::from)?;
+        // The answer holds the spec: it is not decoded.
+        self.client.request_text(request).await.map_err(classify)?;
+        Ok(())
     }
 
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {
@@ -764,11 +992,23 @@ impl ClusterApi for KubeApi {
         Ok(())
     }
 
-    async fn secret_value(&self, namespace: &str, secret: &SecretKeyRef) -> Result<String, String> {
+    async fn secret_value(
+        &self,
+        namespace: &str,
+        run: &str,
+        secret: &SecretKeyRef,
+    ) -> Result<String, String> {
         let object = Api::<Secret>::namespaced(self.client.clone(), namespace)
             .get(&secret.name)
             .await
             .map_err(|err| server_message(&err))?;
+        crate::tools::consent::check(
+            namespace,
+            &secret.name,
+            object.metadata.labels.as_ref(),
+            object.metadata.annotations.as_ref(),
+            run,
+        )?;
         if let Some(value) = object.data.as_ref().and_then(|data| data.get(&secret.key)) {
             return String::from_utf8(value.0.clone())
                 .map_err(|_| format!("key {:?} is not UTF-8", secret.key));

@@ -94,6 +94,9 @@ pub struct Settings {
     pub budgets: Budgets,
     /// Which of issue 15's request savings are on (all, unless measuring them).
     pub savings: Savings,
+    /// The admin policies (`AgentPolicy`, `ClusterAgentPolicy`) this replica watches, handed to
+    /// the engine with each call ([`super::admin_policy`]; none in [`Settings::new`]).
+    pub admin_policies: super::admin_policy::AdminPolicyView,
 }
 
 /// Issue 15's request savings, each of which can be switched off to measure it on its own
@@ -200,6 +203,7 @@ impl Settings {
             skew_margin: Duration::from_millis(500),
             budgets: Budgets::default(),
             savings: Savings::ALL,
+            admin_policies: super::admin_policy::AdminPolicyView::none(),
         }
     }
 }
@@ -522,6 +526,7 @@ impl Context {
             holder: self.settings.holder.as_str().to_string(),
             now: self.settings.clock.now(),
             draining: self.executors.shutdown.is_cancelled(),
+            admin: Default::default(),
         }
     }
 
@@ -610,12 +615,25 @@ impl Context {
         u64::try_from(self.settings.skew_margin.as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// [`Context::caller`] with the admin policies that select the run, read now
+    /// ([`super::admin_policy::AdminPolicyView::for_run`]).
+    pub fn caller_for(&self, state: &RunState) -> Caller {
+        let admin = self
+            .settings
+            .admin_policies
+            .for_run(&state.run.snapshot.namespace, &state.run.object["metadata"]);
+        Caller {
+            admin: Arc::new(admin),
+            ..self.caller()
+        }
+    }
+
     /// Asks the engine what the executor does next.
     pub fn step(&self, state: &RunState, input: Input) -> Result<Transition, EngineError> {
         (self.settings.engine.step)(
             &state.run.snapshot,
             &state.approvals,
-            &self.caller(),
+            &self.caller_for(state),
             &self.settings.budgets,
             input,
         )
@@ -631,7 +649,7 @@ impl Context {
         (self.settings.engine.step)(
             &state.run.snapshot,
             &state.approvals,
-            &self.caller(),
+            &self.caller_for(state),
             &budgets,
             input,
         )
@@ -642,7 +660,7 @@ impl Context {
         (self.settings.engine.observe)(
             &state.run.snapshot,
             &state.approvals,
-            &self.caller(),
+            &self.caller_for(state),
             &self.settings.budgets,
             lease,
         )
@@ -712,9 +730,9 @@ impl Context {
         let before = &state.run.snapshot.status;
         let sent = std::time::Instant::now();
         let written = self.api.replace_run_status(&state.run, &status).await;
-        // A conflict or a gone run is an answer; any other error is a failed write.
+        // A conflict, a gone run or a refusal is an answer; any other error is a failed write.
         let failed = matches!(&written, Err(err)
-            if !matches!(err, RunError::Api(ApiError::Conflict(_) | ApiError::NotFound(_))));
+            if !matches!(err, RunError::Api(ApiError::Conflict(_) | ApiError::NotFound(_) | ApiError::Refused { .. })));
         let took = sent.elapsed();
         self.executors.record_write(took, !failed);
         self.metrics.status_write_took(took.as_secs_f64());
@@ -729,6 +747,8 @@ impl Context {
                         .wrote(&run.resource_version, std::time::Instant::now());
                 }
                 self.metrics.status_write("ok");
+                self.failures
+                    .write_landed(&run.snapshot.namespace, &run.snapshot.name);
                 self.landed(before, &run);
                 Ok(Written::Landed(Box::new(run)))
             }
@@ -738,6 +758,30 @@ impl Context {
                 Ok(Written::Conflict)
             }
             Err(RunError::Api(ApiError::NotFound(_))) => Ok(Written::Gone),
+            Err(RunError::Api(ApiError::Refused { reason, message })) => {
+                // Issue 34 item 6: RBAC or an admission policy refused the write. It did not
+                // land, and is not a conflict: said once per attempt (a Warning Event on the
+                // run, one log line, a metric), and the next attempt waits for the run's own
+                // bounded backoff instead of reading and writing again at once.
+                self.metrics.status_write("refused");
+                self.metrics.status_write_refused(&reason);
+                let key = RunKey {
+                    namespace: state.run.snapshot.namespace.clone(),
+                    name: state.run.snapshot.name.clone(),
+                };
+                let (row, wait) = self.failures.refused(&key);
+                tracing::warn!(run = %key, %reason, %message, refused_in_a_row = row, retry_in = ?wait, "status write refused by the API server");
+                self.events.warn(
+                    &state.run.snapshot,
+                    "StatusWriteRefused",
+                    format!(
+                        "the API server refused the status write ({reason}): {message}; next attempt in {}s",
+                        wait.as_secs()
+                    ),
+                );
+                tokio::time::sleep(wait).await;
+                Err(RunError::Api(ApiError::Refused { reason, message }))
+            }
             Err(err) => {
                 self.metrics.status_write("error");
                 tracing::warn!(run = %state.run.key(), %err, "status write failed; reading the run back to see whether it landed");

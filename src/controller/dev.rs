@@ -15,6 +15,7 @@ use kube::api::{DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
+use super::admin_policy::AdminPolicyView;
 use super::ControllerOptions;
 use crate::devcluster::{write_kubeconfig, DevServer, DevServerArgs, ValidatingWebhook};
 
@@ -45,12 +46,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .collect::<Result<Vec<_>, _>>()?,
     };
     let mut config = args.server.config(crds)?;
+    // The admin policies the webhook checks ceilings against: watched once the server runs.
+    let admin = std::sync::Arc::new(std::sync::OnceLock::<AdminPolicyView>::new());
     if !args.controller.no_webhook {
         // docs/behaviours.md 1: the same refusal the chart's ValidatingWebhookConfiguration
         // gets from the controller's webhook.
+        let view = admin.clone();
         config.webhooks.push(ValidatingWebhook {
             name: super::admission::WEBHOOK_NAME.to_string(),
-            check: std::sync::Arc::new(super::admission::refusal),
+            check: std::sync::Arc::new(move |object, old| {
+                let none = AdminPolicyView::none();
+                super::admission::refusal_under(object, old, view.get().unwrap_or(&none))
+            }),
         });
     }
     let server = DevServer::start(config).await?;
@@ -58,6 +65,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // kubeconfig is written: if one of them cannot (a port in use by another `agentrt dev`),
     // this process exits without pointing an existing kubeconfig at a server about to stop.
     let stop = CancellationToken::new();
+    if !args.controller.no_webhook {
+        let client = server.client().await?;
+        let _ = admin.set(AdminPolicyView::watch(&client, &[None], &stop));
+    }
     let controller = start(server.client().await?, &args.controller, stop.clone()).await?;
     let out = &args.server.kubeconfig_out;
     let kubeconfig_path = std::path::absolute(out).unwrap_or_else(|_| out.clone());

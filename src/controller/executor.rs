@@ -248,6 +248,12 @@ async fn drive_with(driver: &mut Driver<'_>, mut input: Input) {
             .history(ctx, key, &driver.state.run.snapshot)
             .await;
         driver.state.run.snapshot.sealed = sealed;
+        // docs/design.md section 6, admin policies: a decision waits for admin policy watches
+        // that are (re)listing, then fails closed.
+        ctx.settings
+            .admin_policies
+            .wait_fresh(super::admin_policy::FRESH_WAIT)
+            .await;
         let asked = if std::mem::take(&mut driver.unsealed) {
             ctx.step_unsealed(&driver.state, input.clone())
         } else {

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::runtime::controller::Action;
+use kube::Resource;
 
 use super::cluster::{ApiError, DecodeError, RunError};
 use super::context::{Context, RunKey};
@@ -73,15 +74,54 @@ impl ReconcileError {
 }
 
 /// Every `kind` [`ReconcileError::metric_label`] can give, reported even at zero.
-pub const KINDS: [&str; 5] = ["conflict", "not_found", "api", "encode", "decode"];
+pub const KINDS: [&str; 6] = [
+    "conflict",
+    "not_found",
+    "refused",
+    "api",
+    "encode",
+    "decode",
+];
 
-/// Failed reconciles in a row, per run.
+/// Failed reconciles in a row, per run; and refused status writes in a row, per run.
 #[derive(Debug, Default)]
 pub struct FailureBackoff {
     failures: Mutex<HashMap<RunKey, u32>>,
+    /// Status writes the API server refused (403) in a row, per run: reset only by a write
+    /// that lands, not by a reconcile that succeeds (an executor that stops on a refusal
+    /// kicks a reconcile that succeeds in acquiring the Lease again).
+    refusals: Mutex<HashMap<RunKey, u32>>,
 }
 
 impl FailureBackoff {
+    /// Counts one more refused status write of `key` in a row; the wait before the next
+    /// attempt: [`BACKOFF_FIRST`] doubled per earlier refusal in the row, at most
+    /// [`BACKOFF_MAX`] (issue 34 item 6: a refused write is not retried blindly).
+    pub fn refused(&self, key: &RunKey) -> (u32, Duration) {
+        let mut refusals = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let row = refusals.entry(key.clone()).or_insert(0);
+        *row = row.saturating_add(1);
+        let doublings = (*row - 1).min(16);
+        let wait = BACKOFF_FIRST
+            .saturating_mul(1 << doublings)
+            .min(BACKOFF_MAX);
+        (*row, wait)
+    }
+
+    /// Forgets `key`'s refused writes (a status write landed).
+    pub fn write_landed(&self, namespace: &str, name: &str) {
+        let mut refusals = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !refusals.is_empty() {
+            refusals.remove(&RunKey::new(namespace, name));
+        }
+    }
+
     /// Counts one more failure of `key` in a row; the wait before its next reconcile:
     /// [`BACKOFF_FIRST`] doubled per earlier failure in the row, at most [`BACKOFF_MAX`].
     pub fn set_failure(&self, key: &RunKey) -> Duration {
@@ -135,6 +175,71 @@ pub fn error_policy(_obj: Arc<WatchedRun>, err: &ReconcileError, ctx: Arc<Contex
     Action::requeue(wait)
 }
 
+/// What a reconcile does with a run that does not decode (issue 34): a spec that does not
+/// (nested past serde_json's 128 levels, or of a type the schema lets through) ends the run
+/// `invalid_spec` as the engine says ([`crate::engine::spec_undecodable`]), written by a merge
+/// patch of its status on the uid and resourceVersion read, without the spec; a Warning Event
+/// `InvalidSpec` names the cause, and one log line (bounded, never the object's text). A run
+/// whose status does not decode is left alone with one log line (nothing can be written to it
+/// without risking the record). Counted in `agentrt_objects_set_aside_total` by part. Every other
+/// run is served as usual: nothing here is retried blindly (a conflict looks again at once, any
+/// other failure after the run's own backoff).
+pub async fn set_aside(ctx: &Context, key: &RunKey, err: DecodeError) -> Action {
+    let DecodeError::Spec {
+        held,
+        cause,
+        status,
+    } = &err
+    else {
+        ctx.metrics.set_aside(match &err {
+            DecodeError::Status { .. } => "status",
+            _ => "object",
+        });
+        tracing::warn!(run = %key, %err, "leaving a run that does not decode alone");
+        return Action::await_change();
+    };
+    let now = ctx.settings.clock.now();
+    let Some(ended) =
+        crate::engine::spec_undecodable(status, &held.namespace, &held.name, cause, now)
+    else {
+        // Ended already (by this replica or another).
+        return Action::await_change();
+    };
+    match ctx.api.patch_run_status(held, &ended).await {
+        Ok(()) => {
+            ctx.metrics.set_aside("spec");
+            tracing::warn!(run = %key, %err, "set aside: the run ends invalid_spec");
+            let detail = ended["reasonDetail"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            ctx.events
+                .warn_about(held_reference(held), "InvalidSpec", detail);
+            ctx.failures.reset(key);
+            Action::await_change()
+        }
+        Err(ApiError::Conflict(_)) => Action::requeue(Duration::from_millis(200)),
+        Err(ApiError::NotFound(_)) => Action::await_change(),
+        Err(write) => {
+            let wait = ctx.failures.set_failure(key);
+            tracing::warn!(run = %key, %err, %write, retry_in = ?wait, "cannot end a run whose spec does not decode");
+            Action::requeue(wait)
+        }
+    }
+}
+
+/// The reference an Event about `held` names.
+fn held_reference(held: &super::cluster::HeldRun) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(crate::api::AgentRun::api_version(&()).into_owned()),
+        kind: Some(crate::api::AgentRun::kind(&()).into_owned()),
+        name: Some(held.name.clone()),
+        namespace: Some(held.namespace.clone()),
+        uid: Some(held.uid.clone()),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +265,27 @@ mod tests {
         assert_eq!(backoff.failures(&key("a")), 0);
         assert_eq!(backoff.set_failure(&key("a")), BACKOFF_FIRST);
         assert_eq!(backoff.failures(&key("b")), 1);
+    }
+
+    #[test]
+    fn a_refused_write_backs_off_per_run_until_a_write_lands() {
+        let backoff = FailureBackoff::default();
+        let waits: Vec<Duration> = (0..6).map(|_| backoff.refused(&key("a")).1).collect();
+        assert_eq!(waits, [2, 4, 8, 16, 30, 30].map(Duration::from_secs));
+        // A successful reconcile does not reset it; a landed write does.
+        backoff.reset(&key("a"));
+        assert_eq!(backoff.refused(&key("a")), (7, BACKOFF_MAX));
+        assert_eq!(backoff.refused(&key("b")), (1, BACKOFF_FIRST));
+        backoff.write_landed("ns", "a");
+        assert_eq!(backoff.refused(&key("a")), (1, BACKOFF_FIRST));
+        let refused = ReconcileError::new(
+            key("a"),
+            RunError::Api(ApiError::Refused {
+                reason: "Forbidden".into(),
+                message: "ValidatingAdmissionPolicy 'deny' denied request".into(),
+            }),
+        );
+        assert_eq!(refused.metric_label(), "refused");
     }
 
     #[test]

@@ -193,6 +193,31 @@ impl ClusterApi for FakeApi {
             .cloned())
     }
 
+    async fn patch_run_status(
+        &self,
+        run: &super::cluster::HeldRun,
+        status: &Value,
+    ) -> Result<(), ApiError> {
+        let mut state = self.state.lock().unwrap();
+        state.version += 1;
+        let version = state.version.to_string();
+        let Some(object) = state
+            .runs
+            .get_mut(&(run.namespace.clone(), run.name.clone()))
+        else {
+            return Err(ApiError::NotFound(format!("{} not found", run.name)));
+        };
+        if object["metadata"]["resourceVersion"].as_str() != Some(&run.resource_version) {
+            return Err(ApiError::Conflict(format!(
+                "{}: stale resourceVersion",
+                run.name
+            )));
+        }
+        object["status"] = status.clone();
+        object["metadata"]["resourceVersion"] = Value::String(version);
+        Ok(())
+    }
+
     async fn patch_approval_status(
         &self,
         namespace: &str,
@@ -295,6 +320,7 @@ impl ClusterApi for FakeApi {
     async fn secret_value(
         &self,
         _namespace: &str,
+        _run: &str,
         secret: &SecretKeyRef,
     ) -> Result<String, String> {
         Err(format!("no Secret {}", secret.name))

@@ -48,6 +48,20 @@ impl Outcome {
     }
 }
 
+/// One label: the `reason` of an API server's Status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// The reason (`Forbidden`, `Invalid`, ...).
+    pub reason: String,
+}
+
+/// One label: the part of an object that does not decode.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartLabel {
+    /// `spec`, `status` or `object`.
+    pub part: String,
+}
+
 /// One label: a tool's name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ToolLabel {
@@ -121,8 +135,15 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     /// Reconciles that failed, by kind (`super::failures::KINDS`).
     pub reconcile_errors: Family<KindLabel, Counter>,
-    /// Run status writes by outcome (`ok`, `conflict`, `error`).
+    /// Run status writes by outcome (`ok`, `conflict`, `error`, `refused`).
     pub status_writes: Family<Outcome, Counter>,
+    /// Status writes the API server refused (403: RBAC or a ValidatingAdmissionPolicy; 422
+    /// from a policy whose reason is `Invalid`), by the Status `reason` (issue 34 item 6).
+    pub status_writes_refused: Family<ReasonLabel, Counter>,
+    /// Objects set aside because they do not decode, by the part that does not (`spec`,
+    /// `status`, `object`; issue 34): counted where they are found (the run watch, a read of
+    /// the run, a list of Approvals).
+    pub objects_set_aside: Family<PartLabel, Counter>,
     /// How long run status writes took, from the request sent to its answer decoded, in
     /// seconds (every outcome; 1 ms to about 33 s in doubling buckets). The API server's
     /// answer time as this replica sees it: what `--max-concurrent-runs`' pace follows
@@ -201,6 +222,8 @@ impl Default for Metrics {
             reconcile_duration: reconcile_seconds(),
             reconcile_errors: Family::default(),
             status_writes: Family::default(),
+            status_writes_refused: Family::default(),
+            objects_set_aside: Family::default(),
             status_write_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             segments_created: Counter::default(),
             segment_failures: Counter::default(),
@@ -249,6 +272,16 @@ impl Default for Metrics {
             "status_writes",
             "AgentRun status writes (compare-and-set) by outcome; conflict: another writer won",
             m.status_writes.clone(),
+        );
+        registry.register(
+            "status_writes_refused",
+            "AgentRun status writes the API server refused (RBAC, an admission policy), by reason",
+            m.status_writes_refused.clone(),
+        );
+        registry.register(
+            "objects_set_aside",
+            "Objects set aside because a part of them does not decode, by part",
+            m.objects_set_aside.clone(),
         );
         registry.register_with_unit(
             "status_write_duration",
@@ -375,8 +408,13 @@ impl Default for Metrics {
             m.watches_synced.clone(),
         );
         // Series that read as zero before anything happened, so a dashboard finds them.
-        for outcome in ["ok", "conflict", "error"] {
+        for outcome in ["ok", "conflict", "error", "refused"] {
             let _ = m.status_writes.get_or_create(&Outcome::of(outcome));
+        }
+        for part in ["spec", "status", "object"] {
+            let _ = m
+                .objects_set_aside
+                .get_or_create(&PartLabel { part: part.into() });
         }
         for kind in super::failures::KINDS {
             let _ = m
@@ -422,6 +460,25 @@ impl Metrics {
     }
 
     /// Counts one failed reconcile of `kind` (`ReconcileError::metric_label`).
+    /// Counts a status write the API server refused, by its Status `reason`.
+    pub fn status_write_refused(&self, reason: &str) {
+        self.status_writes_refused
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts an object set aside because its `part` does not decode.
+    pub fn set_aside(&self, part: &str) {
+        self.objects_set_aside
+            .get_or_create(&PartLabel {
+                part: part.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one failed reconcile of `kind`.
     pub fn reconcile_error(&self, kind: &str) {
         self.reconcile_errors
             .get_or_create(&KindLabel {

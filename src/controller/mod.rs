@@ -18,10 +18,13 @@
 //! - [`failures`]: why a reconcile failed, counted by kind, and its per-run backoff.
 //! - [`projection`]: Kubernetes Events derived from what each write added to the record.
 //! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`admin_policy`]: the admin policies (`AgentPolicy`, `ClusterAgentPolicy`, Namespaces'
+//!   labels) by reflector, handed to the engine with each call; fail closed when unreadable.
 //! - [`fault`]: the named crash points of the `fault-injection` feature.
 //! - [`identity`]: the holder identity and this replica's clock.
 //! - [`trace`]: the `run` and `step` spans (and, with `otel`, the run's trace).
 
+pub mod admin_policy;
 pub mod admission;
 pub mod calls;
 pub mod cluster;
@@ -323,8 +326,24 @@ pub async fn run_with_engine(
         let bound = metrics::serve(addr, metrics.clone(), shutdown.clone()).await?;
         tracing::info!(addr = %bound, "serving metrics");
     }
+    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        let mut unique = namespaces.clone();
+        unique.sort();
+        unique.dedup();
+        unique.into_iter().map(Some).collect()
+    };
+    // docs/design.md section 6, admin policies: watched from the start, read at each decision.
+    let admin_policies = admin_policy::AdminPolicyView::watch(&client, &scopes, &shutdown);
     if let Some(addr) = options.webhook_addr {
-        let bound = admission::serve(addr, &options.webhook_cert_dir, shutdown.clone()).await?;
+        let bound = admission::serve(
+            addr,
+            &options.webhook_cert_dir,
+            admin_policies.clone(),
+            shutdown.clone(),
+        )
+        .await?;
         tracing::info!(addr = %bound, path = admission::PATH, "serving the admission webhook");
     }
     let (kicks_tx, mut kicks_rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
@@ -342,6 +361,7 @@ pub async fn run_with_engine(
                 ..crate::engine::Budgets::default()
             },
             savings,
+            admin_policies,
             ..Settings::new(holder.clone())
         },
         events: EventSink::start(
@@ -374,14 +394,6 @@ pub async fn run_with_engine(
     // One kube-runtime Controller per watched namespace (or one over all namespaces), all
     // sharing this replica's executors; executors' reconcile requests are routed to the
     // Controller watching their namespace.
-    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
-        vec![None]
-    } else {
-        let mut unique = namespaces.clone();
-        unique.sort();
-        unique.dedup();
-        unique.into_iter().map(Some).collect()
-    };
     let mut routes = std::collections::HashMap::new();
     let mut controllers = Vec::new();
     for scope in scopes {

@@ -551,6 +551,12 @@ impl EventSink {
     /// Queues a Warning Event about `run` that no write projects (a sealed segment the
     /// executor could not read; dropped when the queue is full).
     pub fn warn(&self, run: &crate::engine::RunSnapshot, reason: &str, note: String) {
+        self.warn_about(snapshot_reference(run), reason, note);
+    }
+
+    /// Queues a Warning Event about the object `reference` names (a run whose spec does not
+    /// decode, issue 34; dropped when the queue is full).
+    pub fn warn_about(&self, reference: ObjectReference, reason: &str, note: String) {
         let event = Event {
             type_: EventType::Warning,
             reason: reason.into(),
@@ -558,7 +564,7 @@ impl EventSink {
             action: "Reconcile".into(),
             secondary: None,
         };
-        self.queue(snapshot_reference(run), event);
+        self.queue(reference, event);
     }
 
     /// Queues the Events of one write (dropped when the queue is full).

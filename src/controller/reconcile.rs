@@ -335,8 +335,7 @@ async fn observe_with_slot(
         Ok(Some(state)) => state,
         Ok(None) => return Ok(Action::await_change()),
         Err(RunError::Undecodable(detail)) => {
-            tracing::warn!(run = %key, %detail, "leaving a run whose spec does not decode alone");
-            return Ok(Action::await_change());
+            return Ok(super::failures::set_aside(ctx, key, detail).await);
         }
         Err(err) => return Err(err),
     };

@@ -40,6 +40,7 @@ use kube::runtime::watcher::Event;
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -70,6 +71,12 @@ pub struct WatchedRun {
     /// ([`FRESH_BUDGET_BYTES`], [`keeps_fresh`]) is spent.
     #[serde(skip)]
     pub fresh: Option<FreshRun>,
+    /// Why the watched object does not decode (a part nested past serde_json's 128 levels, or
+    /// of a type the schema lets through; at most [`super::cluster::CAUSE_CHARS`] characters
+    /// and never the object's text), `None` for a run that does: the run is kept with its
+    /// identity only and its reconcile sets it aside (issue 34).
+    #[serde(skip)]
+    pub undecodable: Option<Arc<str>>,
 }
 
 /// The bytes of JSON text a replica process keeps at most in [`FreshRun`]s (12 MiB: about
@@ -125,8 +132,14 @@ impl std::fmt::Debug for FreshRun {
 impl FreshRun {
     /// Keeps `object` as text without its managedFields, counted in `account`; `None` when
     /// that would take the count over `budget` bytes (or it does not serialize).
-    fn keep(mut object: Value, account: &'static AtomicUsize, budget: usize) -> Option<FreshRun> {
-        let managed_fields_bytes = super::cluster::take_managed_fields(&mut object);
+    fn keep(
+        mut object: Value,
+        managed_fields_bytes: usize,
+        account: &'static AtomicUsize,
+        budget: usize,
+    ) -> Option<FreshRun> {
+        let managed_fields_bytes =
+            managed_fields_bytes + super::cluster::take_managed_fields(&mut object);
         let text = serde_json::to_string(&object).ok()?;
         let len = text.len();
         let before = account.fetch_add(len, Ordering::Relaxed);
@@ -149,9 +162,9 @@ impl FreshRun {
     /// metadata lacks a uid or resourceVersion): the caller reads the run instead.
     pub fn stored(&self) -> Result<StoredRun, DecodeError> {
         let object: Value =
-            serde_json::from_str(&self.0.text).map_err(|source| DecodeError::Spec {
+            serde_json::from_str(&self.0.text).map_err(|source| DecodeError::Text {
                 run: String::from("(watched)"),
-                source,
+                cause: super::cluster::bounded_cause(&source),
             })?;
         let mut run = StoredRun::from_object(object)?;
         run.snapshot.metadata_bytes = run
@@ -168,10 +181,13 @@ impl FreshRun {
 }
 
 impl<'de> Deserialize<'de> for WatchedRun {
-    /// Parses the top-level fields one by one: `metadata` as a JSON value; `spec` as one only
-    /// while the managedFields name no writer of the status ([`no_status_manager`]), else
-    /// skipped; `status` as a [`SeenStatus`] (the record skipped); anything else skipped. A
-    /// run with no status, or the CRD's default one, is kept as a [`FreshRun`].
+    /// Takes the top-level fields as raw text (skipped over without serde_json's recursion
+    /// limit; the spec skipped unkept once the metadata says a controller wrote the status),
+    /// then decodes each on its own ([`WatchedRun::from_parts`]): this never fails for an
+    /// object the API server sends, so one object nested past serde_json's 128 levels, or of
+    /// a type the schema lets through, does not fail the list or the watch of every other run
+    /// (issue 34). Such a run is kept with its identity and the cause
+    /// ([`WatchedRun::undecodable`]).
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields;
         impl<'de> serde::de::Visitor<'de> for Fields {
@@ -183,70 +199,195 @@ impl<'de> Deserialize<'de> for WatchedRun {
                 self,
                 mut map: A,
             ) -> Result<WatchedRun, A::Error> {
-                let mut kept = serde_json::Map::new();
-                let mut status: Option<Option<SeenStatus>> = None;
+                let mut parts = RawRun::default();
                 // Whether the metadata, parsed before the spec (both API servers write an
-                // object's fields in name order), leaves the run possibly new; until then,
-                // and after `false`, the spec is skipped unbuilt (a scripted run's spec can
-                // be most of the object, and every status write delivers it again).
-                let mut may_be_new = false;
+                // object's fields in name order), says a controller wrote the status: the
+                // spec is then skipped unkept (a scripted run's spec can be most of the
+                // object, and every status write delivers it again).
+                let mut written = false;
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     match key.as_ref() {
-                        "apiVersion" | "kind" => {
-                            let value: Value = map.next_value()?;
-                            kept.insert(key.into_owned(), value);
-                        }
+                        "apiVersion" => parts.api_version = Some(map.next_value()?),
+                        "kind" => parts.kind = Some(map.next_value()?),
                         "metadata" => {
-                            let value: Value = map.next_value()?;
-                            may_be_new = no_status_manager(&value);
-                            kept.insert(key.into_owned(), value);
+                            let raw: Box<RawValue> = map.next_value()?;
+                            written = WatchedMeta::parse(raw.get())
+                                .is_ok_and(|meta| meta.status_written());
+                            parts.metadata = Some(raw);
                         }
-                        "spec" if may_be_new => {
-                            let value: Value = map.next_value()?;
-                            kept.insert(key.into_owned(), value);
-                        }
-                        "status" => status = Some(map.next_value()?),
+                        "spec" if !written => parts.spec = Some(map.next_value()?),
+                        "status" => parts.status = Some(map.next_value()?),
                         _ => {
                             map.next_value::<serde::de::IgnoredAny>()?;
                         }
                     }
                 }
-                let metadata = match kept.get("metadata") {
-                    Some(meta) => watched_metadata(meta).map_err(serde::de::Error::custom)?,
-                    None => ObjectMeta::default(),
-                };
-                let status = status.flatten();
-                // New: no status, or one no controller wrote (the CRD's default), which is
-                // then kept as it came.
-                let new = match &status {
-                    None => true,
-                    Some(SeenStatus {
-                        unwritten: Some(fields),
-                        ..
-                    }) => {
-                        kept.insert("status".into(), Value::Object(fields.clone()));
-                        true
-                    }
-                    Some(_) => false,
-                };
-                let fresh = if new && kept.contains_key("spec") {
-                    FreshRun::keep(Value::Object(kept), &FRESH_BYTES, FRESH_BUDGET_BYTES)
-                } else {
-                    None
-                };
-                Ok(WatchedRun {
-                    metadata,
-                    status: status.map(|seen| seen.watched).unwrap_or_default(),
-                    wakes: false,
-                    fresh,
-                })
+                Ok(WatchedRun::from_parts(parts))
             }
         }
         deserializer.deserialize_map(Fields)
     }
 }
 
+/// A watched run's top-level fields as raw text ([`WatchedRun`]'s `Deserialize`).
+#[derive(Default)]
+struct RawRun {
+    api_version: Option<Box<RawValue>>,
+    kind: Option<Box<RawValue>>,
+    metadata: Option<Box<RawValue>>,
+    spec: Option<Box<RawValue>>,
+    status: Option<Box<RawValue>>,
+}
+
+/// A watched run's `metadata` as parsed: every field but `managedFields` as JSON, and of
+/// those only their length and whether one names the status subresource (their `fieldsV1`
+/// mirror the spec's shape, so they are skipped over, never built).
+struct WatchedMeta {
+    fields: serde_json::Map<String, Value>,
+    managed_fields_bytes: usize,
+    /// `None` without managedFields; else whether an entry names the status subresource.
+    status_writer: Option<bool>,
+}
+
+impl WatchedMeta {
+    fn parse(text: &str) -> Result<WatchedMeta, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Entry {
+            #[serde(default)]
+            subresource: Option<String>,
+        }
+        let metadata: super::cluster::Metadata = serde_json::from_str(text)?;
+        let status_writer = if metadata.managed_fields_bytes == 0 {
+            None
+        } else {
+            #[derive(Deserialize)]
+            struct Managed {
+                #[serde(rename = "managedFields", default)]
+                managed_fields: Vec<Entry>,
+            }
+            let managed: Managed = serde_json::from_str(text)?;
+            Some(
+                managed
+                    .managed_fields
+                    .iter()
+                    .any(|entry| entry.subresource.as_deref() == Some("status")),
+            )
+        };
+        Ok(WatchedMeta {
+            fields: metadata.fields,
+            managed_fields_bytes: metadata.managed_fields_bytes,
+            status_writer,
+        })
+    }
+
+    /// Whether a controller wrote the run's status, as its managedFields say (which the API
+    /// server keeps for every write); `false` without managedFields, where nothing tells
+    /// (the run is then read, as any other).
+    fn status_written(&self) -> bool {
+        self.status_writer == Some(true)
+    }
+}
+
 impl WatchedRun {
+    /// The run of `parts`: its metadata; its status's phase, holder and observedGeneration
+    /// ([`SeenStatus`], the record skipped); and, while no controller wrote its status
+    /// (its managedFields name no writer of the status subresource) and the status is absent or the CRD's default, the whole object
+    /// as a [`FreshRun`]. A part that does not parse or decode makes the run
+    /// [`WatchedRun::undecodable`] instead of failing the watch.
+    fn from_parts(parts: RawRun) -> WatchedRun {
+        match Self::decode(&parts) {
+            Ok(run) => run,
+            Err(cause) => WatchedRun::undecodable(parts.metadata.as_deref(), cause),
+        }
+    }
+
+    fn decode(parts: &RawRun) -> Result<WatchedRun, String> {
+        let bounded = |what: &str, err: &serde_json::Error| {
+            format!("{what}: {}", super::cluster::bounded_cause(err))
+        };
+        let meta = match &parts.metadata {
+            Some(raw) => Some(WatchedMeta::parse(raw.get()).map_err(|e| bounded("metadata", &e))?),
+            None => None,
+        };
+        let metadata = match &parts.metadata {
+            Some(raw) => watched_metadata(raw.get()).map_err(|e| bounded("metadata", &e))?,
+            None => ObjectMeta::default(),
+        };
+        let status: Option<SeenStatus> = match &parts.status {
+            Some(raw) => serde_json::from_str::<Option<SeenStatus>>(raw.get())
+                .map_err(|e| bounded("status", &e))?,
+            None => None,
+        };
+        let may_be_new = meta
+            .as_ref()
+            .is_some_and(|meta| meta.status_writer == Some(false));
+        let spec = match (&parts.spec, may_be_new) {
+            (Some(raw), true) => {
+                Some(serde_json::from_str::<Value>(raw.get()).map_err(|e| bounded("spec", &e))?)
+            }
+            _ => None,
+        };
+        // New: no status, or one no controller wrote (the CRD's default), which is then kept
+        // as it came.
+        let (new, unwritten) = match &status {
+            None => (true, None),
+            Some(SeenStatus {
+                unwritten: Some(fields),
+                ..
+            }) => (true, Some(fields.clone())),
+            Some(_) => (false, None),
+        };
+        let fresh = match (new, spec, meta) {
+            (true, Some(spec), Some(meta)) => {
+                let mut kept = serde_json::Map::new();
+                for (key, raw) in [("apiVersion", &parts.api_version), ("kind", &parts.kind)] {
+                    if let Some(value) = raw
+                        .as_deref()
+                        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+                    {
+                        kept.insert(key.into(), value);
+                    }
+                }
+                kept.insert("metadata".into(), Value::Object(meta.fields));
+                kept.insert("spec".into(), spec);
+                if let Some(fields) = unwritten {
+                    kept.insert("status".into(), Value::Object(fields));
+                }
+                FreshRun::keep(
+                    Value::Object(kept),
+                    meta.managed_fields_bytes,
+                    &FRESH_BYTES,
+                    FRESH_BUDGET_BYTES,
+                )
+            }
+            _ => None,
+        };
+        Ok(WatchedRun {
+            metadata,
+            status: status.map(|seen| seen.watched).unwrap_or_default(),
+            wakes: false,
+            fresh,
+            undecodable: None,
+        })
+    }
+
+    /// A run whose object does not decode (`cause`, bounded): only its identity is kept,
+    /// read from `metadata` as far as it can be, so the watch goes on serving every other run
+    /// and its reconcile reads it and sets it aside (issue 34; `invalid_spec` when the spec is
+    /// what does not decode).
+    pub fn undecodable(metadata: Option<&RawValue>, cause: String) -> WatchedRun {
+        let metadata = metadata
+            .and_then(|raw| watched_metadata(raw.get()).ok())
+            .unwrap_or_default();
+        WatchedRun {
+            metadata,
+            status: WatchedStatus::default(),
+            wakes: false,
+            fresh: None,
+            undecodable: Some(Arc::from(cause)),
+        }
+    }
+
     /// `metadata.uid` (empty when absent, which the API server never leaves it).
     pub fn uid(&self) -> &str {
         self.metadata.uid.as_deref().unwrap_or_default()
@@ -265,17 +406,6 @@ pub struct WatchedStatus {
     /// `status.observedGeneration`.
     #[serde(default, rename = "observedGeneration")]
     pub observed_generation: Option<i64>,
-}
-
-/// Whether a run's `metadata` says no controller wrote its status yet: its managedFields (which
-/// the API server keeps for every write) name no writer of the status subresource. Without
-/// managedFields it cannot tell, and says no (the run is then read, as any other).
-fn no_status_manager(metadata: &Value) -> bool {
-    metadata["managedFields"].as_array().is_some_and(|entries| {
-        !entries
-            .iter()
-            .any(|entry| entry["subresource"].as_str() == Some("status"))
-    })
 }
 
 /// A watched run's status as parsed: what is kept, and the whole status as a value while it
@@ -478,8 +608,8 @@ struct WatchedMetadata {
     deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
-fn watched_metadata(value: &Value) -> Result<ObjectMeta, serde_json::Error> {
-    let meta = WatchedMetadata::deserialize(value)?;
+fn watched_metadata(text: &str) -> Result<ObjectMeta, serde_json::Error> {
+    let meta: WatchedMetadata = serde_json::from_str(text)?;
     Ok(ObjectMeta {
         name: meta.name,
         namespace: meta.namespace,
@@ -884,6 +1014,9 @@ fn wakes(before: Option<&WatchedRun>, run: &WatchedRun) -> bool {
 }
 
 #[cfg(test)]
+mod intake_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -1120,9 +1253,9 @@ mod tests {
         static ACCOUNT: AtomicUsize = AtomicUsize::new(0);
         let len = serde_json::to_string(&object).unwrap().len()
             - r#","managedFields":[{"manager":"kubectl","operation":"Update"}]"#.len();
-        let first = FreshRun::keep(object.clone(), &ACCOUNT, len + len / 2).expect("fits");
+        let first = FreshRun::keep(object.clone(), 0, &ACCOUNT, len + len / 2).expect("fits");
         assert_eq!(ACCOUNT.load(Ordering::Relaxed), len);
-        assert!(FreshRun::keep(object.clone(), &ACCOUNT, len + len / 2).is_none());
+        assert!(FreshRun::keep(object.clone(), 0, &ACCOUNT, len + len / 2).is_none());
         assert_eq!(
             ACCOUNT.load(Ordering::Relaxed),
             len,
@@ -1137,6 +1270,6 @@ mod tests {
         );
         drop(shared);
         assert_eq!(ACCOUNT.load(Ordering::Relaxed), 0);
-        assert!(FreshRun::keep(object.clone(), &ACCOUNT, len + len / 2).is_some());
+        assert!(FreshRun::keep(object.clone(), 0, &ACCOUNT, len + len / 2).is_some());
     }
 }

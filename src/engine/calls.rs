@@ -9,6 +9,10 @@
 //! the record cannot store, fails the run `internal_error` before anything executes or any
 //! Approval exists.
 //!
+//! The run's own decision is combined with the admin policies that select it
+//! ([`admin::combine`]: the most restrictive wins); `step.policy.source` names the admin policy
+//! that decided, and so does its Approval's `presentation.policy`.
+//!
 //! Re-evaluating for a grant: `allow`, or `require_approval` with the grant's own hash,
 //! executes the grant. An approval the policy did not ask for (an `interrupted_side_effect`
 //! Approval, or a pause the reconcile hook asked for) was given for this exact request by a
@@ -18,6 +22,7 @@ use serde_json::{json, Value};
 
 use super::approvals::{self, Origin, Requirement};
 use super::loop_::Flow;
+use super::policy::admin::{self, Decided};
 use super::policy::{self, PolicyDecision, PolicyError};
 use super::record::{observation, Txn};
 use super::validate::check_storable;
@@ -59,9 +64,10 @@ pub(crate) fn evaluate(
         )),
         other => other.map_err(|err| format!("policy error: {err}")),
     }
-    .and_then(|d| check_policy_json(&d).map(|()| d));
-    let decision = match decided {
-        Ok(decision) => decision,
+    .map(|own| admin::combine(own, &txn.caller.admin, &spec.tools[tool], &args))
+    .and_then(|d| check_policy_json(&d.decision).map(|()| d));
+    let Decided { decision, source } = match decided {
+        Ok(decided) => decided,
         Err(detail) => {
             txn.end_run(TerminalReason::InternalError, Some(detail), None);
             return Flow::Continue;
@@ -71,12 +77,16 @@ pub(crate) fn evaluate(
         decision: decision.decision,
         rule: decision.rule.clone(),
         reason: decision.reason.clone(),
+        source: source.clone(),
     };
-    let data = json!({
+    let mut data = json!({
         "decision": record.decision,
         "rule": record.rule,
         "reason": record.reason,
     });
+    if let Some(source) = &record.source {
+        data["source"] = json!(source);
+    }
     txn.step_mut(index).policy = Some(record);
     txn.event(EventType::StepPolicy, Some(txn.index_at(index)), data);
     match decision.decision {
@@ -141,6 +151,17 @@ pub(crate) fn evaluate(
                 }),
                 origin: Origin::Policy,
             };
+            // docs/design.md section 6, admin policies: the Approval names the admin policy
+            // that required it.
+            let mut requirement = requirement;
+            if let (Some(source), Some(Value::Object(shown))) =
+                (&source, requirement.presentation.as_mut())
+            {
+                shown.insert(
+                    "policy".into(),
+                    admin::presentation_of(source, decision.rule.as_deref()),
+                );
+            }
             if let Some(grant) = grant {
                 let satisfied = grant.origin != Origin::Policy
                     || approvals::requirement_hash(txn, index, tool, &args, &requirement)

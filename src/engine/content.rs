@@ -6,6 +6,8 @@
 
 use serde_json::{json, Value};
 
+pub mod answer;
+
 use super::canonical::{canonical_json, escaped_char_len, sha256_tagged};
 use crate::api::Truncation;
 

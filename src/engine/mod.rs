@@ -108,6 +108,7 @@ pub use observe::{
 pub use projection::{
     decode_status, kube_events, KubeEventProjection, KubeEventType, STARTED_REASON,
 };
+pub use raw::spec_undecodable;
 pub(crate) use record::encoded_len;
 pub use takeover::INTERRUPTED_NOTICE;
 
@@ -237,6 +238,11 @@ pub struct Caller {
     /// (no step, no tool), release the lease and stop (docs/design.md section 4: a stopping loop
     /// starts no further side effect, and must not record one as started).
     pub draining: bool,
+    /// The admin policies (`AgentPolicy`, `ClusterAgentPolicy`) that select the run, as this
+    /// replica read them for this call (docs/design.md section 6, admin policies): combined with
+    /// the run's own policy at each decision, their ceilings lower its limits; `Unavailable`
+    /// when they could not be read (every call then waits for a person).
+    pub admin: std::sync::Arc<policy::admin::AdminPolicies>,
 }
 
 /// The previous holder a takeover replaces (recorded in `lease.taken_over`).
@@ -757,7 +763,7 @@ pub fn step(
     if ended_by_journal(&stored) {
         return Ok(Transition::stop());
     }
-    let effective = effective_run(run, &stored);
+    let effective = effective_run(run, &stored, caller);
     let run = effective.as_ref();
     let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, true);
     match input {
@@ -788,26 +794,35 @@ pub fn observe(
     if ended_by_journal(&stored) {
         return Observed::default();
     }
-    let effective = effective_run(run, &stored);
+    let effective = effective_run(run, &stored, caller);
     let run = effective.as_ref();
     let mut txn = record::Txn::new(run, approvals, caller, budgets, stored, false);
     observe::observe(&mut txn, lease);
     txn.finish().into_observation()
 }
 
-/// The run with its effective tools in `spec.tools` ([`pins::effective_tools`]): the one
-/// accessor every rule reading the run's tools goes through (validation, policy, the agents'
-/// conversation, loop detection, approvals). Borrowed as stored when the spec has no MCP tools.
+/// The run with its effective tools in `spec.tools` ([`pins::effective_tools`]) and its
+/// effective limits in `spec.limits` (lowered to the admin policies' ceilings,
+/// [`policy::admin::effective_limits`]): the one accessor every rule reading the run's tools or
+/// limits goes through (validation, policy, the agents' conversation, loop detection,
+/// approvals, the limits). Borrowed as stored when neither changes anything.
 fn effective_run<'a>(
     run: &'a RunSnapshot,
     stored: &crate::api::AgentRunStatus,
+    caller: &Caller,
 ) -> std::borrow::Cow<'a, RunSnapshot> {
-    if !pins::needs_pins(&run.spec) || stored.tool_pins.is_empty() {
+    let pinned = pins::needs_pins(&run.spec) && !stored.tool_pins.is_empty();
+    let limits = policy::admin::effective_limits(&run.spec.limits, &caller.admin);
+    if !pinned && matches!(limits, std::borrow::Cow::Borrowed(_)) {
         return std::borrow::Cow::Borrowed(run);
     }
+    let limits = limits.into_owned();
     let mut run = run.clone();
-    std::sync::Arc::make_mut(&mut run.spec).tools =
-        pins::effective_tools(&run.spec, &stored.tool_pins);
+    let spec = std::sync::Arc::make_mut(&mut run.spec);
+    spec.limits = limits;
+    if pinned {
+        spec.tools = pins::effective_tools(spec, &stored.tool_pins);
+    }
     std::borrow::Cow::Owned(run)
 }
 

@@ -1,12 +1,16 @@
 //! The policy (docs/design.md section 2 `spec.policy`, docs/behaviours.md 11-14): rules in order (tool
 //! globs, then a CEL `when` over `tool`, `args`, `sideEffect`), first match wins, else the
-//! side-effect class default.
+//! side-effect class default. The admins' `AgentPolicy` and `ClusterAgentPolicy` combine with
+//! it in `policy/admin.rs` (the most restrictive outcome wins); which of them apply to a run is
+//! `policy/select.rs`.
 //!
 //! Owns: what a rule matches and what the policy decides. Must not: see anything but the tool,
-//! the args and the policy (no clock, no record), or depend on how a number was spelled (see
+//! the args and the policies (no clock, no record), or depend on how a number was spelled (see
 //! `policy/when.rs` for how args enter CEL: `250.0` and `250` are the same `int`).
 
+pub mod admin;
 mod glob;
+pub mod select;
 mod when;
 
 use serde_json::Value;
@@ -97,7 +101,23 @@ pub fn evaluate(
     tool: &ToolSpec,
     args: &Value,
 ) -> Result<PolicyDecision, PolicyError> {
-    for (index, rule) in policy.rules.iter().enumerate() {
+    match first_match(&policy.rules, tool, args)? {
+        Some((_, decision)) => Ok(decision),
+        None => Ok(class_default(policy, tool.side_effect)),
+    }
+}
+
+/// The first of `rules` that matches the call, with its index, as [`evaluate`] tries them;
+/// `None` when none matches.
+///
+/// # Errors
+/// As [`evaluate`].
+pub fn first_match(
+    rules: &[PolicyRule],
+    tool: &ToolSpec,
+    args: &Value,
+) -> Result<Option<(usize, PolicyDecision)>, PolicyError> {
+    for (index, rule) in rules.iter().enumerate() {
         if !rule_tools_match(index, rule, &tool.name)? {
             continue;
         }
@@ -107,10 +127,10 @@ pub fn evaluate(
                 .map_err(|err| when_error(index, rule, err))?,
         };
         if matched {
-            return Ok(rule_decision(rule));
+            return Ok(Some((index, rule_decision(rule))));
         }
     }
-    Ok(class_default(policy, tool.side_effect))
+    Ok(None)
 }
 
 fn rule_tools_match(index: usize, rule: &PolicyRule, name: &str) -> Result<bool, PolicyError> {
@@ -175,7 +195,11 @@ fn rule_decision(rule: &PolicyRule) -> PolicyDecision {
 }
 
 fn class_default(policy: &PolicySpec, class: SideEffect) -> PolicyDecision {
-    let outcome = policy.side_effects.outcome(class);
+    outcome_decision(policy.side_effects.outcome(class), class)
+}
+
+/// The decision of a side-effect class outcome (no rule matched): a reason naming the class.
+fn outcome_decision(outcome: PolicyOutcome, class: SideEffect) -> PolicyDecision {
     let class_name = class.as_str();
     let reason = match outcome {
         PolicyOutcome::Allow => format!("{class_name} tools are allowed by default"),

@@ -113,6 +113,36 @@ pub(crate) fn undecodable_observe(
     }
 }
 
+/// The status that ends a run whose spec does not decode (issue 34: nested past the JSON
+/// parser's limit, or of a type the schema lets through; docs/design.md section 2, admission):
+/// `status` as stored (`Value::Null` when absent) with only the terminal fields set, failed
+/// `invalid_spec` naming `cause`, and `run.finished` when the journal decodes. `None` for a
+/// run already terminal. The spec is not needed: the controller writes this by name on the
+/// run's uid and resourceVersion.
+pub fn spec_undecodable(
+    status: &Value,
+    namespace: &str,
+    name: &str,
+    cause: &str,
+    now: Time,
+) -> Option<Value> {
+    let phase: Option<RunPhase> = status
+        .get("phase")
+        .and_then(|p| serde_json::from_value(p.clone()).ok());
+    if phase.is_some_and(RunPhase::is_terminal) {
+        return None;
+    }
+    let detail = format!(
+        "AgentRun {namespace}/{name}: spec does not decode: {cause}; fix the manifest and create the run again"
+    );
+    Some(patch(
+        status,
+        TerminalReason::InvalidSpec,
+        Some(detail),
+        now,
+    ))
+}
+
 /// The stored status with only the terminal fields set, plus `run.finished` when the journal
 /// decodes.
 fn patch(status: &Value, reason: TerminalReason, detail: Option<String>, now: Time) -> Value {

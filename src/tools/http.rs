@@ -6,6 +6,9 @@
 //! - any other status (a 3xx too: redirects are never followed) → [`ToolOutcome::Error`]
 //!   `http_status`, keeping the body (as JSON when it is JSON, else as text, else base64).
 //! - 2xx whose body is not JSON → [`ToolOutcome::Error`] `invalid_content`, keeping the bytes.
+//! - a body over [`MAX_BODY_BYTES`] (any status) → [`ToolOutcome::Error`] `response_too_large`
+//!   with its size, SHA-256 and head ([`too_large_content`]): the body is read to its end
+//!   within the tool's timeout, counted and hashed as it streams by, and never held whole.
 //! - a connection that could not be made (nothing was sent) → [`ToolOutcome::Error`]
 //!   `connection_refused`.
 //! - a timeout or a connection lost after the request may have been sent →
@@ -31,6 +34,7 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 
 use crate::api::{HttpTool, SecretKeyRef, ToolFailure};
+use crate::engine::content::answer::{AnswerBody, ReadAnswer, MAX_ANSWER_BYTES};
 use crate::engine::ToolOutcome;
 
 /// The header naming the step a call belongs to: `<run uid>/<step>`.
@@ -44,9 +48,11 @@ pub const HOLDER: &str = "Agentrt-Holder";
 /// A tool that answers with this header asks to abort the run (`tool_abort`).
 pub const ABORT: &str = "Agentrt-Abort";
 
-/// Answers bigger than this are not read to the end: the call is a `response_too_large`
-/// tool error (the engine cuts recorded content far below this anyway).
-pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// Most bytes of an answer held: an answer over this is read to its end (or the tool's
+/// timeout), counted and hashed as it streams by, only its head kept, and the call is a
+/// `response_too_large` tool error (docs/design.md section 6; the engine cuts recorded content
+/// far below this anyway).
+pub const MAX_BODY_BYTES: usize = MAX_ANSWER_BYTES;
 
 /// Why a client for tool calls could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -224,16 +230,18 @@ async fn call_unguarded(client: &reqwest::Client, call: HttpCall) -> ToolOutcome
         .get(ABORT)
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     let bytes = match read_body(response).await {
-        Ok(bytes) => bytes,
-        Err(BodyError::TooLarge(read)) => {
+        Ok(ReadAnswer {
+            body: Some(bytes), ..
+        }) => bytes,
+        Ok(over) => {
             return tool_error(
                 ToolFailure::ResponseTooLarge,
                 Some(status.as_u16()),
-                json!({"error": format!("the answer exceeds {MAX_BODY_BYTES} bytes"), "bytesRead": read}),
+                too_large_content(&over),
                 started,
             )
         }
-        Err(BodyError::Lost(err)) => {
+        Err(err) => {
             return ToolOutcome::Unknown {
                 detail: format!(
                     "the answer from {} was cut off after the request was sent: {}",
@@ -307,20 +315,25 @@ fn send_failure(url: &str, err: &reqwest::Error, started: Instant) -> ToolOutcom
     }
 }
 
-enum BodyError {
-    TooLarge(usize),
-    Lost(reqwest::Error),
+/// Reads the whole body within [`MAX_BODY_BYTES`]: past it, the bytes are counted and hashed
+/// as they come and dropped.
+async fn read_body(mut response: reqwest::Response) -> Result<ReadAnswer, reqwest::Error> {
+    let mut answer = AnswerBody::new(MAX_BODY_BYTES);
+    while let Some(chunk) = response.chunk().await? {
+        answer.feed(&chunk);
+    }
+    Ok(answer.finish())
 }
 
-async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, BodyError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(BodyError::Lost)? {
-        if body.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(BodyError::TooLarge(body.len() + chunk.len()));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+/// The content of a `response_too_large` error: the bound, the answer's size and SHA-256 (of
+/// its bytes as received) and its head as text.
+pub fn too_large_content(read: &ReadAnswer) -> Value {
+    json!({
+        "error": format!("the answer is over {MAX_BODY_BYTES} bytes"),
+        "bytes": read.bytes,
+        "sha256": read.sha256,
+        "head": String::from_utf8_lossy(&read.head),
+    })
 }
 
 /// Bytes that are not JSON, kept: as text when UTF-8, else `{"base64": "..."}`.

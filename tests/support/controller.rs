@@ -538,14 +538,31 @@ pub async fn create_namespace(client: &Client, name: &str) {
         .unwrap_or_else(|err| panic!("cannot create namespace {name}: {err}"));
 }
 
-/// Creates Secret `name` in `namespace` holding `key: value`.
+/// Creates Secret `name` in `namespace` holding `key: value`, usable by every run of its
+/// namespace (labelled `agentrt.dev/usable-by-runs: "true"`, docs/design.md section 6).
 pub async fn create_secret(client: &Client, namespace: &str, name: &str, key: &str, value: &str) {
+    let metadata = json!({
+        "name": name,
+        "namespace": namespace,
+        "labels": {"agentrt.dev/usable-by-runs": "true"},
+    });
+    create_secret_with(client, metadata, key, value).await;
+}
+
+/// Creates the Secret with `metadata` (name, namespace, labels, annotations as given) holding
+/// `key: value`.
+pub async fn create_secret_with(client: &Client, metadata: Value, key: &str, value: &str) {
+    let namespace = metadata["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
+    let name = metadata["name"].as_str().unwrap_or("-").to_string();
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": metadata,
         "stringData": {key: value},
     }))
     .expect("secret");
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), namespace)
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &namespace)
         .create(&PostParams::default(), &secret)
         .await
         .unwrap_or_else(|err| panic!("cannot create Secret {name}: {err}"));

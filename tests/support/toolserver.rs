@@ -80,11 +80,17 @@ pub struct ToolServer {
 impl ToolServer {
     /// Starts a server on a free loopback port.
     pub async fn start() -> ToolServer {
+        Self::start_on("127.0.0.1").await
+    }
+
+    /// Starts a server on a free port of `ip` (e.g. `10.244.0.1`, the envtest node's bridge
+    /// address, which Pods reach).
+    pub async fn start_on(ip: &str) -> ToolServer {
         let inner: Arc<Mutex<Inner>> = Arc::default();
         let epoch = Instant::now();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind(format!("{ip}:0"))
             .await
-            .expect("bind");
+            .unwrap_or_else(|err| panic!("cannot listen on {ip}: {err}"));
         let addr = listener.local_addr().expect("addr");
         let server = ToolServer { addr, inner, epoch };
         let app = Router::new()
@@ -96,7 +102,7 @@ impl ToolServer {
         server
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://IP:PORT`.
     pub fn base(&self) -> String {
         format!("http://{}", self.addr)
     }

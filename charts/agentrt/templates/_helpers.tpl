@@ -61,4 +61,19 @@ app.kubernetes.io/component: controller
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+# The admins' policies (docs/design.md section 6), kept by a reflector; never written.
+- apiGroups: ["agentrt.dev"]
+  resources: ["agentpolicies"]
+  verbs: ["list", "watch"]
+{{- end -}}
+
+{{/* The cluster-scoped reads of the admin policies, in either mode: ClusterAgentPolicies and
+the Namespaces' labels their namespaceSelector reads. Read only. */}}
+{{- define "agentrt.adminPolicyRules" -}}
+- apiGroups: ["agentrt.dev"]
+  resources: ["clusteragentpolicies"]
+  verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
 {{- end -}}

@@ -28,8 +28,12 @@ pub async fn list_servers(
     let namespace = &state.run.snapshot.namespace;
     let mut out = Vec::with_capacity(servers.len());
     for server in servers {
-        let tools = match http::resolve_header_list(&server.headers, namespace, &ApiSecrets(ctx))
-            .await
+        let tools = match http::resolve_header_list(
+            &server.headers,
+            namespace,
+            &ApiSecrets::of(ctx, state),
+        )
+        .await
         {
             Err(err) => Err(err),
             Ok(headers) => {
@@ -82,7 +86,7 @@ pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> T
     let headers = match http::resolve_header_list(
         &mcp.headers,
         &snapshot.namespace,
-        &ApiSecrets(ctx),
+        &ApiSecrets::of(ctx, state),
     )
     .await
     {

@@ -217,6 +217,8 @@ pub struct Harness {
     pub now: Time,
     /// The caller is shutting down gracefully (`Caller::draining`).
     pub draining: bool,
+    /// The admin policies handed in with each call (`Caller::admin`).
+    pub admin: std::sync::Arc<crate::engine::policy::admin::AdminPolicies>,
     pub budgets: Budgets,
     /// The sealed segments created, by name (whole objects).
     pub segments: BTreeMap<String, Value>,
@@ -276,6 +278,7 @@ impl Harness {
             lease: None,
             now: Time::from_millis(T0),
             draining: false,
+            admin: Default::default(),
             // The openai agent's wire, as the controller hands it in (docs/behaviours.md 46).
             budgets: Budgets {
                 model_wire: crate::agents::openai::WIRE,
@@ -310,6 +313,7 @@ impl Harness {
             holder: holder.into(),
             now: self.now,
             draining: self.draining,
+            admin: self.admin.clone(),
         }
     }
 

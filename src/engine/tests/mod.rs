@@ -21,6 +21,7 @@ macro_rules! assert_words {
     };
 }
 
+mod admin_policies;
 mod agent_calls;
 mod approvals;
 mod calls;

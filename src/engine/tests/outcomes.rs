@@ -249,6 +249,7 @@ fn a_tool_outcome_for_a_step_that_does_not_exist_is_refused() {
             holder: "a".into(),
             now: h.now,
             draining: false,
+            admin: Default::default(),
         },
         &h.budgets,
         Input::ToolFinished {

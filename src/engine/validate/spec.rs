@@ -89,7 +89,9 @@ pub fn run(name: &str, spec: &AgentRunSpec) -> Vec<Problem> {
 ///   http(s), headers as a tool's, no empty include glob;
 /// - each policy rule: no empty tool glob, a `when` that compiles as CEL over `tool`, `args`
 ///   and `sideEffect` ([`check_when`]), a capability and presentation that are storable JSON
-///   objects.
+///   objects;
+/// - nothing nests deeper than [`MAX_SPEC_DEPTH`] levels (scripted args, results, schemas,
+///   capabilities: any JSON a manifest holds), named by the path where it passes the bound.
 pub fn spec(spec: &AgentRunSpec) -> Vec<Problem> {
     let mut out = Problems::default();
     if spec.goal.trim().is_empty() {
@@ -105,7 +107,50 @@ pub fn spec(spec: &AgentRunSpec) -> Vec<Problem> {
     }
     tool_sets(spec, &mut out);
     policy(spec, &mut out);
+    depth(spec, &mut out);
     out.0
+}
+
+/// The deepest a spec may nest, counted from `spec` itself (each object or list one level):
+/// 64. A scripted run's args sit 5 levels down (`spec.agent.scripted.decisions[i].args`), so
+/// they may nest 59 levels of their own. The schema cannot say it; past serde_json's 128 levels
+/// (the bound of every Rust client reading the run, the controller's included) the run could
+/// not even be read (issue 34; docs/design.md section 2, admission).
+pub const MAX_SPEC_DEPTH: usize = 64;
+
+/// The first place the spec nests deeper than [`MAX_SPEC_DEPTH`], walked without recursion.
+fn depth(spec: &AgentRunSpec, out: &mut Problems) {
+    let Ok(value) = serde_json::to_value(spec) else {
+        return;
+    };
+    let mut stack: Vec<(&Value, String, usize)> = vec![(&value, "spec".to_string(), 0)];
+    while let Some((value, path, level)) = stack.pop() {
+        let children: Vec<(&Value, String)> = match value {
+            Value::Object(fields) => fields
+                .iter()
+                .map(|(key, child)| (child, format!("{path}.{key}")))
+                .collect(),
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .map(|(index, child)| (child, format!("{path}[{index}]")))
+                .collect(),
+            _ => continue,
+        };
+        if level + 1 > MAX_SPEC_DEPTH {
+            out.add(
+                path,
+                format!(
+                    "nests deeper than {MAX_SPEC_DEPTH} levels from spec; flatten it (pass \
+                     deep data as a string, or by reference)"
+                ),
+            );
+            return;
+        }
+        for (child, child_path) in children.into_iter().rev() {
+            stack.push((child, child_path, level + 1));
+        }
+    }
 }
 
 #[derive(Default)]

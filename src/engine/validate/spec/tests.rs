@@ -287,3 +287,33 @@ fn a_tool_named_like_a_built_in_function_is_a_problem() {
         assert!(message.contains("built-in function"), "{message}");
     }
 }
+
+#[test]
+fn a_spec_nested_deeper_than_the_bound_is_a_problem_naming_where() {
+    fn nested(depth: usize) -> serde_json::Value {
+        let mut value = json!(1);
+        for _ in 0..depth {
+            value = json!({ "a": value });
+        }
+        value
+    }
+    // spec.agent.scripted.decisions[0].result is 5 levels down: 59 more still fit.
+    for (depth, fits) in [(58, true), (59, true), (60, false), (100, false)] {
+        let mut s = good();
+        let mut spec_json = serde_json::to_value(&s).expect("encodes");
+        spec_json["agent"]["scripted"]["decisions"][0]["result"] = nested(depth);
+        s = serde_json::from_value(spec_json).expect("decodes");
+        let problems = spec(&s);
+        if fits {
+            assert!(problems.is_empty(), "{depth}: {problems:?}");
+        } else {
+            assert_eq!(problems.len(), 1, "{depth}: {problems:?}");
+            let field = &problems[0].field;
+            assert!(
+                field.starts_with("spec.agent.scripted.decisions[0].result.a.a"),
+                "{field}"
+            );
+            assert!(problems[0].message.contains("deeper than 64 levels"));
+        }
+    }
+}

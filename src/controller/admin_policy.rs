@@ -1,0 +1,302 @@
+//! The admin policies this replica hands the engine with each call (docs/design.md section 6,
+//! admin policies): `AgentPolicy` (in each watched namespace, or all), `ClusterAgentPolicy` and
+//! the Namespaces' labels (for `namespaceSelector`), each kept by a kube-runtime reflector.
+//!
+//! Freshness: a decision reads the stores at the moment the engine is asked (never a copy taken
+//! earlier), and only while every watch has listed and has had no error since its last event:
+//! so it never uses a list older than the last change this replica's watches delivered. Before
+//! each executor step, [`AdminPolicyView::wait_fresh`] waits up to [`FRESH_WAIT`] for watches
+//! that are listing or relisting. A watch that has not listed, or whose last answer was an error
+//! (RBAC forbidden, the API server down, the CRD missing), makes the policies
+//! [`AdminPolicies::Unavailable`]: the engine then pauses every call on an Approval (fail
+//! closed), never proceeds as if there were none.
+//!
+//! Owns: the three watches and selecting a run's policies from them
+//! (`engine::policy::select`). Must not: decide anything about a run.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{AgentPolicy, ClusterAgentPolicy};
+use crate::engine::policy::admin::AdminPolicies;
+use crate::engine::policy::select::select;
+
+/// How long an executor waits, before a step, for admin policy watches that are (re)listing.
+pub const FRESH_WAIT: Duration = Duration::from_secs(10);
+
+/// One watch's state: listed at least once, and the last error since its last good event.
+#[derive(Debug, Default)]
+struct Health {
+    name: String,
+    listed: AtomicBool,
+    error: Mutex<Option<String>>,
+}
+
+impl Health {
+    fn new(name: String) -> Arc<Health> {
+        Arc::new(Health {
+            name,
+            ..Health::default()
+        })
+    }
+
+    fn problem(&self) -> Option<String> {
+        let error = self.error.lock().ok().and_then(|e| e.clone());
+        match error {
+            Some(error) => Some(format!("the {} watch failed: {error}", self.name)),
+            None if !self.listed.load(Ordering::Acquire) => {
+                Some(format!("the {} watch has not listed yet", self.name))
+            }
+            None => None,
+        }
+    }
+}
+
+/// What the controller knows of the admin policies: the stores and the watches' health, or
+/// nothing at all ([`AdminPolicyView::none`], for tests and a controller without them).
+#[derive(Clone, Default)]
+pub struct AdminPolicyView {
+    watched: Option<Arc<Watched>>,
+}
+
+struct Watched {
+    namespaced: Vec<Store<AgentPolicy>>,
+    cluster: Store<ClusterAgentPolicy>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    health: Vec<Arc<Health>>,
+}
+
+impl std::fmt::Debug for AdminPolicyView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminPolicyView")
+            .field("watched", &self.watched.is_some())
+            .finish()
+    }
+}
+
+impl AdminPolicyView {
+    /// No admin policies, ever (a controller that does not watch them: unit tests).
+    pub fn none() -> AdminPolicyView {
+        AdminPolicyView::default()
+    }
+
+    /// Starts the watches: AgentPolicies in each of `scopes` (`None`: all namespaces),
+    /// ClusterAgentPolicies and Namespaces' metadata; they stop at `shutdown`.
+    pub fn watch(
+        client: &Client,
+        scopes: &[Option<String>],
+        shutdown: &CancellationToken,
+    ) -> AdminPolicyView {
+        let mut health = Vec::new();
+        let mut namespaced = Vec::new();
+        for scope in scopes {
+            let api: Api<AgentPolicy> = match scope {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            };
+            let name = match scope {
+                Some(ns) => format!("AgentPolicy (namespace {ns})"),
+                None => "AgentPolicy".to_string(),
+            };
+            let (store, writer) = reflector::store();
+            let h = Health::new(name);
+            spawn_watch(
+                reflector::reflector(writer, watcher(api, watcher::Config::default())),
+                h.clone(),
+                shutdown.clone(),
+            );
+            health.push(h);
+            namespaced.push(store);
+        }
+        let (cluster, writer) = reflector::store();
+        let h = Health::new("ClusterAgentPolicy".into());
+        spawn_watch(
+            reflector::reflector(
+                writer,
+                watcher(
+                    Api::<ClusterAgentPolicy>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+            ),
+            h.clone(),
+            shutdown.clone(),
+        );
+        health.push(h);
+        let (namespaces, writer) = reflector::store();
+        let h = Health::new("Namespace".into());
+        spawn_watch(
+            reflector::reflector(
+                writer,
+                watcher(
+                    Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+            ),
+            h.clone(),
+            shutdown.clone(),
+        );
+        health.push(h);
+        AdminPolicyView {
+            watched: Some(Arc::new(Watched {
+                namespaced,
+                cluster,
+                namespaces,
+                health,
+            })),
+        }
+    }
+
+    /// Why the admin policies cannot be used now (module doc); `None` when they can.
+    pub fn problem(&self) -> Option<String> {
+        let watched = self.watched.as_ref()?;
+        let problems: Vec<String> = watched.health.iter().filter_map(|h| h.problem()).collect();
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
+
+    /// Waits up to `limit` for every watch to have listed with no error since (module doc).
+    pub async fn wait_fresh(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.problem().is_some() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The admin policies that select a run in `namespace` whose metadata is `metadata` (the
+    /// run's labels are read from it), from the stores as they are now.
+    pub fn for_run(&self, namespace: &str, metadata: &Value) -> AdminPolicies {
+        let Some(watched) = self.watched.as_ref() else {
+            return AdminPolicies::default();
+        };
+        if let Some(problem) = self.problem() {
+            tracing::warn!(%problem, "admin policies unavailable; calls wait for a person");
+            return AdminPolicies::Unavailable(problem);
+        }
+        let run_labels = labels_of(metadata);
+        let cluster: Vec<ClusterAgentPolicy> = watched
+            .cluster
+            .state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
+        let namespaced: Vec<AgentPolicy> = watched
+            .namespaced
+            .iter()
+            .flat_map(|store| store.state())
+            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+            .map(|p| (*p).clone())
+            .collect();
+        let namespace_labels = watched
+            .namespaces
+            .get(&reflector::ObjectRef::new(namespace))
+            .map(|ns| ns.metadata.labels.clone().unwrap_or_default());
+        select(
+            &cluster,
+            &namespaced,
+            namespace,
+            &run_labels,
+            namespace_labels.as_ref(),
+        )
+    }
+}
+
+/// `metadata.labels` as a map (absent or not strings: none).
+fn labels_of(metadata: &Value) -> BTreeMap<String, String> {
+    metadata
+        .get("labels")
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Drives one reflector until shutdown, keeping its health: an error marks it failed (the
+/// watcher relists after its backoff), the next event clears it, the first `InitDone` marks it
+/// listed.
+fn spawn_watch<K, S>(stream: S, health: Arc<Health>, shutdown: CancellationToken)
+where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let stream = stream.default_backoff();
+        futures::pin_mut!(stream);
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                next = stream.next() => next,
+            };
+            match next {
+                None => return,
+                Some(Ok(event)) => {
+                    if let Ok(mut error) = health.error.lock() {
+                        *error = None;
+                    }
+                    if matches!(event, watcher::Event::InitDone) {
+                        health.listed.store(true, Ordering::Release);
+                    }
+                }
+                Some(Err(err)) => {
+                    tracing::warn!(watch = %health.name, %err, "admin policy watch failed");
+                    if let Ok(mut error) = health.error.lock() {
+                        *error = Some(err.to_string());
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_view_without_watches_has_no_policies_and_no_problem() {
+        let view = AdminPolicyView::none();
+        assert_eq!(view.problem(), None);
+        assert_eq!(
+            view.for_run("ns", &json!({"labels": {"a": "b"}})),
+            AdminPolicies::default()
+        );
+    }
+
+    #[test]
+    fn a_watch_that_failed_or_never_listed_is_a_problem() {
+        let h = Health::new("AgentPolicy".into());
+        assert_eq!(
+            h.problem().as_deref(),
+            Some("the AgentPolicy watch has not listed yet")
+        );
+        h.listed.store(true, Ordering::Release);
+        assert_eq!(h.problem(), None);
+        *h.error.lock().expect("lock") = Some("403 forbidden".into());
+        assert_eq!(
+            h.problem().as_deref(),
+            Some("the AgentPolicy watch failed: 403 forbidden")
+        );
+    }
+
+    #[test]
+    fn labels_are_read_from_the_runs_metadata() {
+        let labels = labels_of(&json!({"labels": {"team": "a", "n": 1}}));
+        assert_eq!(labels.len(), 1);
+        assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+        assert!(labels_of(&json!({})).is_empty());
+    }
+}

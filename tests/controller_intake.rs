@@ -1,0 +1,323 @@
+//! Issue 34: no object a run's author can create stops the controller for the other runs. A
+//! run whose scripted args nest 150 levels deep (past serde_json's 128) is accepted by
+//! kube-apiserver's schema when the webhook is off; the controller's run watch still lists,
+//! `/readyz` stays 200, a valid run created afterwards completes, and the deep run ends
+//! `invalid_spec` with a Warning Event `InvalidSpec`. Where the API server refuses the deep run
+//! at admission (the embedded server applies the engine's spec check), the refusal is asserted
+//! and the valid run still completes.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use kube::api::{ListParams, PostParams};
+use serde_json::{json, Value};
+use support::controller::*;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn nested(depth: usize) -> Value {
+    let mut value = json!(1);
+    for _ in 0..depth {
+        value = json!({ "a": value });
+    }
+    value
+}
+
+fn run(name: &str, decisions: Value) -> Value {
+    json!({
+        "apiVersion": "agentrt.dev/v1alpha1",
+        "kind": "AgentRun",
+        "metadata": {"name": name},
+        "spec": {"goal": "g", "agent": {"scripted": {"decisions": decisions}}},
+    })
+}
+
+/// POSTs `object` as text (kube's typed create would decode the deep answer and fail).
+async fn create_raw(client: &kube::Client, ns: &str, object: &Value) -> Result<(), String> {
+    let request = kube::core::Request::new(format!(
+        "/apis/agentrt.dev/v1alpha1/namespaces/{ns}/agentruns"
+    ))
+    .create(
+        &PostParams::default(),
+        serde_json::to_vec(object).expect("encodes"),
+    )
+    .expect("a request");
+    client
+        .request_text(request)
+        .await
+        .map(|_| ())
+        .map_err(|err| err.to_string())
+}
+
+async fn readyz(port: u16) -> u16 {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    match client
+        .get(format!("http://127.0.0.1:{port}/readyz"))
+        .send()
+        .await
+    {
+        Ok(response) => response.status().as_u16(),
+        Err(_) => 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_nested_150_deep_does_not_stop_the_controller_for_other_runs() {
+    let cluster = agentrt_cluster().await;
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let port = free_port();
+    let controller = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        &ns,
+        ControllerSpec {
+            prefix: "intake".into(),
+            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
+            ..ControllerSpec::default()
+        },
+    );
+    let deep = run(
+        "deep",
+        json!([{"kind": "tool_call", "tool": "t", "args": nested(150)}]),
+    );
+    let accepted = match create_raw(&client, &ns, &deep).await {
+        Ok(()) => true,
+        Err(refusal) => {
+            assert!(
+                cluster.is_embedded(),
+                "kube-apiserver without the webhook accepts the deep run: {refusal}"
+            );
+            assert!(
+                refusal.contains("deeper")
+                    || refusal.contains("recursion")
+                    || refusal.contains("nest"),
+                "the refusal names the depth: {refusal}"
+            );
+            false
+        }
+    };
+    let valid = run(
+        "valid",
+        json!([{"kind": "complete", "result": {"ok": true}}]),
+    );
+    create_raw(&client, &ns, &valid)
+        .await
+        .expect("the valid run is created");
+    let done = wait_phase(&client, &ns, "valid", "Completed", Duration::from_secs(60)).await;
+    assert_eq!(done["reason"], "goal_completed", "{}", controller.log());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while readyz(port).await != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "/readyz is not 200:\n{}",
+            controller.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("the deep run was accepted: {accepted}");
+    if !accepted {
+        return;
+    }
+    // The deep run ends invalid_spec; its status is read as text (kube's typed get would fail
+    // to decode the run, as the controller's did before issue 34).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let request = kube::core::Request::new(format!(
+            "/apis/agentrt.dev/v1alpha1/namespaces/{ns}/agentruns"
+        ))
+        .get("deep", &Default::default())
+        .expect("a request");
+        let text = client.request_text(request).await.expect("the run is read");
+        // The controller's own reading of it: the spec does not decode, the status does.
+        let status = match agentrt::controller::cluster::StoredRun::from_text(&text) {
+            Err(agentrt::controller::cluster::DecodeError::Spec { status, .. }) => status,
+            other => panic!("the deep run reads as {other:?}"),
+        };
+        if status["phase"] == "Failed" || Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        status["reason"],
+        "invalid_spec",
+        "{status}\n{}",
+        controller.log()
+    );
+    assert!(
+        status["reasonDetail"]
+            .as_str()
+            .is_some_and(|d| d.contains("recursion limit exceeded")),
+        "{status}"
+    );
+    // A Warning Event names it.
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = events
+            .list(&ListParams::default().fields("involvedObject.name=deep"))
+            .await
+            .expect("events list");
+        if list.items.iter().any(|e| {
+            e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("InvalidSpec")
+        }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Warning Event InvalidSpec on the deep run:\n{}",
+            controller.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(readyz(port).await == 200);
+    // No log line carries the object's body.
+    let log = controller.log();
+    assert!(
+        log.lines().all(|line| line.len() < 2_000),
+        "a log line is long:\n{}",
+        log.lines().map(|l| l.len()).max().unwrap_or(0)
+    );
+}
+
+/// The value of the one sample `series` of a metrics text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+}
+
+/// Issue 34 item 6: a ValidatingAdmissionPolicy denies the controller's status writes of one
+/// run. The run shows a Warning Event naming the policy, the refusals are counted and stay few
+/// (backed off, not retried as conflicts), and another run completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_write_refused_by_a_policy_is_said_and_backed_off() {
+    let cluster = agentrt_cluster().await;
+    if cluster.is_embedded() {
+        return eprintln!(
+            "needs kube-apiserver: the embedded server has no ValidatingAdmissionPolicy"
+        );
+    }
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    let policy = format!("deny-blocked-{ns}");
+    let manifest = format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {policy}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [agentrt.dev]
+      apiVersions: ["*"]
+      operations: [UPDATE]
+      resources: [agentruns/status]
+  validations:
+  - expression: "object.metadata.namespace != '{ns}' || object.metadata.name != 'blocked'"
+    message: status writes of blocked are refused
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {policy}}}
+spec:
+  policyName: {policy}
+  validationActions: [Deny]
+"#
+    );
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &manifest);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The policy takes a moment to be served.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let port = free_port();
+    let controller = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        &ns,
+        ControllerSpec {
+            prefix: "refused".into(),
+            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
+            ..ControllerSpec::default()
+        },
+    );
+    let complete = json!([{"kind": "complete", "result": {"ok": true}}]);
+    create_raw(&client, &ns, &run("blocked", complete.clone()))
+        .await
+        .expect("created");
+    create_raw(&client, &ns, &run("free", complete))
+        .await
+        .expect("created");
+    wait_phase(&client, &ns, "free", "Completed", Duration::from_secs(60)).await;
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let note = loop {
+        let list = events
+            .list(&ListParams::default().fields("involvedObject.name=blocked"))
+            .await
+            .expect("events list");
+        if let Some(event) = list.items.iter().find(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("StatusWriteRefused")
+        }) {
+            break event.message.clone().unwrap_or_default();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no StatusWriteRefused Event:\n{}",
+            controller.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(note.contains(&policy), "the Event names the policy: {note}");
+    // Over the next 10 s the refusals stay few: 2 s, 4 s, 8 s apart.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let text = http
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("body");
+    // A policy's denial is 422 Invalid unless its validation names another reason.
+    let refused = sample(
+        &text,
+        "agentrt_status_writes_refused_total{reason=\"Invalid\"}",
+    )
+    .unwrap_or_else(|| panic!("no refusal counted:\n{text}"));
+    assert!(
+        (1.0..=6.0).contains(&refused),
+        "{refused} refused writes in ~12 s"
+    );
+    let conflicts =
+        sample(&text, "agentrt_status_writes_total{outcome=\"conflict\"}").unwrap_or(0.0);
+    assert!(conflicts <= 2.0, "refusals are not conflicts: {conflicts}");
+    let status = status(&client, &ns, "blocked").await;
+    assert_ne!(status["phase"], "Completed", "{status}");
+    let _ = cluster.kubectl(&[
+        "delete",
+        "validatingadmissionpolicybinding,validatingadmissionpolicy",
+        &policy,
+    ]);
+}
