@@ -150,7 +150,9 @@ pub const DECISION_NOTE_MAX_CHARS: usize = 4096;
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalDecision {
-    /// `Approved` or `Rejected`.
+    /// `Approved` (run the request) or `Rejected` (end the run); on an
+    /// `interrupted_side_effect` Approval also `TookEffect` (record `result` as the call's
+    /// outcome, run nothing) or `DidNotTakeEffect` (record it not executed, run nothing).
     pub verdict: Verdict,
     /// Must equal `spec.hash` (the API server refuses anything else).
     #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
