@@ -219,7 +219,6 @@ fn tool_name(txn: &Txn, index: usize) -> String {
         .unwrap_or_default()
 }
 
-/// An observation of tool content, cut to the per-step budget (docs/behaviours.md 50).
 /// An observation of `kind` over a tool's `content`, bounded to the per-step budget (its size
 /// and hash kept), as a tool's answer is recorded; also a person's `TookEffect` result
 /// ([`super::grants::settle`]).
@@ -232,6 +231,7 @@ pub(crate) fn tool_observation(
     observe(txn, kind, content, headline)
 }
 
+/// An observation of tool content, cut to the per-step budget (docs/behaviours.md 50).
 fn observe(
     txn: &Txn,
     kind: ObservationKind,
