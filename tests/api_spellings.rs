@@ -260,11 +260,14 @@ fn approval_phases_and_verdicts_are_camel_case() {
         (ApprovalPhase::Rejected, "Rejected"),
         (ApprovalPhase::Expired, "Expired"),
         (ApprovalPhase::Executed, "Executed"),
+        (ApprovalPhase::Settled, "Settled"),
         (ApprovalPhase::Cancelled, "Cancelled"),
     ]);
     pin(&[
         (Verdict::Approved, "Approved"),
         (Verdict::Rejected, "Rejected"),
+        (Verdict::TookEffect, "TookEffect"),
+        (Verdict::DidNotTakeEffect, "DidNotTakeEffect"),
     ]);
     assert_eq!(INTERRUPTED_SIDE_EFFECT, "interrupted_side_effect");
     assert_eq!(POLICY_ERROR, "policy_error");

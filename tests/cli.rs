@@ -692,3 +692,73 @@ async fn a_note_over_the_limit_is_refused_before_sending() {
     assert!(!stderr.contains("did it change"), "{stderr}");
     assert_eq!(decision(&c).trim(), "", "nothing was decided");
 }
+
+/// `settle` (docs/design.md section 5): only an `interrupted_side_effect` Approval takes it, and
+/// it patches the printed hash with the verdict and the result.
+#[tokio::test]
+async fn settle_patches_took_effect_with_its_result_and_refuses_another_kind() {
+    let c = cluster().await;
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
+    );
+    // The fixture is a policy Approval: settling it is refused before anything is sent.
+    let out = agentrt(
+        &c,
+        &[
+            "settle",
+            "refund-1042-1-1",
+            "--did-not-take-effect",
+            "--yes",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("only an interrupted_side_effect Approval can be settled"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(decision(&c).trim(), "", "nothing was decided");
+    // A result that is not a JSON object is a usage error naming the flag.
+    let out = agentrt(
+        &c,
+        &[
+            "settle",
+            "refund-1042-1-1",
+            "--took-effect",
+            "--result",
+            "[1]",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--result"), "{}", text(&out));
+
+    c.kubectl_ok(&["delete", "approval", "refund-1042-1-1"]);
+    let interrupted = approval_of_run(&c, "{order: 1042, amount: 250}", HASH)
+        .replace("  kind: policy", "  kind: interrupted_side_effect");
+    c.kubectl_stdin(&["apply", "-f", "-"], &interrupted);
+    let out = agentrt(
+        &c,
+        &[
+            "settle",
+            "refund-1042-1-1",
+            "--took-effect",
+            "--result",
+            r#"{"refundId": "r-77"}"#,
+            "--yes",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("SETTLE AS TOOK EFFECT"),
+        "{}",
+        text(&out)
+    );
+    let decided: serde_json::Value = serde_json::from_str(&decision(&c)).expect("a decision");
+    assert_eq!(decided["verdict"], "TookEffect");
+    assert_eq!(decided["hash"], HASH);
+    assert_eq!(decided["result"], serde_json::json!({"refundId": "r-77"}));
+}

@@ -177,7 +177,8 @@ fn ready(pod: &Pod) -> bool {
 }
 
 /// A run with one RemoteMutation call of the tool at `${TOOLS}/${NAME}` (`calls` of them when
-/// more than one, each `item: i`), then complete.
+/// more than one, each `item: i`), then complete. Its timeoutSeconds (40) outlasts every call
+/// here and is what an approved re-run of an interrupted call waits out (docs/design.md section 5).
 fn mutation_run(tools: &str, name: &str, lease_seconds: u32, calls: usize) -> String {
     let decisions: String = (1..=calls)
         .map(|i| format!("      - {{kind: tool_call, tool: change, args: {{item: {i}}}}}\n"))
@@ -198,7 +199,7 @@ spec:
   - name: change
     description: Changes something remote; takes a while.
     sideEffect: RemoteMutation
-    timeoutSeconds: 120
+    timeoutSeconds: 40
     inputSchema: {{type: object}}
     http: {{url: "{tools}/{name}"}}
   policy:

@@ -48,7 +48,9 @@ use super::{StepIndex, Time};
     {"rule": "self.runName == oldSelf.runName && self.runUID == oldSelf.runUID && self.stepIndex == oldSelf.stepIndex && self.kind == oldSelf.kind && self.request == oldSelf.request && self.hash == oldSelf.hash", "message": "an Approval's spec is immutable; only spec.decision may be written, once"},
     {"rule": "has(self.capability) == has(oldSelf.capability) && (!has(self.capability) || self.capability == oldSelf.capability) && has(self.presentation) == has(oldSelf.presentation) && (!has(self.presentation) || self.presentation == oldSelf.presentation) && has(self.reason) == has(oldSelf.reason) && (!has(self.reason) || self.reason == oldSelf.reason)", "message": "an Approval's spec is immutable; only spec.decision may be written, once"},
     {"rule": "!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)", "message": "spec.decision is written once and cannot be changed or removed"},
-    {"rule": "!has(self.decision) || self.decision.hash == self.hash", "message": "spec.decision.hash must equal spec.hash: the request you approved is not the one stored", "fieldPath": ".decision.hash"}
+    {"rule": "!has(self.decision) || self.decision.hash == self.hash", "message": "spec.decision.hash must equal spec.hash: the request you approved is not the one stored", "fieldPath": ".decision.hash"},
+    {"rule": "!has(self.decision) || self.decision.verdict == 'Approved' || self.decision.verdict == 'Rejected' || self.kind == 'interrupted_side_effect'", "message": "TookEffect and DidNotTakeEffect settle an interrupted call: only an interrupted_side_effect Approval takes them (use Approved or Rejected)", "fieldPath": ".decision.verdict"},
+    {"rule": "!has(self.decision) || has(self.decision.result) == (self.decision.verdict == 'TookEffect')", "message": "spec.decision.result is required with verdict TookEffect and refused with any other verdict", "fieldPath": ".decision.result"}
 ]))]
 pub struct ApprovalSpec {
     /// The AgentRun's name.
@@ -148,7 +150,9 @@ pub const DECISION_NOTE_MAX_CHARS: usize = 4096;
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalDecision {
-    /// `Approved` or `Rejected`.
+    /// `Approved` (run the request) or `Rejected` (end the run); on an
+    /// `interrupted_side_effect` Approval also `TookEffect` (record `result` as the call's
+    /// outcome, run nothing) or `DidNotTakeEffect` (record it not executed, run nothing).
     pub verdict: Verdict,
     /// Must equal `spec.hash` (the API server refuses anything else).
     #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
@@ -160,6 +164,13 @@ pub struct ApprovalDecision {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = DECISION_NOTE_MAX_CHARS))]
     pub note: Option<String>,
+    /// With `TookEffect` only (and required with it): the interrupted call's result as the
+    /// tool would have answered it, a JSON object (typed for CEL, like `capability`). The
+    /// engine records it as the step's `tool_result`, bounded as a tool's answer is
+    /// (docs/design.md section 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "json_object")]
+    pub result: Option<Value>,
 }
 
 /// The Approval's observed state, written by the controller.

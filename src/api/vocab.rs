@@ -454,6 +454,9 @@ pub enum ApprovalPhase {
     Expired,
     /// The grant was executed (at most once).
     Executed,
+    /// A `TookEffect` or `DidNotTakeEffect` decision on an `interrupted_side_effect` Approval
+    /// was recorded as its step's outcome; nothing ran (docs/design.md section 5).
+    Settled,
     /// It can no longer grant: its run ended, the policy or the schema refused the call on
     /// re-check, or a later Approval of the step superseded it (`status.reason` says which).
     Cancelled,
@@ -461,15 +464,16 @@ pub enum ApprovalPhase {
 
 impl ApprovalPhase {
     /// Whether an Approval's status may move from `self` to `next` (docs/design.md section 2: a
-    /// phase only moves forward). Pending → any other phase; Approved → Executed, Expired or
-    /// Cancelled; Rejected, Expired, Executed and Cancelled are final. Writing the same phase
+    /// phase only moves forward). Pending → any other phase; Approved → Executed, Settled,
+    /// Expired or Cancelled; Rejected, Expired, Executed, Settled and Cancelled are final.
+    /// Writing the same phase
     /// again (to fill in a time or the short hash) is allowed.
     pub fn may_become(self, next: ApprovalPhase) -> bool {
         use ApprovalPhase::*;
         match (self, next) {
             (a, b) if a == b => true,
             (Pending, _) => true,
-            (Approved, Executed | Expired | Cancelled) => true,
+            (Approved, Executed | Settled | Expired | Cancelled) => true,
             _ => false,
         }
     }
@@ -482,6 +486,13 @@ pub enum Verdict {
     Approved,
     /// Do not; the run ends `approval_rejected`.
     Rejected,
+    /// Only on an `interrupted_side_effect` Approval: the interrupted call took effect;
+    /// `spec.decision.result` (a JSON object) is recorded as its outcome, checked as a tool's
+    /// result is, and the run goes on without running it (docs/design.md section 5).
+    TookEffect,
+    /// Only on an `interrupted_side_effect` Approval: the interrupted call did not take
+    /// effect; the step is recorded as not executed, the agent sees that and decides again.
+    DidNotTakeEffect,
 }
 
 /// The approval kind the controller uses for a side effect whose outcome is unknown.

@@ -154,6 +154,35 @@ pub enum OperatorCommand {
         #[arg(long, value_parser = decision_note)]
         note: Option<String>,
     },
+    /// Settle an `interrupted_side_effect` Approval without running anything: say whether the
+    /// interrupted call took effect. `--took-effect --result '{...}'` records that JSON object
+    /// as the call's result (checked and bounded as a tool's answer) and the run goes on;
+    /// `--did-not-take-effect` records the step as not executed and the agent decides again,
+    /// once the first attempt can no longer be running. Prints the Approval, asks, and patches
+    /// the hash printed, as `approve` does. Only an `interrupted_side_effect` Approval takes it.
+    Settle {
+        /// The Approval's name, or `namespace/name`.
+        #[arg(value_parser = object_ref)]
+        name: ObjectRef,
+        #[command(flatten)]
+        target: Target,
+        /// The call took effect: record `--result` as its outcome.
+        #[arg(long, conflicts_with = "did_not_take_effect", requires = "result")]
+        took_effect: bool,
+        /// The call did not take effect: record the step as not executed.
+        #[arg(long, conflicts_with = "result")]
+        did_not_take_effect: bool,
+        /// With `--took-effect`: the call's result, a JSON object (as the tool would have
+        /// answered it).
+        #[arg(long, value_parser = decision_result)]
+        result: Option<serde_json::Value>,
+        /// Decide without asking.
+        #[arg(short = 'y', long)]
+        yes: bool,
+        /// A note recorded with the decision (at most 4096 characters).
+        #[arg(long, value_parser = decision_note)]
+        note: Option<String>,
+    },
     /// Check AgentRun manifests offline, as `kubectl apply` would (with the controller's
     /// webhook): print every problem as `FILE: NAMESPACE/NAME: field: message` and exit 1, or
     /// print `N runs ok`. Other kinds of document are skipped with a note.
@@ -215,6 +244,20 @@ fn decision_note(text: &str) -> Result<String, String> {
         ));
     }
     Ok(text.to_string())
+}
+
+/// `--result`: a JSON object (`spec.decision.result` is typed `object`).
+fn decision_result(text: &str) -> Result<serde_json::Value, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("--result must be a JSON object: {e}"))?;
+    if !value.is_object() {
+        return Err(
+            "--result must be a JSON object (spec.decision.result is one): wrap another value, \
+             e.g. '{\"value\": ...}'"
+                .to_string(),
+        );
+    }
+    Ok(value)
 }
 
 /// Writes `text` to standard output. A reader that went away (`agentrt runs | head`) is not an
@@ -487,7 +530,7 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             yes,
             note,
         } => {
-            decide(&target, &name, Verdict::Approved, yes, note).await?;
+            decide(&target, &name, Verdict::Approved, yes, note, None).await?;
         }
         OperatorCommand::Reject {
             name,
@@ -495,7 +538,23 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             yes,
             note,
         } => {
-            decide(&target, &name, Verdict::Rejected, yes, note).await?;
+            decide(&target, &name, Verdict::Rejected, yes, note, None).await?;
+        }
+        OperatorCommand::Settle {
+            name,
+            target,
+            took_effect,
+            did_not_take_effect,
+            result,
+            yes,
+            note,
+        } => {
+            let verdict = match (took_effect, did_not_take_effect) {
+                (true, false) => Verdict::TookEffect,
+                (false, true) => Verdict::DidNotTakeEffect,
+                _ => bail!("settle needs exactly one of --took-effect (with --result) and --did-not-take-effect"),
+            };
+            decide(&target, &name, verdict, yes, note, result).await?;
         }
         OperatorCommand::Cancel { run, target, note } => {
             let session = connect_for(&target, &run).await?;
@@ -579,6 +638,7 @@ async fn decide(
     verdict: Verdict,
     yes: bool,
     note: Option<String>,
+    result: Option<serde_json::Value>,
 ) -> anyhow::Result<()> {
     let session = connect_for(target, object).await?;
     let name = object.name.as_str();
@@ -587,9 +647,22 @@ async fn decide(
     if let Some(why) = refusal(&session, &approval).await? {
         bail!("Approval {}/{name} {why}", session.namespace);
     }
+    let settles = matches!(verdict, Verdict::TookEffect | Verdict::DidNotTakeEffect);
+    if settles && approval.spec.kind != crate::api::INTERRUPTED_SIDE_EFFECT {
+        bail!(
+            "Approval {}/{name} is of kind {}: only an interrupted_side_effect Approval can be \
+             settled; use approve or reject",
+            session.namespace,
+            escape::escape_bounded(&approval.spec.kind, 128)
+        );
+    }
     let mut stdout = std::io::stdout();
     write!(stdout, "{}", render::approval_details(&approval))?;
-    writeln!(stdout, "{}", render::decision_line(&approval, verdict))?;
+    writeln!(
+        stdout,
+        "{}",
+        render::decision_line(&approval, verdict, result.as_ref())
+    )?;
     stdout.flush()?;
     if !yes {
         let stdin = std::io::stdin();
@@ -612,6 +685,9 @@ async fn decide(
     }
     if let Some(note) = note {
         decision["note"] = serde_json::Value::String(note);
+    }
+    if let Some(result) = result {
+        decision["result"] = result;
     }
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": approval.metadata.resource_version},
@@ -776,6 +852,7 @@ fn verb(verdict: Verdict) -> &'static str {
     match verdict {
         Verdict::Approved => "approve",
         Verdict::Rejected => "reject",
+        Verdict::TookEffect | Verdict::DidNotTakeEffect => "settle",
     }
 }
 
@@ -783,6 +860,8 @@ fn past(verdict: Verdict) -> &'static str {
     match verdict {
         Verdict::Approved => "approved",
         Verdict::Rejected => "rejected",
+        Verdict::TookEffect => "settled: took effect",
+        Verdict::DidNotTakeEffect => "settled: did not take effect",
     }
 }
 

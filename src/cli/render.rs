@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use serde_json::Value;
+
 use crate::api::{AgentRun, Approval, PolicyRecord, RunEvent, Verdict};
 
 use super::escape::{escape_bounded, render_json, render_json_line, DEFAULT_MAX_CHARS};
@@ -361,6 +363,26 @@ pub fn approval_details(approval: &Approval) -> String {
             indent(&render_json(presentation, DEFAULT_MAX_CHARS))
         );
     }
+    if let Some(first) = spec
+        .presentation
+        .as_ref()
+        .and_then(|p| p.get("firstAttempt"))
+    {
+        let text = |k: &str| first.get(k).and_then(Value::as_str).map(esc);
+        if let (Some(started), Some(until)) = (text("startedAt"), text("mayRunUntil")) {
+            let _ = writeln!(
+                out,
+                "  First run:    started {started}; it may still be running until {until}, and an \
+                 approved re-run waits until then"
+            );
+        }
+        if let Some(key) = text("idempotencyKey") {
+            let _ = writeln!(
+                out,
+                "  Re-run key:   Idempotency-Key {key} (the first attempt's)"
+            );
+        }
+    }
     let _ = writeln!(out, "  Hash:         {}", esc(&spec.hash));
     let phase = approval
         .status
@@ -389,10 +411,19 @@ fn indent(text: &str) -> String {
 }
 
 /// The closing line the CLI writes itself, naming what is being decided.
-pub fn decision_line(approval: &Approval, verdict: Verdict) -> String {
+pub fn decision_line(approval: &Approval, verdict: Verdict, result: Option<&Value>) -> String {
     let action = match verdict {
-        Verdict::Approved => "APPROVE (run the tool with exactly these args)",
-        Verdict::Rejected => "REJECT (the run will be cancelled)",
+        Verdict::Approved => "APPROVE (run the tool with exactly these args)".to_string(),
+        Verdict::Rejected => "REJECT (the run will be cancelled)".to_string(),
+        Verdict::TookEffect => format!(
+            "SETTLE AS TOOK EFFECT (run nothing; record this result as the call's outcome: {})",
+            render_json_line(result.unwrap_or(&Value::Null), DEFAULT_MAX_CHARS, 400)
+        ),
+        Verdict::DidNotTakeEffect => {
+            "SETTLE AS DID NOT TAKE EFFECT (run nothing; record the step not executed, the agent \
+             decides again)"
+                .to_string()
+        }
     };
     format!(
         "==> agentrt: you are about to {action}: Approval {}/{} for tool {} on run {}, step {}, hash {}",

@@ -60,36 +60,14 @@ pub fn spawn(
     tokio::spawn(
         async move {
             let lease = LeaseCell::new(held);
-            let renewals = tokio::spawn({
-                let lease = lease.clone();
-                let api = ctx.api.clone();
-                let holder = ctx.settings.holder.clone();
-                let clock = ctx.settings.clock;
-                let stop = stop.clone();
-                let lost = ctx.metrics.clone();
-                let failed = ctx.metrics.clone();
-                async move {
-                    lease
-                        .keep_renewed(
-                            api,
-                            holder,
-                            clock,
-                            stop,
-                            move || {
-                                lost.leases_lost.inc();
-                            },
-                            move || {
-                                failed.lease_renew_failures.inc();
-                            },
-                        )
-                        .await;
-                }
-                .in_current_span()
-            });
+            let renewals = spawn_renewals(&ctx, &lease, &stop);
             tracing::info!("executing");
-            let phase = drive(&ctx, &key, &lease, state, input, &stop).await;
+            let (phase, won_back) = drive(&ctx, &key, &lease, state, input, &stop).await;
             stop.cancel();
             let _ = renewals.await;
+            for renewals in won_back {
+                let _ = renewals.await;
+            }
             lease.release(ctx.api.as_ref(), &ctx.settings.holder).await;
             ctx.executors.unregister(&key, &uid);
             tracing::info!("executor stopped");
@@ -104,6 +82,41 @@ pub fn spawn(
         .instrument(span),
     );
     true
+}
+
+/// The task renewing `lease` until it is lost or released, or `stop` fires
+/// ([`LeaseCell::keep_renewed`]), counting lost leases and failed renewals.
+fn spawn_renewals(
+    ctx: &Arc<Context>,
+    lease: &Arc<LeaseCell>,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let lease = lease.clone();
+    let api = ctx.api.clone();
+    let holder = ctx.settings.holder.clone();
+    let clock = ctx.settings.clock;
+    let stop = stop.clone();
+    let lost = ctx.metrics.clone();
+    let failed = ctx.metrics.clone();
+    tokio::spawn(
+        async move {
+            lease
+                .keep_renewed(
+                    api,
+                    holder,
+                    clock,
+                    stop,
+                    move || {
+                        lost.leases_lost.inc();
+                    },
+                    move || {
+                        failed.lease_renew_failures.inc();
+                    },
+                )
+                .await;
+        }
+        .in_current_span(),
+    )
 }
 
 /// Why a sealed segment was not created (docs/design.md section 4a).
@@ -206,11 +219,18 @@ struct Driver<'a> {
     unsealed: bool,
     /// The sealed segments read for an openai agent's conversation, by sha256.
     segments: SegmentCache,
+    /// The lease was lost during the last tool call and won back ([`LeaseCell::regain`]): the
+    /// write recording its outcome must land on the record as this replica last wrote it (a
+    /// 409 means the record changed: the outcome is not recorded, the rule for an interrupted
+    /// call stands).
+    regained: bool,
+    /// The renewal tasks started for a lease won back, awaited when the executor stops.
+    won_back: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// The loop: ask the engine, perform its transition (in the span of the step it works on),
 /// feed the outcome back, until it says stop. Returns the run's phase as last read or written
-/// (`None` when it has none).
+/// (`None` when it has none) and the renewal tasks started for a lease won back.
 async fn drive(
     ctx: &Arc<Context>,
     key: &RunKey,
@@ -218,7 +238,7 @@ async fn drive(
     state: RunState,
     input: Input,
     stop: &CancellationToken,
-) -> Option<String> {
+) -> (Option<String>, Vec<tokio::task::JoinHandle<()>>) {
     let mut driver = Driver {
         ctx,
         key,
@@ -228,11 +248,14 @@ async fn drive(
         conflicts: 0,
         unsealed: false,
         segments: SegmentCache::default(),
+        regained: false,
+        won_back: Vec::new(),
     };
     drive_with(&mut driver, input).await;
-    driver.state.run.snapshot.status["phase"]
+    let phase = driver.state.run.snapshot.status["phase"]
         .as_str()
-        .map(str::to_string)
+        .map(str::to_string);
+    (phase, driver.won_back)
 }
 
 /// [`drive`]'s loop.
@@ -380,7 +403,17 @@ impl Driver<'_> {
             Ok(Written::Landed(run)) => {
                 self.state.run = *run;
                 self.conflicts = 0;
+                self.regained = false;
                 None
+            }
+            Ok(Written::Conflict) if std::mem::take(&mut self.regained) => {
+                // The record changed while the lease was lost: what this replica holds is no
+                // longer the outcome of the step as recorded (docs/design.md section 5).
+                tracing::warn!(
+                    "the run changed while the lease was lost; the call's outcome is not recorded"
+                );
+                lease.mark_lost();
+                Some(Flow::Next(Input::LeaseLost))
             }
             Ok(Written::Conflict) => {
                 self.conflicts += 1;
@@ -452,10 +485,28 @@ impl Driver<'_> {
                     started.elapsed().as_secs_f64(),
                 );
                 if lease.is_lost() {
-                    tracing::warn!(
-                        step = step.get(),
-                        "the lease was lost during the tool call; its outcome is not recorded"
-                    );
+                    // docs/design.md section 5: a holder that lost its lease mid-call and wins
+                    // it back (nobody took it) records the outcome it holds, on the record as
+                    // it last wrote it; otherwise the outcome is not recorded.
+                    if !stop.is_cancelled()
+                        && !ctx.executors.shutdown.is_cancelled()
+                        && lease
+                            .regain(ctx.api.as_ref(), &ctx.settings.holder, &ctx.settings.clock)
+                            .await
+                    {
+                        tracing::info!(
+                            step = step.get(),
+                            "the lease was lost during the tool call and won back; recording its outcome"
+                        );
+                        ctx.metrics.leases_won_back.inc();
+                        self.regained = true;
+                        self.won_back.push(spawn_renewals(ctx, lease, stop));
+                    } else {
+                        tracing::warn!(
+                            step = step.get(),
+                            "the lease was lost during the tool call; its outcome is not recorded"
+                        );
+                    }
                 }
                 Input::ToolFinished {
                     step,

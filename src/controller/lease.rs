@@ -527,6 +527,35 @@ impl LeaseCell {
         }
     }
 
+    /// Wins back a lease this replica lost while a call was in flight (renewals that failed
+    /// past its expiry), when nobody took it meanwhile (docs/design.md section 5, a lease won
+    /// back): renews the Lease as last written by compare-and-set ([`renew`]), which lands only
+    /// while the Lease still names this holder and this run; a Lease another replica took (or
+    /// released after taking) is never won back. True when renewed: the lease is held again
+    /// (its life counted from this renewal's send instant). False when released, another
+    /// holder has it, or the API server fails (the lease stays lost).
+    pub async fn regain(&self, api: &dyn ClusterApi, holder: &HolderId, clock: &Clock) -> bool {
+        if self.is_released() {
+            return false;
+        }
+        let held = self.held();
+        match renew(api, &held, holder, clock.now()).await {
+            Ok(Renewal::Renewed(renewed)) => {
+                self.set(*renewed);
+                self.lost.store(false, Ordering::SeqCst);
+                true
+            }
+            Ok(Renewal::Lost { holder: other }) => {
+                tracing::info!(lease = ?held.lease.metadata.name, holder = ?other, "the lease cannot be won back: another holder took it");
+                false
+            }
+            Err(err) => {
+                tracing::info!(lease = ?held.lease.metadata.name, %err, "the lease cannot be won back");
+                false
+            }
+        }
+    }
+
     /// Stops holding the lease without writing it (its run ended: the Lease stays as it is
     /// and is deleted with the run, [`crate::engine::lease_release_needed`]); renewals and a
     /// later [`LeaseCell::release`] then write nothing.

@@ -186,6 +186,9 @@ pub struct Metrics {
     pub leases_acquired: Counter,
     /// Leases lost (another holder, or expired unrenewed).
     pub leases_lost: Counter,
+    /// Leases lost during a tool call and won back before anyone took them (the call's
+    /// outcome then recorded; docs/design.md section 5).
+    pub leases_won_back: Counter,
     /// Kubernetes Events by outcome: `published`, `failed` (the API server refused it),
     /// `folded` (into a waiting Event of the same run), `dropped` (the queue behind
     /// `--event-qps` was full; `controller::projection`).
@@ -242,6 +245,7 @@ impl Default for Metrics {
             lease_renew_failures: Counter::default(),
             leases_acquired: Counter::default(),
             leases_lost: Counter::default(),
+            leases_won_back: Counter::default(),
             kube_events: Family::default(),
             kube_events_queued: Gauge::default(),
             executors: Gauge::default(),
@@ -386,6 +390,11 @@ impl Default for Metrics {
             "leases_lost",
             "Run leases lost to another holder or to expiry",
             m.leases_lost.clone(),
+        );
+        registry.register(
+            "leases_won_back",
+            "Run leases lost during a tool call and won back before anyone took them",
+            m.leases_won_back.clone(),
         );
         registry.register(
             "executors",

@@ -896,6 +896,40 @@ async fn a_lease_lost_during_the_call_does_not_record_the_outcome() {
     );
 }
 
+/// docs/design.md section 5 (issue 34 item 5): renewals fail past the lease's expiry while the
+/// tool runs, nobody takes the Lease, and the holder wins it back: the outcome it holds is
+/// recorded (no interruption, nobody asked).
+#[tokio::test]
+async fn a_lease_lost_during_the_call_and_won_back_untaken_records_the_outcome() {
+    let tool = tool(Duration::from_millis(3500)).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("regained", tool.addr, 2)));
+    let ctx = context(api.clone(), "a", 100);
+    observe(&ctx, &key("regained"), None).await.unwrap();
+    // Every renewal fails from 0.2 s to 3 s into the call: the 2 s lease runs out on the
+    // holder's clock; then the API server answers again, before the tool does.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    api.state.lock().unwrap().fail_lease_writes = (0..100)
+        .map(|_| ApiError::Refused {
+            reason: "ServiceUnavailable".into(),
+            message: "the API server is restarting".into(),
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(2800)).await;
+    assert!(
+        ctx.metrics.leases_lost.get() >= 1,
+        "the lease ran out while renewals failed"
+    );
+    api.state.lock().unwrap().fail_lease_writes.clear();
+    until_idle(&ctx).await;
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(ctx.metrics.leases_won_back.get(), 1);
+    assert_eq!(
+        seen("regained"),
+        ["observe", "lease_acquired", "tool_finished"]
+    );
+    assert_eq!(api.run("ns", "regained")["status"]["phase"], "Completed");
+}
+
 #[tokio::test]
 async fn a_lease_expired_by_this_replicas_clock_starts_no_side_effect() {
     let tool = tool(Duration::ZERO).await;

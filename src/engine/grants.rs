@@ -12,14 +12,15 @@
 
 use serde_json::{json, Value};
 
-use super::approvals::{record_decision, requested_event, Origin};
+use super::approvals::{record_decision, requested_event, write_status, Origin};
 use super::calls::{self, Grant};
 use super::hash::approval_hash;
-use super::loop_::{check_args, CallProblem, Flow};
-use super::record::Txn;
+use super::loop_::{check_args, start_step, CallProblem, Flow};
+use super::outcome;
+use super::record::{observation, Txn};
 use crate::api::{
-    Approval, ApprovalDecision, ApprovalStatus, EventType, RunPhase, StepApproval, TerminalReason,
-    INTERRUPTED_SIDE_EFFECT,
+    Approval, ApprovalDecision, ApprovalPhase, ApprovalStatus, EventType, ObservationKind,
+    RunPhase, StepApproval, StepStatus, TerminalReason, Verdict, INTERRUPTED_SIDE_EFFECT,
 };
 
 fn origin_of(txn: &Txn, latest: &StepApproval) -> Origin {
@@ -34,15 +35,17 @@ fn origin_of(txn: &Txn, latest: &StepApproval) -> Origin {
     }
 }
 
-/// Executes the latest approval's grant (docs/behaviours.md 21-22, 26, 35), holding the lease.
-pub(crate) fn execute_grant(
+/// Checks the stored Approval (its hash over its fields, that its request is this run's step
+/// `index` and names one of the run's tools), copies the decision into the record and resumes
+/// the run under this holder (`run.resumed` {approval, holder, epoch, previousHolder}).
+/// Returns the tool's position in `spec.tools`, or the flow when the run ended instead.
+fn resume(
     txn: &mut Txn,
     index: usize,
     latest: &StepApproval,
     approval: &Approval,
     decision: &ApprovalDecision,
-    status: ApprovalStatus,
-) -> Flow {
+) -> Result<usize, Flow> {
     let spec = &approval.spec;
     let verified = approval_hash(
         &spec.kind,
@@ -56,7 +59,7 @@ pub(crate) fn execute_grant(
             latest.name
         );
         txn.end_run(TerminalReason::InternalError, Some(detail), None);
-        return Flow::Continue;
+        return Err(Flow::Continue);
     }
     let run = txn.run;
     // The tool by name: its current schema and the current policy judge the args again.
@@ -77,7 +80,7 @@ pub(crate) fn execute_grant(
             txn.index_at(index)
         );
         txn.end_run(TerminalReason::InternalError, Some(detail), None);
-        return Flow::Continue;
+        return Err(Flow::Continue);
     };
     record_decision(txn, index, latest, decision);
     txn.status.phase = RunPhase::Running;
@@ -95,6 +98,23 @@ pub(crate) fn execute_grant(
         resumed["previousHolder"] = json!(previous_holder);
     }
     txn.event(EventType::RunResumed, Some(txn.index_at(index)), resumed);
+    Ok(tool)
+}
+
+/// Executes the latest approval's grant (docs/behaviours.md 21-22, 26, 35), holding the lease.
+pub(crate) fn execute_grant(
+    txn: &mut Txn,
+    index: usize,
+    latest: &StepApproval,
+    approval: &Approval,
+    decision: &ApprovalDecision,
+    status: ApprovalStatus,
+) -> Flow {
+    let tool = match resume(txn, index, latest, approval, decision) {
+        Ok(tool) => tool,
+        Err(flow) => return flow,
+    };
+    let spec = &approval.spec;
     let now = txn.now();
     txn.step_mut(index).started_at = Some(now);
     match check_args(txn, tool, &spec.request.args) {
@@ -116,4 +136,101 @@ pub(crate) fn execute_grant(
             calls::evaluate(txn, index, tool, args, Some(grant))
         }
     }
+}
+
+/// Settles an interrupted call on a person's word, running nothing (docs/design.md section 5),
+/// holding the lease: `TookEffect` records `decision.result` as the step's `tool_result`
+/// (bounded as a tool's answer is; a terminal tool completes the run with it) and
+/// `step.tool_finished` {tool, attempt, settledBy {approval, verdict, approver}}; without a
+/// result (the CRD refuses that) the run fails `internal_error`. `DidNotTakeEffect` leaves the
+/// step `interrupted` with an `interrupted` observation saying it was not executed and who
+/// said so, and the agent decides again. The Approval becomes `Settled`; the record marks it
+/// spent (`executed`) so it never acts twice.
+pub(crate) fn settle(
+    txn: &mut Txn,
+    index: usize,
+    latest: &StepApproval,
+    approval: &Approval,
+    decision: &ApprovalDecision,
+    status: ApprovalStatus,
+) -> Flow {
+    let tool = match resume(txn, index, latest, approval, decision) {
+        Ok(tool) => tool,
+        Err(flow) => return flow,
+    };
+    let now = txn.now();
+    let settled_by = json!({
+        "approval": latest.name,
+        "verdict": decision.verdict,
+        "approver": decision.approver,
+    });
+    let step = txn.index_at(index);
+    let attempt = txn.status.steps[index].attempts;
+    if let Some(spent) = txn
+        .step_mut(index)
+        .approvals
+        .iter_mut()
+        .find(|a| a.name == latest.name)
+    {
+        spent.executed = true;
+    }
+    let spec_tool = txn.run.spec.tools[tool].clone();
+    let flow = match (decision.verdict, &decision.result) {
+        (Verdict::TookEffect, Some(result)) => {
+            let observation =
+                outcome::tool_observation(txn, ObservationKind::ToolResult, result.clone(), None);
+            txn.event(
+                EventType::StepToolFinished,
+                Some(step),
+                json!({
+                    "tool": spec_tool.name,
+                    "attempt": attempt,
+                    "settledBy": settled_by,
+                    "summary": observation.summary,
+                    "contentHash": observation.content_hash,
+                }),
+            );
+            let result = observation.content.clone();
+            let record = txn.step_mut(index);
+            record.status = StepStatus::Done;
+            record.finished_at = Some(now);
+            record.observation = Some(observation);
+            if spec_tool.terminal {
+                txn.end_run(TerminalReason::GoalCompleted, None, result);
+            }
+            Flow::Continue
+        }
+        (Verdict::TookEffect, None) => {
+            let detail = format!(
+                "Approval {}: TookEffect without spec.decision.result; nothing is recorded",
+                latest.name
+            );
+            txn.end_run(TerminalReason::InternalError, Some(detail), None);
+            Flow::Continue
+        }
+        _ => {
+            let content = json!({
+                "previousStatus": StepStatus::Executing,
+                "executed": false,
+                "settledBy": settled_by,
+            });
+            let summary = format!(
+                "{} was interrupted and did not take effect, as {} said on Approval {}; it was \
+                 not run again",
+                spec_tool.name,
+                decision.approver.as_deref().unwrap_or("a person"),
+                latest.name
+            );
+            let record = txn.step_mut(index);
+            record.status = StepStatus::Interrupted;
+            record.finished_at = Some(now);
+            record.observation = Some(observation(ObservationKind::Interrupted, content, summary));
+            start_step(txn)
+        }
+    };
+    let mut status = status;
+    status.phase = ApprovalPhase::Settled;
+    status.executed_at = Some(now);
+    write_status(txn, &latest.name, status);
+    flow
 }

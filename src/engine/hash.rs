@@ -130,6 +130,7 @@ mod tests {
             hash: PINNED.into(),
             approver: Some("alice".into()),
             note: Some("ok, damaged on arrival".into()),
+            result: None,
         });
         spec.reason = Some("a different reason".into());
         let after = approval_hash(

@@ -253,6 +253,15 @@ pub struct PreviousHolder {
     /// When its Lease said it expires: renewTime + `leaseDurationSeconds`, by the previous
     /// holder's clock (recorded as `previousExpiry`; not what decided the takeover).
     pub expired_at: Option<Time>,
+    /// By when, on the taking replica's wall clock, the previous holder had stopped starting
+    /// side effects: when the taker first saw the Lease as it is now (its `now` minus
+    /// [`LeaseView::unchanged_for_ms`]) plus `leaseDurationSeconds`. The holder starts nothing
+    /// once its last acknowledged renewal, sent before the taker could see it, is a duration
+    /// old on its own monotonic clock (docs/leases.md), so every attempt it started began
+    /// before this moment. Recorded in `lease.taken_over` as `previousStoppedBy`, it bounds
+    /// when an interrupted call's re-run may start (docs/design.md section 5). `None` when
+    /// the Lease was not observed (a takeover applied again from the record).
+    pub stopped_by: Option<Time>,
 }
 
 /// How a tool call ended, as the executor saw it (docs/design.md section 6).

@@ -226,10 +226,27 @@ pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
                 txn.acquire_lease(Some(PreviousHolder {
                     holder: lease.holder.clone(),
                     expired_at: lease_expiry(lease),
+                    stopped_by: Some(stopped_by(
+                        txn.now(),
+                        lease,
+                        txn.run.spec.lease_duration_seconds,
+                    )),
                 }))
             }
         },
     }
+}
+
+/// [`PreviousHolder::stopped_by`]: when this replica first saw `lease` as it is (`now` minus
+/// how long it has seen it unchanged) plus the Lease's duration (the run's when the Lease names
+/// none). Both terms are this replica's own measurements, so no other clock enters it.
+fn stopped_by(now: Time, lease: &LeaseView, run_duration_seconds: i64) -> Time {
+    let seen = i64::try_from(lease.unchanged_for_ms).unwrap_or(i64::MAX);
+    let duration = lease
+        .duration_seconds
+        .unwrap_or(run_duration_seconds)
+        .max(run_duration_seconds);
+    Time::from_millis(now.as_millis().saturating_sub(seen)).plus_seconds(duration)
 }
 
 /// Cancels a non-terminal run (docs/behaviours.md 42): every step deciding, awaiting approval or

@@ -219,6 +219,18 @@ fn tool_name(txn: &Txn, index: usize) -> String {
         .unwrap_or_default()
 }
 
+/// An observation of `kind` over a tool's `content`, bounded to the per-step budget (its size
+/// and hash kept), as a tool's answer is recorded; also a person's `TookEffect` result
+/// ([`super::grants::settle`]).
+pub(crate) fn tool_observation(
+    txn: &Txn,
+    kind: ObservationKind,
+    content: Value,
+    headline: Option<String>,
+) -> Observation {
+    observe(txn, kind, content, headline)
+}
+
 /// An observation of tool content, cut to the per-step budget (docs/behaviours.md 50).
 fn observe(
     txn: &Txn,

@@ -25,8 +25,80 @@ use crate::api::{EventType, SideEffect, StepStatus, TerminalReason, INTERRUPTED_
 
 /// The notice an `interrupted_side_effect` Approval shows (docs/design.md section 5).
 pub const INTERRUPTED_NOTICE: &str = "The tool call started, but the process running it stopped \
-before its outcome was recorded, so whether it took effect is unknown. Approving runs it again \
-with these arguments; rejecting ends the run.";
+before its outcome was recorded, so whether it took effect is unknown, and it may still be \
+running until firstAttempt.mayRunUntil. Approving runs it again with these arguments and the \
+same idempotency key (firstAttempt.idempotencyKey), no earlier than firstAttempt.mayRunUntil; \
+TookEffect records the result you give as its outcome and goes on without running it; \
+DidNotTakeEffect records it as not executed and the agent decides again; rejecting ends the run.";
+
+/// What the record says of a step's last attempt that was interrupted (docs/design.md section
+/// 5): when it started, by its holder's wall clock, and until when it may still be running.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FirstAttempt {
+    /// The attempt number (`step.tool_started`'s `attempt`).
+    pub attempt: i64,
+    /// When it started (the `step.tool_started` event's time, the starting holder's clock).
+    pub started_at: crate::api::Time,
+    /// No re-run of the step starts before this: the later of `started_at` and the
+    /// interrupting takeover's `previousStoppedBy`, plus the tool's `timeoutSeconds`.
+    pub may_run_until: crate::api::Time,
+}
+
+/// docs/design.md section 5: until when the last attempt of step `index` may still be running,
+/// when that attempt was interrupted. An attempt starts only under a live lease and runs at most
+/// the tool's `timeoutSeconds`, so it ends by its start plus that timeout. The start is the
+/// first holder's wall clock, which may be behind; the takeover that interrupted it records
+/// `previousStoppedBy`, by when on the taker's own clock that holder had stopped starting side
+/// effects (docs/leases.md), so the later of the two plus the timeout holds when either clock is
+/// right. An interruption with no takeover (an unknown outcome the holder recorded itself)
+/// has only the start, on the same clock as the holder's own timeout. `None` when no attempt
+/// of the step is in the window.
+pub(crate) fn first_attempt(txn: &Txn, index: usize) -> Option<FirstAttempt> {
+    let step = txn.index_at(index);
+    let events = &txn.status.events;
+    let started = events
+        .iter()
+        .rposition(|e| e.type_ == EventType::StepToolStarted && e.step == Some(step))?;
+    let start = &events[started];
+    let attempt = start
+        .data
+        .as_ref()
+        .and_then(|d| d.get("attempt"))
+        .and_then(Value::as_i64)
+        .unwrap_or(txn.status.steps[index].attempts);
+    let tool = start
+        .data
+        .as_ref()
+        .and_then(|d| d.get("tool"))
+        .and_then(Value::as_str)
+        .or_else(|| txn.status.steps[index].decision.as_ref()?.tool.as_deref());
+    let timeout = tool
+        .and_then(|name| txn.run.spec.tools.iter().find(|t| t.name == name))
+        .map_or(0, |t| t.timeout_seconds);
+    // The takeover that interrupted it: the first `lease.taken_over` after the start. A record
+    // written before `previousStoppedBy` existed has the takeover's own time, which is later.
+    let stopped_by = events[started..]
+        .iter()
+        .find(|e| e.type_ == EventType::LeaseTakenOver)
+        .map(|e| {
+            e.data
+                .as_ref()
+                .and_then(|d| d.get("previousStoppedBy"))
+                .and_then(|v| serde_json::from_value::<crate::api::Time>(v.clone()).ok())
+                .unwrap_or(e.time)
+        });
+    let from = stopped_by.map_or(start.time, |t| t.max(start.time));
+    Some(FirstAttempt {
+        attempt,
+        started_at: start.time,
+        may_run_until: from.plus_seconds(timeout),
+    })
+}
+
+/// The idempotency key every attempt of step `index` sends (docs/design.md section 6).
+pub(crate) fn idempotency_key(txn: &Txn, index: usize) -> String {
+    format!("{}/{}", txn.run.uid, txn.index_at(index))
+}
 
 /// [`super::Input::LeaseAcquired`] for a `Running` run.
 pub(crate) fn take_over(txn: &mut Txn, takeover: Option<PreviousHolder>) {
@@ -38,6 +110,7 @@ pub(crate) fn take_over(txn: &mut Txn, takeover: Option<PreviousHolder>) {
     let previous = takeover.unwrap_or_else(|| PreviousHolder {
         holder: txn.holder().map(str::to_string),
         expired_at: None,
+        stopped_by: None,
     });
     if already_taken_over(txn, &previous) {
         drive(txn);
@@ -56,6 +129,7 @@ pub(crate) fn take_over(txn: &mut Txn, takeover: Option<PreviousHolder>) {
         json!({
             "previousHolder": previous_holder,
             "previousExpiry": previous.expired_at,
+            "previousStoppedBy": previous.stopped_by,
             "holder": txn.caller.holder,
             "epoch": epoch,
         }),
@@ -191,6 +265,17 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
         "sideEffect": spec_tool.side_effect,
         "notice": INTERRUPTED_NOTICE,
     });
+    let key = idempotency_key(txn, index);
+    if let Some(first) = first_attempt(txn, index) {
+        presentation["firstAttempt"] = json!({
+            "attempt": first.attempt,
+            "startedAt": first.started_at,
+            "mayRunUntil": first.may_run_until,
+            "idempotencyKey": key,
+        });
+    } else {
+        presentation["firstAttempt"] = json!({"idempotencyKey": key});
+    }
     if let Some(mcp) = super::calls::mcp_presentation(txn, spec_tool) {
         presentation["mcp"] = mcp;
     }

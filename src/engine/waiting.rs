@@ -8,7 +8,13 @@
 //!   `approval_expired` once past it.
 //! - Rejected → the step fails `policy_denied` and the run ends `Cancelled` `approval_rejected`.
 //! - Approved → expired when older than grantTTLSeconds, otherwise the holder executes it
-//!   ([`super::grants::execute_grant`]) and an observer asks for the lease.
+//!   ([`super::grants::execute_grant`]) and an observer asks for the lease; but while the
+//!   step's interrupted attempt may still be running ([`super::takeover::first_attempt`]) an
+//!   observer writes the Approval `Approved` and requeues for that moment, and a holder lets go
+//!   (docs/design.md section 5: a re-run never overlaps the first attempt).
+//! - TookEffect → the holder records the given result as the step's outcome at once;
+//!   DidNotTakeEffect → once the attempt can no longer run, the holder records the step as
+//!   not executed ([`super::grants::settle`]).
 
 use serde_json::{json, Value};
 
@@ -147,18 +153,50 @@ fn settle_waiting(txn: &mut Txn) {
             let mut status = status;
             status.decided_at = Some(decided_at);
             status.short_hash = Some(short_hash(&latest.hash));
+            // docs/design.md section 5: nothing runs (and the agent is not asked again) while
+            // the step's interrupted attempt may still be running; a TookEffect decision runs
+            // nothing and records the outcome at once.
+            let wait = (decision.verdict != Verdict::TookEffect)
+                .then(|| super::takeover::first_attempt(txn, index))
+                .flatten()
+                .filter(|first| first.may_run_until > now)
+                .map(|first| first.may_run_until);
+            if let Some(until) = wait {
+                if txn.executor {
+                    // An observer requeues for it; the executor holds no lease while it waits.
+                    txn.release_and_stop();
+                } else {
+                    if decision.verdict == Verdict::Approved
+                        && approval.status.as_ref().map(|s| s.phase)
+                            != Some(ApprovalPhase::Approved)
+                    {
+                        status.phase = ApprovalPhase::Approved;
+                        write_status(txn, &latest.name, status);
+                    }
+                    txn.requeue_after(millis_until(now, until));
+                }
+                return;
+            }
             if txn.executor {
-                let flow = grants::execute_grant(txn, index, &latest, &approval, &decision, status);
+                let flow = match decision.verdict {
+                    Verdict::TookEffect | Verdict::DidNotTakeEffect => {
+                        grants::settle(txn, index, &latest, &approval, &decision, status)
+                    }
+                    _ => grants::execute_grant(txn, index, &latest, &approval, &decision, status),
+                };
                 if flow == Flow::Continue {
                     super::loop_::drive(txn);
                 }
             } else {
-                if approval
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.decided_at)
-                    .is_none()
-                    || approval.status.as_ref().map(|s| s.phase) != Some(ApprovalPhase::Approved)
+                let approved = decision.verdict == Verdict::Approved;
+                if approved
+                    && (approval
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.decided_at)
+                        .is_none()
+                        || approval.status.as_ref().map(|s| s.phase)
+                            != Some(ApprovalPhase::Approved))
                 {
                     status.phase = ApprovalPhase::Approved;
                     write_status(txn, &latest.name, status);

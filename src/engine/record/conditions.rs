@@ -166,11 +166,29 @@ pub(super) fn waiting_condition(status: &AgentRunStatus) -> ConditionParts {
             .find_map(|s| s.approvals.last())
             .map(|a| a.name.clone())
             .unwrap_or_default();
+        // docs/design.md section 5: a re-run of an interrupted call waits out its first
+        // attempt; the condition says until when.
+        let until = status
+            .events
+            .iter()
+            .rev()
+            .filter(|e| e.type_ == EventType::ApprovalRequested)
+            .filter_map(|e| e.data.as_ref())
+            .find(|d| d.get("approval").and_then(Value::as_str) == Some(name.as_str()))
+            .and_then(|d| d.pointer("/presentation/firstAttempt/mayRunUntil"))
+            .and_then(Value::as_str)
+            .map(|until| {
+                format!(
+                    "; the interrupted first attempt may run until {until}, and nothing runs again \
+                     before then"
+                )
+            })
+            .unwrap_or_default();
         (
             "WaitingForApproval",
             "True",
             "ApprovalPending".into(),
-            format!("waiting for a decision on Approval {name}"),
+            format!("waiting for a decision on Approval {name}{until}"),
         )
     } else {
         (

@@ -226,6 +226,10 @@ pub struct Harness {
     pub writes: Vec<Value>,
     /// Every tool call performed, in order.
     pub tool_calls: Vec<ToolCall>,
+    /// When each of `tool_calls` was dispatched (the harness clock, the one true time).
+    pub tool_call_times: Vec<Time>,
+    /// The calls whose outcome came back (a result or an error): they ran no longer.
+    pub answered: std::collections::BTreeSet<(crate::api::StepIndex, i64)>,
     /// The tool call whose outcome is awaited.
     pub pending_tool: Option<ToolCall>,
     /// The agent request awaited (step, body).
@@ -287,6 +291,8 @@ impl Harness {
             segments: BTreeMap::new(),
             writes: Vec::new(),
             tool_calls: Vec::new(),
+            tool_call_times: Vec::new(),
+            answered: Default::default(),
             pending_tool: None,
             pending_agent: None,
             pending_hook: None,
@@ -488,6 +494,7 @@ impl Harness {
             }
             Effect::CallTool(call) => {
                 self.tool_calls.push(call.clone());
+                self.tool_call_times.push(self.now);
                 self.pending_tool = Some(call.clone());
             }
             Effect::CallAgent { step, request, .. } => {
@@ -576,6 +583,9 @@ impl Harness {
 
     pub fn finish_tool(&mut self, holder: &str, outcome: ToolOutcome) -> Vec<Effect> {
         let call = self.pending();
+        if !matches!(outcome, ToolOutcome::Unknown { .. }) {
+            self.answered.insert((call.step, call.attempt));
+        }
         self.step(
             holder,
             Input::ToolFinished {
@@ -786,5 +796,6 @@ pub fn previous(holder: &str, expired_at: Time) -> PreviousHolder {
     PreviousHolder {
         holder: Some(holder.into()),
         expired_at: Some(expired_at),
+        stopped_by: None,
     }
 }

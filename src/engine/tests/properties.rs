@@ -271,9 +271,14 @@ fn play(case: &Case) -> Harness {
         }
         if h.status().phase == RunPhase::WaitingForApproval {
             if let Some(name) = pending_approval(&h) {
-                match choice % 4 {
-                    0 | 1 => h.approve(&name),
-                    2 => h.reject(&name, "no"),
+                let interrupted = h.approvals[&name]["spec"]["kind"]
+                    == json!(crate::api::INTERRUPTED_SIDE_EFFECT);
+                match (choice % 6, interrupted) {
+                    (0 | 1, _) => h.approve(&name),
+                    (2, _) => h.reject(&name, "no"),
+                    // A person settles an interrupted call without running it.
+                    (3, true) => settle(&mut h, &name, "TookEffect"),
+                    (4, true) => settle(&mut h, &name, "DidNotTakeEffect"),
                     _ => h.advance(1),
                 }
             }
@@ -284,6 +289,14 @@ fn play(case: &Case) -> Harness {
             h.crash_after = Some(usize::from(next() % 4));
         }
         let effects = h.reconcile(&holder);
+        // An observer told to come back later (a re-run waiting out the first attempt, an
+        // expiry) is requeued for that moment: the clock moves there.
+        if let Some(millis) = effects.iter().find_map(|e| match e {
+            Effect::RequeueAfter { millis } => Some(*millis),
+            _ => None,
+        }) {
+            h.advance_millis(i64::try_from(millis).unwrap_or(i64::MAX).min(3_600_000));
+        }
         if h.crash_after.is_some() {
             crashes += 1;
             h.crash_after = None;
@@ -300,6 +313,16 @@ fn play(case: &Case) -> Harness {
         }
     }
     h
+}
+
+/// A person patches the interrupted call's Approval with `verdict` (`TookEffect` with a result,
+/// `DidNotTakeEffect`), the hash it was shown.
+fn settle(h: &mut Harness, name: &str, verdict: &str) {
+    h.decide_approval(name, verdict, None);
+    if verdict == "TookEffect" {
+        let decision = &mut h.approvals.get_mut(name).expect("the Approval")["spec"]["decision"];
+        decision["result"] = json!({"v": 1, "settled": true});
+    }
 }
 
 /// Whether the transition ended in a tool or model call the executor now awaits.
@@ -420,6 +443,26 @@ fn check(h: &Harness) {
             started.insert((step, attempt), approval).is_none(),
             "attempt {attempt} of step {step} started twice"
         );
+    }
+    // No attempt of a step starts while an earlier one may still be running: an attempt whose
+    // outcome never came back (its holder died, or it ended unknown) runs until its start plus
+    // the tool's timeoutSeconds (docs/design.md section 5).
+    for (i, later) in h.tool_calls.iter().enumerate() {
+        for (j, earlier) in h.tool_calls[..i].iter().enumerate() {
+            if earlier.step != later.step || h.answered.contains(&(earlier.step, earlier.attempt)) {
+                continue;
+            }
+            let may_run_until = h.tool_call_times[j].plus_seconds(earlier.tool.timeout_seconds);
+            assert!(
+                h.tool_call_times[i] >= may_run_until,
+                "attempt {} of step {} started at {:?}, while attempt {} may run until {:?}",
+                later.attempt,
+                later.step,
+                h.tool_call_times[i],
+                earlier.attempt,
+                may_run_until
+            );
+        }
     }
     // Every performed call: once per attempt; a non-ReadOnly step runs again only on a grant.
     let mut performed = BTreeSet::new();

@@ -215,6 +215,8 @@ fn a_takeover_and_a_grant_of_a_sealed_run_use_the_step_index() {
     assert_eq!(name, "tools-8-1");
     assert_eq!(h.approval(&name)["spec"]["stepIndex"], json!(8));
     h.approve(&name);
+    // The re-run waits out the first attempt (docs/design.md section 5).
+    h.advance(10);
     h.reconcile("b");
     let again = h
         .pending_tool

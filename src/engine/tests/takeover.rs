@@ -96,6 +96,10 @@ fn a_lease_seen_unchanged_for_its_duration_and_margin_is_taken_over() {
         takeover: Some(PreviousHolder {
             holder: Some("a".into()),
             expired_at: Some(expiry),
+            // When the observer first saw the Lease, plus its duration, by the observer's clock.
+            stopped_by: Some(
+                crate::api::Time::from_millis(h.now.as_millis() - 30_500).plus_seconds(30)
+            ),
         })
     }));
 }
@@ -130,7 +134,10 @@ fn a_takeover_marks_in_flight_steps_interrupted_with_lease_taken_over_in_one_wri
     );
     assert_eq!(
         h.last_event("lease.taken_over"),
-        json!({"previousHolder": "a", "previousExpiry": expiry, "holder": "b", "epoch": 2})
+        // The harness's observer first saw the Lease at its renewal: the holder started
+        // nothing after renewTime + duration, by the taker's clock.
+        json!({"previousHolder": "a", "previousExpiry": expiry, "previousStoppedBy": expiry,
+               "holder": "b", "epoch": 2})
     );
     assert_eq!(
         h.last_event("step.interrupted"),
@@ -285,7 +292,23 @@ fn interrupted_side_effect_waits_for_an_operator() {
             "args": {"n": 1},
             "sideEffect": "LocalMutation",
             "notice": INTERRUPTED_NOTICE,
+            // Started at T0 by the first holder; taken over at T0 + 30 s (the taker's clock
+            // says the holder stopped by then); the tool's timeout is 10 s.
+            "firstAttempt": {
+                "attempt": 1,
+                "startedAt": "2026-01-01T00:00:00.000Z",
+                "mayRunUntil": "2026-01-01T00:00:40.000Z",
+                "idempotencyKey": "uid-1/0",
+            },
         })
+    );
+    let waiting = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "WaitingForApproval");
+    assert!(
+        waiting.is_some_and(|c| c.message.contains("may run until 2026-01-01T00:00:40.000Z")),
+        "the condition says until when: {waiting:?}"
     );
     assert!(INTERRUPTED_NOTICE.contains("unknown"));
     assert_eq!(
@@ -308,6 +331,18 @@ fn approving_an_interrupted_side_effect_runs_the_same_request_once_more_on_the_s
     h.expire_lease();
     h.reconcile("b");
     h.approve("tools-0-1");
+    // Approved at once: the first attempt may run until takeover + timeout (10 s), so an
+    // observer marks the grant and waits that out, asking for no lease.
+    let effects = h.reconcile("c");
+    assert_effects!(
+        effects,
+        [
+            "WriteApprovalStatus(tools-0-1:Approved)",
+            "RequeueAfter(10000)"
+        ]
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+    h.advance(10);
     let effects = h.reconcile("c");
     assert_effects!(
         effects,
@@ -570,6 +605,7 @@ fn reconcile_waiting_pauses_the_interrupted_call_on_the_supplied_decision() {
     assert_eq!(spec["reason"], json!("check the outbox first"));
     assert_eq!(spec["request"]["args"], json!({"n": 1}));
     h.approve("hooked-0-1");
+    h.advance(10);
     let effects = h.reconcile("c");
     assert_effects!(
         effects,
@@ -656,4 +692,118 @@ fn a_completed_reconciliation_without_a_json_result_fails_internal_error() {
     let mut h = hook_asked();
     answer(&mut h, Ok(json!({"outcome": "completed"})));
     assert_ends(&h, TerminalReason::InternalError);
+}
+
+/// An `interrupted_side_effect` Approval of `executing("write_local")` taken over by `b`.
+fn interrupted_send() -> Harness {
+    let mut h = executing("write_local");
+    h.expire_lease();
+    h.reconcile("b");
+    assert_eq!(h.status().phase, RunPhase::WaitingForApproval);
+    h
+}
+
+fn settle(h: &mut Harness, verdict: &str, result: Option<Value>) {
+    h.decide_approval("tools-0-1", verdict, None);
+    if let Some(result) = result {
+        h.approvals.get_mut("tools-0-1").unwrap()["spec"]["decision"]["result"] = result;
+    }
+}
+
+#[test]
+fn took_effect_records_the_given_result_as_the_steps_outcome_and_runs_nothing() {
+    let mut h = interrupted_send();
+    settle(&mut h, "TookEffect", Some(json!({"ticket": "closed"})));
+    // No wait: nothing runs.
+    h.reconcile("c");
+    let status = h.status();
+    assert_eq!(h.tool_calls.len(), 1, "the tool is not called again");
+    assert_eq!(status.phase, RunPhase::Completed);
+    let step = &status.steps[0];
+    assert_eq!(step.status, StepStatus::Done);
+    let observation = step.observation.clone().unwrap();
+    assert_eq!(observation.kind, ObservationKind::ToolResult);
+    assert_eq!(observation.content, Some(json!({"ticket": "closed"})));
+    assert!(step.approvals[0].executed, "the decision is spent once");
+    let finished = h.last_event("step.tool_finished");
+    assert_eq!(
+        finished["settledBy"],
+        json!({"approval": "tools-0-1", "verdict": "TookEffect", "approver": "alice"})
+    );
+    assert_eq!(h.approval("tools-0-1")["status"]["phase"], json!("Settled"));
+}
+
+#[test]
+fn did_not_take_effect_waits_out_the_first_attempt_then_the_agent_sees_it_not_executed() {
+    let mut h = interrupted_send();
+    settle(&mut h, "DidNotTakeEffect", None);
+    let effects = h.reconcile("c");
+    assert_effects!(effects, ["RequeueAfter(10000)"]);
+    h.advance(10);
+    h.reconcile("c");
+    let status = h.status();
+    assert_eq!(h.tool_calls.len(), 1, "the tool is not called again");
+    let step = &status.steps[0];
+    assert_eq!(step.status, StepStatus::Interrupted);
+    let observation = step.observation.clone().unwrap();
+    assert_eq!(observation.kind, ObservationKind::Interrupted);
+    assert_eq!(
+        observation.content.as_ref().unwrap()["executed"],
+        json!(false)
+    );
+    assert!(observation.summary.contains("did not take effect"));
+    // The agent was asked again (its next decision completes the run).
+    assert_eq!(status.steps.len(), 2);
+    assert_eq!(status.phase, RunPhase::Completed);
+    assert_eq!(h.approval("tools-0-1")["status"]["phase"], json!("Settled"));
+}
+
+#[test]
+fn a_rerun_waits_for_the_takers_bound_when_the_first_holders_clock_was_behind() {
+    // The first holder's clock ran an hour behind: its recorded start says the attempt ended
+    // long ago. The taker's own bound (when it first saw the Lease, plus its duration) holds.
+    let mut h = Harness::scripted(vec![
+        call("write_local", json!({"n": 1})),
+        complete(json!("ok")),
+    ]);
+    h.advance(-3600);
+    h.reconcile("a");
+    h.advance(3600);
+    // `b` has seen the Lease unchanged for its duration and margin, on its own clock.
+    let effects = h.step(
+        "b",
+        Observe {
+            lease: seen(&h, 31_000),
+        },
+    );
+    let takeover = effects.iter().find_map(|e| match e {
+        Effect::AcquireLease { takeover } => Some(takeover.clone()),
+        _ => None,
+    });
+    assert!(h.win_lease("b"));
+    h.step(
+        "b",
+        Input::LeaseAcquired {
+            takeover: takeover.expect("asks for the lease"),
+        },
+    );
+    h.approve("tools-0-1");
+    let effects = h.reconcile("c");
+    // The holder stopped starting anything by 1 s ago (first seen 31 s ago + 30 s), so the
+    // attempt may run 9 s more, whatever its recorded start says.
+    assert_effects!(
+        effects,
+        [
+            "WriteApprovalStatus(tools-0-1:Approved)",
+            "RequeueAfter(9000)"
+        ]
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+    h.advance_millis(9_000);
+    h.reconcile("c");
+    assert_eq!(
+        h.tool_calls.len(),
+        2,
+        "the re-run starts once the first attempt is over"
+    );
 }
