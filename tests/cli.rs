@@ -529,7 +529,7 @@ fn lint_of_the_samples_and_of_stdin_says_how_many_runs_are_ok() {
     let sample = std::fs::read_to_string(samples.join("refund-approval.yaml")).expect("sample");
     let out = lint(&["-f", "-"], Some(&sample));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("runs ok"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1 run ok\n");
     let out = lint(&[], None);
     assert_eq!(out.status.code(), Some(2), "-f is required: {}", text(&out));
 }
@@ -556,7 +556,7 @@ fn lint_works_as_kubectl_agentrt_lint() {
         .output()
         .expect("kubectl runs");
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "1 runs ok\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1 run ok\n");
 }
 
 #[test]

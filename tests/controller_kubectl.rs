@@ -40,6 +40,15 @@ async fn kubectl_wait_for_condition_complete_and_failed_returns_when_the_run_end
         "--timeout=60s",
     ]);
     assert!(out.contains("condition met"), "{out}");
+    // The controller's writes name it: the status is managed by `agentrt` (not `unknown`).
+    let managers = cluster.kubectl_ok(&[
+        "get",
+        "ar/done",
+        "--show-managed-fields",
+        "-o",
+        r#"jsonpath={range .metadata.managedFields[?(@.subresource=="status")]}{.manager}{"\n"}{end}"#,
+    ]);
+    assert_eq!(managers.trim(), "agentrt", "{managers}");
 
     create_run(
         &client,

@@ -425,17 +425,21 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 emit(&format!("{}\n", report.problems.join("\n")))?;
                 let policies = match report.policies {
                     0 => String::new(),
-                    n => format!(" and {n} admin policies"),
+                    n => format!(" and {}", plural(n, "admin policy", "admin policies")),
                 };
                 bail!(
-                    "{} problem(s) in {} run(s){policies}; fix them before applying",
-                    report.problems.len(),
-                    report.runs
+                    "{} in {}{policies}; fix them before applying",
+                    plural(report.problems.len(), "problem", "problems"),
+                    plural(report.runs, "run", "runs")
                 );
             }
+            let runs = plural(report.runs, "run", "runs");
             match report.policies {
-                0 => emit(&format!("{} runs ok\n", report.runs))?,
-                n => emit(&format!("{} runs ok, {n} admin policies ok\n", report.runs))?,
+                0 => emit(&format!("{runs} ok\n"))?,
+                n => emit(&format!(
+                    "{runs} ok, {} ok\n",
+                    plural(n, "admin policy", "admin policies")
+                ))?,
             }
         }
         OperatorCommand::Runs {
@@ -584,7 +588,7 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 patch["metadata"] =
                     serde_json::json!({"annotations": {"agentrt.dev/cancel-note": note}});
             }
-            api.patch(&run, &PatchParams::default(), &Patch::Merge(&patch))
+            api.patch(&run, &cli_patch_params(), &Patch::Merge(&patch))
                 .await
                 .with_context(|| format!("cannot cancel AgentRun {}/{run}", session.namespace))?;
             emit(&format!(
@@ -694,7 +698,7 @@ async fn decide(
         "spec": {"decision": decision},
     });
     let patched = Api::<Approval>::namespaced(session.client, &session.namespace)
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(name, &cli_patch_params(), &Patch::Merge(&patch))
         .await;
     if let Err(err) = patched {
         // Only a conflict (the object moved on) or the hash rule says the Approval changed.
@@ -880,5 +884,18 @@ async fn whoami(client: &Client) -> Option<String> {
             tracing::debug!("SelfSubjectReview failed, deciding without approver: {err}");
             None
         }
+    }
+}
+
+/// `n` and the noun in its number: `1 run`, `2 runs`, `0 runs`.
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The field manager of the CLI's writes (a decision, `spec.cancel`): `kubectl-agentrt`.
+fn cli_patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some("kubectl-agentrt".to_string()),
+        ..PatchParams::default()
     }
 }

@@ -25,6 +25,26 @@ use crate::engine::{ApprovalSnapshot, RunSnapshot};
 /// The label the engine puts on a run's Approvals: the run's uid.
 pub const RUN_UID_LABEL: &str = "agentrt.dev/run-uid";
 
+/// The field manager of every write the controller makes (`metadata.managedFields[].manager`):
+/// `agentrt`, so `kubectl get --show-managed-fields` says which fields the controller owns.
+pub const FIELD_MANAGER: &str = "agentrt";
+
+/// Create and replace parameters naming [`FIELD_MANAGER`].
+pub fn write_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    }
+}
+
+/// Patch parameters naming [`FIELD_MANAGER`].
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
 /// A run as read: the whole object and the engine's view of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredRun {
@@ -890,7 +910,7 @@ impl ClusterApi for KubeApi {
             .map_err(ApiError::json("encode the status"))?;
         let request = self
             .run_request(&run.snapshot.namespace)
-            .replace_subresource("status", &run.snapshot.name, &PostParams::default(), body)
+            .replace_subresource("status", &run.snapshot.name, &write_params(), body)
             .map_err(ApiError::from)?;
         let written = self.client.request_text(request).await.map_err(classify)?;
         Ok(run.landed(&written, status)?)
@@ -903,7 +923,7 @@ impl ClusterApi for KubeApi {
         }));
         let request = self
             .run_request(&run.namespace)
-            .patch_subresource("status", &run.name, &PatchParams::default(), &patch)
+            .patch_subresource("status", &run.name, &patch_params(), &patch)
             .map_err(ApiError::from)?;
         // The answer holds the spec: it is not decoded.
         self.client.request_text(request).await.map_err(classify)?;
@@ -912,7 +932,7 @@ impl ClusterApi for KubeApi {
 
     async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {
         self.approval_api(namespace)
-            .create(&PostParams::default(), &from_value(approval.clone())?)
+            .create(&write_params(), &from_value(approval.clone())?)
             .await?;
         Ok(())
     }
@@ -927,7 +947,7 @@ impl ClusterApi for KubeApi {
         self.approval_api(namespace)
             .patch_status(
                 name,
-                &PatchParams::default(),
+                &patch_params(),
                 &Patch::Merge(serde_json::json!({
                     "metadata": {"resourceVersion": resource_version},
                     "status": status,
@@ -939,7 +959,7 @@ impl ClusterApi for KubeApi {
 
     async fn create_segment(&self, namespace: &str, segment: &Value) -> Result<(), ApiError> {
         Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &self.segments)
-            .create(&PostParams::default(), &from_value(segment.clone())?)
+            .create(&write_params(), &from_value(segment.clone())?)
             .await?;
         Ok(())
     }
@@ -961,14 +981,14 @@ impl ClusterApi for KubeApi {
 
     async fn create_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
         Ok(Api::<Lease>::namespaced(self.client.clone(), namespace)
-            .create(&PostParams::default(), lease)
+            .create(&write_params(), lease)
             .await?)
     }
 
     async fn replace_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
         let name = lease.metadata.name.clone().unwrap_or_default();
         Ok(Api::<Lease>::namespaced(self.client.clone(), namespace)
-            .replace(&name, &PostParams::default(), lease)
+            .replace(&name, &write_params(), lease)
             .await?)
     }
 

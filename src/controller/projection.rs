@@ -12,7 +12,6 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType};
 use kube::Api;
 use serde_json::Value;
@@ -517,7 +516,7 @@ impl EventSink {
                 let namespace = reference.namespace.clone().unwrap_or_default();
                 let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
                 let object = k8s_event(&event, reference, &instance);
-                match api.create(&PostParams::default(), &object).await {
+                match api.create(&super::cluster::write_params(), &object).await {
                     Ok(_) => counted.kube_event("published"),
                     Err(err) => {
                         counted.kube_event("failed");

@@ -121,14 +121,103 @@ pub fn check_when(expression: &str) -> Result<(), String> {
         let program = compile(expression)?;
         let mut unknown = std::collections::BTreeSet::new();
         undeclared(program.expression(), &mut Vec::new(), &mut unknown);
-        match unknown.into_iter().next() {
-            None => Ok(()),
-            Some(name) => Err(format!(
+        if let Some(name) = unknown.into_iter().next() {
+            return Err(format!(
                 "refers to `{name}`, which is not defined; only `tool`, `args` and \
                  `sideEffect` are (write e.g. `args.{name}`)"
+            ));
+        }
+        match result_type(program.expression()) {
+            ResultType::NotBool(what) => Err(format!(
+                "is {what}, never a bool; a `when` is a condition: compare it (e.g. \
+                 `args.amount + 1 > 100`)"
             )),
+            ResultType::Bool | ResultType::Dyn => Ok(()),
         }
     })?
+}
+
+/// What an expression evaluates to, as far as it can be told without the args: CEL's type
+/// check of a rule's result, as kube-apiserver does for a CRD's `x-kubernetes-validations`.
+/// `args` is a map of unknown fields, so `args.x` (and an index, a ternary of those, a
+/// comprehension's result) is `Dyn`: it may hold a bool, and only evaluation can tell.
+#[derive(Debug, PartialEq)]
+enum ResultType {
+    Bool,
+    /// Never a bool: what it is instead, for the message ("an int", "a string or number").
+    NotBool(&'static str),
+    Dyn,
+}
+
+/// [`ResultType`] of `e`.
+fn result_type(e: &cel::common::ast::IdedExpr) -> ResultType {
+    use cel::common::ast::{operators, Expr, LiteralValue};
+    match &e.expr {
+        Expr::Literal(LiteralValue::Boolean(_)) => ResultType::Bool,
+        Expr::Literal(LiteralValue::Int(_)) => ResultType::NotBool("an int"),
+        Expr::Literal(LiteralValue::UInt(_)) => ResultType::NotBool("a uint"),
+        Expr::Literal(LiteralValue::Double(_)) => ResultType::NotBool("a double"),
+        Expr::Literal(LiteralValue::String(_)) => ResultType::NotBool("a string"),
+        Expr::Literal(LiteralValue::Bytes(_)) => ResultType::NotBool("bytes"),
+        Expr::Literal(LiteralValue::Null) => ResultType::NotBool("null"),
+        Expr::List(_) => ResultType::NotBool("a list"),
+        Expr::Map(_) | Expr::Struct(_) => ResultType::NotBool("a map"),
+        Expr::Ident(name) => match name.as_str() {
+            "tool" | "sideEffect" => ResultType::NotBool("a string"),
+            "args" => ResultType::NotBool("a map (the args)"),
+            _ => ResultType::Dyn,
+        },
+        // `has(args.x)` is a test; any other field of `args` may hold anything.
+        Expr::Select(select) if select.test => ResultType::Bool,
+        Expr::Select(_) | Expr::Comprehension(_) | Expr::Unspecified => ResultType::Dyn,
+        Expr::Call(call) => match call.func_name.as_str() {
+            operators::LOGICAL_AND
+            | operators::LOGICAL_OR
+            | operators::LOGICAL_NOT
+            | operators::EQUALS
+            | operators::NOT_EQUALS
+            | operators::LESS
+            | operators::LESS_EQUALS
+            | operators::GREATER
+            | operators::GREATER_EQUALS
+            | operators::IN
+            | "matches"
+            | "startsWith"
+            | "endsWith"
+            | "contains"
+            | "exists"
+            | "all"
+            | "exists_one"
+            | "has"
+            | "bool" => ResultType::Bool,
+            operators::ADD
+            | operators::SUBSTRACT
+            | operators::MULTIPLY
+            | operators::DIVIDE
+            | operators::MODULO
+            | operators::NEGATE => ResultType::NotBool("a number, string, list or duration"),
+            "size" | "int" => ResultType::NotBool("an int"),
+            "uint" => ResultType::NotBool("a uint"),
+            "double" => ResultType::NotBool("a double"),
+            "string" => ResultType::NotBool("a string"),
+            "bytes" => ResultType::NotBool("bytes"),
+            "timestamp" => ResultType::NotBool("a timestamp"),
+            "duration" => ResultType::NotBool("a duration"),
+            "type" => ResultType::NotBool("a type"),
+            "map" | "filter" => ResultType::NotBool("a list"),
+            operators::CONDITIONAL => {
+                let branches: Vec<ResultType> = call.args.iter().skip(1).map(result_type).collect();
+                match branches.as_slice() {
+                    [ResultType::NotBool(what), ResultType::NotBool(_)] => {
+                        ResultType::NotBool(what)
+                    }
+                    [ResultType::Bool, ResultType::Bool] => ResultType::Bool,
+                    _ => ResultType::Dyn,
+                }
+            }
+            _ => ResultType::Dyn,
+        },
+    }
 }
 
 /// The variables a `when` is given.
@@ -452,8 +541,32 @@ mod tests {
             "args.items.exists(i, i.sku == 'x') && tool == 'refund'",
             "args.m.all(k, args.m[k] > 0) || sideEffect == 'ReadOnly'",
             "type(args.n) == int",
+            "args.flag",
+            "args.flags[0]",
+            "args.a > 1 ? args.flag : false",
+            "true",
         ] {
             assert_eq!(check_when(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn a_when_that_can_never_be_a_bool_is_refused_naming_what_it_is() {
+        for (expression, what) in [
+            ("args.amount + 1", "a number, string, list or duration"),
+            ("size(args.items)", "an int"),
+            ("tool", "a string"),
+            ("'yes'", "a string"),
+            ("[args.a]", "a list"),
+            ("args", "a map (the args)"),
+            ("args.a > 1 ? 1 : 2", "an int"),
+            ("-args.n", "a number, string, list or duration"),
+        ] {
+            let err = check_when(expression).expect_err(expression);
+            assert!(
+                err.contains(&format!("is {what}, never a bool")),
+                "{expression}: {err}"
+            );
         }
     }
 
