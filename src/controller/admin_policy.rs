@@ -33,7 +33,7 @@ use crate::engine::policy::admin::AdminPolicies;
 use crate::engine::policy::select::select;
 
 use super::metrics::WatchHealth;
-use super::watches::recovering;
+use super::relist::recovering;
 
 /// How long an executor waits, before a step, for admin policy watches that are (re)listing.
 pub const FRESH_WAIT: Duration = Duration::from_secs(10);
@@ -244,7 +244,7 @@ fn labels_of(metadata: &Value) -> BTreeMap<String, String> {
 }
 
 /// Drives one reflector until shutdown, its watches begun by `start` and kept in `writer`'s
-/// store. It recovers as the run watches do (`watches::recovering`: a fresh list after any
+/// store. It recovers as the run watches do (`relist::recovering`: a fresh list after any
 /// error, at once after a 410 Gone, otherwise a backoff bounded by `watches::BACKOFF_MAX`), so
 /// after an API server outage the admin policies are usable again about when the runs are
 /// watched again. `health` keeps its state: an error marks it failed until a list completes or a

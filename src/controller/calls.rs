@@ -7,7 +7,8 @@ mod mcp;
 
 use std::time::Duration;
 
-use super::context::{Context, RunState};
+use super::cluster::RunState;
+use super::context::Context;
 use super::fault::{self, FaultPoint};
 use crate::agents::openai;
 use crate::engine::{AgentFailure, ModelOutcome, ToolCall, ToolOutcome};

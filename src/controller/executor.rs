@@ -24,11 +24,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::calls::{call_agent, call_hook, call_model, call_tool};
-use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
+use super::cluster::{RunKey, RunState, Written};
+use super::context::Context;
 use super::fault::{self, FaultPoint};
 use super::lease::{HeldLease, LeaseCell};
 use super::segments::SegmentCache;
 use super::trace;
+use super::writes::MAX_CONFLICTS;
 use serde_json::Value;
 
 use crate::api::AgentRunSegmentSpec;
@@ -321,7 +323,7 @@ impl Driver<'_> {
         for item in bookkeeping {
             match item {
                 Bookkeeping::Approval(write) => {
-                    super::reconcile::write_approval(self.ctx, self.key, write).await;
+                    self.ctx.write_approval(self.key, write).await;
                 }
                 Bookkeeping::ReleaseLease => {
                     let phase = self.state.run.snapshot.status["phase"].as_str();

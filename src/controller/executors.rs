@@ -19,7 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::context::RunKey;
+use super::cluster::RunKey;
 use super::pacing::{Pace, WriteMedian};
 
 /// One executor in the registry.

@@ -15,9 +15,10 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use kube::Resource;
 
+use super::cluster::RunKey;
 use super::cluster::{ApiError, DecodeError, RunError};
-use super::context::{Context, RunKey};
-use super::watches::WatchedRun;
+use super::context::Context;
+use super::watched::WatchedRun;
 
 /// The wait after a run's first failed reconcile in a row (2 s), doubled after each further
 /// one.

@@ -24,7 +24,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use serde_json::Value;
 
-use super::watches::WatchedRun;
+use super::watched::WatchedRun;
 
 mod health;
 

@@ -458,7 +458,7 @@ mod tests {
             .expect("a monotonic clock this far back");
         for lease in [&mine.written, &theirs.written] {
             let lease = lease.clone().expect("written");
-            let key = crate::controller::context::RunKey::new(
+            let key = crate::controller::cluster::RunKey::new(
                 "ns",
                 lease.metadata.name.as_deref().unwrap_or_default(),
             );

@@ -12,12 +12,14 @@ use kube::runtime::controller::Action;
 use tracing::Instrument;
 
 use super::cluster::RunError;
-use super::context::{Context, RunKey, RunState, Written, MAX_CONFLICTS};
+use super::cluster::{RunKey, RunState, Written};
+use super::context::Context;
 use super::executor;
 use super::failures::ReconcileError;
 use super::lease::{self, observation::LeaseRead};
-use super::watches::{FreshRun, WatchedRun};
-use crate::engine::{ApprovalWrite, Input, ObserveNext};
+use super::watched::{FreshRun, WatchedRun};
+use super::writes::MAX_CONFLICTS;
+use crate::engine::{Input, ObserveNext};
 
 /// How long a run that found every executor slot taken waits at most before it is looked at
 /// again; a slot that frees wakes it sooner.
@@ -376,7 +378,7 @@ async fn observe_with_slot(
             }
         }
         for write in observed.approvals {
-            write_approval(ctx, key, write).await;
+            ctx.write_approval(key, write).await;
         }
         match observed.next {
             ObserveNext::Nothing => {}
@@ -491,23 +493,6 @@ pub(super) fn watched_state(
         Err(err) => {
             tracing::debug!(run = %key, %err, "the watched run does not decode; reading it");
             None
-        }
-    }
-}
-
-/// Performs one Approval write the engine asked for (an executor's bookkeeping or an
-/// observer's): creation (AlreadyExists is success) or a conditional status write.
-pub(super) async fn write_approval(ctx: &Context, key: &RunKey, write: ApprovalWrite) {
-    match write {
-        ApprovalWrite::Create { approval } => ctx.create_approval(key, &approval).await,
-        ApprovalWrite::Status {
-            name,
-            status,
-            resource_version,
-            hash,
-        } => {
-            ctx.write_approval_status(&key.namespace, &name, &status, resource_version, &hash)
-                .await;
         }
     }
 }

@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::context::{Context, RunKey};
+use super::cluster::RunKey;
+use super::context::Context;
 use crate::api::{Archive, ArchivedSegment, Step};
 use crate::engine::archive::{
     context_segments, segment_name, verify_segment, SealedHistory, MIN_TURN_BYTES,

@@ -15,7 +15,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::context::RunKey;
+use super::cluster::RunKey;
 
 /// How long a replica that is not first for a new run leaves it alone (milliseconds).
 pub const SPREAD_MILLIS: u64 = 2_000;

@@ -12,8 +12,9 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::cluster::RunKey;
 use super::cluster::{ApiError, ClusterApi};
-use super::context::{Context, ContextParts, RunKey, Settings};
+use super::context::{Context, ContextParts, Settings};
 use super::fake::{run_object, FakeApi};
 use super::identity::{Clock, HolderId};
 use super::metrics::Metrics;
@@ -501,7 +502,7 @@ async fn a_new_run_is_not_read_while_every_slot_is_taken_and_a_cancelled_one_is(
     assert!(ctx.executors.is_full(), "the one slot is taken");
     api.state.lock().unwrap().run_reads = 0;
     let watched = |generation: i64| {
-        let run: super::watches::WatchedRun = serde_json::from_value(json!({
+        let run: super::watched::WatchedRun = serde_json::from_value(json!({
             "metadata": {"name": "queued", "namespace": "ns", "uid": "uid-queued",
                          "generation": generation},
             "status": {"phase": "Pending"},
@@ -536,7 +537,7 @@ async fn a_run_held_elsewhere_whose_lease_the_watch_has_not_delivered_waits_for_
     let now = std::time::Instant::now();
     lease_watch_listed_none(&ctx, now);
     let watched = |generation: i64| {
-        let run: super::watches::WatchedRun = serde_json::from_value(json!({
+        let run: super::watched::WatchedRun = serde_json::from_value(json!({
             "metadata": {"name": "held", "namespace": "ns", "uid": "uid-held",
                          "generation": generation},
             "status": {"phase": "Running", "observedGeneration": 1,
@@ -611,7 +612,7 @@ async fn a_run_whose_lease_expired_behind_a_watch_lagging_past_a_minute_waits_wh
         &kube::runtime::watcher::Event::Apply(presence.clone()),
         ago(4),
     );
-    let run: super::watches::WatchedRun = serde_json::from_value(json!({
+    let run: super::watched::WatchedRun = serde_json::from_value(json!({
         "metadata": {"name": "ended", "namespace": "ns", "uid": "uid-ended", "generation": 1},
         "status": {"phase": "Running", "observedGeneration": 1,
                    "lease": {"holder": other.as_str()}},
@@ -662,7 +663,7 @@ async fn past_a_quarter_of_the_budget_a_new_run_is_kept_only_by_the_replica_it_r
         .leases
         .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);
     assert_eq!(peers.len(), 2);
-    let over = super::watches::FRESH_OTHERS_BYTES + 1;
+    let over = super::watched::FRESH_OTHERS_BYTES + 1;
     let (mut first, mut not_first) = (0, 0);
     for n in 0..60 {
         let uid = format!("uid-{n}");
@@ -686,7 +687,7 @@ async fn a_run_held_elsewhere_whose_lease_never_comes_is_read_after_the_wait() {
     let ctx = context(api.clone(), "a", 500);
     let now = std::time::Instant::now();
     lease_watch_listed_none(&ctx, now);
-    let run: super::watches::WatchedRun = serde_json::from_value(json!({
+    let run: super::watched::WatchedRun = serde_json::from_value(json!({
         "metadata": {"name": "bare", "namespace": "ns", "uid": "uid-bare", "generation": 1},
         "status": {"phase": "Running", "observedGeneration": 1,
                    "lease": {"holder": "gone-1"}},
@@ -727,7 +728,7 @@ async fn a_new_run_takes_its_slot_before_it_is_read() {
     let api = Arc::new(FakeApi::with_run(run_object("ns", "first", 30)));
     api.put_run(run_object("ns", "second", 30));
     let ctx = context_with_slots(api.clone(), "a", 500, 1);
-    let watched = |name: &str| -> super::watches::WatchedRun {
+    let watched = |name: &str| -> super::watched::WatchedRun {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
                          "generation": 1},
@@ -958,7 +959,7 @@ async fn renewals_keep_a_long_call_alive() {
 async fn a_failed_reconcile_is_counted_by_kind_and_backs_off_per_run_until_it_succeeds() {
     use super::cluster::RunError;
     use super::failures::{error_policy, reconcile, ReconcileError};
-    use super::watches::WatchedRun;
+    use super::watched::WatchedRun;
     use kube::runtime::controller::Action;
 
     let api = Arc::new(FakeApi::default());
@@ -1063,7 +1064,7 @@ async fn an_approval_status_that_meets_a_concurrent_decision_is_written_on_a_fre
 
 /// The run `name` as a watch event delivers it now: with its whole object kept while it has
 /// no status.
-fn watched(api: &FakeApi, name: &str) -> super::watches::WatchedRun {
+fn watched(api: &FakeApi, name: &str) -> super::watched::WatchedRun {
     serde_json::from_value(api.run("ns", name)).expect("a watched run decodes")
 }
 

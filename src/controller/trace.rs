@@ -6,7 +6,7 @@
 
 use tracing::Span;
 
-use super::context::RunKey;
+use super::cluster::RunKey;
 use crate::engine::{Next, Transition};
 
 /// The span of an executor working on `key` (uid `uid`) as `holder`: a root, not a child of

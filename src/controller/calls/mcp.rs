@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use super::ApiSecrets;
 use crate::api::{McpServer, ToolFailure, ToolPin};
-use crate::controller::context::{Context, RunState};
+use crate::controller::cluster::RunState;
+use crate::controller::context::Context;
 use crate::controller::fault::{self, FaultPoint};
 use crate::engine::{pins, ServerListing, ToolCall, ToolOutcome};
 use crate::tools::http;

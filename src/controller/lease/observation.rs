@@ -23,7 +23,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::runtime::watcher;
 
-use crate::controller::context::RunKey;
+use crate::controller::cluster::RunKey;
 
 /// The run a Lease belongs to: the Lease is named after its run, in its namespace.
 fn key_of(lease: &Lease) -> RunKey {
