@@ -89,6 +89,21 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
         );
     }
     assert!(tools.calls().iter().any(|c| c.holder.starts_with("second")));
+    // A finished run keeps no Lease: the replica that ended it deleted it (issue 35).
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while leases
+        .get_opt("drained")
+        .await
+        .expect("read the Lease")
+        .is_some()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the Lease of the finished run was not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,102 +45,9 @@ pub struct Settings {
     pub skew_margin: Duration,
     /// Size limits handed to the engine.
     pub budgets: Budgets,
-    /// Which of issue 15's request savings are on (all, unless measuring them).
-    pub savings: Savings,
     /// The admin policies (`AgentPolicy`, `ClusterAgentPolicy`) this replica watches, handed to
     /// the engine with each call ([`super::admin_policy`]; none in [`Settings::new`]).
     pub admin_policies: super::admin_policy::AdminPolicyView,
-}
-
-/// Issue 15's request savings, each of which can be switched off to measure it on its own
-/// (docs/performance.md): `agentrt controller` reads [`SAVINGS_OFF_ENV`]. None changes what a
-/// run does; each only saves API requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Savings {
-    /// `lease-cache`: a reconcile reads the Lease as the Lease watch delivered it, not by GET.
-    pub lease_cache: bool,
-    /// `keep-terminal-lease`: the Lease of a run that ended is not released.
-    pub keep_terminal_lease: bool,
-    /// `observer-skip`: a run another replica holds live is not read ([`crate::engine::observer_wait`]).
-    pub observer_skip: bool,
-    /// `spread`: new runs are tried first by the replica their uid ranks first
-    /// ([`super::spread`]).
-    pub spread: bool,
-    /// `event-limit`: Kubernetes Events go out at `--event-qps` at most (off: as fast as they
-    /// come, `controller::projection::EventRate`).
-    pub event_limit: bool,
-    /// `pacing`: the executor slots follow the API server's pace ([`super::pacing`]; off:
-    /// always `--max-concurrent-runs`).
-    pub pacing: bool,
-    /// `slow-start`: the paced slots begin at [`super::pacing::MIN_SLOTS`] and double while the
-    /// server answers quickly ([`super::pacing`]; off: they begin at `--max-concurrent-runs`).
-    pub slow_start: bool,
-    /// `watched-spec`: a new run's reconcile takes the run from the watch event that delivered
-    /// it ([`super::watched::FreshRun`]) instead of reading it.
-    pub watched_spec: bool,
-    /// `event-batch`: a run's `Started` Event is held `--event-batch-seconds`
-    /// (`controller::projection::EventRate::batch`; off: not held).
-    pub event_batch: bool,
-    /// `presence`: each replica announces itself with a presence Lease before it takes runs
-    /// ([`super::presence`]).
-    pub presence: bool,
-    /// `watch-lag`: a run held elsewhere is left alone for the run watch's lag too once its
-    /// Lease could have expired ([`WatchLag`]).
-    pub watch_lag: bool,
-    /// `lease-watch-behind`: a run recorded as held by another replica whose Lease the Lease
-    /// watch has not delivered yet is left alone until it does, for a while
-    /// ([`crate::engine::lease_watch_behind`]).
-    pub lease_watch_behind: bool,
-}
-
-/// The environment variable naming savings to switch off, comma-separated (`lease-cache`,
-/// `keep-terminal-lease`, `observer-skip`, `spread`, `event-limit`, `pacing`, `slow-start`,
-/// `watched-spec`,
-/// `event-batch`, `presence`, `watch-lag`, `lease-watch-behind`, or `all`); for measuring
-/// only.
-pub const SAVINGS_OFF_ENV: &str = "AGENTRT_SAVINGS_OFF";
-
-impl Savings {
-    /// Every saving on.
-    pub const ALL: Savings = Savings {
-        lease_cache: true,
-        keep_terminal_lease: true,
-        observer_skip: true,
-        spread: true,
-        event_limit: true,
-        pacing: true,
-        slow_start: true,
-        watched_spec: true,
-        event_batch: true,
-        presence: true,
-        watch_lag: true,
-        lease_watch_behind: true,
-    };
-
-    /// [`Savings::ALL`] less those `off` names (comma-separated; unknown names are ignored).
-    pub fn without(off: &str) -> Savings {
-        let off: Vec<&str> = off.split(',').map(str::trim).collect();
-        let on = |name: &str| !off.contains(&name) && !off.contains(&"all");
-        Savings {
-            lease_cache: on("lease-cache"),
-            keep_terminal_lease: on("keep-terminal-lease"),
-            observer_skip: on("observer-skip"),
-            spread: on("spread"),
-            event_limit: on("event-limit"),
-            pacing: on("pacing"),
-            slow_start: on("slow-start"),
-            watched_spec: on("watched-spec"),
-            event_batch: on("event-batch"),
-            presence: on("presence"),
-            watch_lag: on("watch-lag"),
-            lease_watch_behind: on("lease-watch-behind"),
-        }
-    }
-
-    /// [`Savings::without`] what [`SAVINGS_OFF_ENV`] names.
-    pub fn from_env() -> Savings {
-        Savings::without(&std::env::var(SAVINGS_OFF_ENV).unwrap_or_default())
-    }
 }
 
 impl Settings {
@@ -155,7 +62,6 @@ impl Settings {
             reconcile_concurrency: 32,
             skew_margin: Duration::from_millis(500),
             budgets: Budgets::default(),
-            savings: Savings::ALL,
             admin_policies: super::admin_policy::AdminPolicyView::none(),
         }
     }
@@ -192,7 +98,7 @@ pub struct Context {
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// What this replica has seen of each run's Lease, and since when (its monotonic clock).
-    pub leases: LeaseObservations,
+    pub leases: Arc<LeaseObservations>,
     /// The new runs this replica leaves to another replica first ([`super::spread`]).
     pub spread: super::spread::Spread,
     /// The runs this replica leaves alone until its Lease watch delivers their Lease
@@ -226,8 +132,8 @@ impl Context {
             shutdown,
             super::executors::Slots {
                 max: settings.max_concurrent_runs,
-                paced: settings.savings.pacing,
-                slow_start: settings.savings.slow_start,
+                paced: true,
+                slow_start: true,
                 executing: metrics.executors.clone(),
                 limit: metrics.executor_slots.clone(),
                 median: metrics.status_write_median.clone(),
@@ -244,7 +150,7 @@ impl Context {
             settings,
             events,
             metrics,
-            leases: LeaseObservations::default(),
+            leases: Arc::default(),
             spread: super::spread::Spread::default(),
             lease_watch_behind: super::spread::LeftAlone::default(),
             ended: EndedRuns::default(),
@@ -275,11 +181,7 @@ impl Context {
         &self,
         key: &RunKey,
     ) -> Result<(Option<Arc<Lease>>, LeaseRead), ApiError> {
-        if let Some(cached) = self
-            .leases
-            .cached(key)
-            .filter(|_| self.settings.savings.lease_cache)
-        {
+        if let Some(cached) = self.leases.cached(key) {
             return Ok((cached, LeaseRead::Cached));
         }
         let began = LeaseRead::Live(std::time::Instant::now());
@@ -330,13 +232,10 @@ impl Context {
     }
 
     /// This replica's place among the replicas it has seen lately for the run `uid`
-    /// ([`super::spread::place`]; 0, first, when the spread is off): the order in which its
+    /// ([`super::spread::place`]): the order in which its
     /// runs waiting for a slot get one, and which new runs it keeps past a quarter of the
     /// [`super::watched::FreshRun`] budget ([`super::watches::keeps_fresh`]).
     pub fn place_for(&self, uid: &str) -> usize {
-        if !self.settings.savings.spread {
-            return 0;
-        }
         let peers = self
             .leases
             .holders_seen(std::time::Instant::now(), super::spread::PEER_MEMORY);

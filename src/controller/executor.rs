@@ -75,9 +75,7 @@ pub fn spawn(
             tracing::info!("executor stopped");
             // A run left going (or in an unknown phase) is looked at again; one that ended
             // needs nobody (issue 15: a read per run fewer).
-            if crate::engine::observe_needed(phase.as_deref())
-                || !ctx.settings.savings.keep_terminal_lease
-            {
+            if crate::engine::observe_needed(phase.as_deref()) {
                 ctx.executors.kick(&key);
             }
         }
@@ -327,14 +325,12 @@ impl Driver<'_> {
                 }
                 Bookkeeping::ReleaseLease => {
                     let phase = self.state.run.snapshot.status["phase"].as_str();
-                    if crate::engine::lease_release_needed(phase)
-                        || !self.ctx.settings.savings.keep_terminal_lease
-                    {
+                    if crate::engine::lease_release_needed(phase) {
                         self.lease
                             .release(self.ctx.api.as_ref(), &self.ctx.settings.holder)
                             .await;
                     } else {
-                        self.lease.forgo();
+                        self.lease.delete_ended(self.ctx.api.as_ref()).await;
                     }
                 }
             }

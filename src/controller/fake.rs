@@ -21,6 +21,8 @@ pub struct State {
     /// Segment creates that reached the store (AlreadyExists ones included).
     pub segment_creates: u64,
     pub leases: BTreeMap<(String, String), Lease>,
+    /// The Leases deleted, as they were stored when deleted.
+    pub deleted_leases: BTreeMap<(String, String), Lease>,
     /// Errors the next run-status writes return, in order.
     pub fail_status_writes: Vec<ApiError>,
     /// Errors the next lease writes return, in order.
@@ -61,6 +63,17 @@ impl FakeApi {
             .lock()
             .unwrap()
             .leases
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// The Lease `namespace/name` as it was stored when it was deleted (the holder of a run that
+    /// ended deletes it).
+    pub fn deleted_lease(&self, namespace: &str, name: &str) -> Option<Lease> {
+        self.state
+            .lock()
+            .unwrap()
+            .deleted_leases
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }
@@ -313,7 +326,9 @@ impl ClusterApi for FakeApi {
         {
             return Err(ApiError::Conflict("lease precondition failed".into()));
         }
-        state.leases.remove(&key);
+        if let Some(deleted) = state.leases.remove(&key) {
+            state.deleted_leases.insert(key, deleted);
+        }
         Ok(())
     }
 

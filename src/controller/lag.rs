@@ -8,7 +8,7 @@ pub const LAG_MEMORY_SECONDS: u64 = 60;
 
 /// A probe in flight this long (seconds) is taken for lost: its event may never come, and
 /// [`WatchLag::lag_millis`] reports no more than this. The ten minutes after which a killed
-/// replica's presence Lease is deleted ([`super::presence::STALE_AFTER`]).
+/// replica's presence Lease is deleted ([`super::lease::presence::STALE_AFTER`]).
 pub const LAG_LOST_SECONDS: u64 = 600;
 
 /// The least time (milliseconds) between two probes of [`WatchLag`]: at most one status write a

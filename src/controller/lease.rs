@@ -37,6 +37,7 @@ use crate::api::{AgentRun, Time};
 use crate::engine::{lease_liveness, LeaseLiveness, LeaseView};
 
 pub mod observation;
+pub mod presence;
 
 /// The label selecting the Leases this controller manages.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -556,11 +557,34 @@ impl LeaseCell {
         }
     }
 
-    /// Stops holding the lease without writing it (its run ended: the Lease stays as it is
-    /// and is deleted with the run, [`crate::engine::lease_release_needed`]); renewals and a
-    /// later [`LeaseCell::release`] then write nothing.
-    pub fn forgo(&self) {
-        self.released.store(true, Ordering::SeqCst);
+    /// Deletes the Lease of a run that ended ([`crate::engine::lease_release_needed`]: no
+    /// replica waits for it, and a finished run keeps no Lease, docs/design.md section 4), on
+    /// the uid and resourceVersion last written: a Lease written since by another holder is
+    /// left, and goes with the run (its ownerReference). Renewals and a later
+    /// [`LeaseCell::release`] then write nothing. A lost lease is not touched.
+    pub async fn delete_ended(&self, api: &dyn ClusterApi) {
+        if self.is_lost() || self.released.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let held = self.held();
+        let meta = &held.lease.metadata;
+        let result = api
+            .delete_lease(
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+                meta.uid.as_deref().unwrap_or_default(),
+                meta.resource_version.as_deref().unwrap_or_default(),
+            )
+            .await;
+        match result {
+            Ok(()) | Err(ApiError::NotFound(_)) => {}
+            Err(ApiError::Conflict(_)) => {
+                tracing::debug!(lease = ?meta.name, "the ended run's Lease changed since; it goes with the run");
+            }
+            Err(err) => {
+                tracing::info!(lease = ?meta.name, %err, "cannot delete the ended run's Lease; it goes with the run");
+            }
+        }
     }
 
     /// Releases the lease if it is still held (not lost, not released).

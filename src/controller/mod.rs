@@ -42,7 +42,6 @@ pub mod lag;
 pub mod lease;
 pub mod metrics;
 pub mod pacing;
-pub mod presence;
 pub mod projection;
 pub mod reconcile;
 pub mod relist;
@@ -64,6 +63,7 @@ use tokio_util::sync::CancellationToken;
 use cluster::RunKey;
 use context::{Context, ContextParts, Settings};
 use identity::{Clock, HolderId};
+use lease::presence;
 use metrics::Metrics;
 use projection::EventSink;
 
@@ -327,7 +327,6 @@ pub async fn run_with_engine(
         .unwrap_or_else(identity::default_prefix);
     let holder = HolderId::with_random_suffix(&prefix);
     let metrics = Arc::new(Metrics::default());
-    let savings = context::Savings::from_env();
     if let Some(addr) = options.metrics_addr {
         let bound = metrics::serve(addr, metrics.clone(), shutdown.clone()).await?;
         tracing::info!(addr = %bound, "serving metrics");
@@ -367,7 +366,6 @@ pub async fn run_with_engine(
                 seal: options.seal_limits(),
                 ..crate::engine::Budgets::default()
             },
-            savings,
             admin_policies,
             ..Settings::new(holder.clone())
         },
@@ -375,17 +373,9 @@ pub async fn run_with_engine(
             client.clone(),
             holder.as_str().to_string(),
             projection::EventRate {
-                per_second: if savings.event_limit {
-                    options.event_qps
-                } else {
-                    0.0
-                },
+                per_second: options.event_qps,
                 burst: options.event_burst,
-                batch: if savings.event_batch {
-                    Duration::from_secs(options.event_batch_seconds)
-                } else {
-                    Duration::ZERO
-                },
+                batch: Duration::from_secs(options.event_batch_seconds),
             },
             metrics.status_write_median.clone(),
             metrics.clone(),
@@ -420,7 +410,7 @@ pub async fn run_with_engine(
     });
     // This replica's presence, written before it is ready, so that replicas started together
     // know each other before the first new run (issue 15).
-    let presence = if savings.presence {
+    let presence = {
         // One Lease is enough: every scope's Lease watch feeds the same holders. With
         // --namespace, the first of them (sorted), which every replica of one installation
         // shares.
@@ -431,9 +421,7 @@ pub async fn run_with_engine(
         let mut presence =
             presence::Presence::new(ctx.api.clone(), holder.clone(), options.clock(), namespace);
         presence.announce().await;
-        Some(tokio::spawn(presence.keep(ctx.clone(), shutdown.clone())))
-    } else {
-        None
+        tokio::spawn(presence.keep(ctx.leases.clone(), shutdown.clone()))
     };
     metrics.set_ready();
     futures::future::join_all(controllers).await;
@@ -451,9 +439,7 @@ pub async fn run_with_engine(
             "shutdown grace elapsed with runs still executing; their leases will expire"
         );
     }
-    if let Some(presence) = presence {
-        let _ = presence.await;
-    }
+    let _ = presence.await;
     tracing::info!(%holder, "controller stopped");
     Ok(())
 }

@@ -4,6 +4,8 @@
 //! write (cancel, expiry, rejection), Approval creation and status, then a requeue or winning
 //! the Lease, after which an executor task takes the run over (docs/design.md section 5). It stays quick: no tool, agent or hook call ever happens here.
 
+pub mod entry;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,9 +110,6 @@ async fn reconcile_run(
 /// another replica this one knows of ranks first for it ([`super::spread`]): how long to leave
 /// it alone. A run that is no longer new is forgotten there.
 fn left_to_another(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> {
-    if !ctx.settings.savings.spread {
-        return None;
-    }
     let uid = obj.uid();
     // A Lease another run of this name left (owned by another uid) counts as none.
     let new =
@@ -141,9 +140,6 @@ const LEASE_WATCH_WAIT_MILLIS: u64 = 2_000;
 /// how long to leave it alone, once, for at most [`LEASE_WATCH_WAIT_MILLIS`]. A run for which
 /// that no longer holds is forgotten there.
 fn lease_watch_behind(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> {
-    if !ctx.settings.savings.lease_watch_behind {
-        return None;
-    }
     let behind =
         crate::engine::lease_watch_behind(&watched_view(obj), ctx.settings.holder.as_str())
             && no_own_lease_watched(ctx, key, obj.uid());
@@ -188,8 +184,7 @@ pub(super) fn slot_before_read<'a>(
     key: &RunKey,
     ctx: &'a Context,
 ) -> SlotBeforeRead<'a> {
-    if !ctx.settings.savings.observer_skip
-        || !crate::engine::slot_wait_unread(&watched_view(obj))
+    if !crate::engine::slot_wait_unread(&watched_view(obj))
         || ctx.executors.shutdown.is_cancelled()
         || ctx.executors.is_executing(key, obj.uid())
     {
@@ -208,19 +203,12 @@ pub(super) fn slot_before_read<'a>(
 /// it, is live by this replica's observation, and nothing changed in its spec since its last
 /// status write: the milliseconds [`crate::engine::observer_wait`] says it may be left alone.
 fn held_elsewhere(obj: &WatchedRun, key: &RunKey, ctx: &Context) -> Option<u64> {
-    if !ctx.settings.savings.observer_skip {
-        return None;
-    }
     let lease = ctx.leases.cached(key)??;
     let uid = obj.uid();
     lease::own(Some(&lease), uid)?;
     let seen = ctx.observe_lease(key, Some(&lease), uid, LeaseRead::Cached);
     let now = std::time::Instant::now();
-    let watch_lag_ms = if ctx.settings.savings.watch_lag {
-        ctx.watch_lag.lag_millis(now)
-    } else {
-        0
-    };
+    let watch_lag_ms = ctx.watch_lag.lag_millis(now);
     // Past the minute's cap, whether the holder is up counts ([`crate::engine::WatchBehind`]).
     let presence = seen
         .holder
@@ -337,7 +325,7 @@ async fn observe_with_slot(
         Ok(Some(state)) => state,
         Ok(None) => return Ok(Action::await_change()),
         Err(RunError::Undecodable(detail)) => {
-            return Ok(super::failures::set_aside(ctx, key, detail).await);
+            return Ok(entry::set_aside(ctx, key, detail).await);
         }
         Err(err) => return Err(err),
     };

@@ -266,12 +266,10 @@ async fn observe_wins_the_lease_and_an_executor_runs_the_tool_once() {
     assert_eq!(run["status"]["result"], json!({"got": {"n": 1}}));
     assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
     assert_eq!(seen("once"), ["observe", "lease_acquired", "tool_finished"]);
-    // A run that ended keeps its Lease as the acquisition wrote it (no release write; it is
-    // deleted with the run, issue 15).
-    let lease = api.lease("ns", "once").unwrap();
-    assert_eq!(
-        lease.spec.unwrap().holder_identity.as_deref(),
-        Some(ctx.settings.holder.as_str())
+    // A finished run keeps no Lease: its holder deleted it (issue 35).
+    assert!(
+        api.lease("ns", "once").is_none(),
+        "the Lease of a run that ended is deleted"
     );
     // Looking again changes nothing.
     observe(&ctx, &key("once"), None).await.unwrap();
@@ -439,7 +437,13 @@ async fn a_lease_owned_by_another_uid_is_replaced_not_adopted() {
     until_idle(&ctx).await;
     assert_eq!(api.run("ns", "again")["status"]["phase"], "Completed");
     assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
-    let lease = api.lease("ns", "again").expect("the run's own Lease");
+    assert!(
+        api.lease("ns", "again").is_none(),
+        "deleted once the run ended"
+    );
+    let lease = api
+        .deleted_lease("ns", "again")
+        .expect("the run's own Lease");
     assert_eq!(super::lease::owner_uid(&lease), Some("uid-again"));
     assert_eq!(
         lease.spec.unwrap().lease_transitions,
@@ -602,7 +606,7 @@ async fn a_run_whose_lease_expired_behind_a_watch_lagging_past_a_minute_waits_wh
         ago(100),
     );
     ctx.watch_lag.wrote("probe", ago(90));
-    let presence = super::presence::presence_lease(
+    let presence = super::lease::presence::presence_lease(
         &other,
         "ns",
         k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now()),
@@ -648,7 +652,7 @@ async fn past_a_quarter_of_the_budget_a_new_run_is_kept_only_by_the_replica_it_r
     let ctx = context(Arc::new(FakeApi::default()), "a", 500);
     let now = jiff::Timestamp::now();
     for peer in ["b", "c"] {
-        let presence = super::presence::presence_lease(
+        let presence = super::lease::presence::presence_lease(
             &HolderId::with_random_suffix(peer),
             "ns",
             k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
@@ -835,7 +839,7 @@ async fn a_lease_seen_unchanged_past_its_duration_and_margin_is_taken_over() {
         seen("stale"),
         ["observe", "lease_acquired", "tool_finished"]
     );
-    let lease = api.lease("ns", "stale").unwrap().spec.unwrap();
+    let lease = api.deleted_lease("ns", "stale").unwrap().spec.unwrap();
     assert_eq!(lease.lease_transitions, Some(1));
 }
 
@@ -958,7 +962,8 @@ async fn renewals_keep_a_long_call_alive() {
 #[tokio::test]
 async fn a_failed_reconcile_is_counted_by_kind_and_backs_off_per_run_until_it_succeeds() {
     use super::cluster::RunError;
-    use super::failures::{error_policy, reconcile, ReconcileError};
+    use super::failures::ReconcileError;
+    use super::reconcile::entry::{error_policy, reconcile};
     use super::watched::WatchedRun;
     use kube::runtime::controller::Action;
 

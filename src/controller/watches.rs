@@ -24,7 +24,7 @@ use super::cluster::RunKey;
 use super::context::Context;
 use super::relist::{recovering, WatchBackoff};
 use super::watched::{FreshRun, WatchedRun, FRESH_OTHERS_BYTES};
-use super::{failures, lease};
+use super::{lease, reconcile};
 use crate::api::AgentRun;
 
 pub mod approvals;
@@ -33,12 +33,8 @@ use self::approvals::{SetAside, WatchedApproval};
 
 /// Whether this replica keeps the new run `uid` as a [`FreshRun`], with `alive` bytes of them
 /// alive (its own counted): below [`FRESH_OTHERS_BYTES`], or when its uid ranks this replica
-/// first among the replicas seen lately ([`Context::place_for`]; any run when the spread is
-/// off). Never with `AGENTRT_SAVINGS_OFF=watched-spec`.
+/// first among the replicas seen lately ([`Context::place_for`]).
 pub(super) fn keeps_fresh(ctx: &Context, uid: &str, alive: usize) -> bool {
-    if !ctx.settings.savings.watched_spec {
-        return false;
-    }
     alive <= FRESH_OTHERS_BYTES || ctx.place_for(uid) == 0
 }
 
@@ -192,7 +188,11 @@ pub async fn controller(
             kube::runtime::Config::default().concurrency(ctx.settings.reconcile_concurrency),
         )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(failures::reconcile, failures::error_policy, ctx)
+        .run(
+            reconcile::entry::reconcile,
+            reconcile::entry::error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(err) = result {
                 tracing::debug!(%err, "controller stream");

@@ -95,9 +95,7 @@ impl Context {
             Ok(landed) => {
                 let run = landed.into_run(status, record);
                 // A write that changed nothing keeps its version and makes no event.
-                if self.settings.savings.watch_lag
-                    && run.resource_version != state.run.resource_version
-                {
+                if run.resource_version != state.run.resource_version {
                     self.watch_lag
                         .wrote(&run.resource_version, std::time::Instant::now());
                 }

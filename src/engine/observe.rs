@@ -40,9 +40,9 @@ pub fn observe_needed(phase: Option<&str>) -> bool {
 
 /// Whether an executor that stops after writing a status whose phase is `phase` releases the
 /// run's Lease: only when the run goes on without it (waiting for a person, or a phase it
-/// cannot read). A run that ended keeps its Lease as it is (issue 15: one write per run
-/// fewer): no replica acts on a terminal run ([`observe_needed`]), so nobody waits for the
-/// Lease, and it is deleted with the run (its ownerReference, docs/design.md section 2).
+/// cannot read). The Lease of a run that ended is deleted instead (docs/design.md section 7:
+/// finished runs keep no Lease): no replica acts on a terminal run ([`observe_needed`]), so
+/// nobody waits for it.
 pub fn lease_release_needed(phase: Option<&str>) -> bool {
     observe_needed(phase)
 }

@@ -52,7 +52,8 @@ app.kubernetes.io/component: controller
   verbs: ["create", "get"]
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
-  # delete: a Lease a deleted run of the same name left is replaced, never adopted.
+  # delete: a Lease a deleted run of the same name left is replaced, never adopted; the Lease
+  # of a run that ended is deleted by its holder; a replica gone 10 minutes loses its presence.
   verbs: ["get", "list", "watch", "create", "update", "delete"]
 # Each Event is created once (no series updates).
 - apiGroups: ["events.k8s.io"]

@@ -4,7 +4,7 @@
 //! expired only once it has been seen unchanged for `leaseDurationSeconds` plus the margin
 //! ([`crate::engine::lease_liveness`]; client-go's leader election keeps the same
 //! `observedTime`). No run's Lease is judged by a wall clock here; the one wall-clock read is
-//! whether a replica's presence Lease ([`crate::controller::presence`]) was renewed lately
+//! whether a replica's presence Lease ([`crate::controller::lease::presence`]) was renewed lately
 //! enough for its holder to count as a peer, which decides nothing about a run.
 //!
 //! Fed by the Lease watch, which sees each renewal as it is written (so the age of a Lease whose
@@ -266,7 +266,7 @@ impl LeaseObservations {
         let mut state = self.lock();
         state.touches = state.touches.wrapping_add(1);
         let touched = state.touches;
-        if crate::controller::presence::is_presence(lease) && !state.presence.contains(key) {
+        if crate::controller::lease::presence::is_presence(lease) && !state.presence.contains(key) {
             state.presence.insert(key.clone());
         }
         let holder = lease
@@ -319,7 +319,7 @@ impl LeaseObservations {
                 // A replica's presence wakes no run: it only makes its holder a peer, unless
                 // its renewTime is long past by this replica's wall clock (a killed replica's
                 // leftover; presence decides nothing, so a wall clock may judge it).
-                use crate::controller::presence;
+                use crate::controller::lease::presence;
                 if presence::is_presence(lease) {
                     let counts = presence::renewed_lately(lease, jiff::Timestamp::now());
                     self.record(&key_of(lease), lease, at, counts);
@@ -330,7 +330,7 @@ impl LeaseObservations {
             watcher::Event::Delete(lease) => {
                 self.forget(&key_of(lease));
                 // A replica that stopped withdrew its presence: it is no peer from now on.
-                use crate::controller::presence;
+                use crate::controller::lease::presence;
                 if let Some(holder) =
                     presence::holder_of(lease).filter(|_| presence::is_presence(lease))
                 {
@@ -382,7 +382,7 @@ impl LeaseObservations {
         state.holders.keys().cloned().collect()
     }
 
-    /// `holder`'s presence Lease ([`crate::controller::presence`]) as the Lease watch last
+    /// `holder`'s presence Lease ([`crate::controller::lease::presence`]) as the Lease watch last
     /// delivered it, and for how many milliseconds before `at` (monotonic) this replica has seen
     /// it unchanged: of its presence Leases in several namespaces, the one seen changed last.
     /// `None` when this replica has seen none.
@@ -396,8 +396,8 @@ impl LeaseObservations {
                 let Kept::Whole(lease) = &entry.kept else {
                     return None;
                 };
-                let held = crate::controller::presence::is_presence(lease)
-                    && crate::controller::presence::holder_of(lease) == Some(holder);
+                let held = crate::controller::lease::presence::is_presence(lease)
+                    && crate::controller::lease::presence::holder_of(lease) == Some(holder);
                 held.then(|| (lease.clone(), entry.since))
             })
             .max_by_key(|(_, since)| *since)
@@ -407,7 +407,7 @@ impl LeaseObservations {
             })
     }
 
-    /// The replicas' presence Leases ([`crate::controller::presence`]) seen unchanged for at
+    /// The replicas' presence Leases ([`crate::controller::lease::presence`]) seen unchanged for at
     /// least `older_than` before `at` (monotonic): what a replica killed without stopping left.
     pub fn stale_presence(&self, at: Instant, older_than: std::time::Duration) -> Vec<Arc<Lease>> {
         let mut state = self.lock();
@@ -415,7 +415,7 @@ impl LeaseObservations {
         let mut stale = Vec::new();
         presence.retain(|key| match seen.get(key) {
             Some(entry) => match &entry.kept {
-                Kept::Whole(lease) if crate::controller::presence::is_presence(lease) => {
+                Kept::Whole(lease) if crate::controller::lease::presence::is_presence(lease) => {
                     if at.saturating_duration_since(entry.since) >= older_than {
                         stale.push(lease.clone());
                     }
@@ -766,7 +766,7 @@ mod tests {
     #[test]
     fn a_presence_lease_makes_its_holder_a_peer_until_it_is_deleted_or_goes_stale() {
         use crate::controller::identity::HolderId;
-        use crate::controller::presence;
+        use crate::controller::lease::presence;
         let seen = LeaseObservations::default();
         let holder = HolderId::with_random_suffix("b");
         // A leftover renewed long ago by this replica's wall clock makes no peer.

@@ -3,11 +3,11 @@
 //!
 //! Without it a replica learns of its peers only from the run Leases they hold. Replicas that
 //! start together therefore know none for their first runs: each ranks itself first for every
-//! new run ([`super::spread`]) and all of them race to create its Lease, all but one losing
+//! new run ([`crate::controller::spread`]) and all of them race to create its Lease, all but one losing
 //! with a 409. A presence Lease is created before the replica is ready, renewed every third of
 //! [`PRESENCE_SECONDS`], and deleted when the replica stops. The Lease watch already selects
 //! it (it carries agentrt's label), so its holder counts among the replicas
-//! ([`super::lease::observation::LeaseObservations::holders_seen`]) from the first event;
+//! ([`super::observation::LeaseObservations::holders_seen`]) from the first event;
 //! its deletion ends that at once.
 //!
 //! A presence Lease decides nothing about a run: the spread only delays a replica's first try
@@ -18,7 +18,7 @@
 //! deletes it as another run's Lease) costs only races for new runs again.
 //!
 //! Shape: named [`PRESENCE_PREFIX`] + the holder identity ([`lease_name`]), labelled
-//! [`super::lease::MANAGED_BY_LABEL`] and [`PRESENCE_LABEL`], no owner, `holderIdentity` the
+//! [`super::MANAGED_BY_LABEL`] and [`PRESENCE_LABEL`], no owner, `holderIdentity` the
 //! replica, `leaseDurationSeconds` [`PRESENCE_SECONDS`]. A replica killed without stopping
 //! leaves its presence Lease; any replica that has seen it unchanged for [`STALE_AFTER`] on its
 //! own monotonic clock (the rule a run's Lease is judged by) deletes it, with preconditions on
@@ -32,10 +32,10 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::{ApiError, ClusterApi};
-use super::identity::{Clock, HolderId};
-use super::lease::observation::LeaseObservations;
-use super::lease::{MANAGED_BY, MANAGED_BY_LABEL};
+use super::observation::LeaseObservations;
+use super::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::controller::cluster::{ApiError, ClusterApi};
+use crate::controller::identity::{Clock, HolderId};
 
 /// The label that marks a replica's presence Lease (value [`PRESENCE_VALUE`]).
 pub const PRESENCE_LABEL: &str = "agentrt.dev/presence";
@@ -47,7 +47,7 @@ pub const PRESENCE_VALUE: &str = "replica";
 pub const PRESENCE_PREFIX: &str = "agentrt-replica-";
 
 /// `leaseDurationSeconds` of a presence Lease; it is renewed every third of it (10 s). The
-/// same as [`super::spread::PEER_MEMORY`], so a replica renewing it stays a peer.
+/// same as [`crate::controller::spread::PEER_MEMORY`], so a replica renewing it stays a peer.
 pub const PRESENCE_SECONDS: u64 = 30;
 
 /// A presence Lease seen unchanged this long (monotonic, by the replica that sees it) is
@@ -298,7 +298,7 @@ impl Presence {
     /// `stop` fires (which also cuts short a renewal or sweep the API server does not answer),
     /// then withdraws, waiting at most [`WITHDRAW_SECONDS`]. The first
     /// [`Presence::announce`] is the caller's, before it takes runs.
-    pub async fn keep(mut self, ctx: Arc<super::context::Context>, stop: CancellationToken) {
+    pub async fn keep(mut self, leases: Arc<LeaseObservations>, stop: CancellationToken) {
         let period = Duration::from_secs(PRESENCE_SECONDS / 3);
         loop {
             tokio::select! {
@@ -307,7 +307,7 @@ impl Presence {
             }
             let round = async {
                 self.announce().await;
-                self.sweep(&ctx.leases).await;
+                self.sweep(&leases).await;
             };
             tokio::select! {
                 _ = stop.cancelled() => break,
