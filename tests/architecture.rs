@@ -401,3 +401,201 @@ fn the_check_sees_paths_in_code_and_not_in_comments_or_strings() {
     assert!(code[start..end].contains("crate::x") && !code[start..end].contains("fn c"));
     assert_eq!(test_parts("#[cfg(test)]\nmod tests;").1, ["tests"]);
 }
+
+/// The most lines a source file may have, its inline test modules and test files aside
+/// (issue 35: a file a reader can hold; about 600 is the aim, this is the ceiling).
+const MAX_FILE_LINES: usize = 700;
+
+/// Every non-test file under `src/` over [`MAX_FILE_LINES`] lines, not counting its inline
+/// `#[cfg(test)] mod x { … }` blocks: `file: N lines`.
+fn oversized(root: &Path) -> Vec<String> {
+    let src = root.join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let codes: Vec<(PathBuf, String, String)> = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).expect("a source file");
+            (f.clone(), code_only(&text), text)
+        })
+        .collect();
+    let mut test_roots: Vec<PathBuf> = Vec::new();
+    for (file, code, _) in &codes {
+        for name in test_parts(code).1 {
+            let dir = child_dir(file);
+            test_roots.push(dir.join(format!("{name}.rs")));
+            test_roots.push(dir.join(&name));
+        }
+    }
+    let mut found = Vec::new();
+    for (file, code, text) in &codes {
+        if test_roots.iter().any(|r| file.starts_with(r)) {
+            continue;
+        }
+        let in_tests: usize = test_parts(code)
+            .0
+            .iter()
+            .map(|(start, end)| code[*start..*end].matches('\n').count() + 1)
+            .sum();
+        let lines = text.lines().count().saturating_sub(in_tests);
+        if lines > MAX_FILE_LINES {
+            let relative = file.strip_prefix(&src).expect("under src");
+            found.push(format!("src/{}: {lines} lines", relative.display()));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_source_file_is_longer_than_a_reader_can_hold() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let found = oversized(&root);
+    assert!(
+        found.is_empty(),
+        "source files over {MAX_FILE_LINES} lines (tests aside); split each along a \
+         responsibility its name says:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The modules of `src/controller` (its top-level files and folders; `mod.rs`, the wiring, aside)
+/// and the others each names in its non-test code: `super::x` from a file right under it,
+/// `super::super::x` from one a folder deeper, and so on, or `crate::controller::x`.
+fn controller_imports(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let dir = root.join("src/controller");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let codes: Vec<(PathBuf, String)> = files
+        .iter()
+        .map(|f| {
+            (
+                f.clone(),
+                code_only(&std::fs::read_to_string(f).expect("a file")),
+            )
+        })
+        .collect();
+    let mut test_roots: Vec<PathBuf> = Vec::new();
+    for (file, code) in &codes {
+        for name in test_parts(code).1 {
+            let child = child_dir(file);
+            test_roots.push(child.join(format!("{name}.rs")));
+            test_roots.push(child.join(&name));
+        }
+    }
+    let modules: BTreeSet<String> = codes
+        .iter()
+        .filter_map(|(file, _)| {
+            let first = file.strip_prefix(&dir).ok()?.components().next()?;
+            let name = first.as_os_str().to_str()?.trim_end_matches(".rs");
+            (name != "mod").then(|| name.to_string())
+        })
+        .collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, code) in &codes {
+        let relative = file.strip_prefix(&dir).expect("under src/controller");
+        let parts: Vec<&str> = relative
+            .components()
+            .map(|c| c.as_os_str().to_str().expect("UTF-8"))
+            .collect();
+        let from = parts[0].trim_end_matches(".rs").to_string();
+        if from == "mod" || test_roots.iter().any(|r| file.starts_with(r)) {
+            continue;
+        }
+        // How many `super::` lead from this file's module to `controller`.
+        let own_module = if parts.last() == Some(&"mod.rs") {
+            parts.len() - 1
+        } else {
+            parts.len()
+        };
+        let up = "super::".repeat(own_module);
+        let tests = test_parts(code).0;
+        for prefix in [up.as_str(), "crate::controller::"] {
+            for (at, target) in references(code, prefix) {
+                if tests.iter().any(|(s, e)| (*s..*e).contains(&at)) {
+                    continue;
+                }
+                if target != from && modules.contains(&target) {
+                    graph.entry(from.clone()).or_default().insert(target);
+                }
+            }
+        }
+        graph.entry(from).or_default();
+    }
+    graph
+}
+
+/// A circle in `graph`, as the modules on it (the first repeated at the end), if there is one.
+fn a_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<String>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut circle = path[at..].to_vec();
+            circle.push(node.to_string());
+            return Some(circle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(circle) = visit(next, graph, done, path) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut done, &mut Vec::new()))
+}
+
+#[test]
+fn the_controller_s_modules_form_layers_with_no_import_circle() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let graph = controller_imports(&root);
+    assert!(
+        graph.len() > 10,
+        "the check sees the controller's modules: {graph:?}"
+    );
+    // The bottom layer names no other module of the controller.
+    for bottom in ["identity", "fault", "pacing"] {
+        assert_eq!(
+            graph.get(bottom).map(BTreeSet::len),
+            Some(0),
+            "{bottom} is a primitive: {graph:?}"
+        );
+    }
+    if let Some(circle) = a_circle(&graph) {
+        panic!(
+            "an import circle in src/controller: {} (ARCHITECTURE.md, the controller's layers)",
+            circle.join(" -> ")
+        );
+    }
+}
+
+#[test]
+fn the_circle_check_finds_a_circle_and_no_false_one() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+            g.entry(b.to_string()).or_default();
+        }
+        g
+    };
+    assert_eq!(
+        a_circle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(
+        a_circle(&graph(&[("a", "b"), ("a", "c"), ("b", "c")])),
+        None
+    );
+}
