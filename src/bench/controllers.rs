@@ -226,6 +226,23 @@ fn kib_field(status: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The metrics exposition of each controller that answers (one GET each; one that does not is
+/// left out).
+pub async fn expositions(controllers: &[Controller], http: &reqwest::Client) -> Vec<String> {
+    let mut texts = Vec::with_capacity(controllers.len());
+    for controller in controllers {
+        if let Ok(text) = controller.metrics(http).await {
+            texts.push(text);
+        }
+    }
+    texts
+}
+
+/// Sums metric `name` (every label set) over the controllers' `expositions`.
+pub fn summed(expositions: &[String], name: &str) -> f64 {
+    expositions.iter().map(|text| metric_sum(text, name)).sum()
+}
+
 /// Sums the samples of metric `name` (every label set) in a Prometheus text exposition.
 pub fn metric_sum(text: &str, name: &str) -> f64 {
     text.lines()

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::controllers::{metric_sum, metric_value, Controller};
+use super::controllers::{expositions, metric_value, summed, Controller};
 use super::recorder::StatusRecorder;
 use super::report::{quantile, Row};
 use super::target::{create_runs, runs_api, segments_api};
@@ -161,36 +161,28 @@ pub async fn run(bench: &Bench, plan: &Plan) -> anyhow::Result<Row> {
     // most 60 s) so the requests counted below include every Event the workload made.
     let drained = Instant::now();
     loop {
-        let mut queued = 0.0;
-        for controller in &controllers {
-            if let Ok(text) = controller.metrics(&bench.http).await {
-                queued += metric_sum(&text, "agentrt_kube_events_queued");
-            }
-        }
+        let queued = summed(
+            &expositions(&controllers, &bench.http).await,
+            "agentrt_kube_events_queued",
+        );
         if queued <= 0.0 || drained.elapsed() > Duration::from_secs(60) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let mut metric_writes = 0.0;
-    let mut events = [0.0; 4];
-    let mut write_time = (0.0, 0.0);
-    for controller in &controllers {
-        if let Ok(text) = controller.metrics(&bench.http).await {
-            metric_writes += metric_sum(&text, "agentrt_status_writes_total");
-            write_time.0 += metric_sum(&text, "agentrt_status_write_duration_seconds_sum");
-            write_time.1 += metric_sum(&text, "agentrt_status_write_duration_seconds_count");
-            for (i, outcome) in ["published", "failed", "folded", "dropped"]
-                .iter()
-                .enumerate()
-            {
-                events[i] += metric_value(
-                    &text,
-                    &format!("agentrt_kube_events_total{{outcome=\"{outcome}\"}}"),
-                );
-            }
-        }
-    }
+    let texts = expositions(&controllers, &bench.http).await;
+    let metric_writes = summed(&texts, "agentrt_status_writes_total");
+    let write_time = (
+        summed(&texts, "agentrt_status_write_duration_seconds_sum"),
+        summed(&texts, "agentrt_status_write_duration_seconds_count"),
+    );
+    let events = ["published", "failed", "folded", "dropped"].map(|outcome| {
+        let series = format!("agentrt_kube_events_total{{outcome=\"{outcome}\"}}");
+        texts
+            .iter()
+            .map(|text| metric_value(text, &series))
+            .sum::<f64>()
+    });
     row.notes.push(format!(
         "Kubernetes Events: {} published, {} refused, {} folded into another of the same run while waiting, {} dropped (queue full); {:.1} s waited after the last run for the queues behind --event-qps to drain",
         events[0],
@@ -390,16 +382,13 @@ async fn wait_settled(
 ) -> anyhow::Result<Duration> {
     let target = plan.runs as f64;
     loop {
-        let mut finished = 0.0;
+        let texts = expositions(controllers, &bench.http).await;
+        let finished = summed(&texts, "agentrt_runs_finished_total");
         let mut settled: f64 = 0.0;
-        for controller in controllers {
-            let Ok(text) = controller.metrics(&bench.http).await else {
-                continue;
-            };
-            finished += metric_sum(&text, "agentrt_runs_finished_total");
+        for text in &texts {
             let parked: f64 = ["WaitingForApproval", "Completed", "Failed", "Cancelled"]
                 .iter()
-                .map(|phase| metric_value(&text, &format!("agentrt_runs{{phase=\"{phase}\"}}")))
+                .map(|phase| metric_value(text, &format!("agentrt_runs{{phase=\"{phase}\"}}")))
                 .sum();
             settled = settled.max(parked);
         }

@@ -4,6 +4,7 @@
 //! Approval can no longer grant or its run can no longer use it.
 
 use super::*;
+use crate::engine::grantable::{self, ApprovalRefusal, RunRefusal};
 
 pub(super) fn is_pending(approval: &Approval) -> bool {
     approval.spec.decision.is_none()
@@ -109,126 +110,73 @@ pub(super) async fn decide(
 
 /// Why `approval` cannot be decided now, as the end of a sentence starting with its name
 /// (docs/behaviours.md 42, 67): it is decided, not `Pending`, past its expiry, or its run,
-/// read live, no longer awaits it. `None` when it may be decided.
+/// read live, no longer awaits it. `None` when it may be decided. The rule is the engine's
+/// ([`crate::engine::grantable`]); the words are this CLI's.
 pub(super) async fn refusal(
     session: &Session,
     approval: &Approval,
 ) -> anyhow::Result<Option<String>> {
-    if approval.spec.decision.is_some() {
-        return Ok(Some(
-            "is already decided; a decision is written once".to_string(),
-        ));
-    }
-    if let Some(status) = &approval.status {
-        if status.phase != ApprovalPhase::Pending {
-            let why = status
-                .reason
-                .as_deref()
-                .map(|r| format!(" ({})", escape::escape_bounded(r, 200)))
-                .unwrap_or_default();
-            return Ok(Some(format!(
-                "is {:?}{why}, not Pending: it can no longer grant, so nothing was decided",
-                status.phase
-            )));
-        }
-        if let Some(expires_at) = status.expires_at {
-            if expires_at.0 <= jiff::Timestamp::now() {
-                return Ok(Some(format!(
-                    "expired at {expires_at}; a decision now would grant nothing"
-                )));
+    let now = crate::api::Time(jiff::Timestamp::now());
+    if let Some(refusal) = grantable::approval_cannot_grant(approval, now) {
+        return Ok(Some(match refusal {
+            ApprovalRefusal::Decided => {
+                "is already decided; a decision is written once".to_string()
             }
-        }
+            ApprovalRefusal::NotPending { phase, reason } => {
+                let why = reason
+                    .as_deref()
+                    .map(|r| format!(" ({})", escape::escape_bounded(r, 200)))
+                    .unwrap_or_default();
+                format!("is {phase:?}{why}, not Pending: it can no longer grant, so nothing was decided")
+            }
+            ApprovalRefusal::Expired { at } => {
+                format!("expired at {at}; a decision now would grant nothing")
+            }
+        }));
     }
     Ok(run_refuses(session, approval)
         .await?
         .map(|why| format!("can no longer grant: {why}; nothing was decided")))
 }
 
-/// Why the Approval's run says it can no longer grant, read live from the run (docs/design.md
-/// section 2: only the latest Approval of a step awaiting approval, of a run that has not
-/// ended or been cancelled, can grant): the run (`spec.runName`) is gone or being deleted, it
-/// is another run of the same name (its uid is not `spec.runUID` or the ownerReference's), it
-/// ended or has `spec.cancel: true`, or the step has moved on or awaits a later Approval.
-/// `None` when it may still grant.
+/// Why the Approval's run says it can no longer grant, read live from the run
+/// ([`grantable::run_cannot_use`]), in words. `None` when it may still grant.
 pub(super) async fn run_refuses(
     session: &Session,
     approval: &Approval,
 ) -> anyhow::Result<Option<String>> {
     let ns = &session.namespace;
     let run_name = &approval.spec.run_name;
-    let run_uid = approval.spec.run_uid.as_str();
-    let owner_uid = approval
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.kind == "AgentRun" && o.name == *run_name)
-        .map(|o| o.uid.as_str());
-    let Some(run) = Api::<AgentRun>::namespaced(session.client.clone(), ns)
+    let run = Api::<AgentRun>::namespaced(session.client.clone(), ns)
         .get_opt(run_name)
         .await
-        .with_context(|| format!("cannot read AgentRun {ns}/{run_name}"))?
-    else {
-        // Deleted (with --cascade=orphan the Approval outlives it and loses its
-        // ownerReference): nothing will ever act on a decision.
-        return Ok(Some(format!(
-            "its run AgentRun {ns}/{run_name} (uid {}) is gone",
-            escape::escape_bounded(run_uid, 80)
-        )));
-    };
-    if run.metadata.deletion_timestamp.is_some() {
-        return Ok(Some(format!("its run {ns}/{run_name} is being deleted")));
-    }
-    let uid_matches = |uid: &str| run.metadata.uid.as_deref() == Some(uid);
-    if !uid_matches(run_uid) || owner_uid.is_some_and(|u| !uid_matches(u)) {
-        return Ok(Some(format!(
-            "it belongs to an earlier run named {run_name} (uid {}), not AgentRun {ns}/{run_name}",
-            escape::escape_bounded(&approval.spec.run_uid, 80)
-        )));
-    }
-    let cancelled = run
-        .spec
-        .cancel
-        .then(|| format!("its run {ns}/{run_name} is being cancelled (spec.cancel: true)"));
-    let Some(status) = run.status.as_ref() else {
-        return Ok(cancelled);
-    };
-    if status.phase.is_terminal() {
-        let reason = status
-            .reason
-            .and_then(|r| serde_json::to_value(r).ok())
-            .and_then(|r| r.as_str().map(|r| format!(" {r}")))
-            .unwrap_or_default();
-        return Ok(Some(format!(
-            "its run {ns}/{run_name} ended {:?}{reason}",
-            status.phase
-        )));
-    }
-    if cancelled.is_some() {
-        return Ok(cancelled);
-    }
-    let name = approval.metadata.name.as_deref().unwrap_or_default();
-    let step = status
-        .steps
-        .iter()
-        .find(|s| s.index == approval.spec.step_index);
-    if let Some(step) = step {
-        let latest = step.approvals.last().map(|a| a.name.as_str());
-        if latest.is_some_and(|latest| latest != name) {
-            return Ok(Some(format!(
-                "step {} of run {ns}/{run_name} now awaits {}",
-                step.index,
-                latest.unwrap_or_default()
-            )));
-        }
-        if step.status != crate::api::StepStatus::AwaitingApproval {
-            return Ok(Some(format!(
-                "step {} of run {ns}/{run_name} is no longer awaiting approval",
-                step.index
-            )));
-        }
-    }
-    Ok(None)
+        .with_context(|| format!("cannot read AgentRun {ns}/{run_name}"))?;
+    let uid = || escape::escape_bounded(&approval.spec.run_uid, 80);
+    Ok(
+        grantable::run_cannot_use(approval, run.as_ref()).map(|refusal| match refusal {
+            RunRefusal::Gone => {
+                format!("its run AgentRun {ns}/{run_name} (uid {}) is gone", uid())
+            }
+            RunRefusal::BeingDeleted => format!("its run {ns}/{run_name} is being deleted"),
+            RunRefusal::EarlierRun => format!(
+                "it belongs to an earlier run named {run_name} (uid {}), not AgentRun {ns}/{run_name}",
+                uid()
+            ),
+            RunRefusal::Ended { phase, reason } => {
+                let reason = reason.map(|r| format!(" {r}")).unwrap_or_default();
+                format!("its run {ns}/{run_name} ended {phase:?}{reason}")
+            }
+            RunRefusal::BeingCancelled => {
+                format!("its run {ns}/{run_name} is being cancelled (spec.cancel: true)")
+            }
+            RunRefusal::Superseded { step, latest } => {
+                format!("step {step} of run {ns}/{run_name} now awaits {latest}")
+            }
+            RunRefusal::NotAwaiting { step } => {
+                format!("step {step} of run {ns}/{run_name} is no longer awaiting approval")
+            }
+        }),
+    )
 }
 
 /// Tests make the window between printing and patching wide enough to change the Approval in

@@ -423,6 +423,11 @@ pub struct LeaseCell {
     held: Mutex<HeldLease>,
     lost: AtomicBool,
     released: AtomicBool,
+    /// Held across every write of the Lease (the renewal task's, the executor's before a call,
+    /// a win-back, the release, the deletion): one write at a time, each from the Lease as the
+    /// one before it left it, so the executor and its renewal task never send two writes on one
+    /// resourceVersion (issue 35).
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl LeaseCell {
@@ -432,6 +437,7 @@ impl LeaseCell {
             held: Mutex::new(held),
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
+            writing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -498,6 +504,7 @@ impl LeaseCell {
         skew_margin: Duration,
         on_renew_failed: impl Fn(),
     ) -> bool {
+        let _one_write = self.writing.lock().await;
         let held = self.held();
         let half = held
             .duration_seconds
@@ -539,6 +546,7 @@ impl LeaseCell {
         if self.is_released() {
             return false;
         }
+        let _one_write = self.writing.lock().await;
         let held = self.held();
         match renew(api, &held, holder, clock.now()).await {
             Ok(Renewal::Renewed(renewed)) => {
@@ -566,6 +574,7 @@ impl LeaseCell {
         if self.is_lost() || self.released.swap(true, Ordering::SeqCst) {
             return;
         }
+        let _one_write = self.writing.lock().await;
         let held = self.held();
         let meta = &held.lease.metadata;
         let result = api
@@ -592,6 +601,7 @@ impl LeaseCell {
         if self.is_lost() || self.released.swap(true, Ordering::SeqCst) {
             return;
         }
+        let _one_write = self.writing.lock().await;
         let held = self.held();
         if let Err(err) = release(api, &held, holder).await {
             tracing::warn!(lease = ?held.lease.metadata.name, %err, "cannot release the lease; it will expire");
@@ -639,7 +649,12 @@ impl LeaseCell {
                 return;
             }
             // The lease as held now, not as it was before the wait: a renewal made meanwhile
-            // moved its resourceVersion, and renewing the older one could only conflict.
+            // moved its resourceVersion, and renewing the older one could only conflict. The
+            // executor's own renewal waits for this one, and this one for it.
+            let _one_write = self.writing.lock().await;
+            if self.is_lost() || self.is_released() {
+                return;
+            }
             let held = self.held();
             if !failed && held.sent_at.elapsed() < period {
                 continue;

@@ -18,9 +18,9 @@ use serde_json::Value;
 
 use super::cluster::RunKey;
 use super::context::Context;
-use crate::api::{Archive, ArchivedSegment, Step};
+use crate::api::{Archive, Step};
 use crate::engine::archive::{
-    context_segments, segment_name, verify_segment, SealedHistory, MIN_TURN_BYTES,
+    context_segments, segment_name, verify_segment, SealedHistory, SegmentId, MIN_TURN_BYTES,
 };
 use crate::engine::RunSnapshot;
 
@@ -58,6 +58,14 @@ struct Read {
     run_name: String,
 }
 
+/// A segment to read: what names it, and the steps it is known to hold (first, last) for what
+/// a warning says when it cannot be read.
+#[derive(Debug, Clone, Copy)]
+struct Wanted<'a> {
+    id: SegmentId<'a>,
+    steps: (i64, i64),
+}
+
 impl SegmentCache {
     /// The sealed steps the engine needs for `run`'s next model request: empty unless the run
     /// has an openai agent and sealed history. Reads (GET) only segments not cached.
@@ -79,7 +87,17 @@ impl SegmentCache {
         let mut oldest: Option<(i64, Option<Read>)> = None;
         let mut steps = 0usize;
         for entry in named {
-            let read = self.segment(ctx, key, run, entry).await;
+            let read = self
+                .segment(
+                    ctx,
+                    key,
+                    run,
+                    Wanted {
+                        id: entry.into(),
+                        steps: (entry.first_step, entry.last_step),
+                    },
+                )
+                .await;
             match &read {
                 Some(r) => {
                     steps = steps.saturating_add(r.steps.len());
@@ -104,18 +122,17 @@ impl SegmentCache {
         {
             while steps < enough && index > 0 && !read.previous.is_empty() {
                 index -= 1;
-                let entry = ArchivedSegment {
-                    name: segment_name(&read.run_name, index, &read.previous),
-                    index,
-                    sha256: read.previous.clone(),
+                let name = segment_name(&read.run_name, index, &read.previous);
+                let wanted = Wanted {
+                    id: SegmentId {
+                        index,
+                        name: &name,
+                        sha256: &read.previous,
+                    },
                     // Not known before it is read: the steps before the newer one.
-                    first_step: 0,
-                    last_step: first_step - 1,
-                    first_seq: 0,
-                    last_seq: 0,
-                    bytes: 0,
+                    steps: (0, first_step - 1),
                 };
-                match self.segment(ctx, key, run, &entry).await {
+                match self.segment(ctx, key, run, wanted).await {
                     Some(r) => {
                         steps = steps.saturating_add(r.steps.len());
                         first_step = r.steps.first().map_or(0, |s| s.index.get());
@@ -162,8 +179,9 @@ impl SegmentCache {
         ctx: &Context,
         key: &RunKey,
         run: &RunSnapshot,
-        entry: &ArchivedSegment,
+        wanted: Wanted<'_>,
     ) -> Option<Read> {
+        let entry = wanted.id;
         if let Some(at) = self.entries.iter().position(|c| c.sha256 == entry.sha256) {
             let cached = self.entries.remove(at)?;
             let read = Read {
@@ -174,11 +192,11 @@ impl SegmentCache {
             self.entries.push_back(cached);
             return Some(read);
         }
-        if self.warned.contains(&entry.name) {
+        if self.warned.contains(entry.name) {
             return None;
         }
         ctx.metrics.segment_reads.inc();
-        let read = ctx.api.get_segment(&key.namespace, &entry.name).await;
+        let read = ctx.api.get_segment(&key.namespace, entry.name).await;
         let problem = match read {
             Ok(Some(object)) => match verify_segment(entry, &object["spec"]) {
                 Ok(segment) => {
@@ -188,7 +206,7 @@ impl SegmentCache {
                         previous: segment.previous,
                         run_name: segment.run_name,
                     };
-                    self.insert(&entry.sha256, read.clone(), bytes);
+                    self.insert(entry.sha256, read.clone(), bytes);
                     return Some(read);
                 }
                 Err(fault) => fault.to_string(),
@@ -196,13 +214,13 @@ impl SegmentCache {
             Ok(None) => format!("segment {} (index {}) is missing", entry.name, entry.index),
             Err(err) => format!("segment {} cannot be read: {err}", entry.name),
         };
-        if self.warned.insert(entry.name.clone()) {
+        if self.warned.insert(entry.name.to_string()) {
             tracing::warn!(
                 segment = %entry.name,
                 %problem,
                 "a sealed segment cannot be used; the model is told steps {}..{} could not be read",
-                entry.first_step,
-                entry.last_step
+                wanted.steps.0,
+                wanted.steps.1
             );
             ctx.events.warn(
                 run,
@@ -210,7 +228,7 @@ impl SegmentCache {
                 format!(
                     "{problem}; the model's request says steps {}..{} could not be read \
                      (inspect with `agentrt verify {}`)",
-                    entry.first_step, entry.last_step, key.name
+                    wanted.steps.0, wanted.steps.1, key.name
                 ),
             );
         }
@@ -250,6 +268,7 @@ mod tests {
 
     use super::*;
     use crate::api::AgentRunSegmentSpec;
+    use crate::api::ArchivedSegment;
     use crate::controller::context::{ContextParts, Settings};
     use crate::controller::fake::{run_object, FakeApi};
     use crate::controller::identity::HolderId;

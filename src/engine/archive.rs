@@ -18,7 +18,9 @@ mod chain;
 #[cfg(test)]
 mod tests;
 
-pub use chain::{stitch, verify_chain, verify_segment, ChainFault, ChainReport, Verified};
+pub use chain::{
+    stitch, verify_chain, verify_segment, ChainFault, ChainReport, SegmentId, Verified,
+};
 
 use serde_json::Value;
 

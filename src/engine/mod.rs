@@ -77,6 +77,7 @@ pub mod canonical;
 pub mod content;
 pub mod conversation;
 mod effects;
+pub mod grantable;
 mod grants;
 pub mod hash;
 mod inputs;

@@ -125,21 +125,12 @@ fn settle_waiting(txn: &mut Txn) {
             let decided_at = status
                 .decided_at
                 .or_else(|| decision_time(stored_object(txn, &latest.name)));
-            if decided_at.is_none() && latest.expires_at.is_some_and(|e| e <= now) {
-                // Undatable: first seen now, which is what `approval.decided` records.
-                expire(
-                    txn,
-                    index,
-                    &latest,
-                    Some(&status),
-                    Some(&decision),
-                    Some(now),
-                );
-                return;
-            }
+            let undatable_past_expiry =
+                decided_at.is_none() && latest.expires_at.is_some_and(|e| e <= now);
+            // Undatable: first seen now, which is what `approval.decided` records.
             let decided_at = decided_at.unwrap_or(now);
             let ttl = txn.run.spec.limits.grant_ttl_seconds;
-            if ttl.is_some_and(|ttl| decided_at.plus_seconds(ttl) <= now) {
+            if undatable_past_expiry || ttl.is_some_and(|ttl| decided_at.plus_seconds(ttl) <= now) {
                 expire(
                     txn,
                     index,

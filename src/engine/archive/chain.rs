@@ -298,6 +298,30 @@ pub fn verify_chain(
     Ok(Verified { segments, report })
 }
 
+/// What names one sealed segment: its index, object name and sha256, enough to read it and
+/// check it ([`verify_segment`]). An [`ArchivedSegment`] entry of `status.archive` gives one;
+/// a segment found through a newer one's `previous` gives one too, before anything else of it
+/// is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentId<'a> {
+    /// Its index in the chain.
+    pub index: i64,
+    /// Its object's name.
+    pub name: &'a str,
+    /// The sha256 of its content.
+    pub sha256: &'a str,
+}
+
+impl<'a> From<&'a ArchivedSegment> for SegmentId<'a> {
+    fn from(entry: &'a ArchivedSegment) -> SegmentId<'a> {
+        SegmentId {
+            index: entry.index,
+            name: &entry.name,
+            sha256: &entry.sha256,
+        }
+    }
+}
+
 /// One segment as read (`spec` exactly as the API server returned it), checked against its
 /// entry in `status.archive`: it hashes to the sha256 the record names and decodes. Enough to
 /// trust its steps on their own (the record's sha256 names its content); [`verify_chain`] also
@@ -306,23 +330,24 @@ pub fn verify_chain(
 ///
 /// # Errors
 /// [`ChainFault::Altered`] when it hashes to something else or does not decode.
-pub fn verify_segment(
-    entry: &ArchivedSegment,
+pub fn verify_segment<'a>(
+    entry: impl Into<SegmentId<'a>>,
     raw: &Value,
 ) -> Result<AgentRunSegmentSpec, ChainFault> {
+    let entry = entry.into();
     let found = content_hash(raw).unwrap_or_else(|e| format!("(none: {e})"));
     if found != entry.sha256 {
         return Err(ChainFault::Altered {
             index: entry.index,
-            name: entry.name.clone(),
-            expected: entry.sha256.clone(),
+            name: entry.name.to_string(),
+            expected: entry.sha256.to_string(),
             found,
         });
     }
     serde_json::from_value(raw.clone()).map_err(|e| ChainFault::Altered {
         index: entry.index,
-        name: entry.name.clone(),
-        expected: entry.sha256.clone(),
+        name: entry.name.to_string(),
+        expected: entry.sha256.to_string(),
         found: format!("{found}, and it does not decode: {e}"),
     })
 }
