@@ -1,6 +1,15 @@
 //! The `AgentRun`, `Approval`, `AgentRunSegment`, `AgentPolicy` and `ClusterAgentPolicy` custom resources (docs/design.md section 2): the
 //! contract, nothing else. `agentrt crds` prints what [`crds_yaml`] returns; `crds/` holds that output and a test
 //! fails when they differ.
+//!
+//! Files:
+//! - `agentrun`: the AgentRun's spec; `status`: its record; `mcp`: the `mcp` executor,
+//!   `spec.toolSets` and `status.toolPins`.
+//! - `approval`: the Approval; `segment`: the AgentRunSegment and `status.archive`;
+//!   `admin_policy`: AgentPolicy and ClusterAgentPolicy.
+//! - `vocab`: the closed sets with their exact spellings; `step_index`, `time`: the newtypes.
+//! - `schema`: schema fragments serde's types cannot say; `reference`: `docs/reference.md`.
+//! - This file: the CRDs as YAML (`agentrt crds`) and the API server's message of an error.
 
 mod admin_policy;
 mod agentrun;

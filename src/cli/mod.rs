@@ -14,6 +14,15 @@
 //! read as a precondition: a change in between is refused by the API server.
 //!
 //! Exit codes: 0 success, 1 error, 2 usage (clap validates arguments before any API call).
+//!
+//! Files:
+//! - `args`: the command line (clap) and the checks made before any API call.
+//! - `decide`: approve, reject and settle (the engine's rule of whether an Approval can still
+//!   grant, worded here).
+//! - `render`: tables and `show`; `escape`: escaping and bounding what a person reads.
+//! - `history`: a run's whole history, segments checked and stitched.
+//! - `lint`: manifests checked offline (`lint/cluster`: the admin policies read from a cluster).
+//! - This file: connecting as kubectl does and running each command.
 
 mod args;
 mod decide;

@@ -106,7 +106,7 @@ pub struct Context {
     pub lease_watch_behind: super::spread::LeftAlone,
     /// The runs this replica executes, and what their executor tasks share.
     pub executors: Executors,
-    /// Reconcile failures in a row, per run: [`super::failures::error_policy`]'s backoff.
+    /// Reconcile failures in a row, per run: [`super::reconcile::entry::error_policy`]'s backoff.
     pub failures: FailureBackoff,
     /// The runs this replica has seen ended, in a read or a write ([`EndedRuns`]).
     pub ended: EndedRuns,

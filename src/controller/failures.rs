@@ -22,7 +22,7 @@ pub const BACKOFF_FIRST: Duration = Duration::from_secs(2);
 /// Approvals' and its Lease's still wake it sooner.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// Why a reconcile failed (it is retried by [`error_policy`]).
+/// Why a reconcile failed (it is retried by [`super::reconcile::entry::error_policy`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     /// The API server failed.

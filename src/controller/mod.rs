@@ -2,27 +2,50 @@
 //! Events and metrics (docs/design.md sections 4 and 7). The controller performs the effects the
 //! engine asks for and feeds their outcomes back; it decides nothing about a run itself.
 //!
-//! The rooms:
-//! - [`watches`]: the kube-runtime Controller: what wakes a run (its own changes that matter,
-//!   its Approvals, its Lease's holder, executors' requests).
-//! - [`reconcile`]: the kube-runtime reconcile: `engine::observe` for runs this replica is not
-//!   executing, what it returns (no side effect by its type), and winning the Lease.
-//! - [`executor`]: one task per held run, performing each `engine::Transition` in order.
-//! - [`calls`]: the tool, agent and hook calls an executor makes.
-//! - [`lease`]: the run's Lease: acquire, take over, renew, release, all compare-and-set.
-//! - [`presence`]: this replica's presence Lease, so its peers know it before it takes runs.
-//! - [`cluster`]: the API server behind a trait (compare-and-set status writes).
-//! - [`context`]: what reconciles and executors share: the API, the [`context::Settings`],
-//!   Events, metrics, Lease observations.
-//! - [`executors`]: the executor registry: which runs execute here, slots, reconcile requests.
-//! - [`failures`]: why a reconcile failed, counted by kind, and its per-run backoff.
-//! - [`projection`]: Kubernetes Events derived from what each write added to the record.
-//! - [`metrics`]: `/metrics`, `/healthz`, `/readyz`.
-//! - [`admin_policy`]: the admin policies (`AgentPolicy`, `ClusterAgentPolicy`, Namespaces'
-//!   labels) by reflector, handed to the engine with each call; fail closed when unreadable.
-//! - [`fault`]: the named crash points of the `fault-injection` feature.
-//! - [`identity`]: the holder identity and this replica's clock.
-//! - [`trace`]: the `run` and `step` spans (and, with `otel`, the run's trace).
+//! Its files form layers: each names only files of its own layer or the layers below, never in
+//! a circle (`tests/architecture.rs` fails naming the circle), bottom first:
+//!
+//! 1. Primitives, naming no other file here:
+//!    - `identity`: the holder identity and this replica's clock.
+//!    - `fault`: the named crash points of the `fault-injection` feature.
+//!    - `pacing`: how many executor slots the API server's pace allows.
+//!    - `cluster`: the API server behind a trait ([`cluster::ClusterApi`]), its errors, the
+//!      keys of a run ([`cluster::RunKey`]); `cluster/stored`: a run as read, decoded one field
+//!      at a time; `cluster/kube_api`: the trait over a kube client.
+//! 2. On the API:
+//!    - `watched`: what a replica keeps of each watched run; `watched/fresh`: a new run kept
+//!      whole until its first status write.
+//!    - `lease`: the run's Lease by compare-and-set (acquire, take over, renew, release,
+//!      delete, the holder's own check); `lease/observation`: what this replica has seen of
+//!      each Lease and since when; `lease/presence`: this replica's presence Lease.
+//!    - `spread`: which replica tries a new run's Lease first (rendezvous hashing).
+//!    - `trace`: the `run` and `step` spans (and, with `otel`, the run's trace).
+//!    - `failures`: why a reconcile failed, by kind, and each run's backoff.
+//!    - `executors`: the executor registry: which runs execute here, slots, reconcile requests.
+//! 3. Observations and output:
+//!    - `ended`: the runs seen ended; `lag`: how far the run watch runs behind this replica's
+//!      own writes.
+//!    - `metrics`: `/metrics`, `/healthz`, `/readyz`; `metrics/health`: each watch's health.
+//!    - `relist`: how a watch recovers (relist after any error, its own bounded backoff).
+//!    - `projection`: Kubernetes Events derived from each write, rate-limited and folded.
+//!    - `admin_policy`: the admin policies by reflector, handed to the engine with each call;
+//!      fail closed while unreadable.
+//!    - `admission`: the validating webhook for AgentRuns; `admission/access`: a
+//!      SubjectAccessReview per Secret a new run names.
+//! 4. `context`: what every reconcile and executor shares ([`context::Context`]: the API, the
+//!    [`context::Settings`], Events, metrics, Lease observations, the executor registry).
+//! 5. On the context:
+//!    - `writes`: the engine's bookkeeping performed: reading a run with its Approvals, the
+//!      compare-and-set status write, Approval creation and status writes.
+//!    - `segments`: the sealed steps an openai agent's conversation needs, read once and cached.
+//!    - `calls`: the tool, agent, model and hook calls; `calls/mcp`: MCP listing and calls.
+//! 6. `executor`: one task per held run, performing each `engine::Transition` in order.
+//! 7. `reconcile`: the Observe reconcile (`engine::observe` for runs this replica is not
+//!    executing, winning the Lease); `reconcile/entry`: kube-runtime's entry points and a run
+//!    that does not decode set aside.
+//! 8. `watches`: the kube-runtime Controller: what wakes a run; `watches/approvals`: Approvals
+//!    decoded one by one. `dev`: `agentrt dev`'s wiring of the embedded server. This file: the
+//!    settings of `agentrt controller` and starting it all.
 
 pub mod admin_policy;
 pub mod admission;

@@ -27,11 +27,11 @@ use crate::engine::{Input, ObserveNext};
 /// again; a slot that frees wakes it sooner.
 const SLOT_WAIT_MILLIS: u64 = 30_000;
 
-/// The reconcile of one run (kube-runtime calls it through [`super::failures::reconcile`]).
+/// The reconcile of one run (kube-runtime calls it through [`entry::reconcile`]).
 ///
 /// # Errors
 /// When the API server fails; the run is looked at again after a backoff
-/// ([`super::failures::error_policy`]).
+/// ([`entry::error_policy`]).
 pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     ctx.metrics.reconciles.inc();
     let key = RunKey {

@@ -30,14 +30,14 @@ pub struct WatchedRun {
     pub metadata: ObjectMeta,
     /// `status.phase`, `status.lease.holder` and `status.observedGeneration`.
     pub status: WatchedStatus,
-    /// Whether the watch event that delivered it wakes its reconcile ([`wakes`]); not part of
+    /// Whether the watch event that delivered it wakes its reconcile ([`super::watches::wakes`]); not part of
     /// the object.
     #[serde(skip)]
     pub wakes: bool,
     /// A new run's object as this event showed it, but for its managedFields ([`FreshRun`]:
     /// no controller has written its status yet), so the reconcile that starts it needs no
     /// read; `None` for every other run, and when the replica's budget for them
-    /// ([`FRESH_BUDGET_BYTES`], [`keeps_fresh`]) is spent.
+    /// ([`FRESH_BUDGET_BYTES`], [`super::watches::keeps_fresh`]) is spent.
     #[serde(skip)]
     pub fresh: Option<FreshRun>,
     /// Why the watched object does not decode (a part nested past serde_json's 128 levels, or
@@ -425,8 +425,8 @@ pub struct WatchedLease {
 }
 
 /// The AgentRun's own group, version, kind and plural, known at compile time: a watched run's
-/// keys ([`ObjectRef`], held by the store, the Controller's queue and its scheduler) then carry
-/// no copy of an [`ApiResource`] (five strings) each, which at 100,000 watched runs is most of
+/// keys ([`kube::runtime::reflector::ObjectRef`], held by the store, the Controller's queue and its scheduler) then carry
+/// no copy of an [`kube::api::ApiResource`] (five strings) each, which at 100,000 watched runs is most of
 /// what a replica holds per run (issue 15).
 impl Resource for WatchedRun {
     type DynamicType = ();

@@ -54,7 +54,7 @@ pub struct RunSnapshot {
     /// decode unlikely; the controller logs such a run and leaves it alone). Shared: every
     /// snapshot of one generation holds the same decoded spec.
     pub spec: std::sync::Arc<AgentRunSpec>,
-    /// The spec's length in bytes as the API server stores it ([`encoded_len`]): measured once
+    /// The spec's length in bytes as the API server stores it ([`super::encoded_len`]): measured once
     /// when the run is read and kept across its status writes while the generation stays (a
     /// CRD upgrade that adds a default changes the served spec without a new generation; the
     /// few bytes are within the object margin until the run is read again). `None` when the
@@ -63,7 +63,7 @@ pub struct RunSnapshot {
     /// on every write, so measuring it once per read keeps a large spec off each step's path.
     pub spec_bytes: Option<usize>,
     /// The length in bytes of the stored object's `apiVersion`, `kind` and `metadata`
-    /// ([`encoded_len`]), measured at each read and from each write's answer; 0 when the
+    /// ([`super::encoded_len`]), measured at each read and from each write's answer; 0 when the
     /// snapshot was not read from an API server. Counted in the object budget with the spec:
     /// a client-side `kubectl apply` keeps a copy of the whole spec in the
     /// `kubectl.kubernetes.io/last-applied-configuration` annotation, and managedFields grow
@@ -72,8 +72,8 @@ pub struct RunSnapshot {
     /// `status` as stored; `Value::Null` when absent.
     pub status: Value,
     /// `status` decoded, when the caller holds it already: the record this replica's engine
-    /// wrote in the transition whose write stored `status` ([`Transition::record`]), handed
-    /// back so the next [`step`] does not decode `status` again (issue 15). `None`: the engine
+    /// wrote in the transition whose write stored `status` ([`super::Transition::record`]), handed
+    /// back so the next [`super::step`] does not decode `status` again (issue 15). `None`: the engine
     /// decodes `status`. When `Some`, it is exactly what decoding `status` gives (debug
     /// builds check it on every step); whoever changes `status` sets it to `None`.
     pub record: Option<std::sync::Arc<crate::api::AgentRunStatus>>,
@@ -104,7 +104,7 @@ pub struct ApprovalSnapshot {
 }
 
 /// What the run's Lease object says, as read by the replica asking, and how long that replica
-/// has seen it unchanged (docs/design.md section 4; judged by [`lease_liveness`]).
+/// has seen it unchanged (docs/design.md section 4; judged by [`super::lease_liveness`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LeaseView {
     /// `spec.holderIdentity`, when the Lease exists and names one.
@@ -204,7 +204,7 @@ pub enum ToolOutcome {
 }
 
 /// Why one attempt of the webhook agent brought no decision (docs/design.md section 6;
-/// docs/behaviours.md 66). [`agent_calls`] retries a transient one within
+/// docs/behaviours.md 66). [`super::agent_calls`] retries a transient one within
 /// `spec.agent.webhook.timeoutSeconds`; anything else ends the run `agent_error`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentFailure {
@@ -285,12 +285,12 @@ pub enum ModelOutcome {
     },
 }
 
-/// One input to the executor's state machine ([`step`]); a replica that is not executing the
-/// run calls [`observe`] instead.
+/// One input to the executor's state machine ([`super::step`]); a replica that is not executing the
+/// run calls [`super::observe`] instead.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
     /// This replica just won the run's Lease by compare-and-set (after
-    /// [`ObserveNext::AcquireLease`]); `takeover` is set when it replaced a holder or an expired or
+    /// [`super::ObserveNext::AcquireLease`]); `takeover` is set when it replaced a holder or an expired or
     /// absent Lease of a run that had already started.
     LeaseAcquired {
         /// Set for a takeover (docs/design.md section 4).
@@ -313,7 +313,7 @@ pub enum Input {
         /// How it ended.
         outcome: ToolOutcome,
     },
-    /// A model attempt ([`ExternalCall::Model`]) ended.
+    /// A model attempt ([`super::ExternalCall::Model`]) ended.
     ModelAnswered {
         /// The step being decided.
         step: StepIndex,
@@ -331,7 +331,7 @@ pub enum Input {
     /// The lease was lost (a renewal found another holder, or it expired unrenewed): stop
     /// before the next side effect and record nothing as the step's outcome.
     LeaseLost,
-    /// The servers of an [`ExternalCall::ListTools`] were listed (or not), one entry per
+    /// The servers of an [`super::ExternalCall::ListTools`] were listed (or not), one entry per
     /// server asked, in order.
     ToolsListed {
         /// Each server's listing.
@@ -342,7 +342,7 @@ pub enum Input {
 /// What one MCP server listed before `run.started` (docs/design.md section 6, pinning).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerListing {
-    /// The server's URL, as [`ExternalCall::ListTools`] named it.
+    /// The server's URL, as [`super::ExternalCall::ListTools`] named it.
     pub url: String,
     /// The entries of `tools/list`'s `tools` arrays, every page in order; or why the server
     /// could not be listed (no header value in it), which fails the run `tool_unavailable`.

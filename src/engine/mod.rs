@@ -63,11 +63,17 @@
 //!   or granted (docs/behaviours.md 23-25, 34-35);
 //! - `grants`: executing a grant (docs/behaviours.md 21-22, 26);
 //! - `takeover`: takeovers, interrupted steps, the reconcile hook (docs/behaviours.md 31-40);
-//! - `projection`: Kubernetes Events derived from the journal.
+//! - `projection`: Kubernetes Events derived from the journal;
+//! - `grantable`: whether an Approval can still grant, as a person deciding it sees it (the
+//!   rule `agentrt approve` asks before it patches).
 //!
-//! The rule modules `canonical`, `hash`, `validate`, `policy`, `content` and `model` hold the
-//! pure functions the machine calls (canonical JSON and hashes, schema checks, the policy,
-//! content budgets, model accounting).
+//! The rule modules hold the pure functions the machine calls: `canonical` (canonical JSON),
+//! `hash` (SHA-256 of it), `validate` (schema checks; `validate/spec`: every problem of a whole
+//! spec, admission's and lint's verdict), `policy` (a run's own; `policy/admin`: the admins',
+//! the most restrictive wins; `policy/when`: CEL conditions), `content` (content budgets),
+//! `model` (model accounting), `pins` (MCP tool definitions pinned), `archive` (the window and
+//! sealed segments; `archive/chain`: a chain checked and stitched), `conversation` (what a model
+//! is asked).
 
 pub mod agent_calls;
 mod approvals;

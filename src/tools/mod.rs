@@ -7,6 +7,15 @@
 //! and nothing else: it never writes the record and never retries a call of its own accord.
 //! Whether a call may start at all (a live lease, a recorded `step.tool_started`) is the
 //! controller's check, made before it calls in here.
+//!
+//! Files:
+//! - `http`: the `http` executor, its answer bounded and hashed as it streams.
+//! - `mcp`: the MCP client (`mcp/client`: sessions and calls; `mcp/answer`: bounded answers;
+//!   `mcp/sse`: event streams).
+//! - `consent`: a Secret is used only with its owner's consent label, and which spec fields name
+//!   one.
+//! - `samples`: what `agentrt dev` serves for `config/samples/` (`samples/model`, `samples/hook`,
+//!   `samples/mcp`).
 
 pub mod consent;
 pub mod http;

@@ -124,7 +124,7 @@ enum Answer<S> {
     Whole(StoredRun),
 }
 
-/// What a status write landed ([`ClusterApi::replace_run_status`]): the run as stored now,
+/// What a status write landed ([`super::ClusterApi::replace_run_status`]): the run as stored now,
 /// whose status the caller that sent it hands back ([`Landed::into_run`]). Its answer was read
 /// with the status skipped unread when it is of the same run (uid) and generation.
 #[derive(Debug)]
@@ -467,7 +467,7 @@ pub enum DecodeError {
     Spec {
         /// The run, as far as it is needed to end it.
         held: Box<HeldRun>,
-        /// What serde found, at most [`CAUSE_CHARS`] characters (a wrong type's message
+        /// What serde found, at most [`super::CAUSE_CHARS`] characters (a wrong type's message
         /// quotes the value, which can be any size).
         cause: String,
         /// The stored status as JSON (`Value::Null` when absent).
@@ -502,7 +502,7 @@ impl DecodeError {
 }
 
 /// An AgentRun whose spec does not decode, as far as it can be used: enough to write its
-/// status by name, on its uid and resourceVersion ([`ClusterApi::patch_run_status`]).
+/// status by name, on its uid and resourceVersion ([`super::ClusterApi::patch_run_status`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeldRun {
     /// `metadata.namespace`.

@@ -30,7 +30,7 @@ pub async fn reconcile(obj: Arc<WatchedRun>, ctx: Arc<Context>) -> Result<Action
 }
 
 /// kube-runtime's error policy: count the failure by kind, and look at the run again after its
-/// own backoff ([`FailureBackoff::set_failure`]).
+/// own backoff ([`crate::controller::failures::FailureBackoff::set_failure`]).
 pub fn error_policy(_obj: Arc<WatchedRun>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_error(err.metric_label());
     let wait = ctx.failures.set_failure(err.run());

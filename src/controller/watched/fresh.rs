@@ -19,7 +19,7 @@ pub const FRESH_BUDGET_BYTES: usize = 12 << 20;
 
 /// Past this many bytes of [`FreshRun`]s alive (a quarter of [`FRESH_BUDGET_BYTES`]), a new
 /// run is kept only by the replica its uid ranks first among the replicas seen
-/// ([`super::spread::place`]): the one that tries it first and whose free slots go to such
+/// ([`crate::controller::spread::place`]): the one that tries it first and whose free slots go to such
 /// runs first, so the rest of the budget holds the runs this replica most likely starts.
 /// Kept by every replica below it: the one that ranks first may have no slot free, and
 /// another then starts the run.
