@@ -217,7 +217,10 @@ pub(crate) fn observe(txn: &mut Txn, lease: &LeaseView) {
     }
     match phase {
         RunPhase::Pending => txn.acquire_lease(None),
-        RunPhase::WaitingForApproval => super::waiting::waiting(txn),
+        RunPhase::WaitingForApproval => {
+            super::waiting::waiting(txn);
+            txn.acknowledge_spec_edit();
+        }
         _ => match lease_liveness(lease, txn.run.spec.lease_duration_seconds) {
             // docs/behaviours.md 30: someone (this replica included) holds it and it has not been
             // seen unchanged for its duration and the margin: wait that out.

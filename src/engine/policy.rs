@@ -15,7 +15,10 @@ mod when;
 
 use serde_json::Value;
 
-use crate::api::{PolicyDecisionKind, PolicyOutcome, PolicyRule, PolicySpec, SideEffect, ToolSpec};
+use crate::api::{
+    PolicyDecisionKind, PolicyOutcome, PolicyRule, PolicySpec, SideEffect, SideEffectPolicy,
+    ToolSpec,
+};
 pub use glob::glob_matches;
 pub use when::{check_when, MAX_WHEN_CHARS};
 use when::{eval_when, WhenError};
@@ -194,8 +197,20 @@ fn rule_decision(rule: &PolicyRule) -> PolicyDecision {
     }
 }
 
+/// The decision of the run's own `spec.policy.sideEffects` for `class`: its reason says "by
+/// default" only when the outcome is the built-in default, and names the run's own setting
+/// when the run's author chose another.
 fn class_default(policy: &PolicySpec, class: SideEffect) -> PolicyDecision {
-    outcome_decision(policy.side_effects.outcome(class), class)
+    let outcome = policy.side_effects.outcome(class);
+    let mut decision = outcome_decision(outcome, class);
+    if outcome != SideEffectPolicy::default().outcome(class) {
+        decision.reason = Some(format!(
+            "the run's spec.policy.sideEffects.{}: {}",
+            class.as_str(),
+            admin::outcome_word(outcome)
+        ));
+    }
+    decision
 }
 
 /// The decision of a side-effect class outcome (no rule matched): a reason naming the class.
@@ -276,6 +291,24 @@ mod tests {
 
     fn decide(p: &PolicySpec, t: &ToolSpec, args: Value) -> PolicyDecision {
         evaluate(p, t, &args).expect("decides")
+    }
+
+    #[test]
+    fn a_class_outcome_the_run_chose_is_named_as_the_run_s_not_as_a_default() {
+        let mut p = policy(vec![]);
+        p.side_effects.remote_mutation = PolicyOutcome::Allow;
+        let d = decide(&p, &refund(), json!({}));
+        assert_eq!(d.decision, PolicyDecisionKind::Allow);
+        assert_eq!(
+            d.reason.as_deref(),
+            Some("the run's spec.policy.sideEffects.RemoteMutation: Allow")
+        );
+        // The built-in default is still said to be one.
+        let d = decide(&p, &tool("t", SideEffect::LocalMutation), json!({}));
+        assert_eq!(
+            d.reason.as_deref(),
+            Some("LocalMutation tools are allowed by default")
+        );
     }
 
     #[test]

@@ -505,6 +505,23 @@ impl<'a> Txn<'a> {
         self.status.spec_hashes = now;
     }
 
+    /// A run nobody executes (waiting for a person) acknowledges an edit of its spec: when
+    /// `metadata.generation` moved past the stored `observedGeneration`, this transition writes
+    /// `observedGeneration` and the conditions' at the new generation, journaling
+    /// `spec.changed` (docs/design.md section 2, `observedGeneration`), so `kubectl wait
+    /// --for=condition=...` on an edited waiting run sees the condition of its current spec.
+    pub fn acknowledge_spec_edit(&mut self) {
+        let generation = self.run.generation;
+        if self
+            .stored
+            .observed_generation
+            .is_some_and(|seen| seen != generation)
+        {
+            self.note_spec_change();
+            self.status.observed_generation = Some(generation);
+        }
+    }
+
     /// Keeps the derived fields in step with the record: `stepCount`, `currentTool`,
     /// `observedGeneration`, conditions.
     pub fn sync_derived(&mut self) {

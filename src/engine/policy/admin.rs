@@ -183,7 +183,7 @@ pub fn admin_decision(policy: &AdminPolicy, tool: &ToolSpec, args: &Value) -> Op
 }
 
 /// `outcome` as a manifest spells it.
-fn outcome_word(outcome: PolicyOutcome) -> &'static str {
+pub(super) fn outcome_word(outcome: PolicyOutcome) -> &'static str {
     match outcome {
         PolicyOutcome::Allow => "Allow",
         PolicyOutcome::Deny => "Deny",

@@ -266,6 +266,39 @@ fn a_new_generation_that_changes_no_hashed_field_writes_no_spec_changed() {
     );
 }
 
+#[test]
+fn a_waiting_run_acknowledges_an_edit_of_its_spec_at_once() {
+    let mut h = paused();
+    assert_eq!(h.status().phase, RunPhase::WaitingForApproval);
+    let before = h.events().len();
+    // An edit of spec.limits (server-side apply): the next look at the run writes the new
+    // generation, in the status and in every condition, and says what changed.
+    h.spec_mut().limits.max_steps = 7;
+    h.run.generation = 3;
+    h.reconcile("b");
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::WaitingForApproval);
+    assert_eq!(status.observed_generation, Some(3));
+    assert!(!status.conditions.is_empty());
+    assert!(
+        status
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == Some(3)),
+        "{:?}",
+        status.conditions
+    );
+    assert_eq!(h.journal_from(before), ["spec.changed"]);
+    assert_eq!(
+        h.last_event("spec.changed"),
+        json!({"generation": 3, "fields": ["spec.limits"]})
+    );
+    // Looking again writes nothing more.
+    let after = h.events().len();
+    h.reconcile("b");
+    assert_eq!(h.events().len(), after);
+}
+
 /// The Kubernetes Event a lone `limit.exceeded` with `data` projects to: (type, reason, message).
 fn limit_event(data: Value) -> (String, String, String) {
     let status = json!({"events": [{"seq": 1, "type": "limit.exceeded", "data": data}]});
