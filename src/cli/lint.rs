@@ -368,58 +368,71 @@ pub fn check(documents: Documents, default_namespace: &str) -> Report {
                 "{file}: {object}: metadata.name: must be set; name the run"
             ));
         }
-        match crate::api::decode_spec(&value["spec"]) {
-            Ok(decoded) => {
-                report
-                    .problems
-                    .extend(decoded.unknown_fields.iter().map(|field| {
-                        format!(
-                            "{file}: {object}: {field}: unknown field; kubectl apply refuses it \
-                             (`kubectl explain agentrun.spec` lists the fields)"
-                        )
-                    }));
-                report.problems.extend(
-                    spec::run(name, &decoded.spec)
-                        .into_iter()
-                        .map(|p| format!("{file}: {object}: {p}")),
-                );
-                let mut namespace_labels = documents
-                    .namespaces
-                    .get(&namespace)
-                    .cloned()
-                    .unwrap_or_default();
-                namespace_labels.insert(NAME_LABEL.to_string(), namespace.clone());
-                let known = documents.namespaces.contains_key(&namespace);
-                for policy in cluster
-                    .iter()
-                    .filter(|p| p.spec.namespace_selector.is_some())
-                {
-                    let policy_name = policy.metadata.name.clone().unwrap_or_default();
-                    if !known && noted.insert((namespace.clone(), policy_name.clone())) {
-                        report.notes.push(format!(
-                            "the labels of namespace {namespace} are not among the files: \
-                             ClusterAgentPolicy {policy_name}'s namespaceSelector was matched \
-                             against {NAME_LABEL}={namespace} only (add the Namespace manifest, \
-                             or pass --policies-from-cluster)"
-                        ));
-                    }
-                }
-                let admins = select(
-                    &cluster,
-                    &namespaced,
-                    &namespace,
-                    &labels_of(&value["metadata"]),
-                    Some(&namespace_labels),
-                );
-                report.problems.extend(
-                    ceiling_refusals(&decoded.spec.limits, &admins)
-                        .into_iter()
-                        .map(|v| format!("{file}: {object}: {v}")),
-                );
-            }
-            Err(err) => report.problems.push(format!(
+        if let Some(problem) = (!name.is_empty()).then(|| run_name_problem(name)).flatten() {
+            report.problems.push(format!("{file}: {object}: {problem}"));
+        }
+        let decoded = crate::api::decode_spec(&value["spec"]);
+        // Every field the schema refuses, not only the first serde stops at (that one is said
+        // in serde's words, as the webhook says it).
+        let first = decoded.as_ref().err().map(|err| {
+            report.problems.push(format!(
                 "{file}: {object}: {err}; compare it with `kubectl explain agentrun.spec`"
-            )),
+            ));
+            err.split(": ").next().unwrap_or_default().to_string()
+        });
+        report.problems.extend(
+            schema_problems(&value["spec"])
+                .into_iter()
+                .filter(|(path, _)| first.as_deref() != Some(path.as_str()))
+                .map(|(path, problem)| format!("{file}: {object}: {path}: {problem}")),
+        );
+        if let Ok(decoded) = decoded {
+            report
+                .problems
+                .extend(decoded.unknown_fields.iter().map(|field| {
+                    format!(
+                        "{file}: {object}: {field}: unknown field; kubectl apply refuses it \
+                         (`kubectl explain agentrun.spec` lists the fields)"
+                    )
+                }));
+            report.problems.extend(
+                spec::run(name, &decoded.spec)
+                    .into_iter()
+                    .map(|p| format!("{file}: {object}: {p}")),
+            );
+            let mut namespace_labels = documents
+                .namespaces
+                .get(&namespace)
+                .cloned()
+                .unwrap_or_default();
+            namespace_labels.insert(NAME_LABEL.to_string(), namespace.clone());
+            let known = documents.namespaces.contains_key(&namespace);
+            for policy in cluster
+                .iter()
+                .filter(|p| p.spec.namespace_selector.is_some())
+            {
+                let policy_name = policy.metadata.name.clone().unwrap_or_default();
+                if !known && noted.insert((namespace.clone(), policy_name.clone())) {
+                    report.notes.push(format!(
+                        "the labels of namespace {namespace} are not among the files: \
+                         ClusterAgentPolicy {policy_name}'s namespaceSelector was matched \
+                         against {NAME_LABEL}={namespace} only (add the Namespace manifest, \
+                         or pass --policies-from-cluster)"
+                    ));
+                }
+            }
+            let admins = select(
+                &cluster,
+                &namespaced,
+                &namespace,
+                &labels_of(&value["metadata"]),
+                Some(&namespace_labels),
+            );
+            report.problems.extend(
+                ceiling_refusals(&decoded.spec.limits, &admins)
+                    .into_iter()
+                    .map(|v| format!("{file}: {object}: {v}")),
+            );
         }
     }
     report
@@ -427,3 +440,88 @@ pub fn check(documents: Documents, default_namespace: &str) -> Report {
 
 #[cfg(test)]
 mod tests;
+
+/// The AgentRun CRD's schema of `spec` as a JSON Schema validator, built once: the OpenAPI
+/// schema of `agentrt crds` with `nullable: true` read as JSON Schema says it (`type` also
+/// `null`); the `x-kubernetes-*` extensions are left to the API server.
+fn spec_schema() -> Option<&'static jsonschema::Validator> {
+    static SCHEMA: std::sync::OnceLock<Option<jsonschema::Validator>> = std::sync::OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let crd = serde_json::to_value(crate::api::agentrun_crd()).ok()?;
+            let mut spec = crd
+                .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec")?
+                .clone();
+            nullable_as_json_schema(&mut spec);
+            jsonschema::validator_for(&spec).ok()
+        })
+        .as_ref()
+}
+
+/// `nullable: true` as JSON Schema says it, everywhere in `schema`.
+fn nullable_as_json_schema(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("nullable") == Some(&Value::Bool(true)) {
+                if let Some(Value::String(kind)) = map.get("type").cloned() {
+                    map.insert("type".into(), serde_json::json!([kind, "null"]));
+                }
+            }
+            map.values_mut().for_each(nullable_as_json_schema);
+        }
+        Value::Array(items) => items.iter_mut().for_each(nullable_as_json_schema),
+        _ => {}
+    }
+}
+
+/// Every place where `spec` breaks the CRD's schema, as `(path, problem)`: the path as
+/// `spec.tools[0].name`, the problem in the schema's words with the value bounded (a type, an
+/// enum, a bound). The API server refuses each of these; serde stops at the first.
+fn schema_problems(spec: &Value) -> Vec<(String, String)> {
+    let Some(validator) = spec_schema() else {
+        return Vec::new();
+    };
+    validator
+        .iter_errors(spec)
+        .map(|err| {
+            let mut path = String::from("spec");
+            for part in err.instance_path().as_str().split('/').skip(1) {
+                let part = part.replace("~1", "/").replace("~0", "~");
+                if part.bytes().all(|b| b.is_ascii_digit()) && !part.is_empty() {
+                    path.push_str(&format!("[{part}]"));
+                } else {
+                    path.push('.');
+                    path.push_str(&part);
+                }
+            }
+            let problem = super::escape::escape_bounded(&err.to_string(), 200);
+            (path, problem)
+        })
+        .collect()
+}
+
+/// Why `name` is not a name the API server gives an AgentRun: a DNS-1123 subdomain, and at most
+/// 63 characters ([`crate::api::RUN_NAME_RULE`]); `None` when it is one.
+fn run_name_problem(name: &str) -> Option<String> {
+    let subdomain = name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if !subdomain {
+        return Some(format!(
+            "metadata.name: {:?} is not a valid name: use lowercase letters, digits, '-' and '.', \
+             starting and ending with a letter or digit",
+            super::escape::escape_bounded(name, 80)
+        ));
+    }
+    (name.chars().count() > 63).then(|| {
+        "metadata.name: must be no more than 63 characters: it is the value of the run's \
+         Approvals' label agentrt.dev/run; choose a shorter name"
+            .to_string()
+    })
+}

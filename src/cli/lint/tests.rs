@@ -199,3 +199,51 @@ fn a_field_no_agentrun_has_is_a_problem_as_kubectl_apply_refuses_it() {
     // The other problems are still reported.
     assert_eq!(report.problems.len(), 4, "{:?}", report.problems);
 }
+
+#[test]
+fn every_field_the_schema_refuses_is_a_problem_not_only_the_first() {
+    let text = RUN
+        .replace("name: weather,", "name: Weather_Run,")
+        .replace(
+            "decisions: [{kind: complete, result: {}}]",
+            "decisions: [\"just a string\", 3, null]",
+        )
+        .replace(
+            "  tools:\n",
+            "  limits: {maxSteps: ten, maxModelCalls: many}\n  leaseDurationSeconds: long\n  tools:\n",
+        )
+        .replace("sideEffect: ReadOnly", "sideEffect: Harmless");
+    let mut report = Report::default();
+    lint_text("d.yaml", &text, &mut report).expect("lints");
+    let problems = report.problems.join("\n");
+    for field in [
+        "metadata.name: \"Weather_Run\" is not a valid name",
+        "spec.limits.maxSteps: ",
+        "spec.limits.maxModelCalls: ",
+        "spec.leaseDurationSeconds: ",
+        "spec.tools[0].sideEffect: ",
+        "spec.agent.scripted.decisions[0]: ",
+        "spec.agent.scripted.decisions[1]: ",
+        "spec.agent.scripted.decisions[2]: ",
+    ] {
+        assert!(
+            problems.contains(&format!("d.yaml: demo/Weather_Run: {field}")),
+            "{field} is not said:\n{problems}"
+        );
+    }
+    // A spec whose only fault is its decisions' types decodes, and is still refused.
+    let text = RUN.replace(
+        "decisions: [{kind: complete, result: {}}]",
+        "decisions: [\"just a string\"]",
+    );
+    let mut report = Report::default();
+    lint_text("e.yaml", &text, &mut report).expect("lints");
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.starts_with("e.yaml: demo/weather: spec.agent.scripted.decisions[0]: ")),
+        "{:?}",
+        report.problems
+    );
+}
