@@ -304,12 +304,11 @@ fn child_dir(file: &Path) -> PathBuf {
     }
 }
 
-/// Every import of a room the importing room may not name: `file:line: room -> room`.
-fn violations(root: &Path) -> Vec<String> {
-    let (always, test_only) = arrows(root);
-    let src = root.join("src");
+/// Every `.rs` file under `dir` with its code ([`code_only`]) and text, and the paths that are
+/// test code as a whole: files declared `#[cfg(test)] mod x;`, and all below them.
+fn sources(dir: &Path) -> (Vec<(PathBuf, String, String)>, Vec<PathBuf>) {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(dir, &mut files);
     let codes: Vec<(PathBuf, String, String)> = files
         .iter()
         .map(|f| {
@@ -317,7 +316,6 @@ fn violations(root: &Path) -> Vec<String> {
             (f.clone(), code_only(&text), text)
         })
         .collect();
-    // Files that are test code as a whole: declared `#[cfg(test)] mod x;`, and all below them.
     let mut test_roots: Vec<PathBuf> = Vec::new();
     for (file, code, _) in &codes {
         for name in test_parts(code).1 {
@@ -326,6 +324,14 @@ fn violations(root: &Path) -> Vec<String> {
             test_roots.push(dir.join(&name));
         }
     }
+    (codes, test_roots)
+}
+
+/// Every import of a room the importing room may not name: `file:line: room -> room`.
+fn violations(root: &Path) -> Vec<String> {
+    let (always, test_only) = arrows(root);
+    let src = root.join("src");
+    let (codes, test_roots) = sources(&src);
     let mut found = Vec::new();
     for (file, code, _) in &codes {
         let relative = file.strip_prefix(&src).expect("under src");
@@ -410,23 +416,7 @@ const MAX_FILE_LINES: usize = 700;
 /// `#[cfg(test)] mod x { … }` blocks: `file: N lines`.
 fn oversized(root: &Path) -> Vec<String> {
     let src = root.join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let codes: Vec<(PathBuf, String, String)> = files
-        .iter()
-        .map(|f| {
-            let text = std::fs::read_to_string(f).expect("a source file");
-            (f.clone(), code_only(&text), text)
-        })
-        .collect();
-    let mut test_roots: Vec<PathBuf> = Vec::new();
-    for (file, code, _) in &codes {
-        for name in test_parts(code).1 {
-            let dir = child_dir(file);
-            test_roots.push(dir.join(format!("{name}.rs")));
-            test_roots.push(dir.join(&name));
-        }
-    }
+    let (codes, test_roots) = sources(&src);
     let mut found = Vec::new();
     for (file, code, text) in &codes {
         if test_roots.iter().any(|r| file.starts_with(r)) {
@@ -463,35 +453,17 @@ fn no_source_file_is_longer_than_a_reader_can_hold() {
 /// `super::super::x` from one a folder deeper, and so on, or `crate::controller::x`.
 fn controller_imports(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let dir = root.join("src/controller");
-    let mut files = Vec::new();
-    rust_files(&dir, &mut files);
-    let codes: Vec<(PathBuf, String)> = files
-        .iter()
-        .map(|f| {
-            (
-                f.clone(),
-                code_only(&std::fs::read_to_string(f).expect("a file")),
-            )
-        })
-        .collect();
-    let mut test_roots: Vec<PathBuf> = Vec::new();
-    for (file, code) in &codes {
-        for name in test_parts(code).1 {
-            let child = child_dir(file);
-            test_roots.push(child.join(format!("{name}.rs")));
-            test_roots.push(child.join(&name));
-        }
-    }
+    let (codes, test_roots) = sources(&dir);
     let modules: BTreeSet<String> = codes
         .iter()
-        .filter_map(|(file, _)| {
+        .filter_map(|(file, _, _)| {
             let first = file.strip_prefix(&dir).ok()?.components().next()?;
             let name = first.as_os_str().to_str()?.trim_end_matches(".rs");
             (name != "mod").then(|| name.to_string())
         })
         .collect();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (file, code) in &codes {
+    for (file, code, _) in &codes {
         let relative = file.strip_prefix(&dir).expect("under src/controller");
         let parts: Vec<&str> = relative
             .components()

@@ -228,7 +228,21 @@ fn decision_result(text: &str) -> Result<serde_json::Value, String> {
 /// Validates a Kubernetes object name (a DNS-1123 subdomain) before any API call, so a typo is
 /// a usage error (exit 2) rather than a request.
 fn object_name(name: &str) -> Result<String, String> {
-    let valid = !name.is_empty()
+    if is_object_name(name) {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?} is not a Kubernetes object name: use lowercase letters, digits, '-' and \
+             '.', starting and ending with a letter or digit"
+        ))
+    }
+}
+
+/// Whether `name` is a Kubernetes object name: a DNS-1123 subdomain (lowercase letters, digits,
+/// `-` and `.`, each dot-separated label starting and ending with a letter or digit; at most 253
+/// characters).
+pub(super) fn is_object_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|label| {
             !label.is_empty()
@@ -237,15 +251,7 @@ fn object_name(name: &str) -> Result<String, String> {
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-        });
-    if valid {
-        Ok(name.to_string())
-    } else {
-        Err(format!(
-            "{name:?} is not a Kubernetes object name: use lowercase letters, digits, '-' and \
-             '.', starting and ending with a letter or digit"
-        ))
-    }
+        })
 }
 
 /// An object named on the command line: `name`, or `namespace/name` as kubectl prints it

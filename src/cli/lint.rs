@@ -503,16 +503,7 @@ fn schema_problems(spec: &Value) -> Vec<(String, String)> {
 /// Why `name` is not a name the API server gives an AgentRun: a DNS-1123 subdomain, and at most
 /// 63 characters ([`crate::api::RUN_NAME_RULE`]); `None` when it is one.
 fn run_name_problem(name: &str) -> Option<String> {
-    let subdomain = name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    if !subdomain {
+    if !super::args::is_object_name(name) {
         return Some(format!(
             "metadata.name: {:?} is not a valid name: use lowercase letters, digits, '-' and '.', \
              starting and ending with a letter or digit",
