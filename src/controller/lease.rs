@@ -22,8 +22,7 @@
 //! reads them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -32,12 +31,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use kube::Resource;
 
 use super::cluster::{ApiError, ClusterApi, StoredRun};
-use super::identity::{Clock, HolderId};
+use super::identity::HolderId;
 use crate::api::{AgentRun, Time};
 use crate::engine::{lease_liveness, LeaseLiveness, LeaseView};
 
+mod cell;
 pub mod observation;
 pub mod presence;
+
+pub use cell::LeaseCell;
 
 /// The label selecting the Leases this controller manages.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -415,279 +417,6 @@ pub async fn release(
 ) -> Result<(), ApiError> {
     while_ours(api, &held.lease, holder, |spec| spec.holder_identity = None).await?;
     Ok(())
-}
-
-/// The lease an executor holds, shared between the executor and its renewal task.
-#[derive(Debug)]
-pub struct LeaseCell {
-    held: Mutex<HeldLease>,
-    lost: AtomicBool,
-    released: AtomicBool,
-    /// Held across every write of the Lease (the renewal task's, the executor's before a call,
-    /// a win-back, the release, the deletion): one write at a time, each from the Lease as the
-    /// one before it left it, so the executor and its renewal task never send two writes on one
-    /// resourceVersion (issue 35).
-    writing: tokio::sync::Mutex<()>,
-}
-
-impl LeaseCell {
-    /// Starts holding `held`.
-    pub fn new(held: HeldLease) -> Arc<LeaseCell> {
-        Arc::new(LeaseCell {
-            held: Mutex::new(held),
-            lost: AtomicBool::new(false),
-            released: AtomicBool::new(false),
-            writing: tokio::sync::Mutex::new(()),
-        })
-    }
-
-    /// The lease as last written.
-    pub fn held(&self) -> HeldLease {
-        match self.held.lock() {
-            Ok(held) => held.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
-    }
-
-    fn set(&self, held: HeldLease) {
-        match self.held.lock() {
-            Ok(mut slot) => *slot = held,
-            Err(poisoned) => *poisoned.into_inner() = held,
-        }
-    }
-
-    /// True once a renewal found another holder or the lease expired unrenewed.
-    pub fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
-    }
-
-    /// Marks the lease lost.
-    pub fn mark_lost(&self) {
-        self.lost.store(true, Ordering::SeqCst);
-    }
-
-    /// True once released.
-    pub fn is_released(&self) -> bool {
-        self.released.load(Ordering::SeqCst)
-    }
-
-    /// The holder's own check before a side effect (docs/behaviours.md 29): not lost, and the last
-    /// acknowledged renewal's send instant + duration − skew margin ahead of now, on this
-    /// replica's monotonic clock.
-    pub fn may_start_side_effect(&self, skew_margin: Duration) -> bool {
-        !self.is_lost()
-            && !self.is_released()
-            && self
-                .held()
-                .may_start_side_effect(Instant::now(), skew_margin)
-    }
-
-    /// Milliseconds of life the lease has left on this replica's monotonic clock, minus
-    /// `skew_margin` (0 when lost, released or expired).
-    pub fn remaining_millis(&self, skew_margin: Duration) -> u64 {
-        if self.is_lost() || self.is_released() {
-            return 0;
-        }
-        let left = self.held().remaining(Instant::now(), skew_margin);
-        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// Renews now (writing `clock`'s time as renewTime), unless more than half the lease's life
-    /// is left; false when the lease is lost (another holder, or renewals failing past its
-    /// expiry). Used before the write that precedes a side effect, so a start is not recorded
-    /// under a lease about to lapse.
-    pub async fn renew_if_half_spent(
-        &self,
-        api: &dyn ClusterApi,
-        holder: &HolderId,
-        clock: &Clock,
-        skew_margin: Duration,
-        on_renew_failed: impl Fn(),
-    ) -> bool {
-        let _one_write = self.writing.lock().await;
-        let held = self.held();
-        let half = held
-            .duration_seconds
-            .max(0)
-            .unsigned_abs()
-            .saturating_mul(500);
-        if self.remaining_millis(skew_margin) > half {
-            return true;
-        }
-        if self.is_lost() || self.is_released() {
-            return false;
-        }
-        match renew(api, &held, holder, clock.now()).await {
-            Ok(Renewal::Renewed(renewed)) => {
-                self.set(*renewed);
-                true
-            }
-            Ok(Renewal::Lost { holder: other }) => {
-                tracing::warn!(lease = ?held.lease.metadata.name, holder = ?other, "lease lost: another holder renewed or took it");
-                self.mark_lost();
-                false
-            }
-            Err(err) => {
-                tracing::info!(lease = ?held.lease.metadata.name, %err, "lease renewal failed");
-                on_renew_failed();
-                self.may_start_side_effect(skew_margin)
-            }
-        }
-    }
-
-    /// Wins back a lease this replica lost while a call was in flight (renewals that failed
-    /// past its expiry), when nobody took it meanwhile (docs/design.md section 5, a lease won
-    /// back): renews the Lease as last written by compare-and-set ([`renew`]), which lands only
-    /// while the Lease still names this holder and this run; a Lease another replica took (or
-    /// released after taking) is never won back. True when renewed: the lease is held again
-    /// (its life counted from this renewal's send instant). False when released, another
-    /// holder has it, or the API server fails (the lease stays lost).
-    pub async fn regain(&self, api: &dyn ClusterApi, holder: &HolderId, clock: &Clock) -> bool {
-        if self.is_released() {
-            return false;
-        }
-        let _one_write = self.writing.lock().await;
-        let held = self.held();
-        match renew(api, &held, holder, clock.now()).await {
-            Ok(Renewal::Renewed(renewed)) => {
-                self.set(*renewed);
-                self.lost.store(false, Ordering::SeqCst);
-                true
-            }
-            Ok(Renewal::Lost { holder: other }) => {
-                tracing::info!(lease = ?held.lease.metadata.name, holder = ?other, "the lease cannot be won back: another holder took it");
-                false
-            }
-            Err(err) => {
-                tracing::info!(lease = ?held.lease.metadata.name, %err, "the lease cannot be won back");
-                false
-            }
-        }
-    }
-
-    /// Deletes the Lease of a run that ended ([`crate::engine::lease_release_needed`]: no
-    /// replica waits for it, and a finished run keeps no Lease, docs/design.md section 4), on
-    /// the uid and resourceVersion last written: a Lease written since by another holder is
-    /// left, and goes with the run (its ownerReference). Renewals and a later
-    /// [`LeaseCell::release`] then write nothing. A lost lease is not touched.
-    pub async fn delete_ended(&self, api: &dyn ClusterApi) {
-        if self.is_lost() || self.released.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let _one_write = self.writing.lock().await;
-        let held = self.held();
-        let meta = &held.lease.metadata;
-        let result = api
-            .delete_lease(
-                meta.namespace.as_deref().unwrap_or_default(),
-                meta.name.as_deref().unwrap_or_default(),
-                meta.uid.as_deref().unwrap_or_default(),
-                meta.resource_version.as_deref().unwrap_or_default(),
-            )
-            .await;
-        match result {
-            Ok(()) | Err(ApiError::NotFound(_)) => {}
-            Err(ApiError::Conflict(_)) => {
-                tracing::debug!(lease = ?meta.name, "the ended run's Lease changed since; it goes with the run");
-            }
-            Err(err) => {
-                tracing::info!(lease = ?meta.name, %err, "cannot delete the ended run's Lease; it goes with the run");
-            }
-        }
-    }
-
-    /// Releases the lease if it is still held (not lost, not released).
-    pub async fn release(&self, api: &dyn ClusterApi, holder: &HolderId) {
-        if self.is_lost() || self.released.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let _one_write = self.writing.lock().await;
-        let held = self.held();
-        if let Err(err) = release(api, &held, holder).await {
-            tracing::warn!(lease = ?held.lease.metadata.name, %err, "cannot release the lease; it will expire");
-        }
-    }
-
-    /// Renews the lease a third of its duration after its last acknowledged renewal, its own
-    /// or the executor's before a call (writing `clock`'s time as renewTime), always on the
-    /// resourceVersion held at that moment, until
-    /// it is lost or released, or `stop` fires. A renewal that finds another holder, or that
-    /// fails until the lease has expired on this replica's monotonic clock (the last
-    /// acknowledged renewal's send instant + duration), marks it lost and calls `on_lost`; each
-    /// renewal the API server does not answer calls `on_renew_failed`.
-    pub async fn keep_renewed(
-        self: Arc<LeaseCell>,
-        api: Arc<dyn ClusterApi>,
-        holder: HolderId,
-        clock: Clock,
-        stop: tokio_util::sync::CancellationToken,
-        on_lost: impl Fn() + Send,
-        on_renew_failed: impl Fn() + Send,
-    ) {
-        let mut failed = false;
-        loop {
-            let (period, since_renewed) = {
-                let held = self.held();
-                let period = Duration::from_millis(
-                    u64::try_from(held.duration_seconds.max(1)).unwrap_or(1) * 1000 / 3,
-                );
-                (period, held.sent_at.elapsed())
-            };
-            // A third of the duration after the last acknowledged renewal, whoever made it (the
-            // executor renews too, before a call when half is spent); after a failure, a third
-            // of the duration after it.
-            let wait = if failed {
-                period
-            } else {
-                period.saturating_sub(since_renewed)
-            };
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
-            }
-            if self.is_lost() || self.is_released() {
-                return;
-            }
-            // The lease as held now, not as it was before the wait: a renewal made meanwhile
-            // moved its resourceVersion, and renewing the older one could only conflict. The
-            // executor's own renewal waits for this one, and this one for it.
-            let _one_write = self.writing.lock().await;
-            if self.is_lost() || self.is_released() {
-                return;
-            }
-            let held = self.held();
-            if !failed && held.sent_at.elapsed() < period {
-                continue;
-            }
-            let now = clock.now();
-            match renew(api.as_ref(), &held, &holder, now).await {
-                Ok(Renewal::Renewed(renewed)) => {
-                    if self.is_released() {
-                        return;
-                    }
-                    failed = false;
-                    self.set(*renewed);
-                }
-                Ok(Renewal::Lost { holder: other }) => {
-                    tracing::warn!(lease = ?held.lease.metadata.name, holder = ?other, "lease lost: another holder renewed or took it");
-                    self.mark_lost();
-                    on_lost();
-                    return;
-                }
-                Err(err) => {
-                    failed = true;
-                    on_renew_failed();
-                    if !held.may_start_side_effect(Instant::now(), Duration::ZERO) {
-                        tracing::warn!(lease = ?held.lease.metadata.name, %err, "lease lost: renewals failed past its expiry");
-                        self.mark_lost();
-                        on_lost();
-                        return;
-                    }
-                    tracing::info!(lease = ?held.lease.metadata.name, %err, "lease renewal failed; retrying");
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -16,8 +16,9 @@
 //!    - `watched`: what a replica keeps of each watched run; `watched/fresh`: a new run kept
 //!      whole until its first status write.
 //!    - `lease`: the run's Lease by compare-and-set (acquire, take over, renew, release,
-//!      delete, the holder's own check); `lease/observation`: what this replica has seen of
-//!      each Lease and since when; `lease/presence`: this replica's presence Lease.
+//!      delete, the holder's own check); `lease/cell`: the lease an executor holds, shared
+//!      with its renewal task, one write at a time; `lease/observation`: what this replica has
+//!      seen of each Lease and since when; `lease/presence`: this replica's presence Lease.
 //!    - `spread`: which replica tries a new run's Lease first (rendezvous hashing).
 //!    - `trace`: the `run` and `step` spans (and, with `otel`, the run's trace).
 //!    - `failures`: why a reconcile failed, by kind, and each run's backoff.
