@@ -22,7 +22,6 @@
 //! reads them.
 
 use std::collections::BTreeMap;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
