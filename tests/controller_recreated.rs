@@ -91,9 +91,12 @@ async fn a_run_created_again_under_a_deleted_runs_name_runs_under_its_own_lease(
         || controller.log().contains("the run is gone"),
     )
     .await;
+    // The new run ended: its holder deleted its Lease (a finished run keeps none), and the
+    // deleted run's executor wrote no Lease of that name since.
     assert_eq!(
         lease_owner(&client, &ns, "again").await.as_deref(),
-        Some(new_uid.as_str())
+        None,
+        "a Lease of the finished run's name is left"
     );
     let done = status(&client, &ns, "again").await;
     assert_eq!(
