@@ -62,6 +62,14 @@ impl ControllerSpec {
         self
     }
 
+    /// Serving its metrics and probes on `127.0.0.1:port` (`--metrics-addr`; see
+    /// [`super::free_port`]).
+    pub fn metrics_on(mut self, port: u16) -> ControllerSpec {
+        self.extra
+            .extend(["--metrics-addr".to_string(), format!("127.0.0.1:{port}")]);
+        self
+    }
+
     /// With `AGENTRT_LOG=filter` (e.g. `trace`).
     pub fn log(mut self, filter: &str) -> ControllerSpec {
         self.log = Some(filter.to_string());

@@ -13,9 +13,24 @@
 //!   (certificates, the ValidatingWebhookConfiguration, removed when the test ends).
 //! - [`mcpserver`]: the Python MCP SDK's FastMCP server (tests/fixtures/mcp_server.py).
 //! - [`webhook`]: the controller's admission webhook registered with a real kube-apiserver.
+//! - [`runs`]: a scenario's runs and Approvals through its cluster (`cluster.create_run`,
+//!   `cluster.run_awaiting_approval`, `cluster.wait_phase`, `cluster.decide`, ...).
+//! - [`metrics`]: a controller's `/metrics` scraped, its samples read.
+//! - [`cli`]: the `agentrt` command line against the test's cluster, and its output as text.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod cluster;
+pub mod runs;
+
+/// A TCP port free on 127.0.0.1 at the moment of asking (bound, read, released); panics when
+/// the machine has none.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
 
 /// Paths of the YAML manifests under `tests/fixtures/`.
 pub mod fixtures {
@@ -62,6 +77,7 @@ pub mod helm {
     }
 }
 pub mod mcpserver;
+pub mod metrics;
 pub mod modelserver;
 pub mod proxy;
 pub mod stub;
