@@ -20,15 +20,14 @@ fn yaml(text: &str) -> serde_yaml::Value {
 #[tokio::test]
 async fn objects_and_the_resource_version_survive_a_restart() {
     let data = tempfile::tempdir().expect("tempdir");
-    let mut c = TestCluster::start_with(Options {
-        data_dir: Some(data.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("objects_and_the_resource_version_survive_a_restart: not on a real cluster: a test of agentrt dev's --data-dir across a restart");
+    let Some(mut c) = TestCluster::embedded_only(
+        Options::data_dir(data.path()),
+        "objects_and_the_resource_version_survive_a_restart: not on a real cluster: a test of agentrt dev's --data-dir across a restart",
+    )
+    .await
+    else {
         return;
-    }
+    };
     c.apply_test_crds();
     c.kubectl_ok(&[
         "apply",
@@ -94,15 +93,14 @@ fn rv_of(cm: &ConfigMap) -> u64 {
 #[tokio::test]
 async fn after_a_kill_the_resource_version_never_goes_back_and_older_watches_get_410() {
     let data = tempfile::tempdir().expect("tempdir");
-    let mut c = TestCluster::start_with(Options {
-        data_dir: Some(data.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("after_a_kill_the_resource_version_never_goes_back_and_older_watches_get_410: not on a real cluster: a test of agentrt dev's --data-dir across a kill");
+    let Some(mut c) = TestCluster::embedded_only(
+        Options::data_dir(data.path()),
+        "after_a_kill_the_resource_version_never_goes_back_and_older_watches_get_410: not on a real cluster: a test of agentrt dev's --data-dir across a kill",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let created = cms
         .create(
@@ -175,11 +173,10 @@ async fn a_corrupt_state_file_is_refused_and_left_in_place() {
         no_namespace: true,
         ..Default::default()
     };
-    let mut c = TestCluster::start_with(options.clone()).await;
-    if !c.is_embedded() {
-        eprintln!("a_corrupt_state_file_is_refused_and_left_in_place: not on a real cluster: a test of agentrt dev's state file");
+    let skipped = "a_corrupt_state_file_is_refused_and_left_in_place: not on a real cluster: a test of agentrt dev's state file";
+    let Some(mut c) = TestCluster::embedded_only(options.clone(), skipped).await else {
         return;
-    }
+    };
     c.kubectl_ok(&["create", "configmap", "keep-me", "-n", "default"]);
     c.stop();
     let state = data.path().join("state.json");
@@ -202,15 +199,14 @@ async fn a_corrupt_state_file_is_refused_and_left_in_place() {
 
 #[tokio::test]
 async fn crds_dir_installs_the_crds_at_start() {
-    let c = TestCluster::start_with(Options {
+    let options = Options {
         crds_dir: Some(fixtures::path("devcluster")),
         ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("crds_dir_installs_the_crds_at_start: not on a real cluster: a test of agentrt dev's --crds-dir");
+    };
+    let skipped = "crds_dir_installs_the_crds_at_start: not on a real cluster: a test of agentrt dev's --crds-dir";
+    let Some(c) = TestCluster::embedded_only(options, skipped).await else {
         return;
-    }
+    };
     let out = c.kubectl_ok(&["get", "crd", "-o", "name"]);
     assert!(
         out.contains("widgets.example.dev") && out.contains("gizmos.example.dev"),
@@ -228,15 +224,14 @@ async fn crds_dir_installs_the_crds_at_start() {
 #[tokio::test]
 async fn a_write_that_was_answered_survives_a_kill() {
     let data = tempfile::tempdir().expect("tempdir");
-    let mut c = TestCluster::start_with(Options {
-        data_dir: Some(data.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("a_write_that_was_answered_survives_a_kill: not on a real cluster: a test of agentrt dev's --data-dir across a kill");
+    let Some(mut c) = TestCluster::embedded_only(
+        Options::data_dir(data.path()),
+        "a_write_that_was_answered_survives_a_kill: not on a real cluster: a test of agentrt dev's --data-dir across a kill",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     // Created, changed and deleted right before the kill, well inside the snapshot's debounce:
     // only the journal has them.

@@ -219,17 +219,16 @@ async fn selectors_apply_to_watch_events_and_leaving_the_selection_is_a_delete()
 
 #[tokio::test]
 async fn bookmarks_arrive_when_asked_for() {
-    let c = TestCluster::start_with(Options {
+    // kube-apiserver sends a watch bookmark about once a minute, on no schedule a client
+    // can set; the 200 ms interval is the embedded server's test knob.
+    let options = Options {
         bookmark_interval_ms: Some(200),
         ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        // kube-apiserver sends a watch bookmark about once a minute, on no schedule a client
-        // can set; the 200 ms interval is the embedded server's test knob.
-        eprintln!("bookmarks_arrive_when_asked_for: embedded server only (bookmark interval)");
+    };
+    let skipped = "bookmarks_arrive_when_asked_for: embedded server only (bookmark interval)";
+    let Some(c) = TestCluster::embedded_only(options, skipped).await else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let created = cms
         .create(&PostParams::default(), &cm("a", json!({})))
@@ -342,15 +341,14 @@ async fn timeout_seconds_ends_the_stream() {
 
 #[tokio::test]
 async fn a_resource_version_older_than_the_history_gets_410_gone() {
-    let c = TestCluster::start_with(Options {
+    let options = Options {
         watch_history: Some(5),
         ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("a_resource_version_older_than_the_history_gets_410_gone: not on a real cluster: a test of agentrt dev's --watch-history (kube-apiserver's window is etcd compaction, minutes long)");
+    };
+    let skipped = "a_resource_version_older_than_the_history_gets_410_gone: not on a real cluster: a test of agentrt dev's --watch-history (kube-apiserver's window is etcd compaction, minutes long)";
+    let Some(c) = TestCluster::embedded_only(options, skipped).await else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let first = cms
         .create(&PostParams::default(), &cm("first", json!({})))
@@ -389,15 +387,14 @@ async fn a_resource_version_older_than_the_history_gets_410_gone() {
 
 #[tokio::test]
 async fn kube_runtime_watcher_relists_after_410_and_keeps_seeing_changes() {
-    let c = TestCluster::start_with(Options {
+    let options = Options {
         watch_history: Some(5),
         ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("kube_runtime_watcher_relists_after_410_and_keeps_seeing_changes: not on a real cluster: a test of agentrt dev's --watch-history (a 410 cannot be provoked on demand from kube-apiserver)");
+    };
+    let skipped = "kube_runtime_watcher_relists_after_410_and_keeps_seeing_changes: not on a real cluster: a test of agentrt dev's --watch-history (a 410 cannot be provoked on demand from kube-apiserver)";
+    let Some(c) = TestCluster::embedded_only(options, skipped).await else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     cms.create(&PostParams::default(), &cm("before", json!({})))
         .await

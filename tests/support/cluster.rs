@@ -149,7 +149,31 @@ async fn client_for(kubeconfig: &Path) -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
+impl Options {
+    /// The default options but `--data-dir data`: a server whose state survives its restart
+    /// or kill ([`TestCluster::restart`], [`TestCluster::kill_and_restart`]).
+    pub fn data_dir(data: &Path) -> Options {
+        Options {
+            data_dir: Some(data.to_path_buf()),
+            ..Options::default()
+        }
+    }
+}
+
 impl TestCluster {
+    /// [`TestCluster::start_with`] `options` for a test of the embedded server alone (its
+    /// `--data-dir`, `--token`, `--watch-history`, restarts, ...): `None` on a real cluster,
+    /// after printing `skipped` on stderr (the test then returns: it is skipped). Panics as
+    /// `start_with` does.
+    pub async fn embedded_only(options: Options, skipped: &str) -> Option<TestCluster> {
+        let cluster = Self::start_with(options).await;
+        if !cluster.is_embedded() {
+            eprintln!("{skipped}");
+            return None;
+        }
+        Some(cluster)
+    }
+
     /// A cluster with a fresh namespace (default options).
     pub async fn start() -> TestCluster {
         Self::start_with(Options::default()).await

@@ -536,6 +536,21 @@ pub async fn agentrt_cluster_with(options: super::cluster::Options) -> super::cl
     cluster
 }
 
+/// [`agentrt_cluster_with`] `--data-dir data`, for a scenario that restarts or kills the
+/// embedded server under its controllers: `None` on a real cluster, after printing
+/// `{test}: not on a real cluster: it restarts agentrt dev` on stderr (the test is skipped).
+pub async fn restartable_agentrt_cluster(
+    data: &Path,
+    test: &str,
+) -> Option<super::cluster::TestCluster> {
+    let cluster = agentrt_cluster_with(super::cluster::Options::data_dir(data)).await;
+    if !cluster.is_embedded() {
+        eprintln!("{test}: not on a real cluster: it restarts agentrt dev");
+        return None;
+    }
+    Some(cluster)
+}
+
 /// Creates namespace `name` (for scenarios that need one controller set per namespace).
 pub async fn create_namespace(client: &Client, name: &str) {
     let ns: k8s_openapi::api::core::v1::Namespace =
