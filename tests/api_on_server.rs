@@ -8,15 +8,8 @@ mod support;
 
 use std::process::Output;
 
+use support::cli::text;
 use support::cluster::TestCluster;
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 async fn cluster() -> TestCluster {
     let c = TestCluster::start().await;
@@ -36,7 +29,7 @@ fn run_with(from: &str, to: &str) -> String {
 }
 
 fn refused(c: &TestCluster, yaml: &str) -> String {
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], yaml);
+    let out = c.apply(yaml);
     assert!(
         !out.status.success(),
         "the API server accepted:\n{yaml}\n{}",
@@ -48,7 +41,7 @@ fn refused(c: &TestCluster, yaml: &str) -> String {
 #[tokio::test]
 async fn crds_apply_and_a_run_gets_the_documented_defaults() {
     let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml());
+    c.apply(&run_yaml());
     let spec: serde_json::Value = serde_json::from_str(&c.kubectl_ok(&[
         "get",
         "agentrun",
@@ -137,7 +130,7 @@ async fn a_run_name_longer_than_63_characters_is_refused_at_creation() {
         &format!("name: {}", "r".repeat(63)),
         1,
     );
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fits);
+    let out = c.apply(&fits);
     assert!(out.status.success(), "{}", text(&out));
 }
 
@@ -166,7 +159,7 @@ spec:
 #[tokio::test]
 async fn max_context_bytes_defaults_to_256_kib_and_is_at_least_4096() {
     let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &openai_run("modelled", ""));
+    c.apply(&openai_run("modelled", ""));
     let max = c.kubectl_ok(&[
         "get",
         "agentrun",
@@ -218,7 +211,7 @@ async fn exactly_one_agent_kind_is_required() {
 #[tokio::test]
 async fn goal_agent_and_tools_are_immutable_and_cancel_only_goes_true() {
     let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml());
+    c.apply(&run_yaml());
     let out = c.kubectl(&[
         "patch",
         "ar",
@@ -308,7 +301,7 @@ fn decide(c: &TestCluster, verdict: &str, hash: &str) -> Output {
 #[tokio::test]
 async fn a_decision_must_carry_the_approvals_hash_and_is_written_once() {
     let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &approval_yaml());
+    c.apply(&approval_yaml());
     let out = decide(&c, "Approved", OTHER);
     assert!(
         !out.status.success(),
@@ -341,7 +334,7 @@ async fn a_decision_must_carry_the_approvals_hash_and_is_written_once() {
 #[tokio::test]
 async fn an_approvals_request_cannot_be_changed() {
     let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &approval_yaml());
+    c.apply(&approval_yaml());
     let out = c.kubectl(&[
         "patch",
         "approval",

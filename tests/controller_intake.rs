@@ -206,7 +206,7 @@ spec:
   validationActions: [Deny]
 "#
     );
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &manifest);
+    let out = cluster.apply(&manifest);
     assert!(
         out.status.success(),
         "{}",

@@ -48,7 +48,9 @@ async fn interrupted(
         .create(&client, &ns)
         .await;
     let controllers = crash_then_take_over(cluster.kubeconfig(), &ns, "during-tool", WAIT);
-    let approval = wait_approval(&client, &ns, name, "interrupted_side_effect", WAIT).await;
+    let approval = cluster
+        .wait_approval(name, "interrupted_side_effect", WAIT)
+        .await;
     (approval, tools, controllers)
 }
 
@@ -113,8 +115,8 @@ async fn an_interrupted_call_approved_at_once_is_sent_again_only_after_the_first
         "mayRunUntil is at least startedAt + timeoutSeconds: {first_attempt}"
     );
     // Approved as soon as it appears.
-    decide(&client, &ns, &approval, "Approved").await;
-    let status = wait_phase(&client, &ns, "early", "Completed", WAIT).await;
+    cluster.decide(&approval, "Approved").await;
+    let status = cluster.wait_phase("early", "Completed", WAIT).await;
     let calls = tools.calls_of_run(&format!("{ns}/early"));
     assert_eq!(calls.len(), 2, "exactly two attempts: {calls:?}");
     let (one, two) = (&calls[0], &calls[1]);
@@ -161,7 +163,7 @@ async fn an_interrupted_call_settled_took_effect_records_the_given_result_and_ru
         Some(json!({"ticket": "closed", "by": "hand"})),
     )
     .await;
-    let status = wait_phase(&client, &ns, "took", "Completed", WAIT).await;
+    let status = cluster.wait_phase("took", "Completed", WAIT).await;
     let step = &status["steps"][0];
     assert_eq!(step["status"], json!("done"), "{step}");
     assert_eq!(
@@ -198,7 +200,7 @@ async fn an_interrupted_call_settled_did_not_take_effect_runs_nothing_and_the_ag
     let (approval, tools, _controllers) = interrupted(&cluster, "skipped").await;
     settle(&client, &ns, &approval, "DidNotTakeEffect", None).await;
     // The scripted agent's next decision completes the run.
-    let status = wait_phase(&client, &ns, "skipped", "Completed", WAIT).await;
+    let status = cluster.wait_phase("skipped", "Completed", WAIT).await;
     let step = &status["steps"][0];
     assert_eq!(step["status"], json!("interrupted"), "{step}");
     assert_eq!(
@@ -235,14 +237,14 @@ async fn a_settle_verdict_on_an_approval_of_another_kind_is_refused_by_the_schem
     RunFixture::new("needs-approval", &tools.base(), "asks")
         .create(&client, &ns)
         .await;
-    let approval = approvals(&client, &ns, "asks").await;
+    let approval = cluster.approvals_of("asks").await;
     let approval = match approval.into_iter().next() {
         Some(a) => a,
         None => {
             // Not yet created: wait for any kind.
             let mut found = None;
             for _ in 0..600 {
-                if let Some(a) = approvals(&client, &ns, "asks").await.into_iter().next() {
+                if let Some(a) = cluster.approvals_of("asks").await.into_iter().next() {
                     found = Some(a);
                     break;
                 }

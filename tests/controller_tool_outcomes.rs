@@ -22,7 +22,7 @@ async fn run_one(
     let yaml = RunFixture::new("one-call", &tools.base(), name)
         .class(class)
         .yaml();
-    create_run(&cluster.client(), cluster.namespace(), &yaml).await;
+    cluster.create_run(&yaml).await;
     (cluster, tools, controller)
 }
 
@@ -33,14 +33,9 @@ async fn an_error_status_is_a_tool_error_the_agent_sees() {
         ..Behaviour::default()
     };
     let (cluster, tools, _c) = run_one("LocalMutation", behaviour, "errored").await;
-    let done = wait_phase(
-        &cluster.client(),
-        cluster.namespace(),
-        "errored",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let done = cluster
+        .wait_phase("errored", "Completed", Duration::from_secs(30))
+        .await;
     let observation = &done["steps"][0]["observation"];
     assert_eq!(observation["kind"], "tool_error", "{observation}");
     assert_eq!(step_statuses(&done), ["failed", "done"]);
@@ -55,17 +50,10 @@ async fn a_tool_that_never_answers_leaves_a_side_effect_waiting_for_a_person() {
         ..Behaviour::default()
     };
     let (cluster, tools, _c) = run_one("RemoteMutation", behaviour, "hung").await;
-    let client = cluster.client();
-    let ns = cluster.namespace();
-    let approval = wait_approval(
-        &client,
-        ns,
-        "hung",
-        "interrupted_side_effect",
-        Duration::from_secs(30),
-    )
-    .await;
-    let waiting = status(&client, ns, "hung").await;
+    let approval = cluster
+        .wait_approval("hung", "interrupted_side_effect", Duration::from_secs(30))
+        .await;
+    let waiting = cluster.run_status("hung").await;
     assert_eq!(waiting["phase"], "WaitingForApproval");
     assert!(
         !events_of(&waiting, "step.interrupted").is_empty(),
@@ -77,8 +65,10 @@ async fn a_tool_that_never_answers_leaves_a_side_effect_waiting_for_a_person() {
         "the call was not repeated on its own"
     );
     // Rejecting it ends the run without calling the tool again.
-    decide(&client, ns, &approval, "Rejected").await;
-    let done = wait_phase(&client, ns, "hung", "Cancelled", Duration::from_secs(30)).await;
+    cluster.decide(&approval, "Rejected").await;
+    let done = cluster
+        .wait_phase("hung", "Cancelled", Duration::from_secs(30))
+        .await;
     assert_eq!(done["reason"], "approval_rejected");
     assert_eq!(tools.calls().len(), 1);
 }
@@ -90,14 +80,9 @@ async fn an_abort_header_fails_the_run_tool_abort() {
         ..Behaviour::default()
     };
     let (cluster, _tools, _c) = run_one("ReadOnly", behaviour, "aborted").await;
-    let done = wait_phase(
-        &cluster.client(),
-        cluster.namespace(),
-        "aborted",
-        "Failed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let done = cluster
+        .wait_phase("aborted", "Failed", Duration::from_secs(30))
+        .await;
     assert_eq!(done["reason"], "tool_abort");
     assert_seq_contiguous(&done);
 }

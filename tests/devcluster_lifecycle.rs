@@ -350,7 +350,7 @@ spec:
     storage: true
     schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
 "#;
-    c.kubectl_stdin(&["apply", "-f", "-"], crd);
+    c.apply(crd);
     c.kubectl_ok(&[
         "wait",
         "--for",
@@ -362,13 +362,13 @@ spec:
             "apiVersion: lifecycle.example.dev/v1\nkind: Sprocket\nmetadata: {{name: {name}, finalizers: {finalizers}}}\n"
         )
     };
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &sprocket("held", "[example.dev/a]"));
+    let out = c.apply(&sprocket("held", "[example.dev/a]"));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    c.kubectl_stdin(&["apply", "-f", "-"], &sprocket("free", "[]"));
+    c.apply(&sprocket("free", "[]"));
 
     c.kubectl_ok(&[
         "delete",

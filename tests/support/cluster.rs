@@ -297,6 +297,13 @@ impl TestCluster {
         self.kubectl_command(args).output().expect("kubectl runs")
     }
 
+    /// `kubectl apply -f -` of `manifest` (YAML or JSON, one object or several) in the test's
+    /// namespace: what kubectl said and its exit status, unchecked (a test of a refusal reads
+    /// it; one that needs it applied asserts success).
+    pub fn apply(&self, manifest: &str) -> Output {
+        self.kubectl_stdin(&["apply", "-f", "-"], manifest)
+    }
+
     /// Runs kubectl with `stdin` as its standard input (e.g. `apply -f -`).
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Output {
         self.kubectl_as(&self.kubeconfig, args, stdin)
