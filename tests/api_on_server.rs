@@ -212,15 +212,11 @@ async fn exactly_one_agent_kind_is_required() {
 async fn goal_agent_and_tools_are_immutable_and_cancel_only_goes_true() {
     let c = cluster().await;
     c.apply(&run_yaml());
-    let out = c.kubectl(&[
-        "patch",
+    let out = c.merge_patch(
         "ar",
         "refund-1042",
-        "--type",
-        "merge",
-        "-p",
         r#"{"spec":{"goal":"Refund everything"}}"#,
-    ]);
+    );
     assert!(
         !out.status.success() && text(&out).contains("spec.goal is immutable"),
         "{}",
@@ -241,33 +237,13 @@ async fn goal_agent_and_tools_are_immutable_and_cancel_only_goes_true() {
         text(&out)
     );
     // Policy and limits may change.
-    c.kubectl_ok(&[
-        "patch",
+    c.merge_patch_ok(
         "ar",
         "refund-1042",
-        "--type",
-        "merge",
-        "-p",
         r#"{"spec":{"limits":{"maxSteps":10}}}"#,
-    ]);
-    c.kubectl_ok(&[
-        "patch",
-        "ar",
-        "refund-1042",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"cancel":true}}"#,
-    ]);
-    let out = c.kubectl(&[
-        "patch",
-        "ar",
-        "refund-1042",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"cancel":false}}"#,
-    ]);
+    );
+    c.merge_patch_ok("ar", "refund-1042", r#"{"spec":{"cancel":true}}"#);
+    let out = c.merge_patch("ar", "refund-1042", r#"{"spec":{"cancel":false}}"#);
     assert!(
         !out.status.success()
             && text(&out).contains("spec.cancel may only change from false to true"),
@@ -287,15 +263,7 @@ fn decide(c: &TestCluster, verdict: &str, hash: &str) -> Output {
     let patch = format!(
         r#"{{"spec":{{"decision":{{"verdict":"{verdict}","hash":"{hash}","approver":"alice"}}}}}}"#
     );
-    c.kubectl(&[
-        "patch",
-        "approval",
-        "refund-1042-1-1",
-        "--type",
-        "merge",
-        "-p",
-        &patch,
-    ])
+    c.merge_patch("approval", "refund-1042-1-1", &patch)
 }
 
 #[tokio::test]
@@ -350,15 +318,11 @@ async fn an_approvals_request_cannot_be_changed() {
         "{}",
         text(&out)
     );
-    let out = c.kubectl(&[
-        "patch",
+    let out = c.merge_patch(
         "approval",
         "refund-1042-1-1",
-        "--type",
-        "merge",
-        "-p",
         r#"{"spec":{"presentation":{"note":"looks fine"}}}"#,
-    ]);
+    );
     assert!(!out.status.success(), "a presentation was added");
     let printed = c.kubectl_ok(&["get", "apv"]);
     assert!(

@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 use support::cli::{agentrt, text};
+use support::cluster::TestCluster;
 use support::controller::agentrt_cluster;
 
 fn segment_yaml() -> String {
@@ -64,15 +65,7 @@ async fn a_segments_spec_cannot_be_edited_and_it_cannot_gain_a_status() {
         r#"{"spec":{"bytes":5}}"#,
         r#"{"spec":{"runName":"another-run"}}"#,
     ] {
-        let out = c.kubectl(&[
-            "patch",
-            "arseg",
-            "refund-1042-0-0123456789",
-            "--type",
-            "merge",
-            "-p",
-            patch,
-        ]);
+        let out = c.merge_patch("arseg", "refund-1042-0-0123456789", patch);
         assert!(!out.status.success(), "{patch} was accepted");
     }
 
@@ -104,15 +97,11 @@ async fn a_segments_spec_cannot_be_edited_and_it_cannot_gain_a_status() {
     }
 
     // No status: what is written there is pruned.
-    let _ = c.kubectl(&[
-        "patch",
+    let _ = c.merge_patch(
         "arseg",
         "refund-1042-0-0123456789",
-        "--type",
-        "merge",
-        "-p",
         r#"{"status":{"phase":"Edited"}}"#,
-    ]);
+    );
     let object: Value = serde_json::from_str(&c.kubectl_ok(&[
         "get",
         "arseg",
@@ -236,6 +225,47 @@ fn segment_object(run: &AgentRun, sealed: &Seal) -> AgentRunSegment {
     object
 }
 
+/// `kubectl apply` of the fixture run `refund-1042` (tests/fixtures/api/refund-run.yaml; no
+/// controller touches it).
+fn apply_the_fixture_run(c: &TestCluster) {
+    let run_yaml =
+        std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture");
+    c.apply(&run_yaml);
+}
+
+/// [`apply_the_fixture_run`], then the run read back; panics when it cannot be read.
+async fn the_fixture_run(c: &TestCluster) -> (Api<AgentRun>, AgentRun) {
+    apply_the_fixture_run(c);
+    let runs: Api<AgentRun> = Api::namespaced(c.client(), c.namespace());
+    let run = runs.get("refund-1042").await.expect("the run");
+    (runs, run)
+}
+
+/// Writes `h` as the controller would have left it: `h.window` as the run's status, and an
+/// AgentRunSegment per seal, owned by the run. Returns the segments' API.
+async fn write_sealed_history(
+    c: &TestCluster,
+    runs: &Api<AgentRun>,
+    run: &AgentRun,
+    h: &History,
+) -> Api<AgentRunSegment> {
+    runs.patch_status(
+        "refund-1042",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": h.window})),
+    )
+    .await
+    .expect("status written");
+    let segments: Api<AgentRunSegment> = Api::namespaced(c.client(), c.namespace());
+    for sealed in &h.seals {
+        segments
+            .create(&PostParams::default(), &segment_object(run, sealed))
+            .await
+            .expect("segment created");
+    }
+    segments
+}
+
 fn failed_naming(out: &Output, segment: &str, what: &str) {
     assert_eq!(out.status.code(), Some(1), "{}", text(out));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -248,28 +278,11 @@ fn failed_naming(out: &Output, segment: &str, what: &str) {
 #[tokio::test]
 async fn verify_show_and_events_read_the_whole_history_and_name_a_deleted_or_edited_segment() {
     let c = agentrt_cluster().await;
-    let run_yaml =
-        std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture");
-    c.apply(&run_yaml);
-    let runs: Api<AgentRun> = Api::namespaced(c.client(), c.namespace());
-    let run = runs.get("refund-1042").await.expect("the run");
+    let (runs, run) = the_fixture_run(&c).await;
     let uid = run.metadata.uid.clone().expect("uid");
     let h = history("refund-1042", &uid, 10);
     assert!(h.seals.len() >= 3, "{} segments", h.seals.len());
-    runs.patch_status(
-        "refund-1042",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": h.window})),
-    )
-    .await
-    .expect("status written");
-    let segments: Api<AgentRunSegment> = Api::namespaced(c.client(), c.namespace());
-    for sealed in &h.seals {
-        segments
-            .create(&PostParams::default(), &segment_object(&run, sealed))
-            .await
-            .expect("segment created");
-    }
+    let segments = write_sealed_history(&c, &runs, &run, &h).await;
 
     // Intact: verify says what it checked.
     let out = agentrt(&c, &["verify", "refund-1042"]);
@@ -371,9 +384,7 @@ async fn verify_show_and_events_read_the_whole_history_and_name_a_deleted_or_edi
 #[tokio::test]
 async fn a_run_that_never_sealed_verifies_with_nothing_sealed() {
     let c = agentrt_cluster().await;
-    let run_yaml =
-        std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture");
-    c.apply(&run_yaml);
+    apply_the_fixture_run(&c);
     let out = agentrt(&c, &["verify", "refund-1042"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report = String::from_utf8_lossy(&out.stdout);
@@ -416,11 +427,7 @@ async fn a_run_that_is_not_there_is_not_found_said_once() {
 async fn a_long_chain_is_walked_back_from_the_kept_entries_and_a_missing_segment_still_shows_the_window(
 ) {
     let c = agentrt_cluster().await;
-    let run_yaml =
-        std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture");
-    c.apply(&run_yaml);
-    let runs: Api<AgentRun> = Api::namespaced(c.client(), c.namespace());
-    let run = runs.get("refund-1042").await.expect("the run");
+    let (runs, run) = the_fixture_run(&c).await;
     let uid = run.metadata.uid.clone().expect("uid");
     let h = history("refund-1042", &uid, 45);
     let archive = h.window.archive.clone().expect("sealed");
@@ -428,20 +435,7 @@ async fn a_long_chain_is_walked_back_from_the_kept_entries_and_a_missing_segment
     // The record keeps only the newest entries of its index, and how many there are.
     assert_eq!(archive.segments.len(), 8);
     assert_eq!(archive.count, Some(h.seals.len() as i64));
-    runs.patch_status(
-        "refund-1042",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": h.window})),
-    )
-    .await
-    .expect("status written");
-    let segments: Api<AgentRunSegment> = Api::namespaced(c.client(), c.namespace());
-    for sealed in &h.seals {
-        segments
-            .create(&PostParams::default(), &segment_object(&run, sealed))
-            .await
-            .expect("segment created");
-    }
+    let segments = write_sealed_history(&c, &runs, &run, &h).await;
     let out = agentrt(&c, &["verify", "refund-1042"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(

@@ -76,9 +76,7 @@ async fn an_approval_whose_request_carries_large_args_is_created_and_decided() {
     let decision = format!(
         r#"{{"spec":{{"decision":{{"verdict":"Approved","hash":"{hash}","approver":"a"}}}}}}"#
     );
-    cluster.kubectl_ok(&[
-        "patch", "approval", &name, "--type", "merge", "-p", &decision,
-    ]);
+    cluster.merge_patch_ok("approval", &name, &decision);
 
     let done = cluster
         .wait_phase("big-args", "Completed", Duration::from_secs(60))

@@ -91,15 +91,7 @@ async fn get_o_yaml_shows_the_stored_object_with_system_metadata() {
 #[tokio::test]
 async fn patch_by_merge_json_and_status_subresource() {
     let c = cluster_with_widgets().await;
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"size":4}}"#,
-    ]);
+    c.merge_patch_ok("widget", "red-one", r#"{"spec":{"size":4}}"#);
     c.kubectl_ok(&[
         "patch",
         "widget",
@@ -121,15 +113,7 @@ async fn patch_by_merge_json_and_status_subresource() {
         r#"{"status":{"phase":"Ready"}}"#,
     ]);
     // The main endpoint ignores status.
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"status":{"phase":"Hacked"}}"#,
-    ]);
+    c.merge_patch_ok("widget", "red-one", r#"{"status":{"phase":"Hacked"}}"#);
     let doc = yaml(&c.kubectl_ok(&["get", "widget", "red-one", "-o", "yaml"]));
     assert_eq!(doc["spec"]["size"].as_i64(), Some(4));
     assert_eq!(doc["spec"]["color"].as_str(), Some("blue"));
@@ -181,15 +165,7 @@ async fn get_watch_sees_every_change() {
             l.iter().filter(|l| l.starts_with("ADDED")).count() == 3
         })
         .await;
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"size":7}}"#,
-    ]);
+    c.merge_patch_ok("widget", "red-one", r#"{"spec":{"size":7}}"#);
     watch
         .wait_for("the patch", Duration::from_secs(20), |l| {
             l.iter()

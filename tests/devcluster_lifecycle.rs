@@ -393,15 +393,7 @@ spec:
         "{err}"
     );
 
-    c.kubectl_ok(&[
-        "patch",
-        "sprocket",
-        "held",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"metadata":{"finalizers":null}}"#,
-    ]);
+    c.merge_patch_ok("sprocket", "held", r#"{"metadata":{"finalizers":null}}"#);
     eventually("the CRD to go", Duration::from_secs(60), || async {
         let out = c.kubectl(&["get", "crd", "sprockets.lifecycle.example.dev"]);
         (!out.status.success()).then_some(())

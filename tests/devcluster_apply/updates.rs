@@ -185,15 +185,7 @@ async fn kubectl_commands_name_their_managers_and_managed_fields_show_on_request
     let manifest =
         "apiVersion: example.dev/v1\nkind: Gadget\nmetadata:\n  name: k1\nspec:\n  color: red\n";
     c.kubectl_stdin(&["create", "-f", "-"], manifest);
-    c.kubectl_ok(&[
-        "patch",
-        "gadget",
-        "k1",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"size":2}}"#,
-    ]);
+    c.merge_patch_ok("gadget", "k1", r#"{"spec":{"size":2}}"#);
     c.kubectl_ok(&["label", "gadget", "k1", "tier=front"]);
     let ssa =
         "apiVersion: example.dev/v1\nkind: Gadget\nmetadata:\n  name: k1\nspec:\n  tags: [a]\n";

@@ -304,6 +304,18 @@ impl TestCluster {
         self.kubectl_stdin(&["apply", "-f", "-"], manifest)
     }
 
+    /// `kubectl patch KIND NAME --type merge -p PATCH` in the test's namespace: what kubectl
+    /// said and its exit status, unchecked (for a patch the API server should refuse).
+    pub fn merge_patch(&self, kind: &str, name: &str, patch: &str) -> Output {
+        self.kubectl(&["patch", kind, name, "--type", "merge", "-p", patch])
+    }
+
+    /// [`TestCluster::merge_patch`] that must succeed: kubectl's standard output; panics with
+    /// what kubectl said otherwise.
+    pub fn merge_patch_ok(&self, kind: &str, name: &str, patch: &str) -> String {
+        self.kubectl_ok(&["patch", kind, name, "--type", "merge", "-p", patch])
+    }
+
     /// Runs kubectl with `stdin` as its standard input (e.g. `apply -f -`).
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Output {
         self.kubectl_as(&self.kubeconfig, args, stdin)

@@ -621,21 +621,11 @@ pub async fn drive_rbac_runs(cluster: &super::cluster::TestCluster, manifests: &
         .to_string();
     let name = refund.metadata.name.clone().expect("name");
     let decision = format!(r#"{{"spec":{{"decision":{{"verdict":"Approved","hash":"{hash}"}}}}}}"#);
-    cluster.kubectl_ok(&[
-        "patch", "approval", &name, "--type", "merge", "-p", &decision,
-    ]);
+    cluster.merge_patch_ok("approval", &name, &decision);
     wait_phase(&client, &ns, "refund", "Completed", Duration::from_secs(60)).await;
     wait_approval(&client, &ns, "cancelled", "policy", Duration::from_secs(60)).await;
     let cancel = r#"{"spec":{"cancel":true}}"#;
-    cluster.kubectl_ok(&[
-        "patch",
-        "agentrun",
-        "cancelled",
-        "--type",
-        "merge",
-        "-p",
-        cancel,
-    ]);
+    cluster.merge_patch_ok("agentrun", "cancelled", cancel);
     wait_phase(
         &client,
         &ns,

@@ -143,14 +143,6 @@ impl TestCluster {
     /// Asks run `run` to stop: `kubectl patch agentrun RUN --type merge -p
     /// {"spec":{"cancel":true}}`; panics when kubectl fails. Does not wait.
     pub fn cancel_run(&self, run: &str) {
-        self.kubectl_ok(&[
-            "patch",
-            "agentrun",
-            run,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"cancel":true}}"#,
-        ]);
+        self.merge_patch_ok("agentrun", run, r#"{"spec":{"cancel":true}}"#);
     }
 }
