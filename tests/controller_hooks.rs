@@ -13,8 +13,6 @@ use support::toolserver::{Behaviour, ToolServer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_agent_decides_each_step() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let agent = Stub::json(|request| match request["step"].as_i64() {
         Some(0) => json!({"kind": "tool_call", "tool": "quick", "args": {"item": 7}}),
@@ -24,7 +22,7 @@ async fn a_webhook_agent_decides_each_step() {
     let _controller = start_controller(&cluster, "c");
     RunFixture::new("webhook-agent", &tools.base(), "decided")
         .agent(&agent.url)
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let done = cluster
         .wait_phase("decided", "Completed", Duration::from_secs(30))
@@ -111,14 +109,12 @@ async fn a_webhook_agent_that_refuses_then_fails_then_answers_is_asked_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_agent_that_always_fails_ends_agent_error_after_its_timeout() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let agent = Stub::start("/decide", vec![Answer::Raw(500, "down for good")]).await;
     let _controller = start_controller(&cluster, "c");
     RunFixture::new("webhook-agent", &tools.base(), "down")
         .agent(&agent.url)
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let done = cluster
         .wait_phase("down", "Failed", Duration::from_secs(40))
@@ -161,7 +157,6 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
         return;
     }
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("charge", Behaviour::sleeping(1500));
@@ -170,7 +165,7 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
             .await;
     RunFixture::new("reconcile-hook", &tools.base(), "settled")
         .hook(&hook.url)
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let _controllers = crash_then_take_over(
         cluster.kubeconfig(),

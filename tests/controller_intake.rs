@@ -313,7 +313,7 @@ async fn an_approval_nested_150_deep_is_set_aside_and_the_approval_watch_serves_
         .expect("both servers accept an Approval nested 150 deep");
 
     RunFixture::new("needs-approval", &tools.base(), "waits")
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     // Listed by the run's label: a client listing every Approval would fail on the deep one.
     let approvals = approvals_api(&client, &ns);

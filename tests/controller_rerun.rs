@@ -33,7 +33,6 @@ async fn interrupted(
     ToolServer,
     (ControllerProcess, ControllerProcess),
 ) {
-    let client = cluster.client();
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set(
@@ -45,7 +44,7 @@ async fn interrupted(
     );
     RunFixture::new("one-tool", &tools.base(), name)
         .class("RemoteMutation")
-        .create(&client, &ns)
+        .create_in(cluster)
         .await;
     let controllers = crash_then_take_over(cluster.kubeconfig(), &ns, "during-tool", WAIT);
     let approval = cluster
@@ -235,7 +234,7 @@ async fn a_settle_verdict_on_an_approval_of_another_kind_is_refused_by_the_schem
     let tools = ToolServer::start().await;
     let _controller = start_controller(&cluster, "kinds");
     RunFixture::new("needs-approval", &tools.base(), "asks")
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let approval = cluster.approvals_of("asks").await;
     let approval = match approval.into_iter().next() {

@@ -87,7 +87,7 @@ async fn a_crash_after_a_segment_was_created_loses_nothing_and_runs_nothing_twic
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let run = RunFixture::new("sealing", &tools.base(), "sealed-crash")
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let uid = run.metadata.uid.clone().expect("uid");
     // The first controller dies right after creating its first segment, before the status
@@ -217,7 +217,7 @@ async fn a_long_run_keeps_a_small_status_and_shows_every_step() {
     RunFixture::new("long-webhook", &tools.base(), "long")
         .agent(&agent.url)
         .set("STEPS", steps)
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let started = std::time::Instant::now();
     let done = wait_status(
@@ -296,7 +296,7 @@ async fn an_openai_agent_is_asked_with_its_sealed_steps_and_each_segment_is_read
     let model = ModelServer::start(script).await;
     RunFixture::new("openai-agent", &tools.base(), "sealed-model")
         .model(&model.base_url())
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let mut first = ControllerProcess::spawn(
         cluster.kubeconfig(),

@@ -266,6 +266,12 @@ impl RunFixture {
         text
     }
 
+    /// Creates the run in `cluster`'s namespace ([`create_run`]); panics when the API server
+    /// refuses it.
+    pub async fn create_in(&self, cluster: &super::cluster::TestCluster) -> DynamicObject {
+        cluster.create_run(&self.yaml()).await
+    }
+
     /// Creates the run in `namespace` ([`create_run`]).
     pub async fn create(&self, client: &Client, namespace: &str) -> DynamicObject {
         create_run(client, namespace, &self.yaml()).await
