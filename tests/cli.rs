@@ -34,6 +34,15 @@ fn approval_of_run(c: &TestCluster, args: &str, hash: &str) -> String {
     approval(args, hash).replace(FIXTURE_RUN_UID, uid.trim())
 }
 
+/// A cluster ([`agentrt_cluster`]) holding the fixture run and its Approval `refund-1042-1-1`
+/// (args `{order: 1042, amount: 250}`, hash [`HASH`], undecided), as [`approval_of_run`]
+/// applies them.
+async fn cluster_with_the_fixture_approval() -> TestCluster {
+    let c = agentrt_cluster().await;
+    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    c
+}
+
 /// The run uid the fixture Approval names.
 const FIXTURE_RUN_UID: &str = "0b6e7f6c-3a57-4a8e-9a39-3f7f2b0c1d42";
 
@@ -49,8 +58,7 @@ fn decision(c: &TestCluster) -> String {
 
 #[tokio::test]
 async fn approve_prints_the_request_and_refuses_without_a_yes_at_no_terminal() {
-    let c = agentrt_cluster().await;
-    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    let c = cluster_with_the_fixture_approval().await;
     let out = agentrt(&c, &["approve", "refund-1042-1-1"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -73,8 +81,7 @@ async fn approve_prints_the_request_and_refuses_without_a_yes_at_no_terminal() {
 
 #[tokio::test]
 async fn approve_with_yes_patches_the_printed_hash() {
-    let c = agentrt_cluster().await;
-    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    let c = cluster_with_the_fixture_approval().await;
     let out = agentrt(
         &c,
         &[
@@ -106,8 +113,7 @@ async fn approve_with_yes_patches_the_printed_hash() {
 
 #[tokio::test]
 async fn an_approval_changed_between_print_and_patch_is_refused() {
-    let c = agentrt_cluster().await;
-    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    let c = cluster_with_the_fixture_approval().await;
     let kubeconfig = c.kubeconfig().to_path_buf();
     let namespace = c.namespace().to_string();
     let child = std::thread::spawn(move || {
@@ -162,8 +168,7 @@ async fn model_chosen_strings_are_escaped_in_the_printout() {
 
 #[tokio::test]
 async fn json_output_and_exit_codes() {
-    let c = agentrt_cluster().await;
-    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    let c = cluster_with_the_fixture_approval().await;
     let out = agentrt(&c, &["approvals", "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
@@ -213,8 +218,7 @@ async fn json_output_and_exit_codes() {
 
 #[tokio::test]
 async fn the_binary_works_as_the_kubectl_plugin_kubectl_agentrt() {
-    let c = agentrt_cluster().await;
-    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    let c = cluster_with_the_fixture_approval().await;
     let bin = tempfile::tempdir().expect("tempdir");
     std::os::unix::fs::symlink(
         env!("CARGO_BIN_EXE_agentrt"),
@@ -272,8 +276,7 @@ fn listed(out: &Output) -> Vec<String> {
 /// name is, and an `-n` naming another namespace is refused.
 #[tokio::test]
 async fn approvals_follow_the_contexts_namespace_and_names_take_a_namespace() {
-    let c = agentrt_cluster().await;
-    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    let c = cluster_with_the_fixture_approval().await;
     let ours = format!("{}/refund-1042-1-1", c.namespace());
     // The test's kubeconfig context has no namespace: `default`, where nothing waits.
     let out = agentrt_in_context(c.kubeconfig(), &["approvals", "-o", "json"]);
@@ -580,8 +583,7 @@ async fn approve_refuses_an_approval_whose_run_is_being_cancelled() {
 /// A Cancelled Approval is refused before anything of the prompt is printed.
 #[tokio::test]
 async fn approve_of_a_cancelled_approval_refuses_before_the_prompt() {
-    let c = agentrt_cluster().await;
-    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    let c = cluster_with_the_fixture_approval().await;
     c.kubectl_ok(&[
         "patch",
         "approval",
@@ -612,8 +614,7 @@ async fn approve_of_a_cancelled_approval_refuses_before_the_prompt() {
 /// A `--note` over the schema's limit is a usage error naming the limit, sent nowhere.
 #[tokio::test]
 async fn a_note_over_the_limit_is_refused_before_sending() {
-    let c = agentrt_cluster().await;
-    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    let c = cluster_with_the_fixture_approval().await;
     let note = "x".repeat(4097);
     let out = agentrt(&c, &["reject", "refund-1042-1-1", "--yes", "--note", &note]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
@@ -627,8 +628,7 @@ async fn a_note_over_the_limit_is_refused_before_sending() {
 /// it patches the printed hash with the verdict and the result.
 #[tokio::test]
 async fn settle_patches_took_effect_with_its_result_and_refuses_another_kind() {
-    let c = agentrt_cluster().await;
-    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    let c = cluster_with_the_fixture_approval().await;
     // The fixture is a policy Approval: settling it is refused before anything is sent.
     let out = agentrt(
         &c,

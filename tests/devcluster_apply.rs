@@ -39,6 +39,16 @@ fn shown_with_managed_fields(c: &TestCluster, kind: &str, name: &str) -> Value {
         .expect("json")
 }
 
+/// The (manager, operation) of each managedFields entry of `object`, sorted.
+fn managers_and_operations(object: &Value) -> Vec<(String, String)> {
+    let mut managers: Vec<(String, String)> = entries(object)
+        .into_iter()
+        .map(|(m, op, _, _)| (m, op))
+        .collect();
+    managers.sort();
+    managers
+}
+
 /// `kubectl apply ARGS -f -` of `manifest` (`args`: `--server-side`, say); panics with
 /// kubectl's standard error when it fails.
 fn kubectl_apply_ok(c: &TestCluster, args: &[&str], manifest: &str) {
@@ -446,11 +456,7 @@ async fn kubectl_server_side_apply_takes_over_from_client_side_apply() {
         .expect("annotation");
     let last: Value = serde_json::from_str(last).expect("JSON");
     assert_eq!(last["spec"], json!({"color": "blue"}));
-    let mut managers: Vec<(String, String)> = entries(&shown)
-        .into_iter()
-        .map(|(m, op, _, _)| (m, op))
-        .collect();
-    managers.sort();
+    let managers = managers_and_operations(&shown);
     assert_eq!(
         managers,
         vec![

@@ -130,10 +130,9 @@ fn owned_by(name: &str, owner: &ConfigMap) -> ConfigMap {
     }]}}))
 }
 
-#[tokio::test]
-async fn dependents_of_a_deleted_owner_are_garbage_collected() {
-    let c = TestCluster::start().await;
-    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+/// Creates ConfigMap `owner` and ConfigMap `child` owned by it ([`owned_by`]); panics when
+/// either is refused.
+async fn create_owner_and_child(cms: &Api<ConfigMap>) -> ConfigMap {
     let pp = PostParams::default();
     let owner = cms
         .create(&pp, &object(json!({"metadata": {"name": "owner"}})))
@@ -142,6 +141,15 @@ async fn dependents_of_a_deleted_owner_are_garbage_collected() {
     cms.create(&pp, &owned_by("child", &owner))
         .await
         .expect("child");
+    owner
+}
+
+#[tokio::test]
+async fn dependents_of_a_deleted_owner_are_garbage_collected() {
+    let c = TestCluster::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    let pp = PostParams::default();
+    create_owner_and_child(&cms).await;
     let grandchild_owner = cms.get("child").await.expect("child");
     cms.create(&pp, &owned_by("grandchild", &grandchild_owner))
         .await
@@ -187,14 +195,7 @@ async fn a_dependent_whose_owner_never_existed_is_collected() {
 async fn orphan_propagation_keeps_dependents_and_drops_their_owner_reference() {
     let c = TestCluster::start().await;
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
-    let pp = PostParams::default();
-    let owner = cms
-        .create(&pp, &object(json!({"metadata": {"name": "owner"}})))
-        .await
-        .expect("owner");
-    cms.create(&pp, &owned_by("child", &owner))
-        .await
-        .expect("child");
+    create_owner_and_child(&cms).await;
     cms.delete("owner", &DeleteParams::orphan())
         .await
         .expect("delete");

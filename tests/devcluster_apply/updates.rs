@@ -6,8 +6,8 @@
 use serde_json::{json, Value};
 
 use super::{
-    apply, call, cluster, entries, entry_of, gadgets, kubectl_apply_ok, send_json,
-    shown_with_managed_fields, APPLY, MERGE,
+    apply, call, cluster, entries, entry_of, gadgets, kubectl_apply_ok, managers_and_operations,
+    send_json, shown_with_managed_fields, APPLY, MERGE,
 };
 
 #[tokio::test]
@@ -192,11 +192,7 @@ async fn kubectl_commands_name_their_managers_and_managed_fields_show_on_request
         "apiVersion: example.dev/v1\nkind: Gadget\nmetadata:\n  name: k1\nspec:\n  tags: [a]\n";
     kubectl_apply_ok(&c, &["--server-side"], ssa);
     let shown = shown_with_managed_fields(&c, "gadget", "k1");
-    let mut managers: Vec<(String, String)> = entries(&shown)
-        .into_iter()
-        .map(|(m, op, _, _)| (m, op))
-        .collect();
-    managers.sort();
+    let managers = managers_and_operations(&shown);
     assert_eq!(
         managers,
         vec![
