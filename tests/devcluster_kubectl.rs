@@ -101,17 +101,7 @@ async fn patch_by_merge_json_and_status_subresource() {
         "-p",
         r#"[{"op":"replace","path":"/spec/color","value":"blue"}]"#,
     ]);
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--subresource",
-        "status",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"status":{"phase":"Ready"}}"#,
-    ]);
+    c.merge_patch_status_ok("widget", "red-one", r#"{"status":{"phase":"Ready"}}"#);
     // The main endpoint ignores status.
     c.merge_patch_ok("widget", "red-one", r#"{"status":{"phase":"Hacked"}}"#);
     let doc = yaml(&c.kubectl_ok(&["get", "widget", "red-one", "-o", "yaml"]));

@@ -34,17 +34,7 @@ async fn objects_and_the_resource_version_survive_a_restart() {
         "-f",
         &fixtures::devcluster("widgets.yaml").to_string_lossy(),
     ]);
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--subresource",
-        "status",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"status":{"phase":"Ready"}}"#,
-    ]);
+    c.merge_patch_status_ok("widget", "red-one", r#"{"status":{"phase":"Ready"}}"#);
     let before = yaml(&c.kubectl_ok(&["get", "widget", "red-one", "-o", "yaml"]));
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let list_rv: u64 = cms
@@ -68,10 +58,7 @@ async fn objects_and_the_resource_version_survive_a_restart() {
     assert_eq!(table.lines().count(), 4, "{table}");
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let created = cms
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "later"}})).expect("cm"),
-        )
+        .create(&PostParams::default(), &named_cm("later"))
         .await
         .expect("the namespace survived too");
     let rv: u64 = created
@@ -80,6 +67,11 @@ async fn objects_and_the_resource_version_survive_a_restart() {
         .and_then(|r| r.parse().ok())
         .expect("rv");
     assert!(rv > list_rv, "resourceVersion continues ({rv} > {list_rv})");
+}
+
+/// A ConfigMap named `name`, nothing else set.
+fn named_cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}})).expect("cm")
 }
 
 fn rv_of(cm: &ConfigMap) -> u64 {
@@ -103,10 +95,7 @@ async fn after_a_kill_the_resource_version_never_goes_back_and_older_watches_get
     };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let created = cms
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "counter"}})).expect("cm"),
-        )
+        .create(&PostParams::default(), &named_cm("counter"))
         .await
         .expect("create");
     let mut highest = rv_of(&created);
@@ -128,10 +117,7 @@ async fn after_a_kill_the_resource_version_never_goes_back_and_older_watches_get
 
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let later = cms
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "later"}})).expect("cm"),
-        )
+        .create(&PostParams::default(), &named_cm("later"))
         .await
         .expect("create after the restart");
     assert!(
@@ -236,12 +222,9 @@ async fn a_write_that_was_answered_survives_a_kill() {
     // Created, changed and deleted right before the kill, well inside the snapshot's debounce:
     // only the journal has them.
     for name in ["kept", "gone"] {
-        cms.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}})).expect("cm"),
-        )
-        .await
-        .expect("create");
+        cms.create(&PostParams::default(), &named_cm(name))
+            .await
+            .expect("create");
     }
     cms.patch(
         "kept",

@@ -316,6 +316,22 @@ impl TestCluster {
         self.kubectl_ok(&["patch", kind, name, "--type", "merge", "-p", patch])
     }
 
+    /// `kubectl patch KIND NAME --subresource status --type merge -p PATCH` that must succeed:
+    /// kubectl's standard output; panics with what kubectl said otherwise.
+    pub fn merge_patch_status_ok(&self, kind: &str, name: &str, patch: &str) -> String {
+        self.kubectl_ok(&[
+            "patch",
+            kind,
+            name,
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            patch,
+        ])
+    }
+
     /// Runs kubectl with `stdin` as its standard input (e.g. `apply -f -`).
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Output {
         self.kubectl_as(&self.kubeconfig, args, stdin)
