@@ -41,24 +41,35 @@ fn sample_files(addr: &str, names: &[&str]) -> String {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_kubectl_patch() {
-    let cluster = agentrt_cluster().await;
-    let tools = agentrt::tools::samples::serve(
+/// The sample tools (`agentrt::tools::samples`) served on a free port of 127.0.0.1,
+/// `slow_export` taking `slow`; their address. Panics when they cannot be served.
+async fn sample_tools(slow: Duration) -> std::net::SocketAddr {
+    agentrt::tools::samples::serve(
         "127.0.0.1:0".parse().unwrap(),
-        Duration::from_secs(2),
+        slow,
         CancellationToken::new(),
     )
     .await
-    .unwrap();
-    let _controller = start_controller(&cluster, "samples");
+    .unwrap()
+}
 
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &samples_for(&tools.to_string()));
+/// `kubectl apply -f -` of `manifest`; panics with kubectl's standard error when it fails.
+fn apply_ok(cluster: &support::cluster::TestCluster, manifest: &str) {
+    let out = cluster.apply(manifest);
     assert!(
         out.status.success(),
         "kubectl apply: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_kubectl_patch() {
+    let cluster = agentrt_cluster().await;
+    let tools = sample_tools(Duration::from_secs(2)).await;
+    let _controller = start_controller(&cluster, "samples");
+
+    apply_ok(&cluster, &samples_for(&tools.to_string()));
 
     let done = cluster
         .wait_phase("readonly-lookup", "Completed", Duration::from_secs(30))
@@ -195,22 +206,11 @@ async fn the_reconcile_hook_sample_settles_an_export_interrupted_by_a_crash() {
     }
     let cluster = agentrt_cluster().await;
     let ns = cluster.namespace().to_string();
-    let tools = agentrt::tools::samples::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_secs(4),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let tools = sample_tools(Duration::from_secs(4)).await;
     // The sample as written, with a 2-second lease so the takeover comes soon.
     let yaml = sample_files(&tools.to_string(), &["export-reconciled.yaml"])
         .replace("leaseDurationSeconds: 10", "leaseDurationSeconds: 2");
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &yaml);
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_ok(&cluster, &yaml);
     let _controllers = crash_then_take_over(
         cluster.kubeconfig(),
         &ns,
