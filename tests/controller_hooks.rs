@@ -157,7 +157,6 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
         return;
     }
     let cluster = agentrt_cluster().await;
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("charge", Behaviour::sleeping(1500));
     let hook =
@@ -167,12 +166,7 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
         .hook(&hook.url)
         .create_in(&cluster)
         .await;
-    let _controllers = crash_then_take_over(
-        cluster.kubeconfig(),
-        &ns,
-        "during-tool",
-        Duration::from_secs(30),
-    );
+    let _controllers = crash_then_take_over_in(&cluster, "during-tool", Duration::from_secs(30));
     let done = cluster
         .wait_phase("settled", "Completed", Duration::from_secs(30))
         .await;

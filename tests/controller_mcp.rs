@@ -169,13 +169,12 @@ async fn a_hanging_call_interrupted_by_a_crash_is_sent_again_once_approved_with_
     }
     let server = PyServer::start(&["--json"]);
     let cluster = agentrt_cluster().await;
-    let ns = cluster.namespace().to_string();
     let decisions = "[{kind: tool_call, tool: hang, args: {}}, \
                      {kind: complete, result: {done: true}}]";
     cluster
         .create_run(&run(&server.url(), "hang", decisions))
         .await;
-    let (_first, _second) = crash_then_take_over(cluster.kubeconfig(), &ns, "during-tool", WAIT);
+    let (_first, _second) = crash_then_take_over_in(&cluster, "during-tool", WAIT);
     let approval = cluster
         .wait_approval("hang", "interrupted_side_effect", WAIT)
         .await;

@@ -33,7 +33,6 @@ async fn interrupted(
     ToolServer,
     (ControllerProcess, ControllerProcess),
 ) {
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set(
         "work",
@@ -46,7 +45,7 @@ async fn interrupted(
         .class("RemoteMutation")
         .create_in(cluster)
         .await;
-    let controllers = crash_then_take_over(cluster.kubeconfig(), &ns, "during-tool", WAIT);
+    let controllers = crash_then_take_over_in(cluster, "during-tool", WAIT);
     let approval = cluster
         .wait_approval(name, "interrupted_side_effect", WAIT)
         .await;

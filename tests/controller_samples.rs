@@ -205,18 +205,12 @@ async fn the_reconcile_hook_sample_settles_an_export_interrupted_by_a_crash() {
         return;
     }
     let cluster = agentrt_cluster().await;
-    let ns = cluster.namespace().to_string();
     let tools = sample_tools(Duration::from_secs(4)).await;
     // The sample as written, with a 2-second lease so the takeover comes soon.
     let yaml = sample_files(&tools.to_string(), &["export-reconciled.yaml"])
         .replace("leaseDurationSeconds: 10", "leaseDurationSeconds: 2");
     apply_ok(&cluster, &yaml);
-    let _controllers = crash_then_take_over(
-        cluster.kubeconfig(),
-        &ns,
-        "during-tool",
-        Duration::from_secs(30),
-    );
+    let _controllers = crash_then_take_over_in(&cluster, "during-tool", Duration::from_secs(30));
     let done = cluster
         .wait_phase("export-reconciled", "Completed", Duration::from_secs(60))
         .await;

@@ -92,12 +92,8 @@ async fn a_crash_after_a_segment_was_created_loses_nothing_and_runs_nothing_twic
     let uid = run.metadata.uid.clone().expect("uid");
     // The first controller dies right after creating its first segment, before the status
     // write that drops those steps; the second goes on.
-    let (first, second) = crash_then_take_over(
-        cluster.kubeconfig(),
-        &ns,
-        "after-segment-created",
-        Duration::from_secs(60),
-    );
+    let (first, second) =
+        crash_then_take_over_in(&cluster, "after-segment-created", Duration::from_secs(60));
     let done = cluster
         .wait_phase("sealed-crash", "Completed", Duration::from_secs(90))
         .await;

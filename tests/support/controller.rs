@@ -354,6 +354,18 @@ pub fn crash_then_take_over(
     (first, second)
 }
 
+/// [`crash_then_take_over`] in `cluster`'s namespace, the controllers on its kubeconfig: the
+/// first dies at crash point `fault` (panics with its log unless it does within `within`), the
+/// second takes the run over once the lease expires. Returns both (the second keeps running
+/// until dropped).
+pub fn crash_then_take_over_in(
+    cluster: &super::cluster::TestCluster,
+    fault: &str,
+    within: Duration,
+) -> (ControllerProcess, ControllerProcess) {
+    crash_then_take_over(cluster.kubeconfig(), cluster.namespace(), fault, within)
+}
+
 /// Creates the AgentRun in `yaml` in `namespace`.
 pub async fn create_run(client: &Client, namespace: &str, yaml: &str) -> DynamicObject {
     let mut object: DynamicObject = serde_yaml::from_str(yaml).expect("the fixture is an object");
