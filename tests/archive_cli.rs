@@ -20,7 +20,7 @@ use agentrt::engine::archive::{seal, Seal, SealLimits, SegmentOwner};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
-use support::cli::{agentrt, text};
+use support::cli::{agentrt, table_row, text};
 use support::cluster::TestCluster;
 use support::controller::agentrt_cluster;
 
@@ -34,19 +34,9 @@ async fn a_segments_spec_cannot_be_edited_and_it_cannot_gain_a_status() {
     let out = c.apply(&segment_yaml());
     assert!(out.status.success(), "{}", text(&out));
     let table = c.kubectl_ok(&["get", "arseg"]);
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = table_row(&table, 0);
     assert_eq!(header, ["NAME", "RUN", "INDEX", "STEPS", "BYTES", "AGE"]);
-    let row: Vec<&str> = table
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = table_row(&table, 1);
     assert_eq!(
         row[..5],
         ["refund-1042-0-0123456789", "refund-1042", "0", "1", "412"]

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::cli::{agentrt, text};
+use support::cli::{agentrt, table_row, text};
 use support::cluster::{wait_until, Options, TestCluster};
 use support::controller::*;
 use support::toolserver::{Behaviour, ToolServer};
@@ -74,12 +74,7 @@ async fn a_run_allowing_remote_mutation_waits_for_a_person_under_an_agent_policy
     ]);
     // kubectl get apol: the RemoteMutation outcome and the maxSteps ceiling.
     let listed = cluster.kubectl_ok(&["get", "apol"]);
-    let row: Vec<&str> = listed
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = table_row(&listed, 1);
     assert_eq!(
         row.get(..3),
         Some(&["strict", "RequireApproval", "20"][..]),

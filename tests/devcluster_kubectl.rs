@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use support::cli::table_row;
 use support::cluster::TestCluster;
 use support::fixtures;
 
@@ -44,12 +45,7 @@ async fn get_shows_the_printer_columns_and_wide_adds_the_priority_one_column() {
     assert!(!out.contains("alice"), "OWNER is priority 1:\n{out}");
 
     let wide = c.kubectl_ok(&["get", "widgets", "-o", "wide"]);
-    let header: Vec<&str> = wide
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let header = table_row(&wide, 0);
     assert_eq!(header, ["NAME", "COLOR", "SIZE", "PHASE", "OWNER", "AGE"]);
     assert!(wide.contains("alice") && wide.contains("bob"), "{wide}");
 

@@ -47,3 +47,14 @@ pub fn agentrt_with_env(
     }
     command.output().expect("agentrt runs")
 }
+
+/// The words of line `n` of a table kubectl printed (`0`: the header), split at white space;
+/// none when it has no such line. (A cell left empty shifts the words after it.)
+pub fn table_row(table: &str, n: usize) -> Vec<&str> {
+    table
+        .lines()
+        .nth(n)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
+}
