@@ -54,8 +54,7 @@ async fn interrupted(
 
 /// Patches `approval`'s decision (`verdict`, its own hash, `result` when given).
 async fn settle(
-    client: &kube::Client,
-    namespace: &str,
+    cluster: &support::cluster::TestCluster,
     approval: &kube::api::DynamicObject,
     verdict: &str,
     result: Option<Value>,
@@ -69,7 +68,7 @@ async fn settle(
     if let Some(result) = result {
         decision["result"] = result;
     }
-    approvals_api(client, namespace)
+    approvals_api(&cluster.client(), cluster.namespace())
         .patch(
             &name,
             &PatchParams::default(),
@@ -79,10 +78,13 @@ async fn settle(
         .expect("the decision is accepted");
 }
 
-/// The Approval's phase as stored now.
-async fn approval_phase(client: &kube::Client, namespace: &str, name: &str) -> Value {
-    approvals_api(client, namespace)
-        .get(name)
+/// The phase of `approval` as stored now; panics when it cannot be read.
+async fn approval_phase(
+    cluster: &support::cluster::TestCluster,
+    approval: &kube::api::DynamicObject,
+) -> Value {
+    approvals_api(&cluster.client(), cluster.namespace())
+        .get(approval.metadata.name.as_deref().unwrap())
         .await
         .expect("get approval")
         .data["status"]["phase"]
@@ -96,7 +98,7 @@ async fn an_interrupted_call_approved_at_once_is_sent_again_only_after_the_first
         return;
     }
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let (approval, tools, (_first, second)) = interrupted(&cluster, "early").await;
     // The Approval says when the first attempt started, until when it may run, and the key.
     let first_attempt = &approval.data["spec"]["presentation"]["firstAttempt"];
@@ -139,10 +141,7 @@ async fn an_interrupted_call_approved_at_once_is_sent_again_only_after_the_first
     );
     let types = event_types(&status);
     assert!(types.contains(&"step.interrupted".to_string()), "{types:?}");
-    assert_eq!(
-        approval_phase(&client, &ns, approval.metadata.name.as_deref().unwrap()).await,
-        json!("Executed")
-    );
+    assert_eq!(approval_phase(&cluster, &approval).await, json!("Executed"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -151,11 +150,10 @@ async fn an_interrupted_call_settled_took_effect_records_the_given_result_and_ru
         return;
     }
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let (approval, tools, _controllers) = interrupted(&cluster, "took").await;
     settle(
-        &client,
-        &ns,
+        &cluster,
         &approval,
         "TookEffect",
         Some(json!({"ticket": "closed", "by": "hand"})),
@@ -182,10 +180,7 @@ async fn an_interrupted_call_settled_took_effect_records_the_given_result_and_ru
         1,
         "nothing ran again"
     );
-    assert_eq!(
-        approval_phase(&client, &ns, approval.metadata.name.as_deref().unwrap()).await,
-        json!("Settled")
-    );
+    assert_eq!(approval_phase(&cluster, &approval).await, json!("Settled"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -194,9 +189,9 @@ async fn an_interrupted_call_settled_did_not_take_effect_runs_nothing_and_the_ag
         return;
     }
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let (approval, tools, _controllers) = interrupted(&cluster, "skipped").await;
-    settle(&client, &ns, &approval, "DidNotTakeEffect", None).await;
+    settle(&cluster, &approval, "DidNotTakeEffect", None).await;
     // The scripted agent's next decision completes the run.
     let status = cluster.wait_phase("skipped", "Completed", WAIT).await;
     let step = &status["steps"][0];
@@ -220,10 +215,7 @@ async fn an_interrupted_call_settled_did_not_take_effect_runs_nothing_and_the_ag
         1,
         "nothing ran again"
     );
-    assert_eq!(
-        approval_phase(&client, &ns, approval.metadata.name.as_deref().unwrap()).await,
-        json!("Settled")
-    );
+    assert_eq!(approval_phase(&cluster, &approval).await, json!("Settled"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
