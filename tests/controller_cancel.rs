@@ -78,13 +78,7 @@ async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() 
 async fn a_one_mebibyte_tool_answer_is_cut_keeping_its_size_and_hash() {
     let cluster = agentrt_cluster().await;
     let tools = ToolServer::start().await;
-    tools.set(
-        "report",
-        Behaviour {
-            huge: Some(1024 * 1024),
-            ..Behaviour::default()
-        },
-    );
+    tools.set("report", Behaviour::answering_bytes(1024 * 1024));
     let _controller = start_controller(&cluster, "c");
     cluster
         .create_run(&fixture("slow-tool", &tools.base(), "huge"))

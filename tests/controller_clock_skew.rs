@@ -36,13 +36,7 @@ async fn a_renewed_lease_survives_a_skewed_replica(holder_offset_ms: i64, other_
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("renewed", Behaviour::sleeping(8_000));
-    tools.set(
-        "killed",
-        Behaviour {
-            hang: true,
-            ..Behaviour::default()
-        },
-    );
+    tools.set("killed", Behaviour::hanging());
 
     let mut holder = ControllerProcess::spawn(
         cluster.kubeconfig(),

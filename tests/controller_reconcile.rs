@@ -30,13 +30,7 @@ impl Interrupted {
     async fn new(name: &'static str, hook_url: &str, hook_timeout: u32) -> Interrupted {
         let cluster = agentrt_cluster().await;
         let tools = ToolServer::start().await;
-        tools.set(
-            "charge",
-            Behaviour {
-                hang: true,
-                ..Behaviour::default()
-            },
-        );
+        tools.set("charge", Behaviour::hanging());
         RunFixture::new("reconcile-charge", &tools.base(), name)
             .hook(hook_url)
             .set("HOOK_TIMEOUT", hook_timeout)

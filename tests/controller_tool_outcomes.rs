@@ -28,10 +28,7 @@ async fn run_one(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_status_is_a_tool_error_the_agent_sees() {
-    let behaviour = Behaviour {
-        status: Some(503),
-        ..Behaviour::default()
-    };
+    let behaviour = Behaviour::answering_status(503);
     let (cluster, tools, _c) = run_one("LocalMutation", behaviour, "errored").await;
     let done = cluster
         .wait_phase("errored", "Completed", Duration::from_secs(30))
@@ -45,10 +42,7 @@ async fn an_error_status_is_a_tool_error_the_agent_sees() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_that_never_answers_leaves_a_side_effect_waiting_for_a_person() {
-    let behaviour = Behaviour {
-        hang: true,
-        ..Behaviour::default()
-    };
+    let behaviour = Behaviour::hanging();
     let (cluster, tools, _c) = run_one("RemoteMutation", behaviour, "hung").await;
     let approval = cluster
         .wait_approval("hung", "interrupted_side_effect", Duration::from_secs(30))
@@ -75,10 +69,7 @@ async fn a_tool_that_never_answers_leaves_a_side_effect_waiting_for_a_person() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_header_fails_the_run_tool_abort() {
-    let behaviour = Behaviour {
-        abort: Some("account frozen".into()),
-        ..Behaviour::default()
-    };
+    let behaviour = Behaviour::aborting("account frozen");
     let (cluster, _tools, _c) = run_one("ReadOnly", behaviour, "aborted").await;
     let done = cluster
         .wait_phase("aborted", "Failed", Duration::from_secs(30))
