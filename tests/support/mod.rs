@@ -12,11 +12,12 @@
 //! - [`webhook`]: the controller serving its admission webhook to a real kube-apiserver
 //!   (certificates, the ValidatingWebhookConfiguration, removed when the test ends).
 //! - [`mcpserver`]: the Python MCP SDK's FastMCP server (tests/fixtures/mcp_server.py).
-//! - [`webhook`]: the controller's admission webhook registered with a real kube-apiserver.
 //! - [`runs`]: a scenario's runs and Approvals through its cluster (`cluster.create_run`,
 //!   `cluster.run_awaiting_approval`, `cluster.wait_phase`, `cluster.decide`, ...).
 //! - [`metrics`]: a controller's `/metrics` scraped, its samples read.
-//! - [`cli`]: the `agentrt` command line against the test's cluster, and its output as text.
+//! - [`cli`]: the `agentrt` command line against the test's cluster, its output as text, the
+//!   rows of a kubectl table.
+//! - [`free_port`], [`installed_by`] (helm and the MCP venv, once per process).
 #![allow(dead_code)]
 
 pub mod cli;
