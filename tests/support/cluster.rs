@@ -174,6 +174,15 @@ impl TestCluster {
         Some(cluster)
     }
 
+    /// [`TestCluster::start`], then `kubectl apply` of agentrt's CRDs (`crds/`) on either
+    /// server (the embedded one starts without them): for the tests of the CRDs as an API
+    /// server enforces them. Panics when either fails.
+    pub async fn start_with_agentrt_crds() -> TestCluster {
+        let cluster = Self::start().await;
+        cluster.apply_agentrt_crds();
+        cluster
+    }
+
     /// A cluster with a fresh namespace (default options).
     pub async fn start() -> TestCluster {
         Self::start_with(Options::default()).await
