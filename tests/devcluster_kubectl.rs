@@ -18,8 +18,7 @@ fn widgets_yaml() -> String {
 }
 
 async fn cluster_with_widgets() -> TestCluster {
-    let c = TestCluster::start().await;
-    c.apply_test_crds();
+    let c = TestCluster::start_with_test_crds().await;
     c.kubectl_ok(&["apply", "-f", &widgets_yaml()]);
     c
 }
@@ -180,8 +179,7 @@ async fn get_watch_sees_every_change() {
 
 #[tokio::test]
 async fn api_resources_lists_the_crd_with_short_name_and_category() {
-    let c = TestCluster::start().await;
-    c.apply_test_crds();
+    let c = TestCluster::start_with_test_crds().await;
     let out = c.kubectl_ok(&["api-resources", "--api-group=example.dev", "-o", "wide"]);
     let widgets: Vec<&str> = out
         .lines()
@@ -305,8 +303,7 @@ async fn unknown_fields_of_builtins_follow_field_validation() {
 
 #[tokio::test]
 async fn server_side_apply_and_client_side_apply_both_work() {
-    let c = TestCluster::start().await;
-    c.apply_test_crds();
+    let c = TestCluster::start_with_test_crds().await;
     let out = c.kubectl_ok(&["apply", "--server-side", "-f", &widgets_yaml()]);
     assert!(out.contains("serverside-applied"), "{out}");
     let shown = c.kubectl_ok(&["get", "widgets", "-o", "yaml", "--show-managed-fields"]);

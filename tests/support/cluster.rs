@@ -183,6 +183,14 @@ impl TestCluster {
         cluster
     }
 
+    /// [`TestCluster::start`], then the test CRDs (widgets and gizmos,
+    /// [`TestCluster::apply_test_crds`]) applied and established. Panics when either fails.
+    pub async fn start_with_test_crds() -> TestCluster {
+        let cluster = Self::start().await;
+        cluster.apply_test_crds();
+        cluster
+    }
+
     /// A cluster with a fresh namespace (default options).
     pub async fn start() -> TestCluster {
         Self::start_with(Options::default()).await
