@@ -14,115 +14,10 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use support::cli::text;
 use support::cluster::{Options, TestCluster};
-use support::controller::{ControllerProcess, ControllerSpec};
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
-}
-
-/// A CA and a serving certificate for 127.0.0.1 in `dir` (`ca.crt`, `tls.crt`, `tls.key`).
-fn certificates(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=agentrt-test-ca",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "tls.key",
-            "-out",
-            "tls.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-    );
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    )
-    .expect("san.ext");
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "tls.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "tls.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ],
-    );
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// Deletes the webhook configuration when the test ends, however it ends (it is
-/// cluster-scoped; its namespaceSelector keeps it to this test's namespace meanwhile).
-struct Registered<'a> {
-    cluster: &'a TestCluster,
-    name: String,
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        let _ = self.cluster.kubectl(&[
-            "delete",
-            "validatingwebhookconfiguration",
-            &self.name,
-            "--ignore-not-found",
-        ]);
-    }
-}
 
 const GOOD: &str = r#"apiVersion: agentrt.dev/v1alpha1
 kind: AgentRun
@@ -157,67 +52,7 @@ async fn kubectl_apply_of_a_run_with_problems_is_refused_by_the_webhook_naming_t
     }
     cluster.apply_agentrt_crds();
     let ns = cluster.namespace().to_string();
-    let certs = tempfile::tempdir().expect("tempdir");
-    certificates(certs.path());
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        &ns,
-        ControllerSpec {
-            extra: vec![
-                "--webhook-addr".into(),
-                addr.clone(),
-                "--webhook-cert-dir".into(),
-                certs.path().display().to_string(),
-            ],
-            ..ControllerSpec::named("webhook")
-        },
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the webhook never listened on {addr}:\n{}",
-            controller.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let ca = std::fs::read(certs.path().join("ca.crt")).expect("ca.crt");
-    let name = format!("agentrt-test-{ns}");
-    let configuration = serde_json::json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "agentruns.agentrt.dev",
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": "Fail",
-            "timeoutSeconds": 10,
-            "clientConfig": {
-                "url": format!("https://{addr}/validate-agentrun"),
-                "caBundle": base64_encode(&ca),
-            },
-            "rules": [{
-                "apiGroups": ["agentrt.dev"],
-                "apiVersions": ["*"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["agentruns"],
-            }],
-            "namespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name",
-                "operator": "In",
-                "values": [ns],
-            }]},
-        }],
-    });
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &configuration.to_string());
-    assert!(out.status.success(), "{}", text(&out));
-    let _registered = Registered {
-        cluster: &cluster,
-        name: name.clone(),
-    };
+    let served = support::webhook::serve(&cluster, cluster.kubeconfig(), "webhook");
     let bad = bad_runs();
     // kube-apiserver loads a new webhook configuration on its own time: the first refusal may
     // take a moment.
@@ -234,22 +69,16 @@ async fn kubectl_apply_of_a_run_with_problems_is_refused_by_the_webhook_naming_t
             Instant::now() < deadline,
             "the webhook never refused: {}\n{}",
             text(&out),
-            controller.log()
+            served.controller.log()
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // The differential half: agentrt dev refuses each with the very same words.
-    let embedded = TestCluster::start_with(Options {
-        crds_dir: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")),
-        embedded_only: true,
-        webhook: true,
-        ..Options::default()
-    })
-    .await;
+    let embedded = embedded_with_its_webhook().await;
     for (manifest, field) in &bad {
-        let out = cluster.kubectl_stdin(&["apply", "-f", "-"], manifest);
+        let out = cluster.apply(manifest);
         let said = text(&out);
-        let there = text(&embedded.kubectl_stdin(&["apply", "-f", "-"], manifest));
+        let there = text(&embedded.apply(manifest));
         assert_eq!(
             said.replace(&ns, "NS"),
             there.replace(embedded.namespace(), "NS"),
@@ -265,7 +94,7 @@ async fn kubectl_apply_of_a_run_with_problems_is_refused_by_the_webhook_naming_t
         );
         assert!(said.contains(field), "{field} not in: {said}");
     }
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], GOOD);
+    let out = cluster.apply(GOOD);
     assert!(
         out.status.success(),
         "the good run was refused: {}",
@@ -273,6 +102,18 @@ async fn kubectl_apply_of_a_run_with_problems_is_refused_by_the_webhook_naming_t
     );
     let names = cluster.kubectl_ok(&["get", "agentruns", "-o", "name"]);
     assert_eq!(names.trim(), "agentrun.agentrt.dev/weather");
+}
+
+/// `agentrt dev` (even when `AGENTRT_TEST_KUBECONFIG` names a real cluster) with agentrt's
+/// CRDs and its in-process admission webhook on.
+async fn embedded_with_its_webhook() -> TestCluster {
+    TestCluster::start_with(Options {
+        crds_dir: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")),
+        embedded_only: true,
+        webhook: true,
+        ..Options::default()
+    })
+    .await
 }
 
 /// Each bad run with the start of the problem the refusal must name.
@@ -301,13 +142,7 @@ fn bad_runs() -> Vec<(String, &'static str)> {
 /// message kube-apiserver gives for a webhook's denial.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agentrt_dev_refuses_the_same_runs_at_kubectl_apply() {
-    let cluster = TestCluster::start_with(Options {
-        crds_dir: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")),
-        embedded_only: true,
-        webhook: true,
-        ..Options::default()
-    })
-    .await;
+    let cluster = embedded_with_its_webhook().await;
     for (manifest, field) in bad_runs() {
         for dry_run in [true, false] {
             let mut args = vec!["apply", "-f", "-"];
@@ -328,7 +163,7 @@ async fn agentrt_dev_refuses_the_same_runs_at_kubectl_apply() {
             assert!(said.contains(field), "{field} not in: {said}");
         }
     }
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], GOOD);
+    let out = cluster.apply(GOOD);
     assert!(
         out.status.success(),
         "the good run was refused: {}",
@@ -336,13 +171,8 @@ async fn agentrt_dev_refuses_the_same_runs_at_kubectl_apply() {
     );
     // An update is asked too: a policy edited into a `when` that is not CEL.
     let edited = GOOD.replace("has(args.city)", "args.city ==");
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &edited);
+    let out = cluster.apply(&edited);
     let said = text(&out);
     assert!(!out.status.success(), "applied: {said}");
     assert!(said.contains("spec.policy.rules[0].when: "), "{said}");
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }

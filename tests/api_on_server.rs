@@ -8,21 +8,8 @@ mod support;
 
 use std::process::Output;
 
+use support::cli::text;
 use support::cluster::TestCluster;
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-async fn cluster() -> TestCluster {
-    let c = TestCluster::start().await;
-    c.apply_agentrt_crds();
-    c
-}
 
 fn run_yaml() -> String {
     std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture")
@@ -36,7 +23,7 @@ fn run_with(from: &str, to: &str) -> String {
 }
 
 fn refused(c: &TestCluster, yaml: &str) -> String {
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], yaml);
+    let out = c.apply(yaml);
     assert!(
         !out.status.success(),
         "the API server accepted:\n{yaml}\n{}",
@@ -47,8 +34,8 @@ fn refused(c: &TestCluster, yaml: &str) -> String {
 
 #[tokio::test]
 async fn crds_apply_and_a_run_gets_the_documented_defaults() {
-    let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml());
+    let c = TestCluster::start_with_agentrt_crds().await;
+    c.apply(&run_yaml());
     let spec: serde_json::Value = serde_json::from_str(&c.kubectl_ok(&[
         "get",
         "agentrun",
@@ -91,7 +78,7 @@ async fn crds_apply_and_a_run_gets_the_documented_defaults() {
 
 #[tokio::test]
 async fn a_bad_field_is_refused_with_a_message_naming_it() {
-    let c = cluster().await;
+    let c = TestCluster::start_with_agentrt_crds().await;
     let msg = refused(&c, &run_with("timeoutSeconds: 10", "timeoutSeconds: 0"));
     assert!(msg.contains("spec.tools[0].timeoutSeconds"), "{msg}");
     let msg = refused(
@@ -119,7 +106,7 @@ async fn a_bad_field_is_refused_with_a_message_naming_it() {
 #[tokio::test]
 async fn a_run_name_longer_than_63_characters_is_refused_at_creation() {
     // The name is the value of its Approvals' label agentrt.dev/run (docs/behaviours.md 80).
-    let c = cluster().await;
+    let c = TestCluster::start_with_agentrt_crds().await;
     let long = "r".repeat(64);
     let yaml = run_yaml();
     let name = "refund-1042";
@@ -137,7 +124,7 @@ async fn a_run_name_longer_than_63_characters_is_refused_at_creation() {
         &format!("name: {}", "r".repeat(63)),
         1,
     );
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fits);
+    let out = c.apply(&fits);
     assert!(out.status.success(), "{}", text(&out));
 }
 
@@ -165,8 +152,8 @@ spec:
 /// docs/design.md section 4a: `maxContextBytes` defaults to 256 KiB and is at least 4096.
 #[tokio::test]
 async fn max_context_bytes_defaults_to_256_kib_and_is_at_least_4096() {
-    let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &openai_run("modelled", ""));
+    let c = TestCluster::start_with_agentrt_crds().await;
+    c.apply(&openai_run("modelled", ""));
     let max = c.kubectl_ok(&[
         "get",
         "agentrun",
@@ -181,7 +168,7 @@ async fn max_context_bytes_defaults_to_256_kib_and_is_at_least_4096() {
 
 #[tokio::test]
 async fn tool_names_must_be_unique_and_non_empty_and_schemas_non_empty() {
-    let c = cluster().await;
+    let c = TestCluster::start_with_agentrt_crds().await;
     let msg = refused(&c, &run_with("name: issue_refund", "name: lookup_order"));
     assert!(
         msg.contains("spec.tools[1]") && msg.contains("Duplicate value"),
@@ -201,7 +188,7 @@ async fn tool_names_must_be_unique_and_non_empty_and_schemas_non_empty() {
 
 #[tokio::test]
 async fn exactly_one_agent_kind_is_required() {
-    let c = cluster().await;
+    let c = TestCluster::start_with_agentrt_crds().await;
     let msg = refused(
         &c,
         &run_with(
@@ -217,17 +204,13 @@ async fn exactly_one_agent_kind_is_required() {
 
 #[tokio::test]
 async fn goal_agent_and_tools_are_immutable_and_cancel_only_goes_true() {
-    let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml());
-    let out = c.kubectl(&[
-        "patch",
+    let c = TestCluster::start_with_agentrt_crds().await;
+    c.apply(&run_yaml());
+    let out = c.merge_patch(
         "ar",
         "refund-1042",
-        "--type",
-        "merge",
-        "-p",
         r#"{"spec":{"goal":"Refund everything"}}"#,
-    ]);
+    );
     assert!(
         !out.status.success() && text(&out).contains("spec.goal is immutable"),
         "{}",
@@ -248,33 +231,13 @@ async fn goal_agent_and_tools_are_immutable_and_cancel_only_goes_true() {
         text(&out)
     );
     // Policy and limits may change.
-    c.kubectl_ok(&[
-        "patch",
+    c.merge_patch_ok(
         "ar",
         "refund-1042",
-        "--type",
-        "merge",
-        "-p",
         r#"{"spec":{"limits":{"maxSteps":10}}}"#,
-    ]);
-    c.kubectl_ok(&[
-        "patch",
-        "ar",
-        "refund-1042",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"cancel":true}}"#,
-    ]);
-    let out = c.kubectl(&[
-        "patch",
-        "ar",
-        "refund-1042",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"cancel":false}}"#,
-    ]);
+    );
+    c.merge_patch_ok("ar", "refund-1042", r#"{"spec":{"cancel":true}}"#);
+    let out = c.merge_patch("ar", "refund-1042", r#"{"spec":{"cancel":false}}"#);
     assert!(
         !out.status.success()
             && text(&out).contains("spec.cancel may only change from false to true"),
@@ -294,21 +257,13 @@ fn decide(c: &TestCluster, verdict: &str, hash: &str) -> Output {
     let patch = format!(
         r#"{{"spec":{{"decision":{{"verdict":"{verdict}","hash":"{hash}","approver":"alice"}}}}}}"#
     );
-    c.kubectl(&[
-        "patch",
-        "approval",
-        "refund-1042-1-1",
-        "--type",
-        "merge",
-        "-p",
-        &patch,
-    ])
+    c.merge_patch("approval", "refund-1042-1-1", &patch)
 }
 
 #[tokio::test]
 async fn a_decision_must_carry_the_approvals_hash_and_is_written_once() {
-    let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &approval_yaml());
+    let c = TestCluster::start_with_agentrt_crds().await;
+    c.apply(&approval_yaml());
     let out = decide(&c, "Approved", OTHER);
     assert!(
         !out.status.success(),
@@ -340,8 +295,8 @@ async fn a_decision_must_carry_the_approvals_hash_and_is_written_once() {
 
 #[tokio::test]
 async fn an_approvals_request_cannot_be_changed() {
-    let c = cluster().await;
-    c.kubectl_stdin(&["apply", "-f", "-"], &approval_yaml());
+    let c = TestCluster::start_with_agentrt_crds().await;
+    c.apply(&approval_yaml());
     let out = c.kubectl(&[
         "patch",
         "approval",
@@ -357,15 +312,11 @@ async fn an_approvals_request_cannot_be_changed() {
         "{}",
         text(&out)
     );
-    let out = c.kubectl(&[
-        "patch",
+    let out = c.merge_patch(
         "approval",
         "refund-1042-1-1",
-        "--type",
-        "merge",
-        "-p",
         r#"{"spec":{"presentation":{"note":"looks fine"}}}"#,
-    ]);
+    );
     assert!(!out.status.success(), "a presentation was added");
     let printed = c.kubectl_ok(&["get", "apv"]);
     assert!(
@@ -380,7 +331,7 @@ async fn an_approvals_request_cannot_be_changed() {
 /// (kubectl's server-side apply), and records the writer as the status's manager.
 #[tokio::test]
 async fn a_status_write_without_the_spec_keeps_the_spec_and_its_manager() {
-    let c = cluster().await;
+    let c = TestCluster::start_with_agentrt_crds().await;
     c.kubectl_stdin(
         &[
             "apply",

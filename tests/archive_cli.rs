@@ -5,12 +5,12 @@
 //!
 //! The segments are sealed by `engine::archive::seal` and created by hand here (the controller
 //! that seals as a run goes is not part of this test). Runs against the embedded API server, or
-//! a real cluster when `AGENTRT_TEST_KUBECONFIG` is set.
+//! a real cluster when `AGENTRT_TEST_KUBECONFIG` is set. No controller runs
+//! ([`agentrt_cluster`]): the runs here are written by hand and none may be picked up.
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use agentrt::api::{
     AgentRun, AgentRunSegment, AgentRunStatus, DecisionRecord, EventType, Observation,
@@ -20,41 +20,9 @@ use agentrt::engine::archive::{seal, Seal, SealLimits, SegmentOwner};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
-use support::cluster::{Options, TestCluster};
-
-async fn cluster() -> TestCluster {
-    // The runs here are written by hand; no controller may pick them up.
-    std::env::set_var("AGENTRT_DEV_NO_CONTROLLER", "1");
-    let c = TestCluster::start_with(Options {
-        crds_dir: Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds")),
-        ..Options::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        c.apply_agentrt_crds();
-    }
-    c
-}
-
-fn agentrt(c: &TestCluster, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentrt"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig())
-        .arg("-n")
-        .arg(c.namespace())
-        .stdin(Stdio::null())
-        .output()
-        .expect("agentrt runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use support::cli::{agentrt, table_row, text};
+use support::cluster::TestCluster;
+use support::controller::agentrt_cluster;
 
 fn segment_yaml() -> String {
     std::fs::read_to_string(support::fixtures::path("archive/segment.yaml")).expect("fixture")
@@ -62,23 +30,13 @@ fn segment_yaml() -> String {
 
 #[tokio::test]
 async fn a_segments_spec_cannot_be_edited_and_it_cannot_gain_a_status() {
-    let c = cluster().await;
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &segment_yaml());
+    let c = agentrt_cluster().await;
+    let out = c.apply(&segment_yaml());
     assert!(out.status.success(), "{}", text(&out));
     let table = c.kubectl_ok(&["get", "arseg"]);
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = table_row(&table, 0);
     assert_eq!(header, ["NAME", "RUN", "INDEX", "STEPS", "BYTES", "AGE"]);
-    let row: Vec<&str> = table
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = table_row(&table, 1);
     assert_eq!(
         row[..5],
         ["refund-1042-0-0123456789", "refund-1042", "0", "1", "412"]
@@ -90,22 +48,14 @@ async fn a_segments_spec_cannot_be_edited_and_it_cannot_gain_a_status() {
     );
 
     let edited = segment_yaml().replace("summary: ok", "summary: rewritten");
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &edited);
+    let out = c.apply(&edited);
     assert!(!out.status.success(), "an edit of the spec was accepted");
     assert!(text(&out).contains("spec is immutable"), "{}", text(&out));
     for patch in [
         r#"{"spec":{"bytes":5}}"#,
         r#"{"spec":{"runName":"another-run"}}"#,
     ] {
-        let out = c.kubectl(&[
-            "patch",
-            "arseg",
-            "refund-1042-0-0123456789",
-            "--type",
-            "merge",
-            "-p",
-            patch,
-        ]);
+        let out = c.merge_patch("arseg", "refund-1042-0-0123456789", patch);
         assert!(!out.status.success(), "{patch} was accepted");
     }
 
@@ -137,15 +87,11 @@ async fn a_segments_spec_cannot_be_edited_and_it_cannot_gain_a_status() {
     }
 
     // No status: what is written there is pruned.
-    let _ = c.kubectl(&[
-        "patch",
+    let _ = c.merge_patch(
         "arseg",
         "refund-1042-0-0123456789",
-        "--type",
-        "merge",
-        "-p",
         r#"{"status":{"phase":"Edited"}}"#,
-    ]);
+    );
     let object: Value = serde_json::from_str(&c.kubectl_ok(&[
         "get",
         "arseg",
@@ -163,7 +109,7 @@ async fn a_segments_spec_cannot_be_edited_and_it_cannot_gain_a_status() {
             "name: refund-1042-0-1111111111",
         )
         .replace("stepCount: 1", "stepCount: 2");
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &inconsistent);
+    let out = c.apply(&inconsistent);
     assert!(!out.status.success(), "a wrong stepCount was accepted");
     assert!(text(&out).contains("spec.stepCount"), "{}", text(&out));
 }
@@ -269,6 +215,47 @@ fn segment_object(run: &AgentRun, sealed: &Seal) -> AgentRunSegment {
     object
 }
 
+/// `kubectl apply` of the fixture run `refund-1042` (tests/fixtures/api/refund-run.yaml; no
+/// controller touches it).
+fn apply_the_fixture_run(c: &TestCluster) {
+    let run_yaml =
+        std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture");
+    c.apply(&run_yaml);
+}
+
+/// [`apply_the_fixture_run`], then the run read back; panics when it cannot be read.
+async fn the_fixture_run(c: &TestCluster) -> (Api<AgentRun>, AgentRun) {
+    apply_the_fixture_run(c);
+    let runs: Api<AgentRun> = Api::namespaced(c.client(), c.namespace());
+    let run = runs.get("refund-1042").await.expect("the run");
+    (runs, run)
+}
+
+/// Writes `h` as the controller would have left it: `h.window` as the run's status, and an
+/// AgentRunSegment per seal, owned by the run. Returns the segments' API.
+async fn write_sealed_history(
+    c: &TestCluster,
+    runs: &Api<AgentRun>,
+    run: &AgentRun,
+    h: &History,
+) -> Api<AgentRunSegment> {
+    runs.patch_status(
+        "refund-1042",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": h.window})),
+    )
+    .await
+    .expect("status written");
+    let segments: Api<AgentRunSegment> = Api::namespaced(c.client(), c.namespace());
+    for sealed in &h.seals {
+        segments
+            .create(&PostParams::default(), &segment_object(run, sealed))
+            .await
+            .expect("segment created");
+    }
+    segments
+}
+
 fn failed_naming(out: &Output, segment: &str, what: &str) {
     assert_eq!(out.status.code(), Some(1), "{}", text(out));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -280,29 +267,12 @@ fn failed_naming(out: &Output, segment: &str, what: &str) {
 
 #[tokio::test]
 async fn verify_show_and_events_read_the_whole_history_and_name_a_deleted_or_edited_segment() {
-    let c = cluster().await;
-    let run_yaml =
-        std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture");
-    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml);
-    let runs: Api<AgentRun> = Api::namespaced(c.client(), c.namespace());
-    let run = runs.get("refund-1042").await.expect("the run");
+    let c = agentrt_cluster().await;
+    let (runs, run) = the_fixture_run(&c).await;
     let uid = run.metadata.uid.clone().expect("uid");
     let h = history("refund-1042", &uid, 10);
     assert!(h.seals.len() >= 3, "{} segments", h.seals.len());
-    runs.patch_status(
-        "refund-1042",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": h.window})),
-    )
-    .await
-    .expect("status written");
-    let segments: Api<AgentRunSegment> = Api::namespaced(c.client(), c.namespace());
-    for sealed in &h.seals {
-        segments
-            .create(&PostParams::default(), &segment_object(&run, sealed))
-            .await
-            .expect("segment created");
-    }
+    let segments = write_sealed_history(&c, &runs, &run, &h).await;
 
     // Intact: verify says what it checked.
     let out = agentrt(&c, &["verify", "refund-1042"]);
@@ -403,10 +373,8 @@ async fn verify_show_and_events_read_the_whole_history_and_name_a_deleted_or_edi
 
 #[tokio::test]
 async fn a_run_that_never_sealed_verifies_with_nothing_sealed() {
-    let c = cluster().await;
-    let run_yaml =
-        std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture");
-    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml);
+    let c = agentrt_cluster().await;
+    apply_the_fixture_run(&c);
     let out = agentrt(&c, &["verify", "refund-1042"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report = String::from_utf8_lossy(&out.stdout);
@@ -433,7 +401,7 @@ async fn wait_gone(api: &Api<AgentRunSegment>, name: &str) {
 
 #[tokio::test]
 async fn a_run_that_is_not_there_is_not_found_said_once() {
-    let c = cluster().await;
+    let c = agentrt_cluster().await;
     let out = agentrt(&c, &["verify", "nosuch"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
@@ -448,12 +416,8 @@ async fn a_run_that_is_not_there_is_not_found_said_once() {
 #[tokio::test]
 async fn a_long_chain_is_walked_back_from_the_kept_entries_and_a_missing_segment_still_shows_the_window(
 ) {
-    let c = cluster().await;
-    let run_yaml =
-        std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).expect("fixture");
-    c.kubectl_stdin(&["apply", "-f", "-"], &run_yaml);
-    let runs: Api<AgentRun> = Api::namespaced(c.client(), c.namespace());
-    let run = runs.get("refund-1042").await.expect("the run");
+    let c = agentrt_cluster().await;
+    let (runs, run) = the_fixture_run(&c).await;
     let uid = run.metadata.uid.clone().expect("uid");
     let h = history("refund-1042", &uid, 45);
     let archive = h.window.archive.clone().expect("sealed");
@@ -461,20 +425,7 @@ async fn a_long_chain_is_walked_back_from_the_kept_entries_and_a_missing_segment
     // The record keeps only the newest entries of its index, and how many there are.
     assert_eq!(archive.segments.len(), 8);
     assert_eq!(archive.count, Some(h.seals.len() as i64));
-    runs.patch_status(
-        "refund-1042",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": h.window})),
-    )
-    .await
-    .expect("status written");
-    let segments: Api<AgentRunSegment> = Api::namespaced(c.client(), c.namespace());
-    for sealed in &h.seals {
-        segments
-            .create(&PostParams::default(), &segment_object(&run, sealed))
-            .await
-            .expect("segment created");
-    }
+    let segments = write_sealed_history(&c, &runs, &run, &h).await;
     let out = agentrt(&c, &["verify", "refund-1042"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(

@@ -407,49 +407,29 @@ fn service_monitor_renders_when_enabled() {
     );
 }
 
-#[test]
-fn values_outside_the_schema_are_refused() {
-    let out = Command::new(helm())
-        .args([
-            "template",
-            "agentrt",
-            "charts/agentrt",
-            "--set",
-            "replicaCount=-1",
-        ])
+/// `helm template agentrt charts/agentrt --set SET` (no namespace), unchecked: for values the
+/// chart's schema must refuse.
+fn template_setting(set: &str) -> std::process::Output {
+    Command::new(helm())
+        .args(["template", "agentrt", "charts/agentrt", "--set", set])
         .current_dir(root())
         .output()
-        .expect("helm runs");
+        .expect("helm runs")
+}
+
+#[test]
+fn values_outside_the_schema_are_refused() {
+    let out = template_setting("replicaCount=-1");
     assert!(
         !out.status.success(),
         "replicaCount=-1 must be refused by values.schema.json"
     );
-    let out = Command::new(helm())
-        .args([
-            "template",
-            "agentrt",
-            "charts/agentrt",
-            "--set",
-            "image.digest=latest",
-        ])
-        .current_dir(root())
-        .output()
-        .expect("helm runs");
+    let out = template_setting("image.digest=latest");
     assert!(
         !out.status.success(),
         "an image.digest that is not sha256:<64 hex> must be refused"
     );
-    let out = Command::new(helm())
-        .args([
-            "template",
-            "agentrt",
-            "charts/agentrt",
-            "--set",
-            "replicas=3",
-        ])
-        .current_dir(root())
-        .output()
-        .expect("helm runs");
+    let out = template_setting("replicas=3");
     assert!(
         !out.status.success(),
         "an unknown value must be refused by values.schema.json"

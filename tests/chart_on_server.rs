@@ -13,11 +13,13 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::chart::{release, render, service_account_kubeconfig};
+use support::cli::text;
 use support::cluster::TestCluster;
 use support::controller::*;
 use support::helm::helm;
@@ -25,38 +27,6 @@ use support::toolserver::ToolServer;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `helm template RELEASE charts/agentrt -n NAMESPACE [--set S]... [extra]...` as YAML text.
-fn render(release: &str, namespace: &str, sets: &[String], extra: &[&str]) -> String {
-    let mut cmd = Command::new(helm());
-    cmd.args([
-        "template",
-        release,
-        "charts/agentrt",
-        "--namespace",
-        namespace,
-    ])
-    .current_dir(root());
-    for set in sets {
-        cmd.args(["--set", set]);
-    }
-    cmd.args(extra);
-    let out = cmd.output().expect("helm runs");
-    assert!(
-        out.status.success(),
-        "helm template {sets:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("helm prints UTF-8")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// A real cluster with the agentrt CRDs applied, or `None` (and one line saying why) on the
@@ -73,32 +43,6 @@ async fn real_cluster(test: &str) -> Option<TestCluster> {
     }
     cluster.apply_agentrt_crds();
     Some(cluster)
-}
-
-/// A release name no other test uses (cluster-scoped objects are named after it).
-fn release() -> String {
-    format!("agentrt-{:06x}", rand::random::<u32>() & 0xff_ffff)
-}
-
-/// A kubeconfig for the cluster with `token` as its only credential.
-fn kubeconfig_with_token(cluster: &TestCluster, name: &str, token: &str) -> PathBuf {
-    let admin = std::fs::read_to_string(cluster.kubeconfig()).expect("kubeconfig readable");
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&admin).expect("kubeconfig YAML");
-    let users = config["users"].as_sequence_mut().expect("kubeconfig users");
-    for user in users.iter_mut() {
-        let mut credentials = serde_yaml::Mapping::new();
-        credentials.insert("token".into(), token.into());
-        user["user"] = serde_yaml::Value::Mapping(credentials);
-    }
-    let path = cluster.dir().join(format!("{name}.kubeconfig"));
-    std::fs::write(&path, serde_yaml::to_string(&config).expect("YAML")).expect("write");
-    path
-}
-
-/// A token for ServiceAccount `sa` of the test's namespace and a kubeconfig using it.
-fn service_account_kubeconfig(cluster: &TestCluster, sa: &str) -> PathBuf {
-    let token = cluster.kubectl_ok(&["create", "token", sa, "--duration=1h"]);
-    kubeconfig_with_token(cluster, sa, token.trim())
 }
 
 /// kubectl as the user of `kubeconfig`, in the test's namespace.
@@ -333,7 +277,7 @@ async fn runs_complete_as_the_charts_service_account(cluster: &TestCluster, sets
             "templates/rbac.yaml",
         ],
     );
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &rbac);
+    cluster.apply(&rbac);
     let user = format!("system:serviceaccount:{ns}:{release}");
     let kubeconfig = service_account_kubeconfig(cluster, &release);
     for (verb, resource, subresource) in [
@@ -522,10 +466,10 @@ async fn admission_policies_refuse_a_decision_by_the_runs_creator() {
             "templates/admission.yaml",
         ],
     );
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &objects);
+    cluster.apply(&objects);
     let users =
         std::fs::read_to_string(support::fixtures::path("rbac/users.yaml")).expect("fixture");
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &users);
+    cluster.apply(&users);
     let alice = service_account_kubeconfig(&cluster, "alice");
     let bob = service_account_kubeconfig(&cluster, "bob");
     let alice_name = format!("system:serviceaccount:{ns}:alice");
@@ -675,7 +619,7 @@ async fn admission_policies_hold_a_segments_labels_immutable() {
         &sets,
         &["--show-only", "templates/admission.yaml"],
     );
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &objects);
+    cluster.apply(&objects);
     let out = once_refused_by_dry_run(
         &cluster,
         None,

@@ -1,50 +1,18 @@
 //! The operator CLI against an API server (issue 6, docs/behaviours.md 51-53): approve and reject
 //! print first and decide only when told to, patch the hash they printed (a change in between
 //! is refused), escape what a model or a tool chose, and exit 0/1/2.
+//!
+//! No controller runs ([`agentrt_cluster`]): these tests decide fixture Approvals by hand, and a
+//! run applied here stays as applied.
 
 mod support;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use support::cluster::{Options, TestCluster};
-
-async fn cluster() -> TestCluster {
-    // No controller in `agentrt dev`: these tests decide fixture Approvals by hand (a run
-    // applied here must stay as applied). Every test sets the same value.
-    std::env::set_var("AGENTRT_DEV_NO_CONTROLLER", "1");
-    let c = TestCluster::start_with(Options {
-        crds_dir: Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds")),
-        ..Options::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        c.apply_agentrt_crds();
-    }
-    c
-}
-
-fn agentrt(c: &TestCluster, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentrt"));
-    cmd.args(args)
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig())
-        .arg("-n")
-        .arg(c.namespace())
-        .stdin(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("agentrt runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use support::cli::{agentrt, text};
+use support::cluster::TestCluster;
+use support::controller::agentrt_cluster;
 
 const HASH: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
@@ -61,9 +29,18 @@ fn approval(args: &str, hash: &str) -> String {
 /// run's.
 fn approval_of_run(c: &TestCluster, args: &str, hash: &str) -> String {
     let run = std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).unwrap();
-    c.kubectl_stdin(&["apply", "-f", "-"], &run);
+    c.apply(&run);
     let uid = c.kubectl_ok(&["get", "ar", "refund-1042", "-o", "jsonpath={.metadata.uid}"]);
     approval(args, hash).replace(FIXTURE_RUN_UID, uid.trim())
+}
+
+/// A cluster ([`agentrt_cluster`]) holding the fixture run and its Approval `refund-1042-1-1`
+/// (args `{order: 1042, amount: 250}`, hash [`HASH`], undecided), as [`approval_of_run`]
+/// applies them.
+async fn cluster_with_the_fixture_approval() -> TestCluster {
+    let c = agentrt_cluster().await;
+    c.apply(&approval_of_run(&c, "{order: 1042, amount: 250}", HASH));
+    c
 }
 
 /// The run uid the fixture Approval names.
@@ -81,12 +58,8 @@ fn decision(c: &TestCluster) -> String {
 
 #[tokio::test]
 async fn approve_prints_the_request_and_refuses_without_a_yes_at_no_terminal() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
-    );
-    let out = agentrt(&c, &["approve", "refund-1042-1-1"], &[]);
+    let c = cluster_with_the_fixture_approval().await;
+    let out = agentrt(&c, &["approve", "refund-1042-1-1"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -108,11 +81,7 @@ async fn approve_prints_the_request_and_refuses_without_a_yes_at_no_terminal() {
 
 #[tokio::test]
 async fn approve_with_yes_patches_the_printed_hash() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
-    );
+    let c = cluster_with_the_fixture_approval().await;
     let out = agentrt(
         &c,
         &[
@@ -122,7 +91,6 @@ async fn approve_with_yes_patches_the_printed_hash() {
             "--note",
             "checked the photos",
         ],
-        &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let decided: serde_json::Value = serde_json::from_str(&decision(&c)).expect("a decision");
@@ -138,18 +106,14 @@ async fn approve_with_yes_patches_the_printed_hash() {
         assert_eq!(decided["approver"], "agentrt-dev-admin");
     }
     // A second decision is refused by the API server, and the CLI says so with exit 1.
-    let out = agentrt(&c, &["reject", "refund-1042-1-1", "--yes"], &[]);
+    let out = agentrt(&c, &["reject", "refund-1042-1-1", "--yes"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("already decided"), "{}", text(&out));
 }
 
 #[tokio::test]
 async fn an_approval_changed_between_print_and_patch_is_refused() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
-    );
+    let c = cluster_with_the_fixture_approval().await;
     let kubeconfig = c.kubeconfig().to_path_buf();
     let namespace = c.namespace().to_string();
     let child = std::thread::spawn(move || {
@@ -166,10 +130,7 @@ async fn an_approval_changed_between_print_and_patch_is_refused() {
     std::thread::sleep(std::time::Duration::from_millis(1200));
     c.kubectl_ok(&["delete", "approval", "refund-1042-1-1"]);
     let other = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 25000}", other),
-    );
+    c.apply(&approval_of_run(&c, "{order: 1042, amount: 25000}", other));
     let out = child.join().expect("thread");
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
@@ -186,16 +147,13 @@ async fn an_approval_changed_between_print_and_patch_is_refused() {
 
 #[tokio::test]
 async fn model_chosen_strings_are_escaped_in_the_printout() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(
-            &c,
-            r#"{order: 1042, note: "ok\u202e0001\u200b\u001b[2J"}"#,
-            HASH,
-        ),
-    );
-    let out = agentrt(&c, &["show", "approval", "refund-1042-1-1"], &[]);
+    let c = agentrt_cluster().await;
+    c.apply(&approval_of_run(
+        &c,
+        r#"{order: 1042, note: "ok\u202e0001\u200b\u001b[2J"}"#,
+        HASH,
+    ));
+    let out = agentrt(&c, &["show", "approval", "refund-1042-1-1"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -210,16 +168,12 @@ async fn model_chosen_strings_are_escaped_in_the_printout() {
 
 #[tokio::test]
 async fn json_output_and_exit_codes() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
-    );
-    let out = agentrt(&c, &["approvals", "-o", "json"], &[]);
+    let c = cluster_with_the_fixture_approval().await;
+    let out = agentrt(&c, &["approvals", "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON output");
     assert_eq!(list[0]["spec"]["hash"], HASH);
-    let out = agentrt(&c, &["show", "approval", "no-such-approval"], &[]);
+    let out = agentrt(&c, &["show", "approval", "no-such-approval"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let out = Command::new(env!("CARGO_BIN_EXE_agentrt"))
         .args(["approve"])
@@ -264,11 +218,7 @@ async fn json_output_and_exit_codes() {
 
 #[tokio::test]
 async fn the_binary_works_as_the_kubectl_plugin_kubectl_agentrt() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
-    );
+    let c = cluster_with_the_fixture_approval().await;
     let bin = tempfile::tempdir().expect("tempdir");
     std::os::unix::fs::symlink(
         env!("CARGO_BIN_EXE_agentrt"),
@@ -326,11 +276,7 @@ fn listed(out: &Output) -> Vec<String> {
 /// name is, and an `-n` naming another namespace is refused.
 #[tokio::test]
 async fn approvals_follow_the_contexts_namespace_and_names_take_a_namespace() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
-    );
+    let c = cluster_with_the_fixture_approval().await;
     let ours = format!("{}/refund-1042-1-1", c.namespace());
     // The test's kubeconfig context has no namespace: `default`, where nothing waits.
     let out = agentrt_in_context(c.kubeconfig(), &["approvals", "-o", "json"]);
@@ -418,14 +364,11 @@ async fn approvals_follow_the_contexts_namespace_and_names_take_a_namespace() {
 /// refused before anything is asked: here a run of the same name with another uid.
 #[tokio::test]
 async fn approve_refuses_an_approval_its_run_no_longer_awaits() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval("{order: 1042, amount: 250}", HASH),
-    );
+    let c = agentrt_cluster().await;
+    c.apply(&approval("{order: 1042, amount: 250}", HASH));
     let run = std::fs::read_to_string(support::fixtures::path("api/refund-run.yaml")).unwrap();
-    c.kubectl_stdin(&["apply", "-f", "-"], &run);
-    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"], &[]);
+    c.apply(&run);
+    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -585,7 +528,7 @@ fn owned_approval(c: &TestCluster, cancel: bool) -> String {
     } else {
         run
     };
-    c.kubectl_stdin(&["apply", "-f", "-"], &run);
+    c.apply(&run);
     let uid = c.kubectl_ok(&["get", "ar", "refund-1042", "-o", "jsonpath={.metadata.uid}"]);
     let uid = uid.trim().to_string();
     approval("{order: 1042, amount: 250}", HASH)
@@ -602,11 +545,11 @@ fn owned_approval(c: &TestCluster, cancel: bool) -> String {
 /// `--cascade=orphan`) can no longer grant; approve refuses it, writing nothing.
 #[tokio::test]
 async fn approve_refuses_an_approval_whose_run_is_gone() {
-    let c = cluster().await;
+    let c = agentrt_cluster().await;
     let owned = owned_approval(&c, false);
-    c.kubectl_stdin(&["apply", "-f", "-"], &owned);
+    c.apply(&owned);
     c.kubectl_ok(&["delete", "ar", "refund-1042", "--cascade=orphan"]);
-    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"], &[]);
+    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -622,10 +565,10 @@ async fn approve_refuses_an_approval_whose_run_is_gone() {
 /// it) grants nothing: approve refuses before printing the prompt.
 #[tokio::test]
 async fn approve_refuses_an_approval_whose_run_is_being_cancelled() {
-    let c = cluster().await;
+    let c = agentrt_cluster().await;
     let owned = owned_approval(&c, true);
-    c.kubectl_stdin(&["apply", "-f", "-"], &owned);
-    let out = agentrt(&c, &["approve", "refund-1042-1-1", "-y"], &[]);
+    c.apply(&owned);
+    let out = agentrt(&c, &["approve", "refund-1042-1-1", "-y"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("spec.cancel: true"), "{stderr}");
@@ -640,11 +583,7 @@ async fn approve_refuses_an_approval_whose_run_is_being_cancelled() {
 /// A Cancelled Approval is refused before anything of the prompt is printed.
 #[tokio::test]
 async fn approve_of_a_cancelled_approval_refuses_before_the_prompt() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
-    );
+    let c = cluster_with_the_fixture_approval().await;
     c.kubectl_ok(&[
         "patch",
         "approval",
@@ -654,7 +593,7 @@ async fn approve_of_a_cancelled_approval_refuses_before_the_prompt() {
         "-p",
         r#"{"status":{"phase":"Cancelled","reason":"run cancelled"}}"#,
     ]);
-    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"], &[]);
+    let out = agentrt(&c, &["approve", "refund-1042-1-1", "--yes"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{}", text(&out));
     assert!(
@@ -664,10 +603,10 @@ async fn approve_of_a_cancelled_approval_refuses_before_the_prompt() {
     );
     // Listed only with --all-phases (or its older spelling --all).
     let ours = format!("{}/refund-1042-1-1", c.namespace());
-    let out = agentrt(&c, &["approvals", "-o", "json"], &[]);
+    let out = agentrt(&c, &["approvals", "-o", "json"]);
     assert!(!listed(&out).contains(&ours), "{}", text(&out));
     for every in ["--all-phases", "--all"] {
-        let out = agentrt(&c, &["approvals", every, "-o", "json"], &[]);
+        let out = agentrt(&c, &["approvals", every, "-o", "json"]);
         assert!(listed(&out).contains(&ours), "{every}: {}", text(&out));
     }
 }
@@ -675,17 +614,9 @@ async fn approve_of_a_cancelled_approval_refuses_before_the_prompt() {
 /// A `--note` over the schema's limit is a usage error naming the limit, sent nowhere.
 #[tokio::test]
 async fn a_note_over_the_limit_is_refused_before_sending() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
-    );
+    let c = cluster_with_the_fixture_approval().await;
     let note = "x".repeat(4097);
-    let out = agentrt(
-        &c,
-        &["reject", "refund-1042-1-1", "--yes", "--note", &note],
-        &[],
-    );
+    let out = agentrt(&c, &["reject", "refund-1042-1-1", "--yes", "--note", &note]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("at most 4096"), "{stderr}");
@@ -697,11 +628,7 @@ async fn a_note_over_the_limit_is_refused_before_sending() {
 /// it patches the printed hash with the verdict and the result.
 #[tokio::test]
 async fn settle_patches_took_effect_with_its_result_and_refuses_another_kind() {
-    let c = cluster().await;
-    c.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &approval_of_run(&c, "{order: 1042, amount: 250}", HASH),
-    );
+    let c = cluster_with_the_fixture_approval().await;
     // The fixture is a policy Approval: settling it is refused before anything is sent.
     let out = agentrt(
         &c,
@@ -711,7 +638,6 @@ async fn settle_patches_took_effect_with_its_result_and_refuses_another_kind() {
             "--did-not-take-effect",
             "--yes",
         ],
-        &[],
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
@@ -730,7 +656,6 @@ async fn settle_patches_took_effect_with_its_result_and_refuses_another_kind() {
             "--result",
             "[1]",
         ],
-        &[],
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("--result"), "{}", text(&out));
@@ -738,7 +663,7 @@ async fn settle_patches_took_effect_with_its_result_and_refuses_another_kind() {
     c.kubectl_ok(&["delete", "approval", "refund-1042-1-1"]);
     let interrupted = approval_of_run(&c, "{order: 1042, amount: 250}", HASH)
         .replace("  kind: policy", "  kind: interrupted_side_effect");
-    c.kubectl_stdin(&["apply", "-f", "-"], &interrupted);
+    c.apply(&interrupted);
     let out = agentrt(
         &c,
         &[
@@ -749,7 +674,6 @@ async fn settle_patches_took_effect_with_its_result_and_refuses_another_kind() {
             r#"{"refundId": "r-77"}"#,
             "--yes",
         ],
-        &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(

@@ -15,21 +15,14 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::cli::{agentrt, table_row, text};
 use support::cluster::{wait_until, Options, TestCluster};
 use support::controller::*;
 use support::toolserver::{Behaviour, ToolServer};
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// `tests/fixtures/admin_policy/{name}.yaml` with its `${VAR}`s filled in from `vars`.
 fn manifest(name: &str, vars: &[(&str, &str)]) -> String {
@@ -43,19 +36,8 @@ fn manifest(name: &str, vars: &[(&str, &str)]) -> String {
 
 /// `kubectl apply -f -` of `yaml` in the test's namespace; panics with kubectl's words.
 fn apply(cluster: &TestCluster, yaml: &str) {
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], yaml);
+    let out = cluster.apply(yaml);
     assert!(out.status.success(), "kubectl apply: {}", text(&out));
-}
-
-/// `agentrt ARGS --kubeconfig K -n NS`.
-fn agentrt(cluster: &TestCluster, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentrt"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .args(["-n", cluster.namespace()])
-        .output()
-        .expect("agentrt runs")
 }
 
 /// Deletes a cluster-scoped object when the test ends, however it ends.
@@ -80,7 +62,7 @@ impl Drop for ClusterScoped<'_> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_allowing_remote_mutation_waits_for_a_person_under_an_agent_policy() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     apply(&cluster, &manifest("strict", &[]));
     let generation = cluster.kubectl_ok(&[
@@ -92,12 +74,7 @@ async fn a_run_allowing_remote_mutation_waits_for_a_person_under_an_agent_policy
     ]);
     // kubectl get apol: the RemoteMutation outcome and the maxSteps ceiling.
     let listed = cluster.kubectl_ok(&["get", "apol"]);
-    let row: Vec<&str> = listed
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = table_row(&listed, 1);
     assert_eq!(
         row.get(..3),
         Some(&["strict", "RequireApproval", "20"][..]),
@@ -109,8 +86,9 @@ async fn a_run_allowing_remote_mutation_waits_for_a_person_under_an_agent_policy
         "  leaseDurationSeconds:",
         "  limits: {maxSteps: 20}\n  leaseDurationSeconds:",
     );
-    create_run(&client, &ns, &run).await;
-    let approval = wait_approval(&client, &ns, "weekly", "policy", Duration::from_secs(60)).await;
+    let approval = cluster
+        .run_awaiting_approval(&run, "weekly", "policy")
+        .await;
     let shown = &approval.data["spec"]["presentation"]["policy"];
     assert_eq!(shown["kind"], "AgentPolicy", "{shown}");
     assert_eq!(shown["namespace"], ns.as_str(), "{shown}");
@@ -120,7 +98,7 @@ async fn a_run_allowing_remote_mutation_waits_for_a_person_under_an_agent_policy
         "the tool ran before approval: {:?}",
         tools.calls()
     );
-    let waiting = status(&client, &ns, "weekly").await;
+    let waiting = cluster.run_status("weekly").await;
     let source = &waiting["steps"][0]["policy"]["source"];
     assert_eq!(
         waiting["steps"][0]["policy"]["decision"],
@@ -153,8 +131,10 @@ async fn a_run_allowing_remote_mutation_waits_for_a_person_under_an_agent_policy
         )),
         "{said}"
     );
-    decide(&client, &ns, &approval, "Approved").await;
-    wait_phase(&client, &ns, "weekly", "Completed", Duration::from_secs(60)).await;
+    cluster.decide(&approval, "Approved").await;
+    cluster
+        .wait_phase("weekly", "Completed", Duration::from_secs(60))
+        .await;
     assert_eq!(tools.calls().len(), 1, "{}", controller.log());
 }
 
@@ -182,11 +162,12 @@ async fn a_cluster_agent_policy_selecting_the_namespace_by_label_denies_a_tool()
         kind: "clusteragentpolicy",
         name: policy.clone(),
     };
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let _controller = start_controller(&cluster, "c");
     let run = manifest("own-allow", &[("NAME", "weekly"), ("TOOLS", &tools.base())]);
-    create_run(&client, &ns, &run).await;
-    let done = wait_phase(&client, &ns, "weekly", "Completed", Duration::from_secs(60)).await;
+    cluster.create_run(&run).await;
+    let done = cluster
+        .wait_phase("weekly", "Completed", Duration::from_secs(60))
+        .await;
     let step = &done["steps"][0];
     assert_eq!(step["status"], "failed", "{done}");
     assert_eq!(step["policy"]["decision"], "deny", "{done}");
@@ -232,7 +213,7 @@ async fn a_cluster_agent_policy_selecting_the_namespace_by_label_denies_a_tool()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_of_the_admin_policy_applies_at_the_next_decision() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("lookup", Behaviour::sleeping(5_000));
     let lenient = manifest("strict", &[]).replace(
@@ -250,19 +231,21 @@ async fn an_edit_of_the_admin_policy_applies_at_the_next_decision() {
         "  leaseDurationSeconds:",
         "  limits: {maxSteps: 20}\n  leaseDurationSeconds:",
     );
-    create_run(&client, &ns, &run).await;
+    cluster.create_run(&run).await;
     wait_until(Duration::from_secs(60), "the lookup is called", || {
         !tools.calls().is_empty()
     })
     .await;
     apply(&cluster, &manifest("strict", &[]));
-    let approval = wait_approval(&client, &ns, "two", "policy", Duration::from_secs(60)).await;
+    let approval = cluster
+        .wait_approval("two", "policy", Duration::from_secs(60))
+        .await;
     assert_eq!(approval.data["spec"]["request"]["tool"]["name"], "send");
     assert_eq!(
         approval.data["spec"]["presentation"]["policy"]["name"],
         "strict"
     );
-    let waiting = status(&client, &ns, "two").await;
+    let waiting = cluster.run_status("two").await;
     let generation = |i: usize| waiting["steps"][i]["policy"]["source"]["generation"].as_i64();
     assert_eq!(waiting["steps"][0]["status"], "done", "{waiting}");
     assert_eq!(
@@ -414,7 +397,7 @@ async fn refused_within(cluster: &TestCluster, run: &str) -> String {
         assert!(Instant::now() < deadline, "never refused: {}", text(&out));
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], run);
+    let out = cluster.apply(run);
     assert!(!out.status.success(), "applied: {}", text(&out));
     text(&out)
 }
@@ -427,7 +410,7 @@ async fn refused_within(cluster: &TestCluster, run: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_admin_policies_pause_every_call_on_an_approval() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let mut _guards = Vec::new();
     let kubeconfig = if cluster.is_embedded() {
@@ -450,15 +433,9 @@ async fn unreadable_admin_policies_pause_every_call_on_an_approval() {
         "lookup-then-send",
         &[("NAME", "blind"), ("TOOLS", &tools.base())],
     );
-    create_run(&client, &ns, &run).await;
-    let approval = wait_approval(
-        &client,
-        &ns,
-        "blind",
-        "admin_policy_unavailable",
-        Duration::from_secs(60),
-    )
-    .await;
+    let approval = cluster
+        .run_awaiting_approval(&run, "blind", "admin_policy_unavailable")
+        .await;
     assert_eq!(approval.data["spec"]["request"]["tool"]["name"], "lookup");
     let reason: &Value = &approval.data["spec"]["reason"];
     assert!(

@@ -8,8 +8,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::cli::{agentrt, text};
 use support::cluster::eventually;
 use support::controller::*;
+use support::runs::name_of;
 use support::toolserver::ToolServer;
 
 /// Args of about 150 KB: a long string and a list of a thousand objects.
@@ -25,22 +27,21 @@ fn large_args() -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_whose_request_carries_large_args_is_created_and_decided() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let tools = ToolServer::start().await;
     let args = large_args();
     let yaml = fixture("needs-approval", &tools.base(), "big-args")
         .replace("args: {item: 1}", &format!("args: {args}"));
     assert!(yaml.len() > 150_000, "the run carries the large args");
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
-    create_run(&client, &ns, &yaml).await;
+    let _controller = start_controller(&cluster, "c");
 
-    let approval = wait_approval(&client, &ns, "big-args", "policy", Duration::from_secs(60)).await;
+    let approval = cluster
+        .run_awaiting_approval(&yaml, "big-args", "policy")
+        .await;
     assert_eq!(
         approval.data["spec"]["request"]["args"], args,
         "the Approval shows the args whole"
     );
-    let name = approval.metadata.name.clone().expect("name");
+    let name = name_of(&approval);
     let hash = approval.data["spec"]["hash"]
         .as_str()
         .expect("hash")
@@ -75,18 +76,11 @@ async fn an_approval_whose_request_carries_large_args_is_created_and_decided() {
     let decision = format!(
         r#"{{"spec":{{"decision":{{"verdict":"Approved","hash":"{hash}","approver":"a"}}}}}}"#
     );
-    cluster.kubectl_ok(&[
-        "patch", "approval", &name, "--type", "merge", "-p", &decision,
-    ]);
+    cluster.merge_patch_ok("approval", &name, &decision);
 
-    let done = wait_phase(
-        &client,
-        &ns,
-        "big-args",
-        "Completed",
-        Duration::from_secs(60),
-    )
-    .await;
+    let done = cluster
+        .wait_phase("big-args", "Completed", Duration::from_secs(60))
+        .await;
     let calls = tools.calls();
     assert_eq!(
         calls.len(),
@@ -107,12 +101,12 @@ async fn a_leftover_approval_of_a_deleted_run_is_never_adopted() {
     let cluster = agentrt_cluster().await;
     let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let tools = ToolServer::start().await;
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
+    let _controller = start_controller(&cluster, "c");
     let first = fixture("needs-approval", &tools.base(), "again");
-    create_run(&client, &ns, &first).await;
-    let old = wait_approval(&client, &ns, "again", "policy", Duration::from_secs(60)).await;
-    let old_name = old.metadata.name.clone().expect("name");
+    let old = cluster
+        .run_awaiting_approval(&first, "again", "policy")
+        .await;
+    let old_name = name_of(&old);
     // The run goes, its Approval stays (as when the garbage collector is down).
     cluster.kubectl_ok(&[
         "delete",
@@ -139,21 +133,20 @@ async fn a_leftover_approval_of_a_deleted_run_is_never_adopted() {
     let left = api.get(&old_name).await.expect("left over");
 
     let second = first.replace("args: {item: 1}", "args: {item: 2}");
-    create_run(&client, &ns, &second).await;
-    let run = wait_status(
-        &client,
-        &ns,
-        "again",
-        Duration::from_secs(60),
-        "an ApprovalConflict",
-        |s| {
-            s["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "ApprovalConflict" && c["status"] == "True")
-            })
-        },
-    )
-    .await;
+    cluster.create_run(&second).await;
+    let run = cluster
+        .wait_status(
+            "again",
+            Duration::from_secs(60),
+            "an ApprovalConflict",
+            |s| {
+                s["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "ApprovalConflict" && c["status"] == "True")
+                })
+            },
+        )
+        .await;
     let fresh = run["steps"][0]["approvals"]
         .as_array()
         .and_then(|a| a.last())
@@ -197,8 +190,10 @@ async fn a_leftover_approval_of_a_deleted_run_is_never_adopted() {
     })
     .await;
     assert_eq!(approval.data["spec"]["request"]["args"], json!({"item": 2}));
-    decide(&client, &ns, &approval, "Approved").await;
-    wait_phase(&client, &ns, "again", "Completed", Duration::from_secs(60)).await;
+    cluster.decide(&approval, "Approved").await;
+    cluster
+        .wait_phase("again", "Completed", Duration::from_secs(60))
+        .await;
     let calls = tools.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(
@@ -208,83 +203,42 @@ async fn a_leftover_approval_of_a_deleted_run_is_never_adopted() {
     );
 }
 
-/// `agentrt approve NAME --yes` against `cluster`, standard input closed.
-fn agentrt_approve(cluster: &support::cluster::TestCluster, target: &str) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_agentrt"))
-        .args(["approve", target, "--yes", "--kubeconfig"])
-        .arg(cluster.kubeconfig())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("agentrt runs")
-}
-
 /// docs/behaviours.md 42 and 67: a run cancelled while it waits moves its pending Approval to
 /// `Cancelled` ("run cancelled"), and `agentrt approve` refuses it (exit 1, saying why) instead
 /// of printing "approved"; nothing runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_approvals_of_a_cancelled_run_are_cancelled_and_cannot_be_approved() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
-    create_run(
-        &client,
-        &ns,
-        &fixture("needs-approval", &tools.base(), "called-off"),
-    )
-    .await;
-    let approval = wait_approval(
-        &client,
-        &ns,
-        "called-off",
-        "policy",
-        Duration::from_secs(60),
-    )
-    .await;
-    let name = approval.metadata.name.clone().expect("name");
-    cluster.kubectl_ok(&[
-        "patch",
-        "agentrun",
-        "called-off",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"cancel":true}}"#,
-    ]);
-    wait_phase(
-        &client,
-        &ns,
-        "called-off",
-        "Cancelled",
-        Duration::from_secs(30),
-    )
-    .await;
-    let cancelled = eventually("the Approval Cancelled", Duration::from_secs(30), || {
-        let api = approvals_api(&client, &ns);
-        let name = name.clone();
-        async move {
-            api.get(&name)
-                .await
-                .ok()
-                .filter(|a| a.data["status"]["phase"] == "Cancelled")
-        }
-    })
-    .await;
+    let _controller = start_controller(&cluster, "c");
+    let yaml = fixture("needs-approval", &tools.base(), "called-off");
+    let approval = cluster
+        .run_awaiting_approval(&yaml, "called-off", "policy")
+        .await;
+    let name = name_of(&approval);
+    cluster.cancel_run("called-off");
+    cluster
+        .wait_phase("called-off", "Cancelled", Duration::from_secs(30))
+        .await;
+    let cancelled = cluster
+        .wait_approval_phase(&name, "Cancelled", Duration::from_secs(30))
+        .await;
     assert_eq!(cancelled.data["status"]["reason"], "run cancelled");
     let columns = cluster.kubectl_ok(&["get", "approval", &name, "--no-headers"]);
     assert!(columns.contains("Cancelled"), "the Phase column: {columns}");
 
-    let out = agentrt_approve(&cluster, &format!("{ns}/{name}"));
+    // `agentrt approve NAME --yes`, standard input closed.
+    let out = agentrt(&cluster, &["approve", &format!("{ns}/{name}"), "--yes"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         stderr.contains("Cancelled (run cancelled)") && stderr.contains("can no longer grant"),
         "{stderr}"
     );
     assert!(!stdout.contains(" approved"), "{stdout}");
-    let after = approvals_api(&client, &ns).get(&name).await.expect("get");
+    let after = cluster.approval(&name).await;
     assert!(
         after.data["spec"].get("decision").is_none(),
         "nothing decided"
@@ -300,16 +254,12 @@ async fn a_deleted_approval_wakes_its_run_and_is_created_again_at_once() {
     let cluster = agentrt_cluster().await;
     let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let tools = ToolServer::start().await;
-    let _controller =
-        ControllerProcess::spawn(cluster.kubeconfig(), &ns, ControllerSpec::named("c"));
-    create_run(
-        &client,
-        &ns,
-        &fixture("needs-approval", &tools.base(), "woken"),
-    )
-    .await;
-    let first = wait_approval(&client, &ns, "woken", "policy", Duration::from_secs(60)).await;
-    let name = first.metadata.name.clone().expect("name");
+    let _controller = start_controller(&cluster, "c");
+    let yaml = fixture("needs-approval", &tools.base(), "woken");
+    let first = cluster
+        .run_awaiting_approval(&yaml, "woken", "policy")
+        .await;
+    let name = name_of(&first);
     let first_uid = first.metadata.uid.clone().expect("uid");
     // Let the replica settle (its own writes woke it already), then delete.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -341,8 +291,10 @@ async fn a_deleted_approval_wakes_its_run_and_is_created_again_at_once() {
         again.data["spec"], first.data["spec"],
         "the same request, from the record"
     );
-    decide(&client, &ns, &again, "Approved").await;
-    wait_phase(&client, &ns, "woken", "Completed", Duration::from_secs(30)).await;
+    cluster.decide(&again, "Approved").await;
+    cluster
+        .wait_phase("woken", "Completed", Duration::from_secs(30))
+        .await;
     assert_eq!(tools.calls().len(), 1);
 }
 
@@ -352,8 +304,6 @@ async fn a_deleted_approval_wakes_its_run_and_is_created_again_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_when_that_fails_on_the_args_pauses_on_a_policy_error_approval_a_person_decides() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let _controller = start_controller(&cluster, "policy-error");
     let yaml = RunFixture::new("one-tool", &tools.base(), "unguarded")
@@ -363,15 +313,10 @@ async fn a_when_that_fails_on_the_args_pauses_on_a_policy_error_approval_a_perso
             "  policy:\n",
             "  policy:\n    rules:\n    - {name: small, when: 'args.amount <= 100', outcome: Allow}\n",
         );
-    create_run(&client, &ns, &yaml).await;
-    let approval = wait_approval(
-        &client,
-        &ns,
-        "unguarded",
-        "policy_error",
-        Duration::from_secs(30),
-    )
-    .await;
+    cluster.create_run(&yaml).await;
+    let approval = cluster
+        .wait_approval("unguarded", "policy_error", Duration::from_secs(30))
+        .await;
     let shown = &approval.data["spec"]["presentation"];
     assert_eq!(
         shown["rule"],
@@ -384,21 +329,16 @@ async fn a_when_that_fails_on_the_args_pauses_on_a_policy_error_approval_a_perso
             .is_some_and(|e| e.contains("amount")),
         "{shown}"
     );
-    let run = status(&client, &ns, "unguarded").await;
+    let run = cluster.run_status("unguarded").await;
     assert_eq!(run["phase"], "WaitingForApproval", "the run is kept: {run}");
     assert!(
         tools.calls().is_empty(),
         "nothing ran before a person decided"
     );
-    decide(&client, &ns, &approval, "Approved").await;
-    let done = wait_phase(
-        &client,
-        &ns,
-        "unguarded",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    cluster.decide(&approval, "Approved").await;
+    let done = cluster
+        .wait_phase("unguarded", "Completed", Duration::from_secs(30))
+        .await;
     assert_seq_contiguous(&done);
     assert_eq!(tools.calls().len(), 1, "the approved call ran once");
 }
@@ -408,36 +348,19 @@ async fn a_resume_by_another_holder_is_in_the_journal_with_its_holder_and_epoch(
     // docs/behaviours.md 81: paused under holder first (epoch 1), first is killed; on approve,
     // second executes at epoch 2, and the journal says so in the write of its first action.
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let mut first = start_controller(&cluster, "first");
-    create_run(
-        &client,
-        &ns,
-        &fixture("needs-approval", &tools.base(), "handed-over"),
-    )
-    .await;
-    let approval = wait_approval(
-        &client,
-        &ns,
-        "handed-over",
-        "policy",
-        Duration::from_secs(60),
-    )
-    .await;
+    let yaml = fixture("needs-approval", &tools.base(), "handed-over");
+    let approval = cluster
+        .run_awaiting_approval(&yaml, "handed-over", "policy")
+        .await;
     first.signal(libc::SIGKILL);
     assert!(first.was_killed(Duration::from_secs(5)));
     let _second = start_controller(&cluster, "second");
-    decide(&client, &ns, &approval, "Approved").await;
-    let done = wait_phase(
-        &client,
-        &ns,
-        "handed-over",
-        "Completed",
-        Duration::from_secs(60),
-    )
-    .await;
+    cluster.decide(&approval, "Approved").await;
+    let done = cluster
+        .wait_phase("handed-over", "Completed", Duration::from_secs(60))
+        .await;
     assert_seq_contiguous(&done);
     let resumed = events_of(&done, "run.resumed");
     assert_eq!(resumed.len(), 1, "{:?}", event_types(&done));

@@ -18,12 +18,9 @@ async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() 
     let tools = ToolServer::start().await;
     tools.set("report", Behaviour::sleeping(2500));
     let _controller = start_controller(&cluster, "c");
-    let run = create_run(
-        &client,
-        &ns,
-        &fixture("slow-tool", &tools.base(), "cancelled"),
-    )
-    .await;
+    let run = cluster
+        .create_run(&fixture("slow-tool", &tools.base(), "cancelled"))
+        .await;
     let uid = run.metadata.uid.clone().unwrap();
     tools
         .wait_for_call(&format!("{uid}/0"), Duration::from_secs(30), String::new)
@@ -36,33 +33,27 @@ async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() 
         )
         .await
         .expect("cancel");
-    let cancelled = wait_phase(
-        &client,
-        &ns,
-        "cancelled",
-        "Cancelled",
-        Duration::from_secs(10),
-    )
-    .await;
+    let cancelled = cluster
+        .wait_phase("cancelled", "Cancelled", Duration::from_secs(10))
+        .await;
     assert_eq!(cancelled["reason"], "operator_cancelled");
     // The tool was still running when the cancel landed.
     assert!(
         tools.calls_for(&format!("{uid}/0"))[0].ended.is_none(),
         "the cancel waited for the tool"
     );
-    let late = wait_status(
-        &client,
-        &ns,
-        "cancelled",
-        Duration::from_secs(15),
-        "the late outcome",
-        |s| {
-            events_of(s, "step.tool_finished")
-                .iter()
-                .any(|e| e["data"]["late"] == true)
-        },
-    )
-    .await;
+    let late = cluster
+        .wait_status(
+            "cancelled",
+            Duration::from_secs(15),
+            "the late outcome",
+            |s| {
+                events_of(s, "step.tool_finished")
+                    .iter()
+                    .any(|e| e["data"]["late"] == true)
+            },
+        )
+        .await;
     assert_eq!(late["phase"], "Cancelled");
     assert_eq!(late["reason"], "operator_cancelled");
     assert_seq_contiguous(&late);
@@ -86,19 +77,15 @@ async fn cancel_while_a_tool_runs_ends_cancelled_and_appends_the_late_outcome() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_mebibyte_tool_answer_is_cut_keeping_its_size_and_hash() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
-    tools.set(
-        "report",
-        Behaviour {
-            huge: Some(1024 * 1024),
-            ..Behaviour::default()
-        },
-    );
+    tools.set("report", Behaviour::answering_bytes(1024 * 1024));
     let _controller = start_controller(&cluster, "c");
-    create_run(&client, &ns, &fixture("slow-tool", &tools.base(), "huge")).await;
-    let done = wait_phase(&client, &ns, "huge", "Completed", Duration::from_secs(30)).await;
+    cluster
+        .create_run(&fixture("slow-tool", &tools.base(), "huge"))
+        .await;
+    let done = cluster
+        .wait_phase("huge", "Completed", Duration::from_secs(30))
+        .await;
     let observation = &done["steps"][0]["observation"];
     assert_eq!(observation["kind"], "tool_result");
     let truncated = &observation["truncated"];

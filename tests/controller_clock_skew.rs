@@ -33,17 +33,10 @@ fn holder_of(status: &Value) -> String {
 /// by `other_offset_ms`.
 async fn a_renewed_lease_survives_a_skewed_replica(holder_offset_ms: i64, other_offset_ms: i64) {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("renewed", Behaviour::sleeping(8_000));
-    tools.set(
-        "killed",
-        Behaviour {
-            hang: true,
-            ..Behaviour::default()
-        },
-    );
+    tools.set("killed", Behaviour::hanging());
 
     let mut holder = ControllerProcess::spawn(
         cluster.kubeconfig(),
@@ -56,7 +49,9 @@ async fn a_renewed_lease_survives_a_skewed_replica(holder_offset_ms: i64, other_
     );
     let mut uids = Vec::new();
     for name in ["renewed", "killed"] {
-        let run = create_run(&client, &ns, &fixture("long-call", &tools.base(), name)).await;
+        let run = cluster
+            .create_run(&fixture("long-call", &tools.base(), name))
+            .await;
         uids.push(run.metadata.uid.clone().unwrap());
     }
     let keys: Vec<String> = uids.iter().map(|uid| format!("{uid}/0")).collect();
@@ -76,15 +71,14 @@ async fn a_renewed_lease_survives_a_skewed_replica(holder_offset_ms: i64, other_
     );
 
     // While the holder renews, nothing is taken over and nothing runs twice.
-    let done = wait_status(
-        &client,
-        &ns,
-        "renewed",
-        Duration::from_secs(30),
-        "the end of the call",
-        |s| s["phase"] != "Running",
-    )
-    .await;
+    let done = cluster
+        .wait_status(
+            "renewed",
+            Duration::from_secs(30),
+            "the end of the call",
+            |s| s["phase"] != "Running",
+        )
+        .await;
     assert_eq!(
         takeovers(&done),
         Vec::<&Value>::new(),
@@ -98,25 +92,24 @@ async fn a_renewed_lease_survives_a_skewed_replica(holder_offset_ms: i64, other_
     let renewed_calls = tools.calls_for(&keys[0]);
     assert_eq!(renewed_calls.len(), 1, "{renewed_calls:?}");
     assert!(renewed_calls[0].holder.starts_with("holder"));
-    let hanging = status(&client, &ns, "killed").await;
+    let hanging = cluster.run_status("killed").await;
     assert_eq!(takeovers(&hanging), Vec::<&Value>::new(), "{hanging}");
     assert!(holder_of(&hanging).starts_with("holder"), "{hanging}");
-    assert!(approvals(&client, &ns, "renewed").await.is_empty());
+    assert!(cluster.approvals_of("renewed").await.is_empty());
 
     // The holder dies: the other replica takes its run over within the lease and 2 s.
     holder.signal(libc::SIGKILL);
     let killed_at = Instant::now();
     assert!(holder.was_killed(Duration::from_secs(5)));
     let bound = Duration::from_millis(u64::try_from(LEASE_MILLIS).unwrap() + 2_000);
-    let taken = wait_status(
-        &client,
-        &ns,
-        "killed",
-        bound + Duration::from_secs(10),
-        "a takeover",
-        |s| !takeovers(s).is_empty(),
-    )
-    .await;
+    let taken = cluster
+        .wait_status(
+            "killed",
+            bound + Duration::from_secs(10),
+            "a takeover",
+            |s| !takeovers(s).is_empty(),
+        )
+        .await;
     let latency = killed_at.elapsed();
     println!("takeover {latency:?} after the holder's SIGKILL");
     assert!(
@@ -133,14 +126,9 @@ async fn a_renewed_lease_survives_a_skewed_replica(holder_offset_ms: i64, other_
     assert!(previous.starts_with("holder"), "{taken}");
 
     // The interrupted call waits for a person; no call ran beyond the first of each step.
-    wait_approval(
-        &client,
-        &ns,
-        "killed",
-        "interrupted_side_effect",
-        Duration::from_secs(15),
-    )
-    .await;
+    cluster
+        .wait_approval("killed", "interrupted_side_effect", Duration::from_secs(15))
+        .await;
     assert_eq!(tools.calls_for(&keys[1]).len(), 1);
     assert_eq!(tools.calls().len(), 2, "{:?}", tools.calls());
     drop(other);

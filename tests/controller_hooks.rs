@@ -13,8 +13,6 @@ use support::toolserver::{Behaviour, ToolServer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_agent_decides_each_step() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let agent = Stub::json(|request| match request["step"].as_i64() {
         Some(0) => json!({"kind": "tool_call", "tool": "quick", "args": {"item": 7}}),
@@ -24,16 +22,11 @@ async fn a_webhook_agent_decides_each_step() {
     let _controller = start_controller(&cluster, "c");
     RunFixture::new("webhook-agent", &tools.base(), "decided")
         .agent(&agent.url)
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
-    let done = wait_phase(
-        &client,
-        &ns,
-        "decided",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let done = cluster
+        .wait_phase("decided", "Completed", Duration::from_secs(30))
+        .await;
     assert_eq!(done["result"], json!({"saw": {"item": 7}}));
     assert_seq_contiguous(&done);
     let requests = agent.requests();
@@ -47,8 +40,6 @@ async fn a_webhook_agent_decides_each_step() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_agent_that_refuses_then_fails_then_answers_is_asked_again() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let mut agent = Stub::down("/decide");
     let _controller = start_controller(&cluster, "c");
@@ -57,17 +48,16 @@ async fn a_webhook_agent_that_refuses_then_fails_then_answers_is_asked_again() {
         .agent(&agent.url)
         .yaml()
         .replace("timeoutSeconds: 5}", "timeoutSeconds: 30}");
-    create_run(&client, &ns, &yaml).await;
+    cluster.create_run(&yaml).await;
     // The agent comes up only once a refused attempt is on record.
-    wait_status(
-        &client,
-        &ns,
-        "blip",
-        Duration::from_secs(30),
-        "a refused attempt in the journal",
-        |s| !events_of(s, "agent.failed").is_empty(),
-    )
-    .await;
+    cluster
+        .wait_status(
+            "blip",
+            Duration::from_secs(30),
+            "a refused attempt in the journal",
+            |s| !events_of(s, "agent.failed").is_empty(),
+        )
+        .await;
     let decide = |request: &Value| match request["step"].as_i64() {
         Some(0) => (
             200,
@@ -82,7 +72,9 @@ async fn a_webhook_agent_that_refuses_then_fails_then_answers_is_asked_again() {
             Answer::By(std::sync::Arc::new(decide)),
         ])
         .await;
-    let done = wait_phase(&client, &ns, "blip", "Completed", Duration::from_secs(30)).await;
+    let done = cluster
+        .wait_phase("blip", "Completed", Duration::from_secs(30))
+        .await;
     assert_eq!(done["result"], json!({"done": true}));
     assert_seq_contiguous(&done);
     let failed = events_of(&done, "agent.failed");
@@ -117,16 +109,16 @@ async fn a_webhook_agent_that_refuses_then_fails_then_answers_is_asked_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_agent_that_always_fails_ends_agent_error_after_its_timeout() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let agent = Stub::start("/decide", vec![Answer::Raw(500, "down for good")]).await;
     let _controller = start_controller(&cluster, "c");
     RunFixture::new("webhook-agent", &tools.base(), "down")
         .agent(&agent.url)
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
-    let done = wait_phase(&client, &ns, "down", "Failed", Duration::from_secs(40)).await;
+    let done = cluster
+        .wait_phase("down", "Failed", Duration::from_secs(40))
+        .await;
     assert_eq!(done["reason"], "agent_error");
     let detail = done["reasonDetail"].as_str().unwrap_or_default();
     assert!(
@@ -165,8 +157,6 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
         return;
     }
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("charge", Behaviour::sleeping(1500));
     let hook =
@@ -174,22 +164,12 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
             .await;
     RunFixture::new("reconcile-hook", &tools.base(), "settled")
         .hook(&hook.url)
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
-    let _controllers = crash_then_take_over(
-        cluster.kubeconfig(),
-        &ns,
-        "during-tool",
-        Duration::from_secs(30),
-    );
-    let done = wait_phase(
-        &client,
-        &ns,
-        "settled",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let _controllers = crash_then_take_over_in(&cluster, "during-tool", Duration::from_secs(30));
+    let done = cluster
+        .wait_phase("settled", "Completed", Duration::from_secs(30))
+        .await;
     assert_eq!(done["result"], json!({"charged": 12, "by": "hook"}));
     assert_seq_contiguous(&done);
     assert!(!events_of(&done, "lease.taken_over").is_empty());
@@ -198,7 +178,7 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
     assert_eq!(views[0]["run"]["name"], "settled");
     assert_eq!(tools.calls().len(), 1, "the charge was not run again");
     assert!(
-        approvals(&client, &ns, "settled").await.is_empty(),
+        cluster.approvals_of("settled").await.is_empty(),
         "no person was asked"
     );
 }
@@ -207,8 +187,6 @@ async fn the_reconcile_hook_settles_an_interrupted_side_effect() {
 async fn a_webhook_agent_sees_the_approvals_and_its_answer_is_recorded_verbatim_before_it_is_judged(
 ) {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let agent = Stub::with_status(|request| match request["step"].as_i64() {
         Some(0) => (
@@ -228,11 +206,17 @@ async fn a_webhook_agent_sees_the_approvals_and_its_answer_is_recorded_verbatim_
         .yaml();
     let mut run: Value = serde_yaml::from_str(&yaml).unwrap();
     run["spec"]["policy"] = json!({"sideEffects": {"ReadOnly": "RequireApproval"}});
-    create_run(&client, &ns, &serde_yaml::to_string(&run).unwrap()).await;
+    cluster
+        .create_run(&serde_yaml::to_string(&run).unwrap())
+        .await;
 
-    let approval = wait_approval(&client, &ns, "judged", "policy", Duration::from_secs(30)).await;
-    decide(&client, &ns, &approval, "Approved").await;
-    let done = wait_phase(&client, &ns, "judged", "Failed", Duration::from_secs(30)).await;
+    let approval = cluster
+        .wait_approval("judged", "policy", Duration::from_secs(30))
+        .await;
+    cluster.decide(&approval, "Approved").await;
+    let done = cluster
+        .wait_phase("judged", "Failed", Duration::from_secs(30))
+        .await;
     assert_eq!(done["reason"], "agent_error");
     assert!(
         done["reasonDetail"]

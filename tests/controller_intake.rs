@@ -13,13 +13,8 @@ use std::time::{Duration, Instant};
 use kube::api::{ListParams, PostParams};
 use serde_json::{json, Value};
 use support::controller::*;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+use support::free_port;
+use support::metrics::{sample, scrape};
 
 fn nested(depth: usize) -> Value {
     let mut value = json!(1);
@@ -79,11 +74,7 @@ async fn a_run_nested_150_deep_does_not_stop_the_controller_for_other_runs() {
     let controller = ControllerProcess::spawn(
         cluster.kubeconfig(),
         &ns,
-        ControllerSpec {
-            prefix: "intake".into(),
-            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
-            ..ControllerSpec::default()
-        },
+        ControllerSpec::named("intake").metrics_on(port),
     );
     let deep = run(
         "deep",
@@ -112,7 +103,9 @@ async fn a_run_nested_150_deep_does_not_stop_the_controller_for_other_runs() {
     create_raw(&client, &ns, &valid)
         .await
         .expect("the valid run is created");
-    let done = wait_phase(&client, &ns, "valid", "Completed", Duration::from_secs(60)).await;
+    let done = cluster
+        .wait_phase("valid", "Completed", Duration::from_secs(60))
+        .await;
     assert_eq!(done["reason"], "goal_completed", "{}", controller.log());
     let deadline = Instant::now() + Duration::from_secs(10);
     while readyz(port).await != 200 {
@@ -160,26 +153,11 @@ async fn a_run_nested_150_deep_does_not_stop_the_controller_for_other_runs() {
         "{status}"
     );
     // A Warning Event names it.
-    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
-        kube::Api::namespaced(client.clone(), &ns);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let list = events
-            .list(&ListParams::default().fields("involvedObject.name=deep"))
-            .await
-            .expect("events list");
-        if list.items.iter().any(|e| {
-            e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("InvalidSpec")
-        }) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Warning Event InvalidSpec on the deep run:\n{}",
+    cluster
+        .wait_warning_event("deep", "InvalidSpec", Duration::from_secs(30), || {
             controller.log()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+        })
+        .await;
     assert!(readyz(port).await == 200);
     // No log line carries the object's body.
     let log = controller.log();
@@ -188,16 +166,6 @@ async fn a_run_nested_150_deep_does_not_stop_the_controller_for_other_runs() {
         "a log line is long:\n{}",
         log.lines().map(|l| l.len()).max().unwrap_or(0)
     );
-}
-
-/// The value of the one sample `series` of a metrics text.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        })
 }
 
 /// Issue 34 item 6: a ValidatingAdmissionPolicy denies the controller's status writes of one
@@ -238,7 +206,7 @@ spec:
   validationActions: [Deny]
 "#
     );
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &manifest);
+    let out = cluster.apply(&manifest);
     assert!(
         out.status.success(),
         "{}",
@@ -250,11 +218,7 @@ spec:
     let controller = ControllerProcess::spawn(
         cluster.kubeconfig(),
         &ns,
-        ControllerSpec {
-            prefix: "refused".into(),
-            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
-            ..ControllerSpec::default()
-        },
+        ControllerSpec::named("refused").metrics_on(port),
     );
     let complete = json!([{"kind": "complete", "result": {"ok": true}}]);
     create_raw(&client, &ns, &run("blocked", complete.clone()))
@@ -263,43 +227,23 @@ spec:
     create_raw(&client, &ns, &run("free", complete))
         .await
         .expect("created");
-    wait_phase(&client, &ns, "free", "Completed", Duration::from_secs(60)).await;
-    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
-        kube::Api::namespaced(client.clone(), &ns);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let note = loop {
-        let list = events
-            .list(&ListParams::default().fields("involvedObject.name=blocked"))
-            .await
-            .expect("events list");
-        if let Some(event) = list.items.iter().find(|e| {
-            e.type_.as_deref() == Some("Warning")
-                && e.reason.as_deref() == Some("StatusWriteRefused")
-        }) {
-            break event.message.clone().unwrap_or_default();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no StatusWriteRefused Event:\n{}",
-            controller.log()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    cluster
+        .wait_phase("free", "Completed", Duration::from_secs(60))
+        .await;
+    let note = cluster
+        .wait_warning_event(
+            "blocked",
+            "StatusWriteRefused",
+            Duration::from_secs(30),
+            || controller.log(),
+        )
+        .await
+        .message
+        .unwrap_or_default();
     assert!(note.contains(&policy), "the Event names the policy: {note}");
     // Over the next 10 s the refusals stay few: 2 s, 4 s, 8 s apart.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
-    let text = http
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("body");
+    let text = scrape(port).await;
     // A policy's denial is 422 Invalid unless its validation names another reason.
     let refused = sample(
         &text,
@@ -337,11 +281,7 @@ async fn an_approval_nested_150_deep_is_set_aside_and_the_approval_watch_serves_
     let controller = ControllerProcess::spawn(
         cluster.kubeconfig(),
         &ns,
-        ControllerSpec {
-            prefix: "intake-approvals".into(),
-            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
-            ..ControllerSpec::default()
-        },
+        ControllerSpec::named("intake-approvals").metrics_on(port),
     );
     let deep = json!({
         "apiVersion": "agentrt.dev/v1alpha1",
@@ -373,7 +313,7 @@ async fn an_approval_nested_150_deep_is_set_aside_and_the_approval_watch_serves_
         .expect("both servers accept an Approval nested 150 deep");
 
     RunFixture::new("needs-approval", &tools.base(), "waits")
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     // Listed by the run's label: a client listing every Approval would fail on the deep one.
     let approvals = approvals_api(&client, &ns);
@@ -393,48 +333,25 @@ async fn an_approval_nested_150_deep_is_set_aside_and_the_approval_watch_serves_
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    decide(&client, &ns, &approval, "Approved").await;
-    let done = wait_phase(&client, &ns, "waits", "Completed", Duration::from_secs(60)).await;
+    cluster.decide(&approval, "Approved").await;
+    let done = cluster
+        .wait_phase("waits", "Completed", Duration::from_secs(60))
+        .await;
     assert_eq!(done["reason"], "goal_completed", "{}", controller.log());
     assert_eq!(tools.calls_of_run(&format!("{ns}/waits")).len(), 1);
 
-    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
-        kube::Api::namespaced(client.clone(), &ns);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let list = events
-            .list(&ListParams::default().fields("involvedObject.name=deep"))
-            .await
-            .expect("events list");
-        if let Some(event) = list.items.iter().find(|e| {
-            e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("InvalidApproval")
-        }) {
-            let note = event.message.as_deref().unwrap_or_default();
-            assert!(
-                note.contains("recursion limit exceeded") && note.len() < 1_000,
-                "{note}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Warning Event InvalidApproval on the deep Approval:\n{}",
+    let event = cluster
+        .wait_warning_event("deep", "InvalidApproval", Duration::from_secs(30), || {
             controller.log()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+        })
+        .await;
+    let note = event.message.as_deref().unwrap_or_default();
+    assert!(
+        note.contains("recursion limit exceeded") && note.len() < 1_000,
+        "{note}"
+    );
     assert_eq!(readyz(port).await, 200, "{}", controller.log());
-    let metrics = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .expect("metrics answer")
-        .text()
-        .await
-        .expect("metrics text");
+    let metrics = scrape(port).await;
     let set_aside = sample(
         &metrics,
         "agentrt_objects_set_aside_total{part=\"approval\"}",

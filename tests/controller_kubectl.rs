@@ -8,6 +8,7 @@ mod support;
 
 use std::time::Duration;
 
+use support::cli::{agentrt, text};
 use support::controller::*;
 use support::toolserver::ToolServer;
 
@@ -23,16 +24,12 @@ fn answer(name: &str, decision: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_wait_for_condition_complete_and_failed_returns_when_the_run_ends() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let tools = ToolServer::start().await;
     let _controller = start_controller(&cluster, "c");
 
-    create_run(
-        &client,
-        &ns,
-        &answer("done", "{kind: complete, result: {refunded: 250}}"),
-    )
-    .await;
+    cluster
+        .create_run(&answer("done", "{kind: complete, result: {refunded: 250}}"))
+        .await;
     let out = cluster.kubectl_ok(&[
         "wait",
         "--for=condition=Complete",
@@ -50,20 +47,17 @@ async fn kubectl_wait_for_condition_complete_and_failed_returns_when_the_run_end
     ]);
     assert_eq!(managers.trim(), "agentrt", "{managers}");
 
-    create_run(
-        &client,
-        &ns,
-        &fixture("needs-approval", &tools.base(), "refused"),
-    )
-    .await;
-    let approval = wait_approval(&client, &ns, "refused", "policy", WAIT).await;
+    let refused = fixture("needs-approval", &tools.base(), "refused");
+    let approval = cluster
+        .run_awaiting_approval(&refused, "refused", "policy")
+        .await;
     let waiting = cluster.kubectl_spawn(&[
         "wait",
         "--for=condition=Failed",
         "ar/refused",
         "--timeout=60s",
     ]);
-    decide(&client, &ns, &approval, "Rejected").await;
+    cluster.decide(&approval, "Rejected").await;
     waiting
         .wait_for("kubectl wait --for=condition=Failed", WAIT, |lines| {
             lines.iter().any(|l| l.contains("condition met"))
@@ -88,22 +82,18 @@ async fn kubectl_wait_for_condition_complete_and_failed_returns_when_the_run_end
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_field_selector_status_phase_lists_the_runs_in_that_phase() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let _controller = start_controller(&cluster, "c");
-    create_run(
-        &client,
-        &ns,
-        &answer("done", "{kind: complete, result: {}}"),
-    )
-    .await;
-    create_run(
-        &client,
-        &ns,
-        &answer("broke", "{kind: fail, message: the order does not exist}"),
-    )
-    .await;
-    wait_phase(&client, &ns, "done", "Completed", WAIT).await;
-    wait_phase(&client, &ns, "broke", "Failed", WAIT).await;
+    cluster
+        .create_run(&answer("done", "{kind: complete, result: {}}"))
+        .await;
+    cluster
+        .create_run(&answer(
+            "broke",
+            "{kind: fail, message: the order does not exist}",
+        ))
+        .await;
+    cluster.wait_phase("done", "Completed", WAIT).await;
+    cluster.wait_phase("broke", "Failed", WAIT).await;
 
     let failed = cluster.kubectl_ok(&[
         "get",
@@ -136,16 +126,12 @@ async fn kubectl_get_field_selector_status_phase_lists_the_runs_in_that_phase() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_patch_of_a_live_runs_limits_is_journaled_spec_changed() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let tools = ToolServer::start().await;
     let _controller = start_controller(&cluster, "c");
-    create_run(
-        &client,
-        &ns,
-        &fixture("needs-approval", &tools.base(), "edited"),
-    )
-    .await;
-    let approval = wait_approval(&client, &ns, "edited", "policy", WAIT).await;
+    let edited = fixture("needs-approval", &tools.base(), "edited");
+    let approval = cluster
+        .run_awaiting_approval(&edited, "edited", "policy")
+        .await;
     cluster.kubectl_ok(&[
         "patch",
         "ar/edited",
@@ -154,8 +140,8 @@ async fn kubectl_patch_of_a_live_runs_limits_is_journaled_spec_changed() {
         "-p",
         r#"{"spec":{"limits":{"maxSteps":9}}}"#,
     ]);
-    decide(&client, &ns, &approval, "Approved").await;
-    let done = wait_phase(&client, &ns, "edited", "Completed", WAIT).await;
+    cluster.decide(&approval, "Approved").await;
+    let done = cluster.wait_phase("edited", "Completed", WAIT).await;
     let changed = events_of(&done, "spec.changed");
     assert_eq!(changed.len(), 1, "{done}");
     assert_eq!(
@@ -209,18 +195,17 @@ fn cell(out: &str, header: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_shows_pending_before_a_controller_and_no_tool_once_finished() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let tools = ToolServer::start().await;
     let yaml = RunFixture::new("one-call", &tools.base(), "shown")
         .class("ReadOnly")
         .yaml();
-    create_run(&client, &ns, &yaml).await;
+    cluster.create_run(&yaml).await;
     let before = cluster.kubectl_ok(&["get", "ar", "shown"]);
     assert_eq!(cell(&before, "PHASE"), "Pending", "{before}");
     assert_eq!(cell(&before, "TOOL"), "", "{before}");
 
     let _controller = start_controller(&cluster, "c");
-    let done = wait_phase(&client, &ns, "shown", "Completed", WAIT).await;
+    let done = cluster.wait_phase("shown", "Completed", WAIT).await;
     assert_eq!(done["steps"][0]["decision"]["tool"], "act", "a tool ran");
     let after = cluster.kubectl_ok(&["get", "ar", "shown"]);
     assert_eq!(cell(&after, "PHASE"), "Completed", "{after}");
@@ -238,27 +223,14 @@ async fn agentrt_cancel_of_a_finished_run_says_so_and_writes_nothing() {
     let cluster = agentrt_cluster().await;
     let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let _controller = start_controller(&cluster, "c");
-    create_run(
-        &client,
-        &ns,
-        &answer("over", "{kind: complete, result: {}}"),
-    )
-    .await;
-    wait_phase(&client, &ns, "over", "Completed", WAIT).await;
+    cluster
+        .create_run(&answer("over", "{kind: complete, result: {}}"))
+        .await;
+    cluster.wait_phase("over", "Completed", WAIT).await;
     let before = runs_api(&client, &ns).get("over").await.expect("run");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentrt"))
-        .args(["cancel", "over", "--kubeconfig"])
-        .arg(cluster.kubeconfig())
-        .args(["-n", &ns])
-        .output()
-        .expect("agentrt runs");
+    let out = agentrt(&cluster, &["cancel", "over"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(
         stdout.trim(),
         format!(
@@ -276,7 +248,6 @@ async fn agentrt_cancel_of_a_finished_run_says_so_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_secret_is_named_once_in_the_api_servers_words() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let tools = ToolServer::start().await;
     let _controller = start_controller(&cluster, "c");
     let yaml = RunFixture::new("one-tool", &tools.base(), "secretless")
@@ -286,11 +257,12 @@ async fn a_missing_secret_is_named_once_in_the_api_servers_words() {
             "http: {url: \"",
             "http: {headers: [{name: X-Token, secretKeyRef: {name: nope, key: token}}], url: \"",
         );
-    create_run(&client, &ns, &yaml).await;
-    let status = wait_status(&client, &ns, "secretless", WAIT, "a failed step", |s| {
-        s["steps"][0]["status"] == "failed"
-    })
-    .await;
+    cluster.create_run(&yaml).await;
+    let status = cluster
+        .wait_status("secretless", WAIT, "a failed step", |s| {
+            s["steps"][0]["status"] == "failed"
+        })
+        .await;
     let observation = &status["steps"][0]["observation"];
     let text = observation.to_string();
     assert!(text.contains(r#"secrets \"nope\" not found"#), "{text}");

@@ -146,18 +146,17 @@ async fn peak_growth(
     setup: impl std::future::Future<Output = ()>,
     cluster: &support::cluster::TestCluster,
 ) -> (Value, u64) {
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     setup.await;
     let controller = start_controller(cluster, "big");
-    create_run(&client, &ns, &small.1).await;
-    wait_phase(&client, &ns, small.0, "Completed", WAIT).await;
+    cluster.create_run(&small.1).await;
+    cluster.wait_phase(small.0, "Completed", WAIT).await;
     let before = peak_rss_kib(controller.pid());
-    create_run(&client, &ns, &huge.1).await;
-    let done = wait_status(&client, &ns, huge.0, WAIT, "an end", |s| {
-        matches!(s["phase"].as_str(), Some("Completed" | "Failed"))
-    })
-    .await;
+    cluster.create_run(&huge.1).await;
+    let done = cluster
+        .wait_status(huge.0, WAIT, "an end", |s| {
+            matches!(s["phase"].as_str(), Some("Completed" | "Failed"))
+        })
+        .await;
     let after = peak_rss_kib(controller.pid());
     eprintln!(
         "peak RSS before the huge answer {before} KiB, after {after} KiB (+{} KiB)",

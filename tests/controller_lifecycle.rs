@@ -20,15 +20,14 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     let tools = ToolServer::start().await;
     tools.set("step", Behaviour::sleeping(600));
     let mut first = start_controller(&cluster, "first");
-    let run = create_run(
-        &client,
-        &ns,
-        // A LocalMutation tool: had the shutdown recorded a next call it never made, the next
-        // replica would find it interrupted and pause on an approval instead of completing.
-        &fixture("many-steps", &tools.base(), "drained")
-            .replace("sideEffect: ReadOnly", "sideEffect: LocalMutation"),
-    )
-    .await;
+    let run = cluster
+        .create_run(
+            // A LocalMutation tool: had the shutdown recorded a next call it never made, the next
+            // replica would find it interrupted and pause on an approval instead of completing.
+            &fixture("many-steps", &tools.base(), "drained")
+                .replace("sideEffect: ReadOnly", "sideEffect: LocalMutation"),
+        )
+        .await;
     let uid = run.metadata.uid.clone().unwrap();
     tools
         .wait_for_call(&format!("{uid}/1"), Duration::from_secs(30), || first.log())
@@ -55,14 +54,9 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
     let before = tools.calls().len();
     // Another replica continues without waiting for an expiry.
     let _second = start_controller(&cluster, "second");
-    let done = wait_phase(
-        &client,
-        &ns,
-        "drained",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let done = cluster
+        .wait_phase("drained", "Completed", Duration::from_secs(30))
+        .await;
     assert_seq_contiguous(&done);
     assert!(
         events_of(&done, "step.interrupted").is_empty(),
@@ -70,7 +64,7 @@ async fn a_graceful_shutdown_releases_the_leases_and_another_replica_continues()
         event_types(&done)
     );
     assert!(
-        approvals(&client, &ns, "drained").await.is_empty(),
+        cluster.approvals_of("drained").await.is_empty(),
         "nobody was asked"
     );
     for (key, count) in tools.counts() {
@@ -319,7 +313,6 @@ fn a_second_agentrt_dev_that_cannot_start_leaves_the_first_ones_kubeconfig_alone
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_slipped_past_admission_fails_invalid_spec_before_it_starts() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let _controller = start_controller(&cluster, "lint");
@@ -331,8 +324,10 @@ async fn a_run_that_slipped_past_admission_fails_invalid_spec_before_it_starts()
             "  policy:\n",
             "  policy:\n    rules:\n    - {name: broken, when: 'args.item <=> 1 &&', outcome: Allow}\n",
         );
-    create_run(&client, &ns, &yaml).await;
-    let run = wait_phase(&client, &ns, "slipped", "Failed", Duration::from_secs(30)).await;
+    cluster.create_run(&yaml).await;
+    let run = cluster
+        .wait_phase("slipped", "Failed", Duration::from_secs(30))
+        .await;
     assert_eq!(run["reason"], "invalid_spec");
     let detail = run["reasonDetail"].as_str().unwrap_or_default().to_string();
     assert!(
@@ -374,15 +369,10 @@ async fn logs_carry_no_colours_when_stderr_is_not_a_terminal() {
     let yaml = RunFixture::new("one-call", &tools.base(), "logged")
         .class("ReadOnly")
         .yaml();
-    create_run(&cluster.client(), cluster.namespace(), &yaml).await;
-    wait_phase(
-        &cluster.client(),
-        cluster.namespace(),
-        "logged",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    cluster.create_run(&yaml).await;
+    cluster
+        .wait_phase("logged", "Completed", Duration::from_secs(30))
+        .await;
     let log = controller.log();
     assert!(log.contains("INFO"), "the controller logged: {log}");
     assert!(

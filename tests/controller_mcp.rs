@@ -42,12 +42,12 @@ async fn a_read_only_call_and_an_approved_remote_mutation_complete_with_their_pi
     let decisions = "[{kind: tool_call, tool: lookup_order, args: {order: 1042}}, \
                      {kind: tool_call, tool: refund, args: {order: 1042, amount: 25}}, \
                      {kind: complete, result: {refunded: true}}]";
-    create_run(&client, &ns, &run(&server.url(), "shop", decisions)).await;
-
-    let approval = wait_approval(&client, &ns, "shop", "policy", WAIT).await;
+    let approval = cluster
+        .run_awaiting_approval(&run(&server.url(), "shop", decisions), "shop", "policy")
+        .await;
     let tool = &approval.data["spec"]["request"]["tool"];
     assert_eq!(tool["name"], json!("refund"));
-    let pinned = status(&client, &ns, "shop").await;
+    let pinned = cluster.run_status("shop").await;
     let refund_pin = pinned["toolPins"]
         .as_array()
         .expect("toolPins")
@@ -60,9 +60,9 @@ async fn a_read_only_call_and_an_approved_remote_mutation_complete_with_their_pi
         "the hash covers the pin"
     );
     assert_eq!(tool["inputSchema"], refund_pin["definition"]["inputSchema"]);
-    decide(&client, &ns, &approval, "Approved").await;
+    cluster.decide(&approval, "Approved").await;
 
-    let status = wait_phase(&client, &ns, "shop", "Completed", WAIT).await;
+    let status = cluster.wait_phase("shop", "Completed", WAIT).await;
     let types = event_types(&status);
     let created = types.iter().position(|t| t == "run.created").unwrap();
     let started = types.iter().position(|t| t == "run.started").unwrap();
@@ -99,18 +99,22 @@ async fn a_read_only_call_and_an_approved_remote_mutation_complete_with_their_pi
 async fn a_definition_changed_mid_run_is_refused_without_a_call_and_the_run_goes_on() {
     let server = PyServer::start(&[]);
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let _controller = start_controller(&cluster, "mcp");
     // The refund waits for a person; meanwhile the server changes flip's definition.
     let decisions = "[{kind: tool_call, tool: refund, args: {order: 1, amount: 1}}, \
                      {kind: tool_call, tool: flip, args: {}}, \
                      {kind: complete, result: {done: true}}]";
-    create_run(&client, &ns, &run(&server.url(), "changed", decisions)).await;
-    let approval = wait_approval(&client, &ns, "changed", "policy", WAIT).await;
+    let approval = cluster
+        .run_awaiting_approval(
+            &run(&server.url(), "changed", decisions),
+            "changed",
+            "policy",
+        )
+        .await;
     server.control("change-definition").await;
-    decide(&client, &ns, &approval, "Approved").await;
+    cluster.decide(&approval, "Approved").await;
 
-    let status = wait_phase(&client, &ns, "changed", "Completed", WAIT).await;
+    let status = cluster.wait_phase("changed", "Completed", WAIT).await;
     assert_eq!(
         failures(&status),
         [Value::Null, json!("definition_changed")]
@@ -126,13 +130,14 @@ async fn a_definition_changed_mid_run_is_refused_without_a_call_and_the_run_goes
 async fn is_error_and_a_json_rpc_error_are_tool_errors_the_agent_sees() {
     let server = PyServer::start(&["--json"]);
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let _controller = start_controller(&cluster, "mcp");
     let decisions = "[{kind: tool_call, tool: fails, args: {}}, \
                      {kind: tool_call, tool: rpc_error, args: {}}, \
                      {kind: complete, result: {done: true}}]";
-    create_run(&client, &ns, &run(&server.url(), "errors", decisions)).await;
-    let status = wait_phase(&client, &ns, "errors", "Completed", WAIT).await;
+    cluster
+        .create_run(&run(&server.url(), "errors", decisions))
+        .await;
+    let status = cluster.wait_phase("errors", "Completed", WAIT).await;
     assert_eq!(
         failures(&status),
         [json!("tool_reported_error"), json!("mcp_error")]
@@ -144,14 +149,13 @@ async fn is_error_and_a_json_rpc_error_are_tool_errors_the_agent_sees() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_down_at_start_fails_the_run_tool_unavailable() {
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let _controller = start_controller(&cluster, "mcp");
     let down = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}/mcp", listener.local_addr().unwrap())
     };
-    create_run(&client, &ns, &run(&down, "down", "[]")).await;
-    let status = wait_phase(&client, &ns, "down", "Failed", WAIT).await;
+    cluster.create_run(&run(&down, "down", "[]")).await;
+    let status = cluster.wait_phase("down", "Failed", WAIT).await;
     assert_eq!(status["reason"], json!("tool_unavailable"));
     let detail = status["reasonDetail"].as_str().unwrap_or_default();
     assert!(detail.contains(&down), "{detail}");
@@ -165,17 +169,20 @@ async fn a_hanging_call_interrupted_by_a_crash_is_sent_again_once_approved_with_
     }
     let server = PyServer::start(&["--json"]);
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let decisions = "[{kind: tool_call, tool: hang, args: {}}, \
                      {kind: complete, result: {done: true}}]";
-    create_run(&client, &ns, &run(&server.url(), "hang", decisions)).await;
-    let (_first, _second) = crash_then_take_over(cluster.kubeconfig(), &ns, "during-tool", WAIT);
-    let approval = wait_approval(&client, &ns, "hang", "interrupted_side_effect", WAIT).await;
+    cluster
+        .create_run(&run(&server.url(), "hang", decisions))
+        .await;
+    let (_first, _second) = crash_then_take_over_in(&cluster, "during-tool", WAIT);
+    let approval = cluster
+        .wait_approval("hang", "interrupted_side_effect", WAIT)
+        .await;
     let shown = &approval.data["spec"]["presentation"]["mcp"];
     assert_eq!(shown["tool"], json!("hang"), "{shown}");
     assert_eq!(shown["server"], json!(server.url()));
     assert_eq!(calls_of(&server.calls().await, "hang").len(), 1);
-    decide(&client, &ns, &approval, "Approved").await;
+    cluster.decide(&approval, "Approved").await;
 
     let deadline = std::time::Instant::now() + WAIT;
     let calls = loop {
@@ -205,14 +212,13 @@ async fn a_hanging_call_interrupted_by_a_crash_is_sent_again_once_approved_with_
 async fn annotations_claiming_more_danger_raise_tool_hints_disagree_and_the_manifest_decides() {
     let server = PyServer::start(&["--json"]);
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
     let _controller = start_controller(&cluster, "mcp");
     let yaml = RunFixture::at("controller/mcp-hints.yaml")
         .set("MCP", server.url())
         .set("NAME", "hints")
         .yaml();
-    create_run(&client, &ns, &yaml).await;
-    let status = wait_phase(&client, &ns, "hints", "Completed", WAIT).await;
+    cluster.create_run(&yaml).await;
+    let status = cluster.wait_phase("hints", "Completed", WAIT).await;
     let condition = status["conditions"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["type"] == "ToolHintsDisagree"))
@@ -256,19 +262,18 @@ async fn the_servers_token_is_sent_and_never_appears_in_status_events_or_logs() 
     let decisions = "[{kind: tool_call, tool: lookup_order, args: {order: 1042}}, \
                      {kind: tool_call, tool: rpc_error, args: {}}, \
                      {kind: complete, result: {done: true}}]";
-    create_run(
-        &client,
-        &ns,
-        &run_with_token(&server.url(), "token", decisions),
-    )
-    .await;
+    cluster
+        .create_run(&run_with_token(&server.url(), "token", decisions))
+        .await;
     let down = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}/mcp", listener.local_addr().unwrap())
     };
-    create_run(&client, &ns, &run_with_token(&down, "token-down", "[]")).await;
-    let done = wait_phase(&client, &ns, "token", "Completed", WAIT).await;
-    wait_phase(&client, &ns, "token-down", "Failed", WAIT).await;
+    cluster
+        .create_run(&run_with_token(&down, "token-down", "[]"))
+        .await;
+    let done = cluster.wait_phase("token", "Completed", WAIT).await;
+    cluster.wait_phase("token-down", "Failed", WAIT).await;
     let calls = server.calls().await;
     assert_eq!(
         calls_of(&calls, "lookup_order")[0]["headers"]["authorization"],

@@ -10,53 +10,19 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::controller::*;
+use support::free_port;
+use support::metrics::{get, sample};
 use support::toolserver::{Behaviour, ToolServer};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// The value of the one sample `series` (name and labels exactly as exposed).
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        })
-}
-
-async fn get(url: &str) -> (u16, String) {
-    let response = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
-        .get(url)
-        .send()
-        .await
-        .unwrap_or_else(|err| panic!("GET {url}: {err}"));
-    (
-        response.status().as_u16(),
-        response.text().await.expect("body"),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_a_takeover_after_a_crash() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("step", Behaviour::sleeping(700));
-    let run = create_run(
-        &client,
-        &ns,
-        &fixture("many-steps", &tools.base(), "counted"),
-    )
-    .await;
+    let run = cluster
+        .create_run(&fixture("many-steps", &tools.base(), "counted"))
+        .await;
     let uid = run.metadata.uid.clone().expect("uid");
     let mut first = start_controller(&cluster, "first");
     tools
@@ -69,36 +35,19 @@ async fn metrics_count_a_takeover_after_a_crash() {
     let second = ControllerProcess::spawn(
         cluster.kubeconfig(),
         &ns,
-        ControllerSpec {
-            prefix: "second".into(),
-            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
-            ..ControllerSpec::default()
-        },
+        ControllerSpec::named("second").metrics_on(port),
     );
-    let done = wait_phase(
-        &client,
-        &ns,
-        "counted",
-        "Completed",
-        Duration::from_secs(60),
-    )
-    .await;
+    let done = cluster
+        .wait_phase("counted", "Completed", Duration::from_secs(60))
+        .await;
     assert_eq!(events_of(&done, "lease.taken_over").len(), 1, "{done}");
-    let waiting = create_run(
-        &client,
-        &ns,
-        &fixture("needs-approval", &tools.base(), "waiting"),
-    )
-    .await;
+    let waiting = cluster
+        .create_run(&fixture("needs-approval", &tools.base(), "waiting"))
+        .await;
     assert!(waiting.metadata.uid.is_some());
-    wait_phase(
-        &client,
-        &ns,
-        "waiting",
-        "WaitingForApproval",
-        Duration::from_secs(30),
-    )
-    .await;
+    cluster
+        .wait_phase("waiting", "WaitingForApproval", Duration::from_secs(30))
+        .await;
 
     let base = format!("http://127.0.0.1:{port}");
     assert_eq!(get(&format!("{base}/healthz")).await.0, 200);

@@ -65,24 +65,18 @@ async fn start_run(
     patch: impl FnOnce(&mut Value),
 ) {
     let yaml = run_yaml(name, model, tools, patch);
-    create_run(&cluster.client(), cluster.namespace(), &yaml).await;
+    cluster.create_run(&yaml).await;
 }
 
 async fn wait_done(cluster: &TestCluster, name: &str) -> Value {
-    wait_status(
-        &cluster.client(),
-        cluster.namespace(),
-        name,
-        WAIT,
-        "a terminal phase",
-        |s| {
+    cluster
+        .wait_status(name, WAIT, "a terminal phase", |s| {
             matches!(
                 s["phase"].as_str(),
                 Some("Completed" | "Failed" | "Cancelled")
             )
-        },
-    )
-    .await
+        })
+        .await
 }
 
 /// `type@step` of the events whose type is one of `types`, in order.

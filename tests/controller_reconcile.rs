@@ -30,13 +30,7 @@ impl Interrupted {
     async fn new(name: &'static str, hook_url: &str, hook_timeout: u32) -> Interrupted {
         let cluster = agentrt_cluster().await;
         let tools = ToolServer::start().await;
-        tools.set(
-            "charge",
-            Behaviour {
-                hang: true,
-                ..Behaviour::default()
-            },
-        );
+        tools.set("charge", Behaviour::hanging());
         RunFixture::new("reconcile-charge", &tools.base(), name)
             .hook(hook_url)
             .set("HOOK_TIMEOUT", hook_timeout)
@@ -56,40 +50,47 @@ impl Interrupted {
         }
     }
 
+    /// A reconcile hook answering `answers` in turn ([`Stub::start`] at `/reconcile`), and the
+    /// run [`Interrupted::new`] with it as its hook (`timeoutSeconds: hook_timeout`).
+    async fn with_hook(
+        name: &'static str,
+        answers: Vec<Answer>,
+        hook_timeout: u32,
+    ) -> (Interrupted, Stub) {
+        let hook = Stub::start("/reconcile", answers).await;
+        let run = Interrupted::new(name, &hook.url, hook_timeout).await;
+        (run, hook)
+    }
+
     /// Starts the controller that takes the run over.
     fn take_over(&self, spec: ControllerSpec) -> ControllerProcess {
         ControllerProcess::spawn(self.cluster.kubeconfig(), self.cluster.namespace(), spec)
     }
 
     async fn wait_phase(&self, phase: &str) -> Value {
-        let status = wait_status(
-            &self.cluster.client(),
-            self.cluster.namespace(),
-            self.name,
-            WAIT,
-            &format!("phase {phase}"),
-            |s| {
+        // Waits for `phase`, or for any end (a run that ended elsewhere fails at once).
+        let status = self
+            .cluster
+            .wait_status(self.name, WAIT, &format!("phase {phase}"), |s| {
                 s["phase"] == phase
                     || matches!(
                         s["phase"].as_str(),
                         Some("Completed" | "Failed" | "Cancelled")
                     )
-            },
-        )
-        .await;
+            })
+            .await;
         assert_eq!(status["phase"], phase, "{status}");
         assert_seq_contiguous(&status);
         status
     }
 
     async fn status(&self) -> Value {
-        status(&self.cluster.client(), self.cluster.namespace(), self.name).await
+        self.cluster.run_status(self.name).await
     }
 
     /// The whole scenario for one answer: interrupted, taken over, settled in `phase`.
     async fn settle(name: &'static str, answers: Vec<Answer>, phase: &str) -> (Value, Stub) {
-        let hook = Stub::start("/reconcile", answers).await;
-        let run = Interrupted::new(name, &hook.url, 10).await;
+        let (run, hook) = Interrupted::with_hook(name, answers, 10).await;
         let _second = run.take_over(ControllerSpec::named("second"));
         let status = run.wait_phase(phase).await;
         assert_eq!(run.tools.calls().len(), 1, "the charge was not run again");
@@ -210,8 +211,8 @@ async fn waiting_pauses_the_interrupted_call_on_the_hooks_approval_and_approving
     if !crash_points() {
         return;
     }
-    let hook = Stub::start(
-        "/reconcile",
+    let (run, hook) = Interrupted::with_hook(
+        "paused",
         vec![Answer::Json(json!({
             "outcome": "waiting",
             "pause": {
@@ -221,9 +222,9 @@ async fn waiting_pauses_the_interrupted_call_on_the_hooks_approval_and_approving
                 "presentation": {"title": "Charge 12 again?"},
             },
         }))],
+        10,
     )
     .await;
-    let run = Interrupted::new("paused", &hook.url, 10).await;
     let _second = run.take_over(ControllerSpec::named("second"));
     let waiting = run.wait_phase("WaitingForApproval").await;
     assert_eq!(step_statuses(&waiting), ["awaiting_approval"]);
@@ -237,9 +238,10 @@ async fn waiting_pauses_the_interrupted_call_on_the_hooks_approval_and_approving
     );
     let requested = &events_of(&waiting, "approval.requested")[0]["data"];
     assert_eq!(requested["kind"], "charge_check", "{requested}");
-    let client = run.cluster.client();
-    let ns = run.cluster.namespace();
-    let approval = wait_approval(&client, ns, "paused", "charge_check", WAIT).await;
+    let approval = run
+        .cluster
+        .wait_approval("paused", "charge_check", WAIT)
+        .await;
     assert_eq!(
         approval.data["spec"]["presentation"],
         json!({"title": "Charge 12 again?"})
@@ -250,7 +252,7 @@ async fn waiting_pauses_the_interrupted_call_on_the_hooks_approval_and_approving
     );
     assert_eq!(run.tools.calls().len(), 1, "nothing ran while waiting");
 
-    decide(&client, ns, &approval, "Approved").await;
+    run.cluster.decide(&approval, "Approved").await;
     let done = run.wait_phase("Completed").await;
     assert_eq!(done["result"], json!({"charged": 12}));
     let calls = run.tools.calls();
@@ -279,15 +281,15 @@ async fn waiting_on_a_call_whose_args_now_fail_the_schema_ends_it_invalid_then_c
     if !crash_points() {
         return;
     }
-    let hook = Stub::start(
-        "/reconcile",
+    let (run, _hook) = Interrupted::with_hook(
+        "stale-args",
         vec![Answer::Json(json!({
             "outcome": "waiting",
             "pause": {"decision": "require_approval", "kind": "charge_check"},
         }))],
+        10,
     )
     .await;
-    let run = Interrupted::new("stale-args", &hook.url, 10).await;
     // The record as a schema change would leave it: the executing call's args no longer pass
     // the tool's schema (amount must be an integer).
     let client = run.cluster.client();
@@ -320,7 +322,7 @@ async fn waiting_on_a_call_whose_args_now_fail_the_schema_ends_it_invalid_then_c
         ]
     );
     assert_eq!(run.tools.calls().len(), 1);
-    assert!(approvals(&client, ns, "stale-args").await.is_empty());
+    assert!(run.cluster.approvals_of("stale-args").await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,12 +361,12 @@ async fn an_answer_that_is_not_json_fails_internal_error_naming_the_hook() {
     if !crash_points() {
         return;
     }
-    let hook = Stub::start(
-        "/reconcile",
+    let (run, hook) = Interrupted::with_hook(
+        "not-json",
         vec![Answer::Raw(200, "outcome=completed; result=<charged>")],
+        10,
     )
     .await;
-    let run = Interrupted::new("not-json", &hook.url, 10).await;
     let _second = run.take_over(ControllerSpec::named("second"));
     let done = run.wait_phase("Failed").await;
     assert_eq!(done["reason"], "internal_error");
@@ -430,8 +432,7 @@ async fn a_hook_that_never_answers_fails_internal_error_naming_it_after_its_time
     if !crash_points() {
         return;
     }
-    let hook = Stub::start("/reconcile", vec![Answer::Hang]).await;
-    let run = Interrupted::new("silent", &hook.url, 3).await;
+    let (run, hook) = Interrupted::with_hook("silent", vec![Answer::Hang], 3).await;
     let _second = run.take_over(ControllerSpec::named("second"));
     let done = run.wait_phase("Failed").await;
     assert_eq!(done["reason"], "internal_error");
@@ -449,12 +450,12 @@ async fn a_hook_answer_lost_to_a_crash_is_asked_again_and_applied_once() {
     if !crash_points() {
         return;
     }
-    let hook = Stub::start(
-        "/reconcile",
+    let (run, hook) = Interrupted::with_hook(
+        "asked-twice",
         vec![Answer::Json(json!({"outcome": "continue"}))],
+        10,
     )
     .await;
-    let run = Interrupted::new("asked-twice", &hook.url, 10).await;
     let mut second = run.take_over(ControllerSpec::named("second").fault("after-hook-answered"));
     assert!(
         second.was_killed(WAIT),

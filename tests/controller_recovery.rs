@@ -16,17 +16,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::cluster::{Options, TestCluster};
+use support::cluster::TestCluster;
 use support::controller::*;
+use support::free_port;
+use support::metrics::scrape;
 use support::proxy::{upstream_of, Proxy};
 use support::toolserver::ToolServer;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 /// The status code of `GET url`, or `None` when nothing answers.
 async fn status_of(url: &str) -> Option<u16> {
@@ -39,19 +34,6 @@ async fn status_of(url: &str) -> Option<u16> {
     Some(response.status().as_u16())
 }
 
-async fn text_of(url: &str) -> String {
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
-    let response = client
-        .get(url)
-        .send()
-        .await
-        .unwrap_or_else(|err| panic!("GET {url}: {err}"));
-    response.text().await.expect("body")
-}
-
 /// The `agentrt_watches_synced` samples: one line per watch, with its value.
 fn synced_samples(text: &str) -> Vec<(String, f64)> {
     text.lines()
@@ -61,20 +43,6 @@ fn synced_samples(text: &str) -> Vec<(String, f64)> {
             Some((series.to_string(), value.parse().ok()?))
         })
         .collect()
-}
-
-/// A cluster whose embedded server keeps its state in `data`, or `None` on a real cluster.
-async fn restartable_cluster(data: &tempfile::TempDir, test: &str) -> Option<TestCluster> {
-    let cluster = agentrt_cluster_with(Options {
-        data_dir: Some(data.path().to_path_buf()),
-        ..Options::default()
-    })
-    .await;
-    if !cluster.is_embedded() {
-        eprintln!("{test}: not on a real cluster: it restarts agentrt dev");
-        return None;
-    }
-    Some(cluster)
 }
 
 /// Waits (at most `timeout`) for run `name` to reach `Completed`; how long it took.
@@ -101,7 +69,7 @@ async fn time_to_complete(
 async fn a_run_created_after_the_api_server_restarts_completes_within_10_s() {
     let data = tempfile::tempdir().expect("tempdir");
     let test = "a_run_created_after_the_api_server_restarts_completes_within_10_s";
-    let Some(mut cluster) = restartable_cluster(&data, test).await else {
+    let Some(mut cluster) = restartable_agentrt_cluster(data.path(), test).await else {
         return;
     };
     let ns = cluster.namespace().to_string();
@@ -112,7 +80,7 @@ async fn a_run_created_after_the_api_server_restarts_completes_within_10_s() {
             .yaml()
     };
     let controller = start_controller(&cluster, "steady");
-    create_run(&cluster.client(), &ns, &run("before")).await;
+    cluster.create_run(&run("before")).await;
     let before = time_to_complete(&cluster, "before", Duration::from_secs(30)).await;
     assert!(before.is_ok(), "{before:?}\n{}", controller.log());
     // Let the snapshot of the finished run land before the crash.
@@ -122,7 +90,7 @@ async fn a_run_created_after_the_api_server_restarts_completes_within_10_s() {
         .kill_and_restart(Duration::from_secs(3))
         .await
         .expect("agentrt dev starts again on its address");
-    create_run(&cluster.client(), &ns, &run("after")).await;
+    cluster.create_run(&run("after")).await;
     // Measured up to a minute, so a failure says how long it took; the bound is 10 s.
     let after = time_to_complete(&cluster, "after", Duration::from_secs(60)).await;
     eprintln!("{test}: the run created after the restart completed after {after:?}");
@@ -161,7 +129,7 @@ async fn wait_ready(base: &str, what: &str, want_ok: bool) -> u16 {
 async fn readyz_fails_while_the_api_server_is_down_and_recovers_after() {
     let data = tempfile::tempdir().expect("tempdir");
     let test = "readyz_fails_while_the_api_server_is_down_and_recovers_after";
-    let Some(mut cluster) = restartable_cluster(&data, test).await else {
+    let Some(mut cluster) = restartable_agentrt_cluster(data.path(), test).await else {
         return;
     };
     let ns = cluster.namespace().to_string();
@@ -169,11 +137,7 @@ async fn readyz_fails_while_the_api_server_is_down_and_recovers_after() {
     let controller = ControllerProcess::spawn(
         cluster.kubeconfig(),
         &ns,
-        ControllerSpec {
-            prefix: "ready".into(),
-            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
-            ..ControllerSpec::default()
-        },
+        ControllerSpec::named("ready").metrics_on(port),
     );
     let base = format!("http://127.0.0.1:{port}");
     assert_eq!(
@@ -186,7 +150,7 @@ async fn readyz_fails_while_the_api_server_is_down_and_recovers_after() {
     cluster.kill();
     let down = wait_ready(&base, "non-200 while the API server is down", false).await;
     assert_eq!(down, 503);
-    let synced = synced_samples(&text_of(&format!("{base}/metrics")).await);
+    let synced = synced_samples(&scrape(port).await);
     assert!(synced.iter().any(|(_, v)| *v == 0.0), "{synced:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -205,7 +169,7 @@ async fn readyz_fails_while_the_api_server_is_down_and_recovers_after() {
         "{}",
         controller.log()
     );
-    let synced = synced_samples(&text_of(&format!("{base}/metrics")).await);
+    let synced = synced_samples(&scrape(port).await);
     assert_eq!(synced.len(), 3, "one sample per watch: {synced:?}");
     assert!(synced.iter().all(|(_, v)| *v == 1.0), "{synced:?}");
 }
@@ -228,13 +192,9 @@ async fn runs_are_picked_up_within_10_s_after_connection_cuts_and_an_outage() {
     let controller = ControllerProcess::spawn(
         &kubeconfig,
         &ns,
-        ControllerSpec {
-            prefix: "proxied".into(),
-            extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
-            ..ControllerSpec::default()
-        },
+        ControllerSpec::named("proxied").metrics_on(port),
     );
-    create_run(&cluster.client(), &ns, &run("before")).await;
+    cluster.create_run(&run("before")).await;
     let before = time_to_complete(&cluster, "before", Duration::from_secs(30)).await;
     assert!(before.is_ok(), "{before:?}\n{}", controller.log());
     wait_ready(&base, "200 after start", true).await;
@@ -244,7 +204,7 @@ async fn runs_are_picked_up_within_10_s_after_connection_cuts_and_an_outage() {
         proxy.cut();
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    create_run(&cluster.client(), &ns, &run("after-cuts")).await;
+    cluster.create_run(&run("after-cuts")).await;
     let after_cuts = time_to_complete(&cluster, "after-cuts", Duration::from_secs(60)).await;
     eprintln!("the run created after the cuts completed after {after_cuts:?}");
 
@@ -257,7 +217,7 @@ async fn runs_are_picked_up_within_10_s_after_connection_cuts_and_an_outage() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     proxy.accept();
-    create_run(&cluster.client(), &ns, &run("after-outage")).await;
+    cluster.create_run(&run("after-outage")).await;
     let after_outage = time_to_complete(&cluster, "after-outage", Duration::from_secs(60)).await;
     eprintln!("the run created after the outage completed after {after_outage:?}");
 

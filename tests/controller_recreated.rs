@@ -40,7 +40,7 @@ async fn a_run_created_again_under_a_deleted_runs_name_runs_under_its_own_lease(
     tools.set("report", Behaviour::sleeping(12_000));
     let controller = start_controller(&cluster, "only");
     let yaml = fixture("slow-tool", &tools.base(), "again");
-    let old = create_run(&client, &ns, &yaml).await;
+    let old = cluster.create_run(&yaml).await;
     let old_uid = old.metadata.uid.clone().unwrap();
     tools
         .wait_for_call(&format!("{old_uid}/0"), Duration::from_secs(30), || {
@@ -51,7 +51,7 @@ async fn a_run_created_again_under_a_deleted_runs_name_runs_under_its_own_lease(
         .delete("again", &DeleteParams::background())
         .await
         .expect("delete the run");
-    let new = create_run(&client, &ns, &yaml).await;
+    let new = cluster.create_run(&yaml).await;
     let new_uid = new.metadata.uid.clone().unwrap();
     assert_ne!(old_uid, new_uid);
     // The new run starts while the deleted run's call still runs (it has ~10 s left).
@@ -70,7 +70,9 @@ async fn a_run_created_again_under_a_deleted_runs_name_runs_under_its_own_lease(
         Some(new_uid.as_str()),
         "the new run's call runs under a Lease owned by another uid (or none)"
     );
-    let done = wait_phase(&client, &ns, "again", "Completed", Duration::from_secs(40)).await;
+    let done = cluster
+        .wait_phase("again", "Completed", Duration::from_secs(40))
+        .await;
     assert_eq!(done["lease"]["epoch"], 1, "{done}");
     assert_eq!(
         events_of(&done, "step.tool_started").len(),
@@ -98,7 +100,7 @@ async fn a_run_created_again_under_a_deleted_runs_name_runs_under_its_own_lease(
         None,
         "a Lease of the finished run's name is left"
     );
-    let done = status(&client, &ns, "again").await;
+    let done = cluster.run_status("again").await;
     assert_eq!(
         done["phase"], "Completed",
         "the old executor changed the new run: {done}"

@@ -33,8 +33,6 @@ async fn interrupted(
     ToolServer,
     (ControllerProcess, ControllerProcess),
 ) {
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set(
         "work",
@@ -45,17 +43,18 @@ async fn interrupted(
     );
     RunFixture::new("one-tool", &tools.base(), name)
         .class("RemoteMutation")
-        .create(&client, &ns)
+        .create_in(cluster)
         .await;
-    let controllers = crash_then_take_over(cluster.kubeconfig(), &ns, "during-tool", WAIT);
-    let approval = wait_approval(&client, &ns, name, "interrupted_side_effect", WAIT).await;
+    let controllers = crash_then_take_over_in(cluster, "during-tool", WAIT);
+    let approval = cluster
+        .wait_approval(name, "interrupted_side_effect", WAIT)
+        .await;
     (approval, tools, controllers)
 }
 
 /// Patches `approval`'s decision (`verdict`, its own hash, `result` when given).
 async fn settle(
-    client: &kube::Client,
-    namespace: &str,
+    cluster: &support::cluster::TestCluster,
     approval: &kube::api::DynamicObject,
     verdict: &str,
     result: Option<Value>,
@@ -69,7 +68,7 @@ async fn settle(
     if let Some(result) = result {
         decision["result"] = result;
     }
-    approvals_api(client, namespace)
+    approvals_api(&cluster.client(), cluster.namespace())
         .patch(
             &name,
             &PatchParams::default(),
@@ -79,10 +78,13 @@ async fn settle(
         .expect("the decision is accepted");
 }
 
-/// The Approval's phase as stored now.
-async fn approval_phase(client: &kube::Client, namespace: &str, name: &str) -> Value {
-    approvals_api(client, namespace)
-        .get(name)
+/// The phase of `approval` as stored now; panics when it cannot be read.
+async fn approval_phase(
+    cluster: &support::cluster::TestCluster,
+    approval: &kube::api::DynamicObject,
+) -> Value {
+    approvals_api(&cluster.client(), cluster.namespace())
+        .get(approval.metadata.name.as_deref().unwrap())
         .await
         .expect("get approval")
         .data["status"]["phase"]
@@ -96,7 +98,7 @@ async fn an_interrupted_call_approved_at_once_is_sent_again_only_after_the_first
         return;
     }
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let (approval, tools, (_first, second)) = interrupted(&cluster, "early").await;
     // The Approval says when the first attempt started, until when it may run, and the key.
     let first_attempt = &approval.data["spec"]["presentation"]["firstAttempt"];
@@ -113,8 +115,8 @@ async fn an_interrupted_call_approved_at_once_is_sent_again_only_after_the_first
         "mayRunUntil is at least startedAt + timeoutSeconds: {first_attempt}"
     );
     // Approved as soon as it appears.
-    decide(&client, &ns, &approval, "Approved").await;
-    let status = wait_phase(&client, &ns, "early", "Completed", WAIT).await;
+    cluster.decide(&approval, "Approved").await;
+    let status = cluster.wait_phase("early", "Completed", WAIT).await;
     let calls = tools.calls_of_run(&format!("{ns}/early"));
     assert_eq!(calls.len(), 2, "exactly two attempts: {calls:?}");
     let (one, two) = (&calls[0], &calls[1]);
@@ -139,10 +141,7 @@ async fn an_interrupted_call_approved_at_once_is_sent_again_only_after_the_first
     );
     let types = event_types(&status);
     assert!(types.contains(&"step.interrupted".to_string()), "{types:?}");
-    assert_eq!(
-        approval_phase(&client, &ns, approval.metadata.name.as_deref().unwrap()).await,
-        json!("Executed")
-    );
+    assert_eq!(approval_phase(&cluster, &approval).await, json!("Executed"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -151,17 +150,16 @@ async fn an_interrupted_call_settled_took_effect_records_the_given_result_and_ru
         return;
     }
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let (approval, tools, _controllers) = interrupted(&cluster, "took").await;
     settle(
-        &client,
-        &ns,
+        &cluster,
         &approval,
         "TookEffect",
         Some(json!({"ticket": "closed", "by": "hand"})),
     )
     .await;
-    let status = wait_phase(&client, &ns, "took", "Completed", WAIT).await;
+    let status = cluster.wait_phase("took", "Completed", WAIT).await;
     let step = &status["steps"][0];
     assert_eq!(step["status"], json!("done"), "{step}");
     assert_eq!(
@@ -182,10 +180,7 @@ async fn an_interrupted_call_settled_took_effect_records_the_given_result_and_ru
         1,
         "nothing ran again"
     );
-    assert_eq!(
-        approval_phase(&client, &ns, approval.metadata.name.as_deref().unwrap()).await,
-        json!("Settled")
-    );
+    assert_eq!(approval_phase(&cluster, &approval).await, json!("Settled"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -194,11 +189,11 @@ async fn an_interrupted_call_settled_did_not_take_effect_runs_nothing_and_the_ag
         return;
     }
     let cluster = agentrt_cluster().await;
-    let (client, ns) = (cluster.client(), cluster.namespace().to_string());
+    let ns = cluster.namespace().to_string();
     let (approval, tools, _controllers) = interrupted(&cluster, "skipped").await;
-    settle(&client, &ns, &approval, "DidNotTakeEffect", None).await;
+    settle(&cluster, &approval, "DidNotTakeEffect", None).await;
     // The scripted agent's next decision completes the run.
-    let status = wait_phase(&client, &ns, "skipped", "Completed", WAIT).await;
+    let status = cluster.wait_phase("skipped", "Completed", WAIT).await;
     let step = &status["steps"][0];
     assert_eq!(step["status"], json!("interrupted"), "{step}");
     assert_eq!(
@@ -220,10 +215,7 @@ async fn an_interrupted_call_settled_did_not_take_effect_runs_nothing_and_the_ag
         1,
         "nothing ran again"
     );
-    assert_eq!(
-        approval_phase(&client, &ns, approval.metadata.name.as_deref().unwrap()).await,
-        json!("Settled")
-    );
+    assert_eq!(approval_phase(&cluster, &approval).await, json!("Settled"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -233,16 +225,16 @@ async fn a_settle_verdict_on_an_approval_of_another_kind_is_refused_by_the_schem
     let tools = ToolServer::start().await;
     let _controller = start_controller(&cluster, "kinds");
     RunFixture::new("needs-approval", &tools.base(), "asks")
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
-    let approval = approvals(&client, &ns, "asks").await;
+    let approval = cluster.approvals_of("asks").await;
     let approval = match approval.into_iter().next() {
         Some(a) => a,
         None => {
             // Not yet created: wait for any kind.
             let mut found = None;
             for _ in 0..600 {
-                if let Some(a) = approvals(&client, &ns, "asks").await.into_iter().next() {
+                if let Some(a) = cluster.approvals_of("asks").await.into_iter().next() {
                     found = Some(a);
                     break;
                 }

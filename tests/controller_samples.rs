@@ -41,67 +41,56 @@ fn sample_files(addr: &str, names: &[&str]) -> String {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_kubectl_patch() {
-    let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
-    let tools = agentrt::tools::samples::serve(
+/// The sample tools (`agentrt::tools::samples`) served on a free port of 127.0.0.1,
+/// `slow_export` taking `slow`; their address. Panics when they cannot be served.
+async fn sample_tools(slow: Duration) -> std::net::SocketAddr {
+    agentrt::tools::samples::serve(
         "127.0.0.1:0".parse().unwrap(),
-        Duration::from_secs(2),
+        slow,
         CancellationToken::new(),
     )
     .await
-    .unwrap();
-    let _controller = start_controller(&cluster, "samples");
+    .unwrap()
+}
 
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &samples_for(&tools.to_string()));
+/// `kubectl apply -f -` of `manifest`; panics with kubectl's standard error when it fails.
+fn apply_ok(cluster: &support::cluster::TestCluster, manifest: &str) {
+    let out = cluster.apply(manifest);
     assert!(
         out.status.success(),
         "kubectl apply: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
 
-    let done = wait_phase(
-        &client,
-        &ns,
-        "readonly-lookup",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_kubectl_patch() {
+    let cluster = agentrt_cluster().await;
+    let tools = sample_tools(Duration::from_secs(2)).await;
+    let _controller = start_controller(&cluster, "samples");
+
+    apply_ok(&cluster, &samples_for(&tools.to_string()));
+
+    let done = cluster
+        .wait_phase("readonly-lookup", "Completed", Duration::from_secs(30))
+        .await;
     assert_eq!(done["reason"], "goal_completed");
     assert_seq_contiguous(&done);
-    let slow = wait_phase(
-        &client,
-        &ns,
-        "slow-export",
-        "Completed",
-        Duration::from_secs(40),
-    )
-    .await;
+    let slow = cluster
+        .wait_phase("slow-export", "Completed", Duration::from_secs(40))
+        .await;
     assert_eq!(slow["result"]["exported"], "orders");
-    let reconciled = wait_phase(
-        &client,
-        &ns,
-        "export-reconciled",
-        "Completed",
-        Duration::from_secs(40),
-    )
-    .await;
+    let reconciled = cluster
+        .wait_phase("export-reconciled", "Completed", Duration::from_secs(40))
+        .await;
     assert!(
         events_of(&reconciled, "lease.taken_over").is_empty(),
         "without a crash the hook is not asked"
     );
     // The sample model decided each step; every attempt was recorded and priced.
-    let decided = wait_phase(
-        &client,
-        &ns,
-        "model-lookup",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let decided = cluster
+        .wait_phase("model-lookup", "Completed", Duration::from_secs(30))
+        .await;
     assert_eq!(
         decided["result"],
         serde_json::json!({"order": 1042, "status": "delivered", "damaged": true})
@@ -112,50 +101,38 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
     assert_eq!(events_of(&decided, "model.completed").len(), 2);
     assert_seq_contiguous(&decided);
     // The MCP samples: pinned before run.started, one completes, one waits for a person.
-    let mcp = wait_phase(
-        &client,
-        &ns,
-        "mcp-lookup",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let mcp = cluster
+        .wait_phase("mcp-lookup", "Completed", Duration::from_secs(30))
+        .await;
     let pins: Vec<&str> = mcp["toolPins"]
         .as_array()
         .map(|p| p.iter().filter_map(|p| p["tool"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(pins, ["lookup_order", "shop__issue_refund"]);
     assert_eq!(events_of(&mcp, "tool.pinned").len(), 2);
-    let mcp_waiting = wait_phase(
-        &client,
-        &ns,
-        "mcp-refund-approval",
-        "WaitingForApproval",
-        Duration::from_secs(30),
-    )
-    .await;
+    let mcp_waiting = cluster
+        .wait_phase(
+            "mcp-refund-approval",
+            "WaitingForApproval",
+            Duration::from_secs(30),
+        )
+        .await;
     assert_eq!(step_statuses(&mcp_waiting), ["done", "awaiting_approval"]);
-    let mcp_approval = wait_approval(
-        &client,
-        &ns,
-        "mcp-refund-approval",
-        "policy",
-        Duration::from_secs(10),
-    )
-    .await;
+    let mcp_approval = cluster
+        .wait_approval("mcp-refund-approval", "policy", Duration::from_secs(10))
+        .await;
     let shown = &mcp_approval.data["spec"]["presentation"]["mcp"];
     assert_eq!(shown["tool"], "issue_refund", "{shown}");
     assert!(shown["pinSha256"]
         .as_str()
         .is_some_and(|h| h.starts_with("sha256:")));
-    let waiting = wait_phase(
-        &client,
-        &ns,
-        "refund-approval",
-        "WaitingForApproval",
-        Duration::from_secs(30),
-    )
-    .await;
+    let waiting = cluster
+        .wait_phase(
+            "refund-approval",
+            "WaitingForApproval",
+            Duration::from_secs(30),
+        )
+        .await;
     assert_eq!(step_statuses(&waiting), ["done", "awaiting_approval"]);
 
     // The printer columns show the runs.
@@ -165,14 +142,9 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
         "{table}"
     );
 
-    let approval = wait_approval(
-        &client,
-        &ns,
-        "refund-approval",
-        "policy",
-        Duration::from_secs(10),
-    )
-    .await;
+    let approval = cluster
+        .wait_approval("refund-approval", "policy", Duration::from_secs(10))
+        .await;
     let name = approval.metadata.name.clone().unwrap();
     assert_eq!(name, "refund-approval-1-1");
     let hash = cluster.kubectl_ok(&["get", "approval", &name, "-o", "jsonpath={.spec.hash}"]);
@@ -204,14 +176,9 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
         "-p",
         &format!(r#"{{"spec":{{"decision":{{"verdict":"Approved","hash":"{hash}"}}}}}}"#),
     ]);
-    let finished = wait_phase(
-        &client,
-        &ns,
-        "refund-approval",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let finished = cluster
+        .wait_phase("refund-approval", "Completed", Duration::from_secs(30))
+        .await;
     assert_eq!(finished["result"], serde_json::json!({"refunded": 250}));
     assert_seq_contiguous(&finished);
     let types = event_types(&finished);
@@ -238,44 +205,19 @@ async fn the_reconcile_hook_sample_settles_an_export_interrupted_by_a_crash() {
         return;
     }
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
-    let tools = agentrt::tools::samples::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_secs(4),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let tools = sample_tools(Duration::from_secs(4)).await;
     // The sample as written, with a 2-second lease so the takeover comes soon.
     let yaml = sample_files(&tools.to_string(), &["export-reconciled.yaml"])
         .replace("leaseDurationSeconds: 10", "leaseDurationSeconds: 2");
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &yaml);
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _controllers = crash_then_take_over(
-        cluster.kubeconfig(),
-        &ns,
-        "during-tool",
-        Duration::from_secs(30),
-    );
-    let done = wait_phase(
-        &client,
-        &ns,
-        "export-reconciled",
-        "Completed",
-        Duration::from_secs(60),
-    )
-    .await;
+    apply_ok(&cluster, &yaml);
+    let _controllers = crash_then_take_over_in(&cluster, "during-tool", Duration::from_secs(30));
+    let done = cluster
+        .wait_phase("export-reconciled", "Completed", Duration::from_secs(60))
+        .await;
     // The hook's answer: the export the sample tool finished, not a second one.
     assert_eq!(done["result"]["rows"], 1200, "{done}");
     assert_eq!(done["result"]["dataset"], "orders");
     assert!(!events_of(&done, "lease.taken_over").is_empty());
-    assert!(approvals(&client, &ns, "export-reconciled")
-        .await
-        .is_empty());
+    assert!(cluster.approvals_of("export-reconciled").await.is_empty());
     assert_seq_contiguous(&done);
 }

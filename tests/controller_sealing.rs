@@ -8,42 +8,23 @@
 
 mod support;
 
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
+use support::cli::{agentrt_in, text};
 use support::controller::*;
+use support::metrics::{sample, scrape};
 use support::toolserver::ToolServer;
 
 /// Tool steps in `tests/fixtures/controller/sealing.yaml`.
 const TOOL_STEPS: usize = 12;
 
-fn agentrt(cluster: &support::cluster::TestCluster, ns: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentrt"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .arg("-n")
-        .arg(ns)
-        .stdin(Stdio::null())
-        .output()
-        .expect("agentrt runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// `agentrt show run NAME -o json`'s status, after `agentrt verify NAME` exited 0.
 fn whole_history(cluster: &support::cluster::TestCluster, ns: &str, name: &str) -> Value {
-    let out = agentrt(cluster, ns, &["verify", name]);
+    let out = agentrt_in(cluster, ns, &["verify", name]);
     assert_eq!(out.status.code(), Some(0), "verify: {}", text(&out));
-    let out = agentrt(cluster, ns, &["show", "run", name, "-o", "json"]);
+    let out = agentrt_in(cluster, ns, &["show", "run", name, "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "show: {}", text(&out));
     let shown: Value = serde_json::from_slice(&out.stdout).expect("show -o json is JSON");
     shown["status"].clone()
@@ -106,25 +87,16 @@ async fn a_crash_after_a_segment_was_created_loses_nothing_and_runs_nothing_twic
     let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     let run = RunFixture::new("sealing", &tools.base(), "sealed-crash")
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let uid = run.metadata.uid.clone().expect("uid");
     // The first controller dies right after creating its first segment, before the status
     // write that drops those steps; the second goes on.
-    let (first, second) = crash_then_take_over(
-        cluster.kubeconfig(),
-        &ns,
-        "after-segment-created",
-        Duration::from_secs(60),
-    );
-    let done = wait_phase(
-        &client,
-        &ns,
-        "sealed-crash",
-        "Completed",
-        Duration::from_secs(90),
-    )
-    .await;
+    let (first, second) =
+        crash_then_take_over_in(&cluster, "after-segment-created", Duration::from_secs(60));
+    let done = cluster
+        .wait_phase("sealed-crash", "Completed", Duration::from_secs(90))
+        .await;
     assert!(done["archive"]["segments"]
         .as_array()
         .is_some_and(|s| !s.is_empty()));
@@ -241,7 +213,7 @@ async fn a_long_run_keeps_a_small_status_and_shows_every_step() {
     RunFixture::new("long-webhook", &tools.base(), "long")
         .agent(&agent.url)
         .set("STEPS", steps)
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let started = std::time::Instant::now();
     let done = wait_status(
@@ -290,16 +262,6 @@ fn orders_shown(request: &Value) -> Vec<i64> {
         .collect()
 }
 
-/// The value of the one sample `series` of a `/metrics` text.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        })
-}
-
 /// docs/behaviours.md 59 (docs/design.md section 4a): once its steps are sealed, an openai
 /// agent is still asked with them, by the controller that sealed them and by one that took the
 /// run over, which reads each segment once.
@@ -330,7 +292,7 @@ async fn an_openai_agent_is_asked_with_its_sealed_steps_and_each_segment_is_read
     let model = ModelServer::start(script).await;
     RunFixture::new("openai-agent", &tools.base(), "sealed-model")
         .model(&model.base_url())
-        .create(&client, &ns)
+        .create_in(&cluster)
         .await;
     let mut first = ControllerProcess::spawn(
         cluster.kubeconfig(),
@@ -355,22 +317,15 @@ async fn an_openai_agent_is_asked_with_its_sealed_steps_and_each_segment_is_read
     let window_first = sealed["steps"][0]["index"].as_i64().expect("a window");
     assert!(window_first >= 4, "most steps are sealed: {sealed}");
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let mut spec = ControllerSpec::named("second").sealing();
-    spec.extra
-        .extend(["--metrics-addr".to_string(), format!("127.0.0.1:{port}")]);
-    let second = ControllerProcess::spawn(cluster.kubeconfig(), &ns, spec);
-    let done = wait_phase(
-        &client,
+    let port = support::free_port();
+    let second = ControllerProcess::spawn(
+        cluster.kubeconfig(),
         &ns,
-        "sealed-model",
-        "Completed",
-        Duration::from_secs(60),
-    )
-    .await;
+        ControllerSpec::named("second").sealing().metrics_on(port),
+    );
+    let done = cluster
+        .wait_phase("sealed-model", "Completed", Duration::from_secs(60))
+        .await;
     assert_eq!(
         done["result"],
         serde_json::json!({"looked": CALLS}),
@@ -395,17 +350,7 @@ async fn an_openai_agent_is_asked_with_its_sealed_steps_and_each_segment_is_read
     }
 
     // The second controller read each segment once (a terminal write seals nothing more).
-    let text = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let text = scrape(port).await;
     let reads = sample(&text, "agentrt_segment_reads_total").expect("segment reads counted");
     let segments_at_end = done["archive"]["segments"].as_array().map_or(0, Vec::len);
     assert_eq!(segments_at_end, segment_count, "{done}");

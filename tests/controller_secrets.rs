@@ -49,15 +49,10 @@ async fn a_secret_without_its_owners_label_is_never_sent_and_works_once_labelled
     .await;
     let controller = start_controller(&cluster, "secrets");
 
-    create_run(&client, &ns, &run("unconsented", &tools)).await;
-    let status = wait_phase(
-        &client,
-        &ns,
-        "unconsented",
-        "Completed",
-        Duration::from_secs(60),
-    )
-    .await;
+    cluster.create_run(&run("unconsented", &tools)).await;
+    let status = cluster
+        .wait_phase("unconsented", "Completed", Duration::from_secs(60))
+        .await;
     let said = status.to_string();
     assert!(
         said.contains("header_unavailable")
@@ -87,15 +82,10 @@ async fn a_secret_without_its_owners_label_is_never_sent_and_works_once_labelled
         "db-admin",
         "agentrt.dev/usable-by-runs=true",
     ]);
-    create_run(&client, &ns, &run("consented", &tools)).await;
-    let status = wait_phase(
-        &client,
-        &ns,
-        "consented",
-        "Completed",
-        Duration::from_secs(60),
-    )
-    .await;
+    cluster.create_run(&run("consented", &tools)).await;
+    let status = cluster
+        .wait_phase("consented", "Completed", Duration::from_secs(60))
+        .await;
     assert!(
         !status.to_string().contains("header_unavailable"),
         "{status}"
@@ -223,14 +213,9 @@ async fn the_webhook_refuses_a_run_naming_a_secret_its_creator_may_not_get() {
         "the reader's run was refused: {}",
         text(&out)
     );
-    wait_phase(
-        &client,
-        &ns,
-        "allowed",
-        "Completed",
-        Duration::from_secs(60),
-    )
-    .await;
+    cluster
+        .wait_phase("allowed", "Completed", Duration::from_secs(60))
+        .await;
     let calls = tools.calls_of_run(&format!("{ns}/allowed"));
     assert_eq!(calls.len(), 1, "{calls:?}\n{}", served.controller.log());
     assert_eq!(calls[0].authorization, PASSWORD);

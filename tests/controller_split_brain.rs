@@ -13,16 +13,11 @@ use support::toolserver::{Behaviour, ToolServer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
     let cluster = agentrt_cluster().await;
-    let client = cluster.client();
-    let ns = cluster.namespace().to_string();
     let tools = ToolServer::start().await;
     tools.set("slow", Behaviour::sleeping(1500));
-    let run = create_run(
-        &client,
-        &ns,
-        &fixture("slow-then-fast", &tools.base(), "paused"),
-    )
-    .await;
+    let run = cluster
+        .create_run(&fixture("slow-then-fast", &tools.base(), "paused"))
+        .await;
     let uid = run.metadata.uid.clone().unwrap();
 
     let first = start_sealing_controller(&cluster, "first");
@@ -32,15 +27,11 @@ async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
     first.signal(libc::SIGSTOP);
     // Past its 2-second lease; meanwhile the slow call answers into the stopped process.
     let second = start_sealing_controller(&cluster, "second");
-    let taken = wait_status(
-        &client,
-        &ns,
-        "paused",
-        Duration::from_secs(30),
-        "a takeover",
-        |s| !events_of(s, "lease.taken_over").is_empty(),
-    )
-    .await;
+    let taken = cluster
+        .wait_status("paused", Duration::from_secs(30), "a takeover", |s| {
+            !events_of(s, "lease.taken_over").is_empty()
+        })
+        .await;
     assert_eq!(
         taken["lease"]["holder"]
             .as_str()
@@ -56,16 +47,13 @@ async fn a_paused_holder_resumed_after_a_takeover_starts_no_side_effect() {
     assert!(first.was_killed(Duration::from_secs(5)));
 
     // The interrupted RemoteMutation waits for a person; approve, and the run finishes.
-    let approval = wait_approval(
-        &client,
-        &ns,
-        "paused",
-        "interrupted_side_effect",
-        Duration::from_secs(30),
-    )
-    .await;
-    decide(&client, &ns, &approval, "Approved").await;
-    let done = wait_phase(&client, &ns, "paused", "Completed", Duration::from_secs(30)).await;
+    let approval = cluster
+        .wait_approval("paused", "interrupted_side_effect", Duration::from_secs(30))
+        .await;
+    cluster.decide(&approval, "Approved").await;
+    let done = cluster
+        .wait_phase("paused", "Completed", Duration::from_secs(30))
+        .await;
     assert_seq_contiguous(&done);
 
     let first_calls: Vec<_> = tools

@@ -22,25 +22,17 @@ async fn run_one(
     let yaml = RunFixture::new("one-call", &tools.base(), name)
         .class(class)
         .yaml();
-    create_run(&cluster.client(), cluster.namespace(), &yaml).await;
+    cluster.create_run(&yaml).await;
     (cluster, tools, controller)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_status_is_a_tool_error_the_agent_sees() {
-    let behaviour = Behaviour {
-        status: Some(503),
-        ..Behaviour::default()
-    };
+    let behaviour = Behaviour::answering_status(503);
     let (cluster, tools, _c) = run_one("LocalMutation", behaviour, "errored").await;
-    let done = wait_phase(
-        &cluster.client(),
-        cluster.namespace(),
-        "errored",
-        "Completed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let done = cluster
+        .wait_phase("errored", "Completed", Duration::from_secs(30))
+        .await;
     let observation = &done["steps"][0]["observation"];
     assert_eq!(observation["kind"], "tool_error", "{observation}");
     assert_eq!(step_statuses(&done), ["failed", "done"]);
@@ -50,22 +42,12 @@ async fn an_error_status_is_a_tool_error_the_agent_sees() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_that_never_answers_leaves_a_side_effect_waiting_for_a_person() {
-    let behaviour = Behaviour {
-        hang: true,
-        ..Behaviour::default()
-    };
+    let behaviour = Behaviour::hanging();
     let (cluster, tools, _c) = run_one("RemoteMutation", behaviour, "hung").await;
-    let client = cluster.client();
-    let ns = cluster.namespace();
-    let approval = wait_approval(
-        &client,
-        ns,
-        "hung",
-        "interrupted_side_effect",
-        Duration::from_secs(30),
-    )
-    .await;
-    let waiting = status(&client, ns, "hung").await;
+    let approval = cluster
+        .wait_approval("hung", "interrupted_side_effect", Duration::from_secs(30))
+        .await;
+    let waiting = cluster.run_status("hung").await;
     assert_eq!(waiting["phase"], "WaitingForApproval");
     assert!(
         !events_of(&waiting, "step.interrupted").is_empty(),
@@ -77,27 +59,21 @@ async fn a_tool_that_never_answers_leaves_a_side_effect_waiting_for_a_person() {
         "the call was not repeated on its own"
     );
     // Rejecting it ends the run without calling the tool again.
-    decide(&client, ns, &approval, "Rejected").await;
-    let done = wait_phase(&client, ns, "hung", "Cancelled", Duration::from_secs(30)).await;
+    cluster.decide(&approval, "Rejected").await;
+    let done = cluster
+        .wait_phase("hung", "Cancelled", Duration::from_secs(30))
+        .await;
     assert_eq!(done["reason"], "approval_rejected");
     assert_eq!(tools.calls().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_header_fails_the_run_tool_abort() {
-    let behaviour = Behaviour {
-        abort: Some("account frozen".into()),
-        ..Behaviour::default()
-    };
+    let behaviour = Behaviour::aborting("account frozen");
     let (cluster, _tools, _c) = run_one("ReadOnly", behaviour, "aborted").await;
-    let done = wait_phase(
-        &cluster.client(),
-        cluster.namespace(),
-        "aborted",
-        "Failed",
-        Duration::from_secs(30),
-    )
-    .await;
+    let done = cluster
+        .wait_phase("aborted", "Failed", Duration::from_secs(30))
+        .await;
     assert_eq!(done["reason"], "tool_abort");
     assert_seq_contiguous(&done);
 }

@@ -33,6 +33,42 @@ async fn cluster() -> TestCluster {
     c
 }
 
+/// `kubectl get KIND NAME -o json --show-managed-fields`, parsed; panics when kubectl fails.
+fn shown_with_managed_fields(c: &TestCluster, kind: &str, name: &str) -> Value {
+    serde_json::from_str(&c.kubectl_ok(&["get", kind, name, "-o", "json", "--show-managed-fields"]))
+        .expect("json")
+}
+
+/// The (manager, operation) of each managedFields entry of `object`, sorted.
+fn managers_and_operations(object: &Value) -> Vec<(String, String)> {
+    let mut managers: Vec<(String, String)> = entries(object)
+        .into_iter()
+        .map(|(m, op, _, _)| (m, op))
+        .collect();
+    managers.sort();
+    managers
+}
+
+/// `kubectl apply ARGS -f -` of `manifest` (`args`: `--server-side`, say); panics with
+/// kubectl's standard error when it fails.
+fn kubectl_apply_ok(c: &TestCluster, args: &[&str], manifest: &str) {
+    let mut all = vec!["apply"];
+    all.extend_from_slice(args);
+    all.extend(["-f", "-"]);
+    let out = c.kubectl_stdin(&all, manifest);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `body` (JSON) sent with `method` to `path` as `application/json` by user agent `test/1`
+/// ([`call`]).
+async fn send_json(c: &TestCluster, method: &str, path: &str, body: &str) -> (u16, Value) {
+    call(c, method, path, "application/json", "test/1", body).await
+}
+
 /// One request; returns the status code and the JSON body.
 async fn call(
     c: &TestCluster,
@@ -407,42 +443,20 @@ async fn apply_needs_a_field_manager_a_named_object_and_force_only_for_apply() {
 async fn kubectl_server_side_apply_takes_over_from_client_side_apply() {
     let c = cluster().await;
     let first = "apiVersion: example.dev/v1\nkind: Gadget\nmetadata:\n  name: k2\nspec:\n  color: red\n  size: 1\n";
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], first);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kubectl_apply_ok(&c, &[], first);
     // kubectl-client-side-apply owns spec.color; the last-applied configuration still matches
     // the object, so the conflict is allowed for kubectl and the annotation follows.
     let second =
         "apiVersion: example.dev/v1\nkind: Gadget\nmetadata:\n  name: k2\nspec:\n  color: blue\n";
-    let out = c.kubectl_stdin(&["apply", "--server-side", "-f", "-"], second);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let shown: Value = serde_json::from_str(&c.kubectl_ok(&[
-        "get",
-        "gadget",
-        "k2",
-        "-o",
-        "json",
-        "--show-managed-fields",
-    ]))
-    .expect("json");
+    kubectl_apply_ok(&c, &["--server-side"], second);
+    let shown = shown_with_managed_fields(&c, "gadget", "k2");
     assert_eq!(shown["spec"], json!({"color": "blue"}));
     let last = shown["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
         .as_str()
         .expect("annotation");
     let last: Value = serde_json::from_str(last).expect("JSON");
     assert_eq!(last["spec"], json!({"color": "blue"}));
-    let mut managers: Vec<(String, String)> = entries(&shown)
-        .into_iter()
-        .map(|(m, op, _, _)| (m, op))
-        .collect();
-    managers.sort();
+    let managers = managers_and_operations(&shown);
     assert_eq!(
         managers,
         vec![

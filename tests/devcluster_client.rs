@@ -40,8 +40,7 @@ fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Statu
 
 #[tokio::test]
 async fn stale_resource_version_update_is_a_conflict() {
-    let c = TestCluster::start().await;
-    c.apply_test_crds();
+    let c = TestCluster::start_with_test_crds().await;
     let api = widgets(&c);
     let pp = PostParams::default();
     api.create(&pp, &widget("w", json!({"color": "red", "size": 2})))
@@ -130,8 +129,7 @@ async fn lease_compare_and_set_lets_exactly_one_writer_win() {
 
 #[tokio::test]
 async fn create_of_an_existing_name_and_get_of_a_missing_one_are_status_errors() {
-    let c = TestCluster::start().await;
-    c.apply_test_crds();
+    let c = TestCluster::start_with_test_crds().await;
     let api = widgets(&c);
     let pp = PostParams::default();
     api.create(&pp, &widget("w", json!({"color": "red"})))
@@ -155,8 +153,7 @@ async fn create_of_an_existing_name_and_get_of_a_missing_one_are_status_errors()
 
 #[tokio::test]
 async fn generation_counts_spec_changes_and_each_endpoint_ignores_the_other_half() {
-    let c = TestCluster::start().await;
-    c.apply_test_crds();
+    let c = TestCluster::start_with_test_crds().await;
     let api = widgets(&c);
     let pp = PostParams::default();
     let mut w = widget("w", json!({"color": "red", "size": 2}));

@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use support::cli::table_row;
 use support::cluster::TestCluster;
 use support::fixtures;
 
@@ -17,8 +18,7 @@ fn widgets_yaml() -> String {
 }
 
 async fn cluster_with_widgets() -> TestCluster {
-    let c = TestCluster::start().await;
-    c.apply_test_crds();
+    let c = TestCluster::start_with_test_crds().await;
     c.kubectl_ok(&["apply", "-f", &widgets_yaml()]);
     c
 }
@@ -44,12 +44,7 @@ async fn get_shows_the_printer_columns_and_wide_adds_the_priority_one_column() {
     assert!(!out.contains("alice"), "OWNER is priority 1:\n{out}");
 
     let wide = c.kubectl_ok(&["get", "widgets", "-o", "wide"]);
-    let header: Vec<&str> = wide
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let header = table_row(&wide, 0);
     assert_eq!(header, ["NAME", "COLOR", "SIZE", "PHASE", "OWNER", "AGE"]);
     assert!(wide.contains("alice") && wide.contains("bob"), "{wide}");
 
@@ -91,15 +86,7 @@ async fn get_o_yaml_shows_the_stored_object_with_system_metadata() {
 #[tokio::test]
 async fn patch_by_merge_json_and_status_subresource() {
     let c = cluster_with_widgets().await;
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"size":4}}"#,
-    ]);
+    c.merge_patch_ok("widget", "red-one", r#"{"spec":{"size":4}}"#);
     c.kubectl_ok(&[
         "patch",
         "widget",
@@ -109,27 +96,9 @@ async fn patch_by_merge_json_and_status_subresource() {
         "-p",
         r#"[{"op":"replace","path":"/spec/color","value":"blue"}]"#,
     ]);
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--subresource",
-        "status",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"status":{"phase":"Ready"}}"#,
-    ]);
+    c.merge_patch_status_ok("widget", "red-one", r#"{"status":{"phase":"Ready"}}"#);
     // The main endpoint ignores status.
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"status":{"phase":"Hacked"}}"#,
-    ]);
+    c.merge_patch_ok("widget", "red-one", r#"{"status":{"phase":"Hacked"}}"#);
     let doc = yaml(&c.kubectl_ok(&["get", "widget", "red-one", "-o", "yaml"]));
     assert_eq!(doc["spec"]["size"].as_i64(), Some(4));
     assert_eq!(doc["spec"]["color"].as_str(), Some("blue"));
@@ -181,15 +150,7 @@ async fn get_watch_sees_every_change() {
             l.iter().filter(|l| l.starts_with("ADDED")).count() == 3
         })
         .await;
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"size":7}}"#,
-    ]);
+    c.merge_patch_ok("widget", "red-one", r#"{"spec":{"size":7}}"#);
     watch
         .wait_for("the patch", Duration::from_secs(20), |l| {
             l.iter()
@@ -218,8 +179,7 @@ async fn get_watch_sees_every_change() {
 
 #[tokio::test]
 async fn api_resources_lists_the_crd_with_short_name_and_category() {
-    let c = TestCluster::start().await;
-    c.apply_test_crds();
+    let c = TestCluster::start_with_test_crds().await;
     let out = c.kubectl_ok(&["api-resources", "--api-group=example.dev", "-o", "wide"]);
     let widgets: Vec<&str> = out
         .lines()
@@ -343,8 +303,7 @@ async fn unknown_fields_of_builtins_follow_field_validation() {
 
 #[tokio::test]
 async fn server_side_apply_and_client_side_apply_both_work() {
-    let c = TestCluster::start().await;
-    c.apply_test_crds();
+    let c = TestCluster::start_with_test_crds().await;
     let out = c.kubectl_ok(&["apply", "--server-side", "-f", &widgets_yaml()]);
     assert!(out.contains("serverside-applied"), "{out}");
     let shown = c.kubectl_ok(&["get", "widgets", "-o", "yaml", "--show-managed-fields"]);

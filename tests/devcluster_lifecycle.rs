@@ -130,10 +130,9 @@ fn owned_by(name: &str, owner: &ConfigMap) -> ConfigMap {
     }]}}))
 }
 
-#[tokio::test]
-async fn dependents_of_a_deleted_owner_are_garbage_collected() {
-    let c = TestCluster::start().await;
-    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+/// Creates ConfigMap `owner` and ConfigMap `child` owned by it ([`owned_by`]); panics when
+/// either is refused.
+async fn create_owner_and_child(cms: &Api<ConfigMap>) -> ConfigMap {
     let pp = PostParams::default();
     let owner = cms
         .create(&pp, &object(json!({"metadata": {"name": "owner"}})))
@@ -142,6 +141,15 @@ async fn dependents_of_a_deleted_owner_are_garbage_collected() {
     cms.create(&pp, &owned_by("child", &owner))
         .await
         .expect("child");
+    owner
+}
+
+#[tokio::test]
+async fn dependents_of_a_deleted_owner_are_garbage_collected() {
+    let c = TestCluster::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
+    let pp = PostParams::default();
+    create_owner_and_child(&cms).await;
     let grandchild_owner = cms.get("child").await.expect("child");
     cms.create(&pp, &owned_by("grandchild", &grandchild_owner))
         .await
@@ -187,14 +195,7 @@ async fn a_dependent_whose_owner_never_existed_is_collected() {
 async fn orphan_propagation_keeps_dependents_and_drops_their_owner_reference() {
     let c = TestCluster::start().await;
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
-    let pp = PostParams::default();
-    let owner = cms
-        .create(&pp, &object(json!({"metadata": {"name": "owner"}})))
-        .await
-        .expect("owner");
-    cms.create(&pp, &owned_by("child", &owner))
-        .await
-        .expect("child");
+    create_owner_and_child(&cms).await;
     cms.delete("owner", &DeleteParams::orphan())
         .await
         .expect("delete");
@@ -289,15 +290,14 @@ async fn deleting_a_namespace_deletes_its_objects_and_refuses_new_ones_meanwhile
 
 #[tokio::test]
 async fn requests_without_the_bearer_token_are_unauthorized() {
-    let c = TestCluster::start_with(Options {
+    let options = Options {
         token: Some("let-me-in".into()),
         ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("requests_without_the_bearer_token_are_unauthorized: not on a real cluster: a test of agentrt dev's --token");
+    };
+    let skipped = "requests_without_the_bearer_token_are_unauthorized: not on a real cluster: a test of agentrt dev's --token";
+    let Some(c) = TestCluster::embedded_only(options, skipped).await else {
         return;
-    }
+    };
     // The kubeconfig carries the token: the client and kubectl work.
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     cms.list(&Default::default()).await.expect("authorized");
@@ -351,7 +351,7 @@ spec:
     storage: true
     schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
 "#;
-    c.kubectl_stdin(&["apply", "-f", "-"], crd);
+    c.apply(crd);
     c.kubectl_ok(&[
         "wait",
         "--for",
@@ -363,13 +363,13 @@ spec:
             "apiVersion: lifecycle.example.dev/v1\nkind: Sprocket\nmetadata: {{name: {name}, finalizers: {finalizers}}}\n"
         )
     };
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &sprocket("held", "[example.dev/a]"));
+    let out = c.apply(&sprocket("held", "[example.dev/a]"));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    c.kubectl_stdin(&["apply", "-f", "-"], &sprocket("free", "[]"));
+    c.apply(&sprocket("free", "[]"));
 
     c.kubectl_ok(&[
         "delete",
@@ -394,15 +394,7 @@ spec:
         "{err}"
     );
 
-    c.kubectl_ok(&[
-        "patch",
-        "sprocket",
-        "held",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"metadata":{"finalizers":null}}"#,
-    ]);
+    c.merge_patch_ok("sprocket", "held", r#"{"metadata":{"finalizers":null}}"#);
     eventually("the CRD to go", Duration::from_secs(60), || async {
         let out = c.kubectl(&["get", "crd", "sprockets.lifecycle.example.dev"]);
         (!out.status.success()).then_some(())

@@ -20,32 +20,21 @@ fn yaml(text: &str) -> serde_yaml::Value {
 #[tokio::test]
 async fn objects_and_the_resource_version_survive_a_restart() {
     let data = tempfile::tempdir().expect("tempdir");
-    let mut c = TestCluster::start_with(Options {
-        data_dir: Some(data.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("objects_and_the_resource_version_survive_a_restart: not on a real cluster: a test of agentrt dev's --data-dir across a restart");
+    let Some(mut c) = TestCluster::embedded_only(
+        Options::data_dir(data.path()),
+        "objects_and_the_resource_version_survive_a_restart: not on a real cluster: a test of agentrt dev's --data-dir across a restart",
+    )
+    .await
+    else {
         return;
-    }
+    };
     c.apply_test_crds();
     c.kubectl_ok(&[
         "apply",
         "-f",
         &fixtures::devcluster("widgets.yaml").to_string_lossy(),
     ]);
-    c.kubectl_ok(&[
-        "patch",
-        "widget",
-        "red-one",
-        "--subresource",
-        "status",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"status":{"phase":"Ready"}}"#,
-    ]);
+    c.merge_patch_status_ok("widget", "red-one", r#"{"status":{"phase":"Ready"}}"#);
     let before = yaml(&c.kubectl_ok(&["get", "widget", "red-one", "-o", "yaml"]));
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let list_rv: u64 = cms
@@ -69,10 +58,7 @@ async fn objects_and_the_resource_version_survive_a_restart() {
     assert_eq!(table.lines().count(), 4, "{table}");
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let created = cms
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "later"}})).expect("cm"),
-        )
+        .create(&PostParams::default(), &named_cm("later"))
         .await
         .expect("the namespace survived too");
     let rv: u64 = created
@@ -81,6 +67,11 @@ async fn objects_and_the_resource_version_survive_a_restart() {
         .and_then(|r| r.parse().ok())
         .expect("rv");
     assert!(rv > list_rv, "resourceVersion continues ({rv} > {list_rv})");
+}
+
+/// A ConfigMap named `name`, nothing else set.
+fn named_cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}})).expect("cm")
 }
 
 fn rv_of(cm: &ConfigMap) -> u64 {
@@ -94,21 +85,17 @@ fn rv_of(cm: &ConfigMap) -> u64 {
 #[tokio::test]
 async fn after_a_kill_the_resource_version_never_goes_back_and_older_watches_get_410() {
     let data = tempfile::tempdir().expect("tempdir");
-    let mut c = TestCluster::start_with(Options {
-        data_dir: Some(data.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("after_a_kill_the_resource_version_never_goes_back_and_older_watches_get_410: not on a real cluster: a test of agentrt dev's --data-dir across a kill");
+    let Some(mut c) = TestCluster::embedded_only(
+        Options::data_dir(data.path()),
+        "after_a_kill_the_resource_version_never_goes_back_and_older_watches_get_410: not on a real cluster: a test of agentrt dev's --data-dir across a kill",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let created = cms
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "counter"}})).expect("cm"),
-        )
+        .create(&PostParams::default(), &named_cm("counter"))
         .await
         .expect("create");
     let mut highest = rv_of(&created);
@@ -130,10 +117,7 @@ async fn after_a_kill_the_resource_version_never_goes_back_and_older_watches_get
 
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let later = cms
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "later"}})).expect("cm"),
-        )
+        .create(&PostParams::default(), &named_cm("later"))
         .await
         .expect("create after the restart");
     assert!(
@@ -175,11 +159,10 @@ async fn a_corrupt_state_file_is_refused_and_left_in_place() {
         no_namespace: true,
         ..Default::default()
     };
-    let mut c = TestCluster::start_with(options.clone()).await;
-    if !c.is_embedded() {
-        eprintln!("a_corrupt_state_file_is_refused_and_left_in_place: not on a real cluster: a test of agentrt dev's state file");
+    let skipped = "a_corrupt_state_file_is_refused_and_left_in_place: not on a real cluster: a test of agentrt dev's state file";
+    let Some(mut c) = TestCluster::embedded_only(options.clone(), skipped).await else {
         return;
-    }
+    };
     c.kubectl_ok(&["create", "configmap", "keep-me", "-n", "default"]);
     c.stop();
     let state = data.path().join("state.json");
@@ -202,15 +185,14 @@ async fn a_corrupt_state_file_is_refused_and_left_in_place() {
 
 #[tokio::test]
 async fn crds_dir_installs_the_crds_at_start() {
-    let c = TestCluster::start_with(Options {
+    let options = Options {
         crds_dir: Some(fixtures::path("devcluster")),
         ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("crds_dir_installs_the_crds_at_start: not on a real cluster: a test of agentrt dev's --crds-dir");
+    };
+    let skipped = "crds_dir_installs_the_crds_at_start: not on a real cluster: a test of agentrt dev's --crds-dir";
+    let Some(c) = TestCluster::embedded_only(options, skipped).await else {
         return;
-    }
+    };
     let out = c.kubectl_ok(&["get", "crd", "-o", "name"]);
     assert!(
         out.contains("widgets.example.dev") && out.contains("gizmos.example.dev"),
@@ -228,25 +210,21 @@ async fn crds_dir_installs_the_crds_at_start() {
 #[tokio::test]
 async fn a_write_that_was_answered_survives_a_kill() {
     let data = tempfile::tempdir().expect("tempdir");
-    let mut c = TestCluster::start_with(Options {
-        data_dir: Some(data.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("a_write_that_was_answered_survives_a_kill: not on a real cluster: a test of agentrt dev's --data-dir across a kill");
+    let Some(mut c) = TestCluster::embedded_only(
+        Options::data_dir(data.path()),
+        "a_write_that_was_answered_survives_a_kill: not on a real cluster: a test of agentrt dev's --data-dir across a kill",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     // Created, changed and deleted right before the kill, well inside the snapshot's debounce:
     // only the journal has them.
     for name in ["kept", "gone"] {
-        cms.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}})).expect("cm"),
-        )
-        .await
-        .expect("create");
+        cms.create(&PostParams::default(), &named_cm(name))
+            .await
+            .expect("create");
     }
     cms.patch(
         "kept",

@@ -25,6 +25,13 @@ fn cm(name: &str, labels: Value) -> ConfigMap {
         .expect("configmap")
 }
 
+/// Creates [`cm`] `name` with `labels` through `cms`; panics when it is refused.
+async fn create_cm(cms: &Api<ConfigMap>, name: &str, labels: Value) -> ConfigMap {
+    cms.create(&PostParams::default(), &cm(name, labels))
+        .await
+        .expect("create")
+}
+
 fn rv(o: &ConfigMap) -> u64 {
     o.metadata
         .resource_version
@@ -68,10 +75,7 @@ async fn watch_from_a_resource_version_sees_each_later_change_in_order() {
     let wp = WatchParams::default().disable_bookmarks();
     let mut events = cms.watch(&wp, &from).await.expect("watch").boxed();
 
-    let created = cms
-        .create(&PostParams::default(), &cm("a", json!({})))
-        .await
-        .expect("create");
+    let created = create_cm(&cms, "a", json!({})).await;
     let patched = cms
         .patch(
             "a",
@@ -120,9 +124,7 @@ async fn changes_made_before_the_watch_started_are_delivered_at_once() {
         .metadata
         .resource_version
         .expect("rv");
-    cms.create(&PostParams::default(), &cm("early", json!({})))
-        .await
-        .expect("create");
+    create_cm(&cms, "early", json!({})).await;
     let wp = WatchParams::default().disable_bookmarks();
     let mut events = cms.watch(&wp, &from).await.expect("watch").boxed();
     let first = tokio::time::timeout(Duration::from_secs(2), events.next())
@@ -138,9 +140,7 @@ async fn watch_from_now_starts_with_every_existing_object() {
     let c = TestCluster::start().await;
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     for n in ["a", "b"] {
-        cms.create(&PostParams::default(), &cm(n, json!({})))
-            .await
-            .expect("create");
+        create_cm(&cms, n, json!({})).await;
     }
     let wp = WatchParams::default()
         .fields(&format!("metadata.name!={ROOT_CA}"))
@@ -155,9 +155,7 @@ async fn watch_from_now_starts_with_every_existing_object() {
         first,
         [("ADDED".into(), "a".into()), ("ADDED".into(), "b".into())]
     );
-    cms.create(&PostParams::default(), &cm("c", json!({})))
-        .await
-        .expect("create");
+    create_cm(&cms, "c", json!({})).await;
     assert_eq!(
         describe(&next(&mut events).await.expect("e")),
         ("ADDED".into(), "c".into())
@@ -178,12 +176,8 @@ async fn selectors_apply_to_watch_events_and_leaving_the_selection_is_a_delete()
         .expect("rv");
     let mut events = cms.watch(&wp, &from).await.expect("watch").boxed();
 
-    cms.create(&PostParams::default(), &cm("other", json!({"app": "db"})))
-        .await
-        .expect("create");
-    cms.create(&PostParams::default(), &cm("web", json!({"app": "web"})))
-        .await
-        .expect("create");
+    create_cm(&cms, "other", json!({"app": "db"})).await;
+    create_cm(&cms, "web", json!({"app": "web"})).await;
     let relabel = |app: &str| Patch::Merge(json!({"metadata": {"labels": {"app": app}}}));
     cms.patch("web", &PatchParams::default(), &relabel("db"))
         .await
@@ -219,22 +213,18 @@ async fn selectors_apply_to_watch_events_and_leaving_the_selection_is_a_delete()
 
 #[tokio::test]
 async fn bookmarks_arrive_when_asked_for() {
-    let c = TestCluster::start_with(Options {
+    // kube-apiserver sends a watch bookmark about once a minute, on no schedule a client
+    // can set; the 200 ms interval is the embedded server's test knob.
+    let options = Options {
         bookmark_interval_ms: Some(200),
         ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        // kube-apiserver sends a watch bookmark about once a minute, on no schedule a client
-        // can set; the 200 ms interval is the embedded server's test knob.
-        eprintln!("bookmarks_arrive_when_asked_for: embedded server only (bookmark interval)");
+    };
+    let skipped = "bookmarks_arrive_when_asked_for: embedded server only (bookmark interval)";
+    let Some(c) = TestCluster::embedded_only(options, skipped).await else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
-    let created = cms
-        .create(&PostParams::default(), &cm("a", json!({})))
-        .await
-        .expect("create");
+    let created = create_cm(&cms, "a", json!({})).await;
     let mut events = cms
         .watch(&WatchParams::default(), &rv(&created).to_string())
         .await
@@ -255,10 +245,7 @@ async fn streaming_list_ends_its_initial_events_with_an_annotated_bookmark() {
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
     let mut last = String::new();
     for n in ["a", "b"] {
-        let created = cms
-            .create(&PostParams::default(), &cm(n, json!({})))
-            .await
-            .expect("create");
+        let created = create_cm(&cms, n, json!({})).await;
         last = created.metadata.resource_version.unwrap_or_default();
     }
     // From the last create's resourceVersion (streaming lists ask for `NotOlderThan`): from
@@ -308,9 +295,7 @@ async fn streaming_list_ends_its_initial_events_with_an_annotated_bookmark() {
     init.retain(|n| !published_by_the_control_plane(n));
     init.sort();
     assert_eq!(init, ["a", "b"]);
-    cms.create(&PostParams::default(), &cm("c", json!({})))
-        .await
-        .expect("create");
+    create_cm(&cms, "c", json!({})).await;
     match next(&mut w).await.expect("watcher event") {
         watcher::Event::Apply(o) => assert_eq!(o.metadata.name.as_deref(), Some("c")),
         other => panic!("unexpected {other:?}"),
@@ -342,24 +327,18 @@ async fn timeout_seconds_ends_the_stream() {
 
 #[tokio::test]
 async fn a_resource_version_older_than_the_history_gets_410_gone() {
-    let c = TestCluster::start_with(Options {
+    let options = Options {
         watch_history: Some(5),
         ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("a_resource_version_older_than_the_history_gets_410_gone: not on a real cluster: a test of agentrt dev's --watch-history (kube-apiserver's window is etcd compaction, minutes long)");
+    };
+    let skipped = "a_resource_version_older_than_the_history_gets_410_gone: not on a real cluster: a test of agentrt dev's --watch-history (kube-apiserver's window is etcd compaction, minutes long)";
+    let Some(c) = TestCluster::embedded_only(options, skipped).await else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
-    let first = cms
-        .create(&PostParams::default(), &cm("first", json!({})))
-        .await
-        .expect("create");
+    let first = create_cm(&cms, "first", json!({})).await;
     for i in 0..10 {
-        cms.create(&PostParams::default(), &cm(&format!("n{i}"), json!({})))
-            .await
-            .expect("create");
+        create_cm(&cms, &format!("n{i}"), json!({})).await;
     }
     let wp = WatchParams::default().disable_bookmarks();
     let mut events = cms
@@ -389,19 +368,16 @@ async fn a_resource_version_older_than_the_history_gets_410_gone() {
 
 #[tokio::test]
 async fn kube_runtime_watcher_relists_after_410_and_keeps_seeing_changes() {
-    let c = TestCluster::start_with(Options {
+    let options = Options {
         watch_history: Some(5),
         ..Default::default()
-    })
-    .await;
-    if !c.is_embedded() {
-        eprintln!("kube_runtime_watcher_relists_after_410_and_keeps_seeing_changes: not on a real cluster: a test of agentrt dev's --watch-history (a 410 cannot be provoked on demand from kube-apiserver)");
+    };
+    let skipped = "kube_runtime_watcher_relists_after_410_and_keeps_seeing_changes: not on a real cluster: a test of agentrt dev's --watch-history (a 410 cannot be provoked on demand from kube-apiserver)";
+    let Some(c) = TestCluster::embedded_only(options, skipped).await else {
         return;
-    }
+    };
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), c.namespace());
-    cms.create(&PostParams::default(), &cm("before", json!({})))
-        .await
-        .expect("create");
+    create_cm(&cms, "before", json!({})).await;
     let mut w = watcher(cms.clone(), watcher::Config::default()).boxed();
     loop {
         if let watcher::Event::InitDone = next(&mut w).await.expect("watcher event") {
@@ -411,9 +387,7 @@ async fn kube_runtime_watcher_relists_after_410_and_keeps_seeing_changes() {
     // The watcher has listed; before it starts watching, push its resourceVersion out of the
     // history window.
     for i in 0..10 {
-        cms.create(&PostParams::default(), &cm(&format!("n{i}"), json!({})))
-            .await
-            .expect("create");
+        create_cm(&cms, &format!("n{i}"), json!({})).await;
     }
     match next(&mut w).await {
         Err(watcher::Error::WatchError(status)) => assert_eq!(status.code, 410),
@@ -430,9 +404,7 @@ async fn kube_runtime_watcher_relists_after_410_and_keeps_seeing_changes() {
     }
     assert_eq!(relisted.len(), 11, "{relisted:?}");
     assert!(relisted.contains(&"n9".to_string()));
-    cms.create(&PostParams::default(), &cm("after", json!({})))
-        .await
-        .expect("create");
+    create_cm(&cms, "after", json!({})).await;
     loop {
         match next(&mut w).await.expect("watcher event") {
             watcher::Event::Apply(o) if o.metadata.name.as_deref() == Some("after") => break,

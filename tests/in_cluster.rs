@@ -687,13 +687,7 @@ spec:
             .wait_ready(&client, 2, Duration::from_secs(180))
             .await;
         let name = "huge";
-        server.set(
-            name,
-            Behaviour {
-                huge: Some(256 * 1024 * 1024),
-                ..Behaviour::default()
-            },
-        );
+        server.set(name, Behaviour::answering_bytes(256 * 1024 * 1024));
         create_run(&client, &runs_ns, &mutation_run(&server.base(), name, 6, 1)).await;
         let deadline = Instant::now() + Duration::from_secs(180);
         let outcome = loop {

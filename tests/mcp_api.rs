@@ -7,33 +7,23 @@
 
 mod support;
 
-use std::process::Output;
-
+use support::cli::text;
 use support::cluster::TestCluster;
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(support::fixtures::path(&format!("mcp/{name}"))).expect("fixture")
 }
 
 fn refused(c: &TestCluster, name: &str) -> String {
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fixture(name));
+    let out = c.apply(&fixture(name));
     assert!(!out.status.success(), "the API server accepted {name}");
     text(&out)
 }
 
 #[tokio::test]
 async fn an_mcp_tool_and_a_toolset_are_accepted_with_their_defaults() {
-    let c = TestCluster::start().await;
-    c.apply_agentrt_crds();
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fixture("run.yaml"));
+    let c = TestCluster::start_with_agentrt_crds().await;
+    let out = c.apply(&fixture("run.yaml"));
     assert!(out.status.success(), "{}", text(&out));
     let spec: serde_json::Value = serde_json::from_str(&c.kubectl_ok(&[
         "get",
@@ -51,8 +41,7 @@ async fn an_mcp_tool_and_a_toolset_are_accepted_with_their_defaults() {
 
 #[tokio::test]
 async fn a_tool_needs_exactly_one_executor_and_an_http_tool_its_input_schema() {
-    let c = TestCluster::start().await;
-    c.apply_agentrt_crds();
+    let c = TestCluster::start_with_agentrt_crds().await;
     for name in ["refused-both-executors.yaml", "refused-no-executor.yaml"] {
         let msg = refused(&c, name);
         assert!(
@@ -69,8 +58,7 @@ async fn a_tool_needs_exactly_one_executor_and_an_http_tool_its_input_schema() {
 
 #[tokio::test]
 async fn a_toolset_name_is_a_function_name_with_room_and_differs_from_the_tools() {
-    let c = TestCluster::start().await;
-    c.apply_agentrt_crds();
+    let c = TestCluster::start_with_agentrt_crds().await;
     let msg = refused(&c, "refused-set-name-invalid.yaml");
     assert!(
         msg.contains("spec.toolSets[0]") && msg.contains("valid function name"),
@@ -87,9 +75,8 @@ async fn a_toolset_name_is_a_function_name_with_room_and_differs_from_the_tools(
 
 #[tokio::test]
 async fn a_pin_in_the_status_is_kept_as_written_unknown_annotations_included() {
-    let c = TestCluster::start().await;
-    c.apply_agentrt_crds();
-    let out = c.kubectl_stdin(&["apply", "-f", "-"], &fixture("run.yaml"));
+    let c = TestCluster::start_with_agentrt_crds().await;
+    let out = c.apply(&fixture("run.yaml"));
     assert!(out.status.success(), "{}", text(&out));
     let pin = serde_json::json!({
         "tool": "lookup_order",

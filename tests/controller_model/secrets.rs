@@ -7,7 +7,6 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_never_appears_in_status_events_logs_or_errors() {
     let (cluster, tools) = setup().await;
-    let client = cluster.client();
     let ns = cluster.namespace().to_string();
     // A server that echoes the Authorization header in its error bodies.
     let echoes = ModelServer::start(vec![
@@ -75,7 +74,7 @@ async fn the_api_key_never_appears_in_status_events_logs_or_errors() {
         ),
     ];
     for name in ["echoed", "refused", "not-loopback"] {
-        let status = status(&client, &ns, name).await;
+        let status = cluster.run_status(name).await;
         places.push(("a status", status.to_string()));
     }
     assert!(

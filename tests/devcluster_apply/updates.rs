@@ -5,7 +5,10 @@
 
 use serde_json::{json, Value};
 
-use super::{apply, call, cluster, entries, entry_of, gadgets, APPLY, MERGE};
+use super::{
+    apply, call, cluster, entries, entry_of, gadgets, kubectl_apply_ok, managers_and_operations,
+    send_json, shown_with_managed_fields, APPLY, MERGE,
+};
 
 #[tokio::test]
 async fn updates_record_their_manager_per_subresource_with_new_maps_marked() {
@@ -15,12 +18,10 @@ async fn updates_record_their_manager_per_subresource_with_new_maps_marked() {
         "spec": {"color": "red", "ports": [{"name": "a", "protocol": "TCP", "port": 1}],
                  "tags": ["t1"], "selector": {"app": "x"}, "extra": {"q": {"w": 1}}},
         "status": {"phase": "ignored"}});
-    let (code, created) = call(
+    let (code, created) = send_json(
         &c,
         "POST",
         &format!("{}?fieldManager=creator", gadgets(&c)),
-        "application/json",
-        "test/1",
         &body.to_string(),
     )
     .await;
@@ -185,38 +186,13 @@ async fn kubectl_commands_name_their_managers_and_managed_fields_show_on_request
     let manifest =
         "apiVersion: example.dev/v1\nkind: Gadget\nmetadata:\n  name: k1\nspec:\n  color: red\n";
     c.kubectl_stdin(&["create", "-f", "-"], manifest);
-    c.kubectl_ok(&[
-        "patch",
-        "gadget",
-        "k1",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"size":2}}"#,
-    ]);
+    c.merge_patch_ok("gadget", "k1", r#"{"spec":{"size":2}}"#);
     c.kubectl_ok(&["label", "gadget", "k1", "tier=front"]);
     let ssa =
         "apiVersion: example.dev/v1\nkind: Gadget\nmetadata:\n  name: k1\nspec:\n  tags: [a]\n";
-    let out = c.kubectl_stdin(&["apply", "--server-side", "-f", "-"], ssa);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let shown: Value = serde_json::from_str(&c.kubectl_ok(&[
-        "get",
-        "gadget",
-        "k1",
-        "-o",
-        "json",
-        "--show-managed-fields",
-    ]))
-    .expect("json");
-    let mut managers: Vec<(String, String)> = entries(&shown)
-        .into_iter()
-        .map(|(m, op, _, _)| (m, op))
-        .collect();
-    managers.sort();
+    kubectl_apply_ok(&c, &["--server-side"], ssa);
+    let shown = shown_with_managed_fields(&c, "gadget", "k1");
+    let managers = managers_and_operations(&shown);
     assert_eq!(
         managers,
         vec![
@@ -289,15 +265,7 @@ async fn a_single_empty_entry_clears_managed_fields_and_a_client_list_is_kept() 
     let body = json!({"apiVersion": "example.dev/v1", "kind": "Gadget",
         "metadata": {"name": "g7", "resourceVersion": rv, "managedFields": [{}]},
         "spec": {"color": "red", "size": 2}});
-    let (code, reset) = call(
-        &c,
-        "PUT",
-        &path,
-        "application/json",
-        "test/1",
-        &body.to_string(),
-    )
-    .await;
+    let (code, reset) = send_json(&c, "PUT", &path, &body.to_string()).await;
     assert_eq!(code, 200, "{reset}");
     assert!(reset["metadata"].get("managedFields").is_none(), "{reset}");
     // A list the client sends replaces the stored one; the writer's entry is added to it.
@@ -307,15 +275,7 @@ async fn a_single_empty_entry_clears_managed_fields_and_a_client_list_is_kept() 
                 "apiVersion": "example.dev/v1", "fieldsType": "FieldsV1",
                 "fieldsV1": {"f:spec": {"f:color": {}}}}]},
         "spec": {"color": "red", "size": 3}});
-    let (code, kept) = call(
-        &c,
-        "PUT",
-        &path,
-        "application/json",
-        "test/1",
-        &body.to_string(),
-    )
-    .await;
+    let (code, kept) = send_json(&c, "PUT", &path, &body.to_string()).await;
     assert_eq!(code, 200, "{kept}");
     let mut got: Vec<(String, Value)> = entries(&kept)
         .into_iter()
@@ -337,15 +297,7 @@ async fn past_ten_update_managers_the_oldest_merge_into_ancient_changes() {
     let path = format!("/api/v1/namespaces/{}/configmaps", c.namespace());
     let body =
         r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"many"},"data":{"k00":"x"}}"#;
-    let (code, _) = call(
-        &c,
-        "POST",
-        &format!("{path}?fieldManager=m00"),
-        "application/json",
-        "test/1",
-        body,
-    )
-    .await;
+    let (code, _) = send_json(&c, "POST", &format!("{path}?fieldManager=m00"), body).await;
     assert_eq!(code, 201);
     let mut last = Value::Null;
     for i in 1..12 {
@@ -377,15 +329,7 @@ async fn built_in_defaults_are_the_writers_and_server_set_fields_nobodys() {
     // The test's namespace was created by the harness; a namespace kubectl creates.
     let name = format!("{}-ns", c.namespace());
     c.kubectl_ok(&["create", "namespace", &name]);
-    let ns: Value = serde_json::from_str(&c.kubectl_ok(&[
-        "get",
-        "namespace",
-        &name,
-        "-o",
-        "json",
-        "--show-managed-fields",
-    ]))
-    .expect("json");
+    let ns: Value = shown_with_managed_fields(&c, "namespace", &name);
     c.kubectl_ok(&["delete", "namespace", &name, "--wait=false"]);
     assert_eq!(
         ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
@@ -401,15 +345,7 @@ async fn built_in_defaults_are_the_writers_and_server_set_fields_nobodys() {
         )]
     );
     c.kubectl_ok(&["create", "secret", "generic", "s1", "--from-literal=a=b"]);
-    let secret: Value = serde_json::from_str(&c.kubectl_ok(&[
-        "get",
-        "secret",
-        "s1",
-        "-o",
-        "json",
-        "--show-managed-fields",
-    ]))
-    .expect("json");
+    let secret: Value = shown_with_managed_fields(&c, "secret", "s1");
     assert_eq!(
         entries(&secret),
         vec![(

@@ -149,7 +149,48 @@ async fn client_for(kubeconfig: &Path) -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
+impl Options {
+    /// The default options but `--data-dir data`: a server whose state survives its restart
+    /// or kill ([`TestCluster::restart`], [`TestCluster::kill_and_restart`]).
+    pub fn data_dir(data: &Path) -> Options {
+        Options {
+            data_dir: Some(data.to_path_buf()),
+            ..Options::default()
+        }
+    }
+}
+
 impl TestCluster {
+    /// [`TestCluster::start_with`] `options` for a test of the embedded server alone (its
+    /// `--data-dir`, `--token`, `--watch-history`, restarts, ...): `None` on a real cluster,
+    /// after printing `skipped` on stderr (the test then returns: it is skipped). Panics as
+    /// `start_with` does.
+    pub async fn embedded_only(options: Options, skipped: &str) -> Option<TestCluster> {
+        let cluster = Self::start_with(options).await;
+        if !cluster.is_embedded() {
+            eprintln!("{skipped}");
+            return None;
+        }
+        Some(cluster)
+    }
+
+    /// [`TestCluster::start`], then `kubectl apply` of agentrt's CRDs (`crds/`) on either
+    /// server (the embedded one starts without them): for the tests of the CRDs as an API
+    /// server enforces them. Panics when either fails.
+    pub async fn start_with_agentrt_crds() -> TestCluster {
+        let cluster = Self::start().await;
+        cluster.apply_agentrt_crds();
+        cluster
+    }
+
+    /// [`TestCluster::start`], then the test CRDs (widgets and gizmos,
+    /// [`TestCluster::apply_test_crds`]) applied and established. Panics when either fails.
+    pub async fn start_with_test_crds() -> TestCluster {
+        let cluster = Self::start().await;
+        cluster.apply_test_crds();
+        cluster
+    }
+
     /// A cluster with a fresh namespace (default options).
     pub async fn start() -> TestCluster {
         Self::start_with(Options::default()).await
@@ -271,6 +312,41 @@ impl TestCluster {
     /// Runs `kubectl --kubeconfig <path> -n <namespace> <args>`.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_command(args).output().expect("kubectl runs")
+    }
+
+    /// `kubectl apply -f -` of `manifest` (YAML or JSON, one object or several) in the test's
+    /// namespace: what kubectl said and its exit status, unchecked (a test of a refusal reads
+    /// it; one that needs it applied asserts success).
+    pub fn apply(&self, manifest: &str) -> Output {
+        self.kubectl_stdin(&["apply", "-f", "-"], manifest)
+    }
+
+    /// `kubectl patch KIND NAME --type merge -p PATCH` in the test's namespace: what kubectl
+    /// said and its exit status, unchecked (for a patch the API server should refuse).
+    pub fn merge_patch(&self, kind: &str, name: &str, patch: &str) -> Output {
+        self.kubectl(&["patch", kind, name, "--type", "merge", "-p", patch])
+    }
+
+    /// [`TestCluster::merge_patch`] that must succeed: kubectl's standard output; panics with
+    /// what kubectl said otherwise.
+    pub fn merge_patch_ok(&self, kind: &str, name: &str, patch: &str) -> String {
+        self.kubectl_ok(&["patch", kind, name, "--type", "merge", "-p", patch])
+    }
+
+    /// `kubectl patch KIND NAME --subresource status --type merge -p PATCH` that must succeed:
+    /// kubectl's standard output; panics with what kubectl said otherwise.
+    pub fn merge_patch_status_ok(&self, kind: &str, name: &str, patch: &str) -> String {
+        self.kubectl_ok(&[
+            "patch",
+            kind,
+            name,
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            patch,
+        ])
     }
 
     /// Runs kubectl with `stdin` as its standard input (e.g. `apply -f -`).

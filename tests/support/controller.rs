@@ -62,6 +62,14 @@ impl ControllerSpec {
         self
     }
 
+    /// Serving its metrics and probes on `127.0.0.1:port` (`--metrics-addr`; see
+    /// [`super::free_port`]).
+    pub fn metrics_on(mut self, port: u16) -> ControllerSpec {
+        self.extra
+            .extend(["--metrics-addr".to_string(), format!("127.0.0.1:{port}")]);
+        self
+    }
+
     /// With `AGENTRT_LOG=filter` (e.g. `trace`).
     pub fn log(mut self, filter: &str) -> ControllerSpec {
         self.log = Some(filter.to_string());
@@ -258,6 +266,12 @@ impl RunFixture {
         text
     }
 
+    /// Creates the run in `cluster`'s namespace ([`create_run`]); panics when the API server
+    /// refuses it.
+    pub async fn create_in(&self, cluster: &super::cluster::TestCluster) -> DynamicObject {
+        cluster.create_run(&self.yaml()).await
+    }
+
     /// Creates the run in `namespace` ([`create_run`]).
     pub async fn create(&self, client: &Client, namespace: &str) -> DynamicObject {
         create_run(client, namespace, &self.yaml()).await
@@ -338,6 +352,18 @@ pub fn crash_then_take_over(
         ControllerSpec::named("second").sealing(),
     );
     (first, second)
+}
+
+/// [`crash_then_take_over`] in `cluster`'s namespace, the controllers on its kubeconfig: the
+/// first dies at crash point `fault` (panics with its log unless it does within `within`), the
+/// second takes the run over once the lease expires. Returns both (the second keeps running
+/// until dropped).
+pub fn crash_then_take_over_in(
+    cluster: &super::cluster::TestCluster,
+    fault: &str,
+    within: Duration,
+) -> (ControllerProcess, ControllerProcess) {
+    crash_then_take_over(cluster.kubeconfig(), cluster.namespace(), fault, within)
 }
 
 /// Creates the AgentRun in `yaml` in `namespace`.
@@ -528,6 +554,21 @@ pub async fn agentrt_cluster_with(options: super::cluster::Options) -> super::cl
     cluster
 }
 
+/// [`agentrt_cluster_with`] `--data-dir data`, for a scenario that restarts or kills the
+/// embedded server under its controllers: `None` on a real cluster, after printing
+/// `{test}: not on a real cluster: it restarts agentrt dev` on stderr (the test is skipped).
+pub async fn restartable_agentrt_cluster(
+    data: &Path,
+    test: &str,
+) -> Option<super::cluster::TestCluster> {
+    let cluster = agentrt_cluster_with(super::cluster::Options::data_dir(data)).await;
+    if !cluster.is_embedded() {
+        eprintln!("{test}: not on a real cluster: it restarts agentrt dev");
+        return None;
+    }
+    Some(cluster)
+}
+
 /// Creates namespace `name` (for scenarios that need one controller set per namespace).
 pub async fn create_namespace(client: &Client, name: &str) {
     let ns: k8s_openapi::api::core::v1::Namespace =
@@ -598,21 +639,11 @@ pub async fn drive_rbac_runs(cluster: &super::cluster::TestCluster, manifests: &
         .to_string();
     let name = refund.metadata.name.clone().expect("name");
     let decision = format!(r#"{{"spec":{{"decision":{{"verdict":"Approved","hash":"{hash}"}}}}}}"#);
-    cluster.kubectl_ok(&[
-        "patch", "approval", &name, "--type", "merge", "-p", &decision,
-    ]);
+    cluster.merge_patch_ok("approval", &name, &decision);
     wait_phase(&client, &ns, "refund", "Completed", Duration::from_secs(60)).await;
     wait_approval(&client, &ns, "cancelled", "policy", Duration::from_secs(60)).await;
     let cancel = r#"{"spec":{"cancel":true}}"#;
-    cluster.kubectl_ok(&[
-        "patch",
-        "agentrun",
-        "cancelled",
-        "--type",
-        "merge",
-        "-p",
-        cancel,
-    ]);
+    cluster.merge_patch_ok("agentrun", "cancelled", cancel);
     wait_phase(
         &client,
         &ns,

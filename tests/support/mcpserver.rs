@@ -14,18 +14,7 @@ use serde_json::Value;
 pub fn python() -> PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON
-        .get_or_init(|| {
-            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-            let out = Command::new(root.join("scripts/install-mcp"))
-                .output()
-                .expect("scripts/install-mcp runs");
-            assert!(
-                out.status.success(),
-                "scripts/install-mcp failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        })
+        .get_or_init(|| super::installed_by("scripts/install-mcp"))
         .clone()
 }
 

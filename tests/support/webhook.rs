@@ -4,19 +4,12 @@
 //! the test's namespace, deleted when the test ends however it ends.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::cli::text;
 use super::cluster::TestCluster;
 use super::controller::{ControllerProcess, ControllerSpec};
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -116,10 +109,7 @@ pub fn serve<'a>(cluster: &'a TestCluster, kubeconfig: &Path, prefix: &str) -> S
     let ns = cluster.namespace().to_string();
     let certs = tempfile::tempdir().expect("tempdir");
     certificates(certs.path());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+    let port = super::free_port();
     let addr = format!("127.0.0.1:{port}");
     let controller = ControllerProcess::spawn(
         kubeconfig,
