@@ -5,7 +5,8 @@
 //! Files:
 //! - `agentrun`: the AgentRun's spec; `status`: its record; `mcp`: the `mcp` executor,
 //!   `spec.toolSets` and `status.toolPins`.
-//! - `approval`: the Approval; `segment`: the AgentRunSegment and `status.archive`;
+//! - `approval`: the Approval and its CEL rules (an immutable request, a decision's hash equal
+//!   to the request's, verdicts by kind); `segment`: the AgentRunSegment and `status.archive`;
 //!   `admin_policy`: AgentPolicy and ClusterAgentPolicy.
 //! - `vocab`: the closed sets with their exact spellings; `step_index`, `time`: the newtypes.
 //! - `schema`: schema fragments serde's types cannot say; `reference`: `docs/reference.md`.

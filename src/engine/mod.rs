@@ -63,6 +63,8 @@
 //!   or granted (docs/behaviours.md 23-25, 34-35);
 //! - `grants`: executing a grant (docs/behaviours.md 21-22, 26);
 //! - `takeover`: takeovers, interrupted steps, the reconcile hook (docs/behaviours.md 31-40);
+//!   an interrupted call's first attempt and until when it may still run (`first_attempt`,
+//!   `mayRunUntil`), which `waiting` waits out before a re-run (docs/behaviours.md 105-107);
 //! - `projection`: Kubernetes Events derived from the journal;
 //! - `grantable`: whether an Approval can still grant, as a person deciding it sees it (the
 //!   rule `agentrt approve` asks before it patches).
@@ -70,7 +72,8 @@
 //! The rule modules hold the pure functions the machine calls: `canonical` (canonical JSON),
 //! `hash` (SHA-256 of it), `validate` (schema checks; `validate/spec`: every problem of a whole
 //! spec, admission's and lint's verdict), `policy` (a run's own; `policy/admin`: the admins',
-//! the most restrictive wins; `policy/when`: CEL conditions), `content` (content budgets),
+//! the most restrictive wins; `policy/when`: CEL conditions; `policy/select`: which admin policies select a run, and
+//! their order), `content` (content budgets),
 //! `model` (model accounting), `pins` (MCP tool definitions pinned), `archive` (the window and
 //! sealed segments; `archive/chain`: a chain checked and stitched), `conversation` (what a model
 //! is asked).

@@ -1,8 +1,8 @@
 //! Takeover and interrupted steps (docs/design.md sections 3-5; docs/behaviours.md 31-32, 34-40).
 //!
 //! A takeover (after the Lease was won) records the new holder under a new epoch, writes
-//! `lease.taken_over` {previousHolder, previousExpiry, holder} and marks every `deciding` or
-//! `executing` step `interrupted` (observation {previousStatus}, `step.interrupted`) in one
+//! `lease.taken_over` {previousHolder, previousExpiry, previousStoppedBy, holder, epoch} and
+//! marks every `deciding` or `executing` step `interrupted` (observation {previousStatus}, `step.interrupted`) in one
 //! write. Then the interrupted step (the last one, still `interrupted`: a takeover that died
 //! before resolving it leaves it recognisable) is resolved ([`resume_interrupted`]):
 //! - with `spec.reconcile.webhook`: the hook is asked ([`ExternalCall::ReconcileHook`]) and its
