@@ -330,7 +330,9 @@ impl Driver<'_> {
                             .release(self.ctx.api.as_ref(), &self.ctx.settings.holder)
                             .await;
                     } else {
-                        self.lease.delete_ended(self.ctx.api.as_ref()).await;
+                        self.lease
+                            .delete_ended(self.ctx.api.as_ref(), &self.ctx.settings.holder)
+                            .await;
                     }
                 }
             }

@@ -161,31 +161,62 @@ impl LeaseCell {
 
     /// Deletes the Lease of a run that ended ([`crate::engine::lease_release_needed`]: no
     /// replica waits for it, and a finished run keeps no Lease, docs/design.md section 4), on
-    /// the uid and resourceVersion last written: a Lease written since by another holder is
-    /// left, and goes with the run (its ownerReference). Renewals and a later
-    /// [`LeaseCell::release`] then write nothing. A lost lease is not touched.
-    pub async fn delete_ended(&self, api: &dyn ClusterApi) {
+    /// the uid and resourceVersion last written. On a conflict the Lease is read once more and
+    /// deleted on its new resourceVersion while it still names `holder` and this run; a Lease
+    /// another holder (or another run of the name) wrote since is left, and goes with its run
+    /// (its ownerReference). Renewals and a later [`LeaseCell::release`] then write nothing. A
+    /// lost lease is not touched. Errors are logged, never returned: the Lease then goes with
+    /// the run.
+    pub async fn delete_ended(&self, api: &dyn ClusterApi, holder: &HolderId) {
         if self.is_lost() || self.released.swap(true, Ordering::SeqCst) {
             return;
         }
         let _one_write = self.writing.lock().await;
-        let held = self.held();
-        let meta = &held.lease.metadata;
-        let result = api
-            .delete_lease(
-                meta.namespace.as_deref().unwrap_or_default(),
-                meta.name.as_deref().unwrap_or_default(),
-                meta.uid.as_deref().unwrap_or_default(),
-                meta.resource_version.as_deref().unwrap_or_default(),
-            )
-            .await;
-        match result {
-            Ok(()) | Err(ApiError::NotFound(_)) => {}
-            Err(ApiError::Conflict(_)) => {
-                tracing::debug!(lease = ?meta.name, "the ended run's Lease changed since; it goes with the run");
-            }
-            Err(err) => {
-                tracing::info!(lease = ?meta.name, %err, "cannot delete the ended run's Lease; it goes with the run");
+        let mut lease = self.held().lease;
+        let run_uid = super::owner_uid(&lease).map(str::to_string);
+        // One re-read on a conflict: a write this replica made that the cell did not see
+        // moved the resourceVersion; the Lease is deleted only while it still names this
+        // holder and this run.
+        for attempt in 0..2 {
+            let meta = &lease.metadata;
+            let namespace = meta.namespace.clone().unwrap_or_default();
+            let name = meta.name.clone().unwrap_or_default();
+            let result = api
+                .delete_lease(
+                    &namespace,
+                    &name,
+                    meta.uid.as_deref().unwrap_or_default(),
+                    meta.resource_version.as_deref().unwrap_or_default(),
+                )
+                .await;
+            match result {
+                Ok(()) | Err(ApiError::NotFound(_)) => return,
+                Err(ApiError::Conflict(_)) if attempt == 0 => {
+                    match api.get_lease(&namespace, &name).await {
+                        Ok(Some(fresh))
+                            if fresh
+                                .spec
+                                .as_ref()
+                                .and_then(|spec| spec.holder_identity.as_deref())
+                                == Some(holder.as_str())
+                                && super::owner_uid(&fresh).map(str::to_string) == run_uid =>
+                        {
+                            lease = fresh;
+                        }
+                        _ => {
+                            tracing::debug!(lease = %name, "the ended run's Lease is another's now; it goes with its run");
+                            return;
+                        }
+                    }
+                }
+                Err(ApiError::Conflict(_)) => {
+                    tracing::debug!(lease = %name, "the ended run's Lease changed since; it goes with the run");
+                    return;
+                }
+                Err(err) => {
+                    tracing::info!(lease = %name, %err, "cannot delete the ended run's Lease; it goes with the run");
+                    return;
+                }
             }
         }
     }
@@ -256,11 +287,13 @@ impl LeaseCell {
             let now = clock.now();
             match renew(api.as_ref(), &held, &holder, now).await {
                 Ok(Renewal::Renewed(renewed)) => {
+                    // Kept even when a release or deletion is waiting for this write: it is
+                    // the resourceVersion they must write on.
+                    self.set(*renewed);
                     if self.is_released() {
                         return;
                     }
                     failed = false;
-                    self.set(*renewed);
                 }
                 Ok(Renewal::Lost { holder: other }) => {
                     tracing::warn!(lease = ?held.lease.metadata.name, holder = ?other, "lease lost: another holder renewed or took it");

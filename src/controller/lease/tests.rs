@@ -214,3 +214,53 @@ async fn a_live_lease_held_by_another_holder_is_never_taken() {
             .is_some()
     );
 }
+
+#[tokio::test]
+async fn an_ended_runs_lease_is_deleted_even_after_a_write_its_cell_did_not_see() {
+    let api = FakeApi::with_run(run_object("ns", "r", 3));
+    let me = HolderId::with_random_suffix("a");
+    let held = acquire(&api, &stored(&api), None, &absent(), &me, t(0))
+        .await
+        .unwrap()
+        .unwrap();
+    let cell = LeaseCell::new(held.clone());
+    // A renewal this replica made that the cell never kept: the cell's resourceVersion is old.
+    renew(&api, &held, &me, t(1000)).await.unwrap();
+    cell.delete_ended(&api, &me).await;
+    assert!(
+        api.lease("ns", "r").is_none(),
+        "the ended run's Lease is left"
+    );
+    assert!(api.deleted_lease("ns", "r").is_some());
+}
+
+#[tokio::test]
+async fn an_ended_runs_lease_another_holder_took_is_left() {
+    let api = FakeApi::with_run(run_object("ns", "r", 3));
+    let me = HolderId::with_random_suffix("a");
+    let held = acquire(&api, &stored(&api), None, &absent(), &me, t(0))
+        .await
+        .unwrap()
+        .unwrap();
+    let cell = LeaseCell::new(held);
+    let read = api.lease("ns", "r");
+    let other = HolderId::with_random_suffix("b");
+    acquire(
+        &api,
+        &stored(&api),
+        read.as_ref(),
+        &seen_for(read.as_ref(), 5000),
+        &other,
+        t(5000),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    cell.delete_ended(&api, &me).await;
+    let spec = api
+        .lease("ns", "r")
+        .expect("the taken Lease is left")
+        .spec
+        .unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(other.as_str()));
+}
