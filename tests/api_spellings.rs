@@ -4,9 +4,9 @@
 //! tool and decider failures are the vocabulary's snake_case. Changing one of these is changing the contract.
 
 use agentrt::api::{
-    ApprovalPhase, DeciderFailure, DecisionKind, EventType, ObservationKind, PolicyDecisionKind,
-    PolicyOutcome, RunPhase, SideEffect, StepStatus, TerminalReason, TextAnswer, ToolFailure,
-    Verdict, INTERRUPTED_SIDE_EFFECT, POLICY_ERROR,
+    ApprovalPhase, DeciderFailure, DecisionKind, EventType, IdempotencyKeys, ObservationKind,
+    PolicyDecisionKind, PolicyOutcome, RunPhase, SideEffect, StepStatus, TerminalReason,
+    TextAnswer, ToolFailure, Verdict, INTERRUPTED_SIDE_EFFECT, POLICY_ERROR,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -55,6 +55,15 @@ fn text_answer_settings_in_a_spec_are_camel_case() {
         (TextAnswer::Invalid, "Invalid"),
     ]);
     assert_eq!(TextAnswer::default(), TextAnswer::Complete);
+}
+
+#[test]
+fn idempotency_key_settings_in_a_spec_are_camel_case() {
+    pin(&[
+        (IdempotencyKeys::NotHonored, "NotHonored"),
+        (IdempotencyKeys::Honored, "Honored"),
+    ]);
+    assert_eq!(IdempotencyKeys::default(), IdempotencyKeys::NotHonored);
 }
 
 #[test]

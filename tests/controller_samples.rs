@@ -3,7 +3,8 @@
 //! served as `agentrt dev` serves them: each reaches its phase, and the approval sample
 //! completes after `kubectl patch` with the hash the Approval carries, while a patch with another
 //! hash is refused by the API server. The reconcile-hook sample, its controller killed during
-//! the export, is settled by the sample hook without exporting twice. The MCP samples use the
+//! the export, is settled by the sample hook without exporting twice; the status-URL sample,
+//! killed likewise, by its tool's own word. The MCP samples use the
 //! sample MCP server at `/mcp`: one completes with its tools pinned, one waits on an Approval
 //! that shows the pin.
 
@@ -24,6 +25,7 @@ fn samples_for(addr: &str) -> String {
             "slow-export.yaml",
             "model-lookup.yaml",
             "export-reconciled.yaml",
+            "export-by-status.yaml",
             "mcp-lookup.yaml",
             "mcp-refund-approval.yaml",
         ],
@@ -86,6 +88,13 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
     assert!(
         events_of(&reconciled, "lease.taken_over").is_empty(),
         "without a crash the hook is not asked"
+    );
+    let by_status = cluster
+        .wait_phase("export-by-status", "Completed", Duration::from_secs(40))
+        .await;
+    assert!(
+        events_of(&by_status, "lease.taken_over").is_empty(),
+        "without a crash the status URL is not asked"
     );
     // The sample model decided each step; every attempt was recorded and priced.
     let decided = cluster
@@ -219,5 +228,36 @@ async fn the_reconcile_hook_sample_settles_an_export_interrupted_by_a_crash() {
     assert_eq!(done["result"]["dataset"], "orders");
     assert!(!events_of(&done, "lease.taken_over").is_empty());
     assert!(cluster.approvals_of("export-reconciled").await.is_empty());
+    assert_seq_contiguous(&done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_url_sample_settles_an_export_interrupted_by_a_crash() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    let tools = sample_tools(Duration::from_secs(4)).await;
+    let yaml = sample_files(&tools.to_string(), &["export-by-status.yaml"])
+        .replace("leaseDurationSeconds: 10", "leaseDurationSeconds: 2");
+    apply_ok(&cluster, &yaml);
+    let _controllers = crash_then_take_over_in(&cluster, "during-tool", Duration::from_secs(30));
+    let done = cluster
+        .wait_phase("export-by-status", "Completed", Duration::from_secs(60))
+        .await;
+    // The export the sample tool finished, as its status URL said, not a second one.
+    let step = &done["steps"][0];
+    assert_eq!(step["observation"]["content"]["rows"], 1200, "{done}");
+    assert_eq!(
+        events_of(&done, "step.tool_started").len(),
+        1,
+        "exported once: {done}"
+    );
+    assert_eq!(
+        events_of(&done, "step.tool_finished")[0]["data"]["settledBy"]["state"],
+        "succeeded"
+    );
+    assert!(!events_of(&done, "lease.taken_over").is_empty());
+    assert!(cluster.approvals_of("export-by-status").await.is_empty());
     assert_seq_contiguous(&done);
 }

@@ -341,6 +341,46 @@ pub struct HttpTool {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub headers: Vec<HttpHeader>,
+    /// How a call of this tool interrupted by a takeover is settled without a person, when the
+    /// tool can tell (docs/design.md section 5, "a tool that answers by key"). Absent: an
+    /// interrupted non-`ReadOnly` call pauses on an `interrupted_side_effect` Approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<HttpReconcile>,
+}
+
+/// What an `http` tool's owner declares it can say about a call after an interruption
+/// (`spec.tools[].http.reconcile`, docs/design.md section 5).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpReconcile {
+    /// `Honored`: a request repeated with the same `Idempotency-Key` returns the first
+    /// outcome without repeating the effect, so an interrupted call is sent again with its key
+    /// (no earlier than the first attempt's `mayRunUntil`). Default `NotHonored`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_keys: Option<IdempotencyKeys>,
+    /// A URL template with `{key}` (replaced by the call's idempotency key, percent-encoded)
+    /// that a GET asks what became of an interrupted call, before anything else: 200
+    /// `{"state": "succeeded", "result": ...}` or `{"state": "failed", "error": ...}` settles
+    /// the step; 404 means it never arrived, so it is sent (once, same key); 202 or
+    /// `{"state": "running"}` means ask again with backoff within the tool's `timeoutSeconds`;
+    /// anything else pauses on the Approval, showing what it said. Sent with the tool's
+    /// headers; `http` or `https`.
+    #[serde(default, rename = "statusURL", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub status_url: Option<String>,
+}
+
+/// Whether an `http` tool returns the first outcome for a request repeated with the same
+/// `Idempotency-Key` (`spec.tools[].http.reconcile.idempotencyKeys`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum IdempotencyKeys {
+    /// The tool's owner says nothing about repeated keys: an interrupted call is never sent
+    /// again without someone who knows (the default).
+    #[default]
+    NotHonored,
+    /// A repeated key returns the first outcome without repeating the effect (as the IETF
+    /// Idempotency-Key draft, Stripe and Adyen specify).
+    Honored,
 }
 
 /// One header of an `http` tool.

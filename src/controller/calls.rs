@@ -11,7 +11,7 @@ use super::cluster::RunState;
 use super::context::Context;
 use super::fault::{self, FaultPoint};
 use crate::agents::openai;
-use crate::engine::{AgentFailure, ModelOutcome, ToolCall, ToolOutcome};
+use crate::engine::{AgentFailure, ModelOutcome, StatusAnswer, StatusQuery, ToolCall, ToolOutcome};
 use crate::tools::http::{self, HttpCall, SecretSource};
 
 pub use mcp::list_servers;
@@ -90,6 +90,40 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
             in_flight.await
         }
     }
+}
+
+/// Asks an `http` tool's status URL what became of an interrupted call
+/// ([`crate::engine::StatusQuery`], docs/design.md section 5): the tool's headers (Secrets read
+/// now, with consent as for a call), asked again while it says running, within the query's
+/// timeout. A header that cannot be resolved is an unsettled answer saying so.
+pub async fn ask_status(ctx: &Context, state: &RunState, query: StatusQuery) -> StatusAnswer {
+    let snapshot = &state.run.snapshot;
+    let Some(spec) = query.tool.http.as_ref() else {
+        return StatusAnswer::Unsettled {
+            said: serde_json::json!({"error": format!("tool {} is not an http tool", query.tool.name)}),
+        };
+    };
+    let headers =
+        match http::resolve_headers(spec, &snapshot.namespace, &ApiSecrets::of(ctx, state)).await {
+            Ok(headers) => headers,
+            Err(err) => {
+                return StatusAnswer::Unsettled {
+                    said: serde_json::json!({"error": err}),
+                }
+            }
+        };
+    let request = http::status::StatusRequest {
+        url: query.url,
+        idempotency_key: query.idempotency_key,
+        run: format!("{}/{}", snapshot.namespace, snapshot.name),
+        holder: ctx.settings.holder.as_str().to_string(),
+        headers,
+        timeout: Duration::from_millis(query.timeout_millis),
+    };
+    tracing::info!(tool = %query.tool.name, url = %request.url, "asking the tool's status URL about an interrupted call");
+    let answer = http::status::ask(&ctx.executors.http, &request).await;
+    fault::check(FaultPoint::AfterStatusAnswered, Some(query.step.get()));
+    answer
 }
 
 /// Sends one attempt of the webhook agent for a decision, bounded by `timeout_millis` (what the

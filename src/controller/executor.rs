@@ -455,10 +455,12 @@ impl Driver<'_> {
         let (ctx, lease, stop) = (self.ctx, self.lease, self.stop);
         let delay = match &call {
             ExternalCall::Model(ModelCall { delay_millis, .. })
-            | ExternalCall::Agent { delay_millis, .. } => *delay_millis,
+            | ExternalCall::Agent { delay_millis, .. }
+            | ExternalCall::Tool(crate::engine::ToolCall { delay_millis, .. }) => *delay_millis,
             _ => 0,
         };
-        // A retry's backoff (a model's or the webhook agent's); the lease is checked after it.
+        // A retry's backoff (a model's or the webhook agent's), or a call sent again by its
+        // key waiting out the first attempt's mayRunUntil; the lease is checked after it.
         if delay > 0 {
             tokio::select! {
                 _ = stop.cancelled() => {}
@@ -549,6 +551,17 @@ impl Driver<'_> {
                     _ = ctx.executors.shutdown.cancelled() => return Flow::Stop,
                 };
                 Input::ToolsListed { listings }
+            }
+            ExternalCall::ToolStatus(query) => {
+                // Asking changes nothing on the tool, so shutdown need not wait for it.
+                let step = query.step;
+                let answer = tokio::select! {
+                    answer = super::calls::ask_status(ctx, state, query)
+                        .instrument(tracing::info_span!("tool_status", step = step.get())) => answer,
+                    _ = stop.cancelled() => return Flow::Stop,
+                    _ = ctx.executors.shutdown.cancelled() => return Flow::Stop,
+                };
+                Input::ToolStatusAnswered { step, answer }
             }
             ExternalCall::ReconcileHook { view } => {
                 // The hook may be asked for up to its timeoutSeconds; asking changes

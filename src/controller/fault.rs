@@ -6,7 +6,9 @@
 //! The points sit in the executor right after the status write that recorded the thing
 //! succeeded (derived from the events that write added), `during-tool` while a tool call is in
 //! flight, `during-model` while a model attempt is in flight (after `model.dispatched` landed),
-//! `after-hook-answered` between the reconcile hook's answer and the write that applies it, and
+//! `after-hook-answered` between the reconcile hook's answer and the write that applies it,
+//! `after-status-answered` between a tool's status URL's answer and the write that applies it,
+//! and
 //! `after-segment-created` between a sealed segment's create and the status write that drops
 //! its steps (`:<n>` names the segment's index there).
 
@@ -33,6 +35,9 @@ pub enum FaultPoint {
     DuringModel,
     /// After the reconcile hook answered, before the write applying its answer.
     AfterHookAnswered,
+    /// After an http tool's status URL answered about an interrupted call, before the write
+    /// applying its answer (docs/design.md section 5).
+    AfterStatusAnswered,
     /// After a sealed segment was created (or found already there), before the status write
     /// that drops its steps (docs/design.md section 4a); its number is the segment's index.
     AfterSegmentCreated,
@@ -40,7 +45,7 @@ pub enum FaultPoint {
 
 impl FaultPoint {
     /// Every point, as `AGENTRT_FAULT` names them.
-    pub const ALL: [FaultPoint; 10] = [
+    pub const ALL: [FaultPoint; 11] = [
         FaultPoint::AfterStepStarted,
         FaultPoint::AfterDecided,
         FaultPoint::AfterToolStarted,
@@ -50,6 +55,7 @@ impl FaultPoint {
         FaultPoint::AfterResumed,
         FaultPoint::DuringModel,
         FaultPoint::AfterHookAnswered,
+        FaultPoint::AfterStatusAnswered,
         FaultPoint::AfterSegmentCreated,
     ];
 
@@ -65,6 +71,7 @@ impl FaultPoint {
             FaultPoint::AfterResumed => "after-resumed",
             FaultPoint::DuringModel => "during-model",
             FaultPoint::AfterHookAnswered => "after-hook-answered",
+            FaultPoint::AfterStatusAnswered => "after-status-answered",
             FaultPoint::AfterSegmentCreated => "after-segment-created",
         }
     }

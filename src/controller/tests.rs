@@ -118,6 +118,7 @@ fn fake_step(
                     args: json!({"n": 1}),
                     idempotency_key: format!("{}/0", run.uid),
                     pin: None,
+                    delay_millis: 0,
                 })),
             }
         }

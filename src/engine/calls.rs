@@ -265,6 +265,31 @@ pub(crate) fn start_tool(
     args: Value,
     grant: Option<Grant>,
 ) -> Flow {
+    start(txn, index, tool, args, grant, None)
+}
+
+/// Starts the interrupted step `index`'s call again with the same idempotency key, as its tool
+/// allows (docs/design.md section 5, "a tool that answers by key"): as [`start_tool`], the
+/// attempt's `step.tool_started` carrying `resent` (`why`), the call sent after `delay_millis`.
+pub(crate) fn start_tool_again(
+    txn: &mut Txn,
+    index: usize,
+    tool: usize,
+    args: Value,
+    why: Value,
+    delay_millis: u64,
+) -> Flow {
+    start(txn, index, tool, args, None, Some((why, delay_millis)))
+}
+
+fn start(
+    txn: &mut Txn,
+    index: usize,
+    tool: usize,
+    args: Value,
+    grant: Option<Grant>,
+    resent: Option<(Value, u64)>,
+) -> Flow {
     if txn.caller.draining {
         // Never record a start the replica will not make: the step stays `deciding`, and the
         // next holder asks the agent again.
@@ -286,6 +311,21 @@ pub(crate) fn start_tool(
         }
         data["approval"] = json!(grant.name);
     }
+    let delay_millis = match resent {
+        Some((why, delay_millis)) => {
+            data["resent"] = why;
+            if delay_millis > 0 {
+                // Sent no earlier than this: what bounds the attempt's end is from here on
+                // (takeover::first_attempt).
+                let millis = i64::try_from(delay_millis).unwrap_or(i64::MAX);
+                data["notBefore"] = json!(crate::api::Time::from_millis(
+                    now.as_millis().saturating_add(millis)
+                ));
+            }
+            delay_millis
+        }
+        None => 0,
+    };
     txn.event(EventType::StepToolStarted, Some(txn.index_at(index)), data);
     if let Some(grant) = grant {
         let mut status = grant.status;
@@ -301,6 +341,7 @@ pub(crate) fn start_tool(
         args,
         idempotency_key: format!("{}/{}", txn.run.uid, txn.index_at(index)),
         pin,
+        delay_millis,
     }));
     Flow::Halt
 }

@@ -24,6 +24,28 @@ pub struct ToolCall {
     /// sends `tools/call` only when [`pins::check`] says `Unchanged` (docs/behaviours.md 61).
     // Boxed, as `ToolSpec.mcp` is, so that a call stays small.
     pub pin: Option<Box<crate::api::ToolPin>>,
+    /// Milliseconds to wait before sending, the lease checked after the wait: 0, except for a
+    /// call sent again by its idempotency key after an interruption, which waits out the first
+    /// attempt's `mayRunUntil` (docs/design.md section 5, "a tool that answers by key").
+    pub delay_millis: u64,
+}
+
+/// Ask an `http` tool's `reconcile.statusURL` what became of an interrupted call
+/// (docs/design.md section 5); the answer comes back as [`super::Input::ToolStatusAnswered`].
+/// Asking changes nothing on the tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusQuery {
+    /// The interrupted step.
+    pub step: StepIndex,
+    /// The tool as specified (its headers are sent with the GET).
+    pub tool: ToolSpec,
+    /// The status URL with `{key}` replaced by the percent-encoded idempotency key.
+    pub url: String,
+    /// The call's idempotency key (`<run uid>/<step>`), also sent as `Idempotency-Key`.
+    pub idempotency_key: String,
+    /// How long the executor may keep asking while the answer is 202 or `running`, in
+    /// milliseconds: the tool's `timeoutSeconds`.
+    pub timeout_millis: u64,
 }
 
 /// A write to one of the run's Approvals, asked by an executor or an observer.
@@ -120,6 +142,8 @@ pub enum ExternalCall {
         /// Each server once, with the headers to send (Secrets resolved by the executor).
         servers: Vec<crate::api::McpServer>,
     },
+    /// Ask a tool's status URL about an interrupted call ([`StatusQuery`]).
+    ToolStatus(StatusQuery),
 }
 
 impl ExternalCall {
@@ -129,6 +153,7 @@ impl ExternalCall {
             ExternalCall::Tool(call) => Some(call.step),
             ExternalCall::Agent { step, .. } => Some(*step),
             ExternalCall::Model(call) => Some(call.step),
+            ExternalCall::ToolStatus(query) => Some(query.step),
             ExternalCall::ReconcileHook { .. } | ExternalCall::ListTools { .. } => None,
         }
     }

@@ -160,6 +160,30 @@ pub struct PreviousHolder {
     pub stopped_by: Option<Time>,
 }
 
+/// What a tool's `reconcile.statusURL` said of an interrupted call, as the executor read it
+/// (docs/design.md section 5, "a tool that answers by key").
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatusAnswer {
+    /// 200 `{"state": "succeeded", "result": ...}`: the call took effect with this result.
+    Succeeded {
+        /// `result` as answered (`null` when absent).
+        result: Value,
+    },
+    /// 200 `{"state": "failed", "error": ...}`: the call arrived and failed.
+    Failed {
+        /// `error` as answered (`null` when absent).
+        error: Value,
+    },
+    /// 404: the call never arrived; it may be sent (once, with the same key).
+    NotFound,
+    /// Anything else (another status, unusable JSON, still running when the tool's
+    /// `timeoutSeconds` ran out, no answer): the step pauses on the Approval, which shows this.
+    Unsettled {
+        /// `{status, body}` (the body bounded to 1 KiB) or `{error}`: what the URL said.
+        said: Value,
+    },
+}
+
 /// How a tool call ended, as the executor saw it (docs/design.md section 6).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolOutcome {
@@ -327,6 +351,13 @@ pub enum Input {
     Reconciled {
         /// The answer JSON, or why there is none.
         answer: Result<Value, String>,
+    },
+    /// A tool's status URL answered about an interrupted call ([`super::StatusQuery`]).
+    ToolStatusAnswered {
+        /// The interrupted step asked about.
+        step: StepIndex,
+        /// What the status URL said.
+        answer: StatusAnswer,
     },
     /// The lease was lost (a renewal found another holder, or it expired unrenewed): stop
     /// before the next side effect and record nothing as the step's outcome.

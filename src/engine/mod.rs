@@ -65,6 +65,9 @@
 //! - `takeover`: takeovers, interrupted steps, the reconcile hook (docs/behaviours.md 31-40);
 //!   an interrupted call's first attempt and until when it may still run (`first_attempt`,
 //!   `mayRunUntil`), which `waiting` waits out before a re-run (docs/behaviours.md 105-107);
+//! - `by_key`: an interrupted `http` call its tool settles itself, by its status URL or its
+//!   honoured idempotency keys, before the hook or a person is asked (docs/behaviours.md
+//!   111-114);
 //! - `projection`: Kubernetes Events derived from the journal;
 //! - `grantable`: whether an Approval can still grant, as a person deciding it sees it (the
 //!   rule `agentrt approve` asks before it patches).
@@ -81,6 +84,7 @@
 pub mod agent_calls;
 mod approvals;
 pub mod archive;
+mod by_key;
 mod calls;
 pub mod canonical;
 pub mod content;
@@ -349,6 +353,7 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
             outcome,
         } => model_calls::answered(txn, step, attempt, outcome)?,
         Input::Reconciled { answer } => takeover::reconciled(txn, answer),
+        Input::ToolStatusAnswered { step, answer } => by_key::answered(txn, step, answer)?,
         Input::LeaseLost | Input::ToolsListed { .. } => txn.stop(),
     }
     Ok(())

@@ -39,8 +39,9 @@ pub(crate) struct FirstAttempt {
     pub attempt: i64,
     /// When it started (the `step.tool_started` event's time, the starting holder's clock).
     pub started_at: crate::api::Time,
-    /// No re-run of the step starts before this: the later of `started_at` and the
-    /// interrupting takeover's `previousStoppedBy`, plus the tool's `timeoutSeconds`.
+    /// No re-run of the step starts before this: the latest of `started_at`, the attempt's
+    /// `notBefore` (a call sent again by its key after a wait) and the interrupting takeover's
+    /// `previousStoppedBy`, plus the tool's `timeoutSeconds`.
     pub may_run_until: crate::api::Time,
 }
 
@@ -87,7 +88,15 @@ pub(crate) fn first_attempt(txn: &Txn, index: usize) -> Option<FirstAttempt> {
                 .and_then(|v| serde_json::from_value::<crate::api::Time>(v.clone()).ok())
                 .unwrap_or(e.time)
         });
-    let from = stopped_by.map_or(start.time, |t| t.max(start.time));
+    // A call sent again by its key waits before it is sent (`notBefore`): it runs from then.
+    let not_before = start
+        .data
+        .as_ref()
+        .and_then(|d| d.get("notBefore"))
+        .and_then(|v| serde_json::from_value::<crate::api::Time>(v.clone()).ok())
+        .unwrap_or(start.time)
+        .max(start.time);
+    let from = stopped_by.map_or(not_before, |t| t.max(not_before));
     Some(FirstAttempt {
         attempt,
         started_at: start.time,
@@ -201,27 +210,20 @@ pub(crate) fn resume_interrupted(txn: &mut Txn) -> Flow {
     let Some(index) = txn.last_position() else {
         return Flow::Continue;
     };
-    if txn
-        .run
-        .spec
-        .reconcile
-        .as_ref()
-        .is_some_and(|r| r.webhook.is_some())
-    {
-        let view = run_view(txn, index);
-        txn.call(ExternalCall::ReconcileHook { view });
-        return Flow::Halt;
+    // The tool's own word first: an http tool with `reconcile` (docs/design.md section 5).
+    if let Some(flow) = super::by_key::resume(txn, index) {
+        return flow;
     }
     let step = &txn.status.steps[index];
-    if previous_status(step) == Some(StepStatus::Executing) {
-        let tool = step
+    let unknown_side_effect = previous_status(step) == Some(StepStatus::Executing)
+        && step
             .decision
             .as_ref()
             .and_then(|d| d.tool.as_deref())
-            .and_then(|name| txn.run.spec.tools.iter().find(|t| t.name == name));
-        if tool.is_none_or(|t| t.side_effect != SideEffect::ReadOnly) {
-            return pause_unknown_outcome(txn, index);
-        }
+            .and_then(|name| txn.run.spec.tools.iter().find(|t| t.name == name))
+            .is_none_or(|t| t.side_effect != SideEffect::ReadOnly);
+    if unknown_side_effect || has_hook(txn) {
+        return ask_someone(txn, index, None);
     }
     txn.event(
         EventType::RunResumed,
@@ -231,9 +233,32 @@ pub(crate) fn resume_interrupted(txn: &mut Txn) -> Flow {
     start_step(txn)
 }
 
+fn has_hook(txn: &Txn) -> bool {
+    txn.run
+        .spec
+        .reconcile
+        .as_ref()
+        .is_some_and(|r| r.webhook.is_some())
+}
+
+/// The interrupted step `index` needs someone who knows: the reconcile hook when the run has
+/// one, else an `interrupted_side_effect` Approval, whose presentation carries `status_url`
+/// (what a tool's status URL said, `{url, said}`) when there is one.
+pub(crate) fn ask_someone(txn: &mut Txn, index: usize, status_url: Option<Value>) -> Flow {
+    if has_hook(txn) {
+        let mut view = run_view(txn, index);
+        if let Some(said) = status_url {
+            view["statusURL"] = said;
+        }
+        txn.call(ExternalCall::ReconcileHook { view });
+        return Flow::Halt;
+    }
+    pause_unknown_outcome(txn, index, status_url)
+}
+
 /// docs/behaviours.md 34, 36: an interrupted non-ReadOnly call pauses on an
 /// `interrupted_side_effect` Approval, unless its call no longer checks.
-fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
+fn pause_unknown_outcome(txn: &mut Txn, index: usize, status_url: Option<Value>) -> Flow {
     let Some(decision) = txn.status.steps[index].decision.clone() else {
         let detail = format!(
             "step {} was executing with no recorded decision",
@@ -278,6 +303,9 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize) -> Flow {
     }
     if let Some(mcp) = super::calls::mcp_presentation(txn, spec_tool) {
         presentation["mcp"] = mcp;
+    }
+    if let Some(said) = status_url {
+        presentation["statusURL"] = said;
     }
     let requirement = Requirement {
         kind: INTERRUPTED_SIDE_EFFECT.to_string(),

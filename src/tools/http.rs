@@ -23,7 +23,8 @@
 //! `Agentrt-Run: <namespace>/<name>`, `Agentrt-Holder` (the replica calling, for audits), and the
 //! tool's own headers, whose Secret values are read at call time and never recorded.
 //!
-//! This module must not decide anything about the run: it performs one call.
+//! This module must not decide anything about the run: it performs one call. `status.rs`
+//! asks a tool's `reconcile.statusURL` about an interrupted call.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -374,6 +375,8 @@ pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
+
+pub mod status;
 
 #[cfg(test)]
 mod tests;

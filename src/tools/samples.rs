@@ -6,6 +6,10 @@
 //! - `POST /slow_export` (LocalMutation): sleeps (20 s by default) and answers how many rows it
 //!   exported: long enough to kill the controller during the call. Each export is kept per
 //!   `Idempotency-Key` (running, then done) for the sample hook.
+//! - `GET /exports/{key}`: what became of the export of an Idempotency-Key, as a status URL
+//!   answers (docs/design.md section 5, "a tool that answers by key"): 200 `{"state":
+//!   "succeeded", "result"}` once done, 202 `{"state": "running"}` meanwhile, 404 when it
+//!   never arrived.
 //! - `POST /v1/chat/completions`: the sample model ([`model`]), a scripted chat-completions
 //!   endpoint, so the `openai` sample needs no external model.
 //! - `POST /reconcile`: the sample reconcile hook ([`hook`]), which settles an interrupted
@@ -110,6 +114,7 @@ pub fn router(slow: Duration) -> Router {
         .route("/issue_refund", post(issue_refund))
         .route("/slow_export", post(slow_export))
         .route("/refunds", get(refunds))
+        .route("/exports/{key}", get(export_status))
         .route("/v1/chat/completions", post(model::chat_completions))
         .route("/reconcile", post(hook::reconcile))
         .route("/mcp", post(mcp::post).delete(mcp::delete))
@@ -213,6 +218,23 @@ async fn slow_export(
         result
     });
     Json(export.await.unwrap_or(Value::Null))
+}
+
+async fn export_status(
+    State(samples): State<Samples>,
+    axum::extract::Path(key): axum::extract::Path<String>,
+) -> (StatusCode, Json<Value>) {
+    match samples.export(&key) {
+        Some(Export::Done(result)) => (
+            StatusCode::OK,
+            Json(json!({"state": "succeeded", "result": result})),
+        ),
+        Some(Export::Running) => (StatusCode::ACCEPTED, Json(json!({"state": "running"}))),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": format!("no export was asked with key {key}")})),
+        ),
+    }
 }
 
 async fn refunds(State(samples): State<Samples>) -> Json<Value> {

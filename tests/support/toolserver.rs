@@ -1,6 +1,10 @@
 //! A test tool server: a real HTTP server on 127.0.0.1 (axum) that counts calls per
 //! Idempotency-Key, records the holder and attempt headers of each call, and can be told per
-//! tool to sleep, fail, answer huge, abort or hang. Tools are addressed as `{base}/{tool}`.
+//! tool to sleep, fail, answer huge, abort or hang, or to honour idempotency keys (a repeated
+//! key gets the first outcome, its effect not performed again; a key in flight gets 409).
+//! Tools are addressed as `{base}/{tool}`; `GET {base}/status/{key}` says what became of a
+//! key's call (200 succeeded once it ended, 202 while it works, 404 when it never arrived),
+//! unless told to answer something else ([`ToolServer::answer_status`]).
 
 #![allow(dead_code)]
 
@@ -29,6 +33,8 @@ pub struct Behaviour {
     pub hang: bool,
     /// Answer with `Agentrt-Abort: <reason>`.
     pub abort: Option<String>,
+    /// Honour Idempotency-Key: a key already performed gets the first answer, nothing done.
+    pub honor_keys: bool,
 }
 
 impl Behaviour {
@@ -100,6 +106,13 @@ pub struct Call {
 struct Inner {
     behaviours: BTreeMap<String, Behaviour>,
     calls: Vec<Call>,
+    /// Per key: the effects performed, and the first answer once it ended.
+    effects: BTreeMap<String, usize>,
+    answers: BTreeMap<String, Value>,
+    /// What `GET /status/{key}` answers instead of the truth.
+    status_answer: Option<(u16, Value)>,
+    /// Every `GET /status/{key}`: the key asked about.
+    status_asked: Vec<String>,
 }
 
 /// The server; dropping it does not stop it (it lives as long as the test's runtime).
@@ -129,6 +142,7 @@ impl ToolServer {
         let server = ToolServer { addr, inner, epoch };
         let app = Router::new()
             .route("/{tool}", post(handle))
+            .route("/status/{key}", axum::routing::get(status))
             .with_state(server.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -148,6 +162,28 @@ impl ToolServer {
             .unwrap()
             .behaviours
             .insert(tool.to_string(), behaviour);
+    }
+
+    /// How many times the effect of `key`'s call was performed (a call honouring a repeated
+    /// key performs none).
+    pub fn effects(&self, key: &str) -> usize {
+        self.inner
+            .lock()
+            .unwrap()
+            .effects
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// From now on `GET /status/{key}` answers `status` with `body` for every key.
+    pub fn answer_status(&self, status: u16, body: Value) {
+        self.inner.lock().unwrap().status_answer = Some((status, body));
+    }
+
+    /// The keys `GET /status/{key}` was asked about, in order.
+    pub fn status_asked(&self) -> Vec<String> {
+        self.inner.lock().unwrap().status_asked.clone()
     }
 
     /// Every call so far.
@@ -199,10 +235,12 @@ async fn handle(
     };
     let index;
     let behaviour;
+    let key = header("idempotency-key");
     {
         let mut inner = server.inner.lock().unwrap();
         behaviour = inner.behaviours.get(&tool).cloned().unwrap_or_default();
         index = inner.calls.len();
+        let repeated = behaviour.honor_keys && inner.effects.contains_key(&key);
         inner.calls.push(Call {
             tool: tool.clone(),
             key: header("idempotency-key"),
@@ -214,17 +252,43 @@ async fn handle(
             started: server.epoch.elapsed(),
             ended: None,
         });
+        if repeated {
+            // The first outcome, nothing performed; a key still in flight is a conflict.
+            let now = server.epoch.elapsed();
+            inner.calls[index].ended = Some(now);
+            return match inner.answers.get(&key) {
+                Some(first) => (StatusCode::OK, Json(first.clone())).into_response(),
+                None => (
+                    StatusCode::CONFLICT,
+                    Json(json!({"error": "a request with this key is in progress"})),
+                )
+                    .into_response(),
+            };
+        }
+        *inner.effects.entry(key.clone()).or_insert(0) += 1;
     }
     if behaviour.hang {
         std::future::pending::<()>().await;
     }
-    tokio::time::sleep(behaviour.sleep).await;
-    server.inner.lock().unwrap().calls[index].ended = Some(server.epoch.elapsed());
+    // The work goes on when the caller is gone (a SIGKILLed controller): it runs in a task of
+    // its own, which dropping this handler does not cancel.
+    let worker = server.clone();
+    let sleep = behaviour.sleep;
+    let huge = behaviour.huge;
+    let body = tokio::spawn(async move {
+        tokio::time::sleep(sleep).await;
+        let body = match huge {
+            Some(size) => json!({"blob": "x".repeat(size)}),
+            None => json!({"tool": tool, "args": args, "ok": true}),
+        };
+        let mut inner = worker.inner.lock().unwrap();
+        inner.calls[index].ended = Some(worker.epoch.elapsed());
+        inner.answers.insert(key, body.clone());
+        body
+    })
+    .await
+    .expect("the tool's work");
     let status = StatusCode::from_u16(behaviour.status.unwrap_or(200)).unwrap_or(StatusCode::OK);
-    let body = match behaviour.huge {
-        Some(size) => json!({"blob": "x".repeat(size)}),
-        None => json!({"tool": tool, "args": args, "ok": true}),
-    };
     let mut response = (status, Json(body)).into_response();
     if let Some(reason) = behaviour.abort {
         response
@@ -232,4 +296,23 @@ async fn handle(
             .insert("agentrt-abort", reason.parse().expect("header value"));
     }
     response
+}
+
+/// `GET /status/{key}`: what became of the call of `key` (see the module doc).
+async fn status(State(server): State<ToolServer>, Path(key): Path<String>) -> Response {
+    let mut inner = server.inner.lock().unwrap();
+    inner.status_asked.push(key.clone());
+    if let Some((status, body)) = inner.status_answer.clone() {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+        return (status, Json(body)).into_response();
+    }
+    match (inner.answers.get(&key), inner.effects.contains_key(&key)) {
+        (Some(first), _) => (
+            StatusCode::OK,
+            Json(json!({"state": "succeeded", "result": first})),
+        )
+            .into_response(),
+        (None, true) => (StatusCode::ACCEPTED, Json(json!({"state": "running"}))).into_response(),
+        (None, false) => StatusCode::NOT_FOUND.into_response(),
+    }
 }

@@ -81,6 +81,7 @@ pub enum Effect {
     CallReconcileHook {
         view: Value,
     },
+    AskToolStatus(crate::engine::StatusQuery),
     ListTools {
         servers: Vec<crate::api::McpServer>,
     },
@@ -172,6 +173,7 @@ pub fn transition_effects(transition: Transition) -> Vec<Effect> {
             delay_millis,
         },
         Next::Call(ExternalCall::ReconcileHook { view }) => Effect::CallReconcileHook { view },
+        Next::Call(ExternalCall::ToolStatus(query)) => Effect::AskToolStatus(query),
         Next::Call(ExternalCall::ListTools { servers }) => Effect::ListTools { servers },
     });
     effects
@@ -226,7 +228,8 @@ pub struct Harness {
     pub writes: Vec<Value>,
     /// Every tool call performed, in order.
     pub tool_calls: Vec<ToolCall>,
-    /// When each of `tool_calls` was dispatched (the harness clock, the one true time).
+    /// When each of `tool_calls` was sent (the harness clock, the one true time, plus the
+    /// call's delay).
     pub tool_call_times: Vec<Time>,
     /// The calls whose outcome came back (a result or an error): they ran no longer.
     pub answered: std::collections::BTreeSet<(crate::api::StepIndex, i64)>,
@@ -236,6 +239,10 @@ pub struct Harness {
     pub pending_agent: Option<(StepIndex, Value)>,
     /// The reconcile hook view awaited.
     pub pending_hook: Option<Value>,
+    /// The status URL question awaited.
+    pub pending_status: Option<crate::engine::StatusQuery>,
+    /// (step, attempt) a status URL said never arrived (404).
+    pub never_arrived: std::collections::BTreeSet<(StepIndex, i64)>,
     /// The servers of an asked-for listing not yet answered.
     pub pending_listing: Option<Vec<crate::api::McpServer>>,
     /// The model attempt awaited (step, attempt).
@@ -296,6 +303,8 @@ impl Harness {
             pending_tool: None,
             pending_agent: None,
             pending_hook: None,
+            pending_status: None,
+            never_arrived: Default::default(),
             pending_listing: None,
             pending_model: None,
             crash_after: None,
@@ -494,13 +503,19 @@ impl Harness {
             }
             Effect::CallTool(call) => {
                 self.tool_calls.push(call.clone());
-                self.tool_call_times.push(self.now);
+                // Sent once its delay is over (a call sent again by its key waits out the
+                // first attempt).
+                let delay = i64::try_from(call.delay_millis).unwrap_or(i64::MAX);
+                self.tool_call_times.push(Time::from_millis(
+                    self.now.as_millis().saturating_add(delay),
+                ));
                 self.pending_tool = Some(call.clone());
             }
             Effect::CallAgent { step, request, .. } => {
                 self.pending_agent = Some((*step, request.clone()));
             }
             Effect::CallReconcileHook { view } => self.pending_hook = Some(view.clone()),
+            Effect::AskToolStatus(query) => self.pending_status = Some(query.clone()),
             Effect::ListTools { servers } => self.pending_listing = Some(servers.clone()),
             Effect::CallModel { step, attempt, .. } => self.pending_model = Some((*step, *attempt)),
             Effect::ReleaseLease => {
@@ -763,6 +778,7 @@ pub fn kinds(effects: &[Effect]) -> Vec<String> {
             Effect::CallTool(call) => format!("CallTool({}#{})", call.tool.name, call.attempt),
             Effect::CallAgent { step, .. } => format!("CallAgent({step})"),
             Effect::CallReconcileHook { .. } => "CallReconcileHook".to_string(),
+            Effect::AskToolStatus(query) => format!("AskToolStatus({})", query.tool.name),
             Effect::ListTools { servers } => format!("ListTools({})", servers.len()),
             Effect::CallModel {
                 step,

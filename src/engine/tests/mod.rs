@@ -23,6 +23,7 @@ macro_rules! assert_words {
 
 mod admin_policies;
 mod agent_calls;
+mod answers_by_key;
 mod approvals;
 mod calls;
 mod grants;

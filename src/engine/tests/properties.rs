@@ -6,7 +6,9 @@
 //! time sealing constantly (small `SealLimits`; docs/design.md section 4a).
 //!
 //! Whatever happens: no non-ReadOnly step's tool call is performed twice without a grant in
-//! between, a grant executes at most once, no run ends with a step deciding or executing,
+//! between or the tool's own word (its status URL said the call never arrived, or it honours
+//! idempotency keys), no attempt starts while an earlier one may still be running unless the
+//! status URL said that one never arrived, a grant executes at most once, no run ends with a step deciding or executing,
 //! event seqs have no gaps and history is never rewritten, every model attempt is counted once
 //! and closed by an outcome, and the run ends within a bounded number of inputs.
 
@@ -18,7 +20,7 @@ use serde_json::{json, Value};
 use super::harness::*;
 use crate::api::{OpenAiAgent, PolicyOutcome, PolicyRule, RunPhase, SideEffect, StepStatus};
 use crate::engine::model::ReportedUsage;
-use crate::engine::{Input, ModelOutcome};
+use crate::engine::{Input, ModelOutcome, StatusAnswer};
 
 mod pins;
 
@@ -66,6 +68,8 @@ struct Case {
     model: bool,
     /// Seal constantly: (seal_steps, keep_steps) (docs/design.md section 4a).
     seal: Option<(usize, usize)>,
+    /// Per tool: 0 no `reconcile`, 1 a `statusURL`, 2 `idempotencyKeys: Honored`.
+    reconcile: Vec<u8>,
     entropy: Vec<u8>,
 }
 
@@ -78,20 +82,32 @@ fn case() -> impl Strategy<Value = Case> {
         3..20i64,
         prop::bool::weighted(0.3),
         prop::option::of((1..4usize, 0..2usize)),
+        reconcile(),
         prop::collection::vec(any::<u8>(), MAX_ROUNDS * 2),
     )
         .prop_map(
-            |(classes, defaults, rule, decisions, max_steps, model, seal, entropy)| Case {
-                classes,
-                defaults,
-                rule,
-                decisions,
-                max_steps,
-                model,
-                seal,
-                entropy,
+            |(classes, defaults, rule, decisions, max_steps, model, seal, reconcile, entropy)| {
+                Case {
+                    classes,
+                    defaults,
+                    rule,
+                    decisions,
+                    max_steps,
+                    model,
+                    seal,
+                    reconcile,
+                    entropy,
+                }
             },
         )
+}
+
+/// Per tool: mostly nothing, else a status URL or honoured keys.
+fn reconcile() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
+        4,
+    )
 }
 
 fn harness(case: &Case) -> Harness {
@@ -102,6 +118,18 @@ fn harness(case: &Case) -> Harness {
         tool.name = format!("t{i}");
         tool.side_effect = case.classes[i];
         tool.input_schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        let http = tool.http.as_mut().expect("an http tool");
+        http.reconcile = match case.reconcile[i] {
+            1 => Some(crate::api::HttpReconcile {
+                status_url: Some("http://127.0.0.1:8089/status/{key}".into()),
+                ..Default::default()
+            }),
+            2 => Some(crate::api::HttpReconcile {
+                idempotency_keys: Some(crate::api::IdempotencyKeys::Honored),
+                ..Default::default()
+            }),
+            _ => None,
+        };
     }
     let sides = &mut spec.policy.side_effects;
     sides.read_only = case.defaults[0];
@@ -201,6 +229,46 @@ fn play(case: &Case) -> Harness {
         }
         let choice = next();
         if let Some(holder) = alive.clone() {
+            if let Some(query) = h.pending_status.take() {
+                // The status URL answers at random, or the executor dies asking.
+                let answer = match choice % 6 {
+                    0 if crashes < MAX_CRASHES => {
+                        crashes += 1;
+                        h.expire_lease();
+                        alive = None;
+                        continue;
+                    }
+                    1 => StatusAnswer::Succeeded {
+                        result: json!({"v": 1}),
+                    },
+                    2 => StatusAnswer::Failed {
+                        error: json!("declined"),
+                    },
+                    3 | 4 => {
+                        let attempts = h
+                            .steps()
+                            .iter()
+                            .find(|s| s.index == query.step)
+                            .map_or(0, |s| s.attempts);
+                        h.never_arrived.insert((query.step, attempts));
+                        StatusAnswer::NotFound
+                    }
+                    _ => StatusAnswer::Unsettled {
+                        said: json!({"status": 500}),
+                    },
+                };
+                let effects = h.step(
+                    &holder,
+                    Input::ToolStatusAnswered {
+                        step: query.step,
+                        answer,
+                    },
+                );
+                if !calls_out(&effects) {
+                    alive = None;
+                }
+                continue;
+            }
             if h.pending_tool.is_none() && h.pending_model.is_none() {
                 alive = None;
                 continue;
@@ -262,6 +330,7 @@ fn play(case: &Case) -> Harness {
                 crashes += 1;
                 h.pending_tool = None;
                 h.pending_model = None;
+                h.pending_status = None;
                 h.expire_lease();
                 alive = None;
             } else if !calls_out(&effects) {
@@ -302,6 +371,7 @@ fn play(case: &Case) -> Harness {
             h.crash_after = None;
             h.pending_tool = None;
             h.pending_model = None;
+            h.pending_status = None;
             h.expire_lease();
             alive = None;
         } else if calls_out(&effects) {
@@ -327,9 +397,12 @@ fn settle(h: &mut Harness, name: &str, verdict: &str) {
 
 /// Whether the transition ended in a tool or model call the executor now awaits.
 fn calls_out(effects: &[Effect]) -> bool {
-    effects
-        .iter()
-        .any(|e| matches!(e, Effect::CallTool(_) | Effect::CallModel { .. }))
+    effects.iter().any(|e| {
+        matches!(
+            e,
+            Effect::CallTool(_) | Effect::CallModel { .. } | Effect::AskToolStatus(_)
+        )
+    })
 }
 
 /// The latest Approval of the waiting step, if undecided.
@@ -434,8 +507,13 @@ fn check(h: &Harness) {
         let approval = data
             .get("approval")
             .and_then(Value::as_str)
-            .map(String::from);
-        if let Some(name) = &approval {
+            .map(String::from)
+            .or_else(|| {
+                // A call sent again by the tool's own word, named by what allowed it.
+                let by = data.get("resent")?.get("by")?.as_str()?;
+                Some(format!("resent:{by}"))
+            });
+        if let Some(name) = approval.as_ref().filter(|n| !n.starts_with("resent:")) {
             assert!(granted.insert(name.clone()), "grant {name} executed twice");
         }
         let step = event.step.expect("a step");
@@ -449,7 +527,10 @@ fn check(h: &Harness) {
     // the tool's timeoutSeconds (docs/design.md section 5).
     for (i, later) in h.tool_calls.iter().enumerate() {
         for (j, earlier) in h.tool_calls[..i].iter().enumerate() {
-            if earlier.step != later.step || h.answered.contains(&(earlier.step, earlier.attempt)) {
+            if earlier.step != later.step
+                || h.answered.contains(&(earlier.step, earlier.attempt))
+                || h.never_arrived.contains(&(earlier.step, earlier.attempt))
+            {
                 continue;
             }
             let may_run_until = h.tool_call_times[j].plus_seconds(earlier.tool.timeout_seconds);
@@ -487,6 +568,27 @@ fn check(h: &Harness) {
                 assert_eq!(*count, 1, "step {} ran twice without a grant", call.step);
                 assert_eq!(call.attempt, 1, "only a first attempt runs without a grant");
             }
+            Some(name) if name == "resent:statusURL" => {
+                assert!(
+                    h.never_arrived.contains(&(call.step, call.attempt - 1)),
+                    "step {} was sent again by its status URL, which never said attempt {} \
+                     did not arrive",
+                    call.step,
+                    call.attempt - 1
+                );
+            }
+            Some(name) if name == "resent:idempotencyKeys" => {
+                assert_eq!(
+                    call.tool
+                        .http
+                        .as_ref()
+                        .and_then(|h| h.reconcile.as_ref())
+                        .and_then(|r| r.idempotency_keys),
+                    Some(crate::api::IdempotencyKeys::Honored),
+                    "step {} was sent again by its key, which its tool does not honour",
+                    call.step
+                );
+            }
             Some(name) => {
                 let object = &h.approvals[name];
                 assert_eq!(object["spec"]["decision"]["verdict"], json!("Approved"));
@@ -517,10 +619,11 @@ fn sealing_case() -> impl Strategy<Value = Case> {
         6..30i64,
         prop::bool::weighted(0.3),
         (1..4usize, 0..2usize),
+        reconcile(),
         prop::collection::vec(any::<u8>(), MAX_ROUNDS * 2),
     )
         .prop_map(
-            |(classes, defaults, decisions, max_steps, model, seal, entropy)| Case {
+            |(classes, defaults, decisions, max_steps, model, seal, reconcile, entropy)| Case {
                 classes,
                 defaults,
                 rule: None,
@@ -528,6 +631,7 @@ fn sealing_case() -> impl Strategy<Value = Case> {
                 max_steps,
                 model,
                 seal: Some(seal),
+                reconcile,
                 entropy,
             },
         )
@@ -583,6 +687,7 @@ fn play_a_fixed_case_with_crashes_and_approvals() {
         max_steps: 10,
         model: false,
         seal: Some((1, 0)),
+        reconcile: vec![1, 2, 0, 0],
         entropy: (0..=255).collect(),
     };
     let h = play(&case);

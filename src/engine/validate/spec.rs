@@ -82,7 +82,8 @@ pub fn run(name: &str, spec: &AgentRunSpec) -> Vec<Problem> {
 ///   accept), not `agentrt_complete` nor `agentrt_fail` (the openai agent's built-in
 ///   functions), unique among the tools and the toolsets; `timeoutSeconds` > 0; exactly one
 ///   executor (`http` or `mcp`) whose `url` is an http(s) URL and whose every header sets
-///   exactly one of `value` and `secretKeyRef`; an `inputSchema` (required
+///   exactly one of `value` and `secretKeyRef`; an http tool's `reconcile.statusURL` an
+///   http(s) URL with `{key}` as its one placeholder; an `inputSchema` (required
 ///   for `http`, optional for `mcp`) that is a non-empty object, storable, referring to
 ///   nothing outside itself, and a valid JSON Schema;
 /// - each toolset: a function name short enough for `<set>__<tool>`, a server URL that is
@@ -200,6 +201,30 @@ fn check_url(out: &mut Problems, field: &str, url: &str) {
     if let Some(message) = http_url_problem(url) {
         out.add(field, message);
     }
+}
+
+/// `spec.tools[].http.reconcile.statusURL`: an http(s) URL once `{key}` is filled in, naming
+/// `{key}` (the only placeholder) at least once.
+fn status_url(out: &mut Problems, field: &str, template: &str) {
+    if !template.contains("{key}") {
+        out.add(
+            field,
+            format!(
+                "{template:?} has no {{key}}; write where the call's idempotency key goes, as \
+                 in https://tool.example/calls/{{key}}"
+            ),
+        );
+        return;
+    }
+    let filled = template.replace("{key}", "k");
+    if filled.contains('{') || filled.contains('}') {
+        out.add(
+            field,
+            format!("{template:?}: {{key}} is the only placeholder; remove the other braces"),
+        );
+        return;
+    }
+    check_url(out, field, &filled);
 }
 
 fn agent(spec: &AgentRunSpec, out: &mut Problems) {
@@ -331,6 +356,9 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
         (Some(http), None) => {
             check_url(out, &format!("{field}.http.url"), &http.url);
             headers(out, &format!("{field}.http.headers"), &http.headers);
+            if let Some(url) = http.reconcile.as_ref().and_then(|r| r.status_url.as_ref()) {
+                status_url(out, &format!("{field}.http.reconcile.statusURL"), url);
+            }
         }
         (None, Some(mcp)) => {
             check_url(out, &format!("{field}.mcp.url"), &mcp.url);

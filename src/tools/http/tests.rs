@@ -298,6 +298,7 @@ async fn headers_from_secrets_are_read_at_call_time() {
                 }),
             },
         ],
+        reconcile: None,
     };
     let mut map = BTreeMap::new();
     map.insert(
@@ -316,4 +317,114 @@ async fn headers_from_secrets_are_read_at_call_time() {
         .await
         .unwrap_err();
     assert!(err.contains("Secret shop/tool-auth"), "{err}");
+}
+
+/// A status URL answering 202 (with `Retry-After: 0`) `running` times, then `last`.
+async fn status_server(
+    running: usize,
+    last: (StatusCode, String),
+) -> (SocketAddr, Arc<Mutex<usize>>) {
+    let asked: Arc<Mutex<usize>> = Arc::default();
+    let count = asked.clone();
+    let router = Router::new().route(
+        "/calls/{key}",
+        axum::routing::get(
+            move |axum::extract::Path(key): axum::extract::Path<String>| {
+                let count = count.clone();
+                let last = last.clone();
+                async move {
+                    assert_eq!(key, "uid/0", "the key arrives decoded, as one segment");
+                    let n = {
+                        let mut n = count.lock().unwrap();
+                        *n += 1;
+                        *n
+                    };
+                    if n <= running {
+                        return (StatusCode::ACCEPTED, [("retry-after", "0")], String::new())
+                            .into_response();
+                    }
+                    (last.0, last.1).into_response()
+                }
+            },
+        ),
+    );
+    (serve(router).await, asked)
+}
+
+fn status_request(addr: SocketAddr, timeout: Duration) -> status::StatusRequest {
+    status::StatusRequest {
+        url: format!("http://{addr}/calls/uid%2F0"),
+        idempotency_key: "uid/0".into(),
+        run: "ns/r".into(),
+        holder: "h".into(),
+        headers: Vec::new(),
+        timeout,
+    }
+}
+
+#[tokio::test]
+async fn a_status_url_is_asked_again_while_running_then_read() {
+    let client = client().unwrap();
+    let body = json!({"state": "succeeded", "result": {"n": 1}}).to_string();
+    let (addr, asked) = status_server(2, (StatusCode::OK, body)).await;
+    let answer = status::ask(&client, &status_request(addr, Duration::from_secs(10))).await;
+    assert_eq!(
+        answer,
+        crate::engine::StatusAnswer::Succeeded {
+            result: json!({"n": 1})
+        }
+    );
+    assert_eq!(*asked.lock().unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_status_url_answers_read_as_the_contract_says() {
+    let client = client().unwrap();
+    let failed = json!({"state": "failed", "error": "declined"}).to_string();
+    let cases = [
+        (
+            (StatusCode::OK, failed),
+            crate::engine::StatusAnswer::Failed {
+                error: json!("declined"),
+            },
+        ),
+        (
+            (StatusCode::NOT_FOUND, String::new()),
+            crate::engine::StatusAnswer::NotFound,
+        ),
+        (
+            (StatusCode::INTERNAL_SERVER_ERROR, "down".into()),
+            crate::engine::StatusAnswer::Unsettled {
+                said: json!({"status": 500, "body": "down"}),
+            },
+        ),
+        (
+            (StatusCode::OK, "not json".into()),
+            crate::engine::StatusAnswer::Unsettled {
+                said: json!({"status": 200, "body": "not json", "error": "not JSON"}),
+            },
+        ),
+    ];
+    for (last, expected) in cases {
+        let (addr, _) = status_server(0, last).await;
+        let answer = status::ask(&client, &status_request(addr, Duration::from_secs(5))).await;
+        assert_eq!(answer, expected);
+    }
+}
+
+#[tokio::test]
+async fn a_status_url_still_running_at_the_timeout_is_unsettled() {
+    let client = client().unwrap();
+    let (addr, asked) = status_server(usize::MAX, (StatusCode::OK, String::new())).await;
+    let answer = status::ask(&client, &status_request(addr, Duration::from_millis(1200))).await;
+    let crate::engine::StatusAnswer::Unsettled { said } = answer else {
+        panic!("{answer:?}");
+    };
+    assert!(
+        said["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("still running")),
+        "{said}"
+    );
+    assert!(*asked.lock().unwrap() >= 2);
 }

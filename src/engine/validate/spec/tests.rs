@@ -317,3 +317,27 @@ fn a_spec_nested_deeper_than_the_bound_is_a_problem_naming_where() {
         }
     }
 }
+
+#[test]
+fn a_status_url_names_the_key_as_its_one_placeholder_and_is_http() {
+    let field = "spec.tools[0].http.reconcile.statusURL";
+    for (bad, says) in [
+        ("https://tool.example/calls", "has no {key}"),
+        ("https://tool.example/{run}/{key}", "only placeholder"),
+        ("ftp://tool.example/{key}", "https://"),
+    ] {
+        let mut s = good();
+        s.tools[0].http.as_mut().expect("http").reconcile =
+            Some(serde_yaml::from_str(&format!("{{statusURL: '{bad}'}}")).expect("reconcile"));
+        let message = only(&s, field);
+        assert!(message.contains(says), "{bad}: {message}");
+    }
+    let mut s = good();
+    s.tools[0].http.as_mut().expect("http").reconcile = Some(
+        serde_yaml::from_str(
+            "{statusURL: 'https://tool.example/calls/{key}', idempotencyKeys: Honored}",
+        )
+        .expect("reconcile"),
+    );
+    assert!(spec(&s).is_empty(), "{:?}", spec(&s));
+}

@@ -1,0 +1,208 @@
+//! Interrupted `http` calls the tool settles itself (docs/design.md section 5, "a tool that
+//! answers by key"; docs/behaviours.md 111-114).
+//!
+//! After a takeover (or an outcome the holder recorded as unknown), a step that was executing
+//! an `http` tool with `reconcile` is resolved before anyone is asked:
+//! - `statusURL`: the executor asks it ([`ExternalCall::ToolStatus`]); `succeeded` records the
+//!   result as the step's, `failed` the error as a `tool_error`, 404 sends the call again with
+//!   the same key (it never arrived), anything else asks someone ([`takeover::ask_someone`]:
+//!   the reconcile hook, else the `interrupted_side_effect` Approval showing what it said);
+//! - else `idempotencyKeys: Honored`: the call is sent again with the same key, no earlier
+//!   than the first attempt's `mayRunUntil`, so the two never overlap.
+//!
+//! A call is never sent again unless the tool's owner said a repeated key is safe, or its
+//! status URL said the first never arrived; `step.tool_started` says which (`resent`).
+
+use serde_json::{json, Value};
+
+use super::loop_::{check_call, drive, Flow};
+use super::observe::millis_until;
+use super::outcome;
+use super::record::Txn;
+use super::takeover::{self, first_attempt, idempotency_key};
+use super::{EngineError, ExternalCall, StatusAnswer, StatusQuery};
+use crate::api::{
+    EventType, IdempotencyKeys, ObservationKind, StepIndex, StepStatus, TerminalReason, ToolFailure,
+};
+
+/// How the interrupted step `index` is settled by its tool, if it can be: `None` when the step
+/// was not executing an `http` tool with `reconcile` (or its call no longer checks: the usual
+/// path says so).
+pub(crate) fn resume(txn: &mut Txn, index: usize) -> Option<Flow> {
+    let (tool, args) = reconcilable(txn, index)?;
+    let spec_tool = &txn.run.spec.tools[tool];
+    let reconcile = spec_tool.http.as_ref()?.reconcile.as_ref()?;
+    if let Some(template) = &reconcile.status_url {
+        let key = idempotency_key(txn, index);
+        let url = template.replace("{key}", &percent_encode(&key));
+        let timeout_millis = u64::try_from(spec_tool.timeout_seconds.max(1))
+            .unwrap_or(1)
+            .saturating_mul(1000);
+        txn.call(ExternalCall::ToolStatus(StatusQuery {
+            step: txn.index_at(index),
+            tool: spec_tool.clone(),
+            url,
+            idempotency_key: key,
+            timeout_millis,
+        }));
+        return Some(Flow::Halt);
+    }
+    if reconcile.idempotency_keys == Some(IdempotencyKeys::Honored) {
+        let now = txn.now();
+        let delay_millis = first_attempt(txn, index)
+            .filter(|first| first.may_run_until > now)
+            .map_or(0, |first| millis_until(now, first.may_run_until));
+        let why = json!({"by": "idempotencyKeys", "idempotencyKeys": "Honored"});
+        return Some(send_again(txn, index, tool, args, why, delay_millis));
+    }
+    None
+}
+
+/// The step's tool and checked args, when it was executing an `http` tool with `reconcile`.
+fn reconcilable(txn: &Txn, index: usize) -> Option<(usize, Value)> {
+    let step = &txn.status.steps[index];
+    if step.status != StepStatus::Interrupted
+        || super::record::previous_status(step) != Some(StepStatus::Executing)
+    {
+        return None;
+    }
+    let decision = step.decision.as_ref()?;
+    let (tool, args) = check_call(txn, decision).ok()?;
+    txn.run.spec.tools[tool].http.as_ref()?.reconcile.as_ref()?;
+    Some((tool, args))
+}
+
+/// [`super::Input::ToolStatusAnswered`] for a running run.
+pub(crate) fn answered(
+    txn: &mut Txn,
+    step: StepIndex,
+    answer: StatusAnswer,
+) -> Result<(), EngineError> {
+    let pending = txn
+        .last_position()
+        .filter(|i| txn.index_at(*i) == step)
+        .filter(|i| txn.status.steps[*i].status == StepStatus::Interrupted);
+    let Some(index) = pending else {
+        // Applied already: go on from the record.
+        drive(txn);
+        return Ok(());
+    };
+    let Some((tool, args)) = reconcilable(txn, index) else {
+        drive(txn);
+        return Ok(());
+    };
+    let spec_tool = txn.run.spec.tools[tool].clone();
+    let template = spec_tool
+        .http
+        .as_ref()
+        .and_then(|h| h.reconcile.as_ref())
+        .and_then(|r| r.status_url.clone());
+    let attempt = txn.status.steps[index].attempts;
+    let now = txn.now();
+    let flow = match answer {
+        StatusAnswer::Succeeded { result } => {
+            let observation =
+                outcome::tool_observation(txn, ObservationKind::ToolResult, result, None);
+            txn.event(
+                EventType::StepToolFinished,
+                Some(step),
+                json!({
+                    "tool": spec_tool.name,
+                    "attempt": attempt,
+                    "settledBy": {"statusURL": template, "state": "succeeded"},
+                    "summary": observation.summary,
+                    "contentHash": observation.content_hash,
+                }),
+            );
+            let result = observation.content.clone();
+            let record = txn.step_mut(index);
+            record.status = StepStatus::Done;
+            record.finished_at = Some(now);
+            record.observation = Some(observation);
+            if spec_tool.terminal {
+                txn.end_run(TerminalReason::GoalCompleted, None, result);
+            }
+            Flow::Continue
+        }
+        StatusAnswer::Failed { error } => {
+            let failure = ToolFailure::ToolReportedError;
+            let headline = format!(
+                "{} failed: {} (said its status URL after an interruption)",
+                spec_tool.name,
+                failure.as_str()
+            );
+            let observation =
+                outcome::tool_observation(txn, ObservationKind::ToolError, error, Some(headline));
+            txn.event(
+                EventType::StepToolFinished,
+                Some(step),
+                json!({
+                    "tool": spec_tool.name,
+                    "attempt": attempt,
+                    "error": {"failure": failure, "status": null},
+                    "settledBy": {"statusURL": template, "state": "failed"},
+                    "contentHash": observation.content_hash,
+                }),
+            );
+            txn.fail_step(index, observation);
+            Flow::Continue
+        }
+        StatusAnswer::NotFound => {
+            let why = json!({"by": "statusURL", "status": 404});
+            send_again(txn, index, tool, args, why, 0)
+        }
+        StatusAnswer::Unsettled { said } => {
+            takeover::ask_someone(txn, index, Some(json!({"url": template, "said": said})))
+        }
+    };
+    if flow == Flow::Continue {
+        drive(txn);
+    }
+    Ok(())
+}
+
+/// Sends step `index`'s call again with its idempotency key after `delay_millis`, recording
+/// why in `run.resumed` and in the attempt's `step.tool_started` (`resent`).
+fn send_again(
+    txn: &mut Txn,
+    index: usize,
+    tool: usize,
+    args: Value,
+    why: Value,
+    delay_millis: u64,
+) -> Flow {
+    txn.event(
+        EventType::RunResumed,
+        None,
+        json!({"after": "interruption", "reconciliation": "resend", "step": txn.index_at(index)}),
+    );
+    super::calls::start_tool_again(txn, index, tool, args, why, delay_millis)
+}
+
+/// RFC 3986 percent-encoding of everything but the unreserved characters, so that the key
+/// (`<uid>/<step>`) is one path segment or query value.
+fn percent_encode(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len() * 3);
+    for byte in raw.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_encode;
+
+    #[test]
+    fn the_key_is_one_path_segment() {
+        assert_eq!(
+            percent_encode("0b6f-9a/3 x"),
+            "0b6f-9a%2F3%20x",
+            "a slash or a space in the key must not reach the URL raw"
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! Interrupted calls an http tool settles itself (issue 37 item 2, docs/design.md section 5 "a
+//! tool that answers by key"; docs/behaviours.md 111-114), on both servers. A controller is
+//! SIGKILLed around a `RemoteMutation` call of a real HTTP tool server of the tests' own (it
+//! counts calls and effects per Idempotency-Key, honours keys, and answers `GET
+//! /status/{key}` from what it did); a second controller takes the run over. Every case ends
+//! without an Approval unless the status URL cannot tell, and no effect is ever performed twice.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::controller::*;
+use support::toolserver::{Behaviour, ToolServer};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A run of `by-key` with `reconcile` and `timeout_seconds`, its tool working `work` per call
+/// (honouring keys), the first controller killed at `fault`; returns the tool server, the
+/// run's Idempotency-Key prefix (`<uid>/`) and the controllers (the second keeps running).
+async fn crashed(
+    cluster: &support::cluster::TestCluster,
+    name: &str,
+    reconcile: &str,
+    timeout_seconds: u64,
+    work: Duration,
+    fault: &str,
+) -> (ToolServer, String, (ControllerProcess, ControllerProcess)) {
+    let tools = ToolServer::start().await;
+    tools.set(
+        "work",
+        Behaviour {
+            sleep: work,
+            honor_keys: true,
+            ..Behaviour::default()
+        },
+    );
+    let run = RunFixture::new("by-key", &tools.base(), name)
+        .set("RECONCILE", reconcile.replace("${TOOLS}", &tools.base()))
+        .set("TIMEOUT", timeout_seconds)
+        .create_in(cluster)
+        .await;
+    let uid = run.metadata.uid.clone().expect("uid");
+    let controllers = crash_then_take_over_in(cluster, fault, WAIT);
+    (tools, format!("{uid}/0"), controllers)
+}
+
+/// The run's Approvals: none may exist when the tool settled the call.
+async fn no_approval(cluster: &support::cluster::TestCluster, run: &str) {
+    let approvals = cluster.approvals_of(run).await;
+    assert!(
+        approvals.is_empty(),
+        "nobody should have been asked: {:?}",
+        approvals
+            .iter()
+            .map(|a| a.data["spec"]["kind"].clone())
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The `resent` of each `step.tool_started` of step 0, in order (`null` for a first send).
+fn resent(status: &Value) -> Vec<Value> {
+    events_of(status, "step.tool_started")
+        .iter()
+        .map(|e| e["data"]["resent"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn honored_keys_send_an_interrupted_call_again_and_the_effect_happens_once() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    let (tools, key, (_first, second)) = crashed(
+        &cluster,
+        "honored",
+        "{idempotencyKeys: Honored}",
+        5,
+        Duration::from_millis(3000),
+        "during-tool",
+    )
+    .await;
+    let status = cluster.wait_phase("honored", "Completed", WAIT).await;
+    let calls = tools.calls_for(&key);
+    assert_eq!(calls.len(), 2, "sent twice with one key: {calls:?}");
+    assert_eq!(tools.effects(&key), 1, "the tool performed the effect once");
+    // Sent again only once the first attempt could no longer be running (its start plus
+    // timeoutSeconds), so the tool answered the first outcome rather than "in progress".
+    assert!(
+        calls[1].started >= calls[0].started + Duration::from_millis(4800),
+        "re-sent {:?} after the first attempt:\n{}",
+        calls[1].started - calls[0].started,
+        second.log()
+    );
+    assert_eq!(
+        resent(&status),
+        [
+            Value::Null,
+            json!({"by": "idempotencyKeys", "idempotencyKeys": "Honored"})
+        ]
+    );
+    assert_eq!(status["steps"][0]["status"], json!("done"), "{status}");
+    assert_eq!(
+        status["steps"][0]["observation"]["content"]["ok"],
+        json!(true)
+    );
+    no_approval(&cluster, "honored").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn honored_keys_send_a_call_that_never_left_once() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    let (tools, key, _controllers) = crashed(
+        &cluster,
+        "unsent",
+        "{idempotencyKeys: Honored}",
+        5,
+        Duration::ZERO,
+        "after-tool-started",
+    )
+    .await;
+    let status = cluster.wait_phase("unsent", "Completed", WAIT).await;
+    assert_eq!(tools.calls_for(&key).len(), 1, "the first never left");
+    assert_eq!(tools.effects(&key), 1);
+    assert_eq!(resent(&status).len(), 2, "{status}");
+    no_approval(&cluster, "unsent").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_url_that_says_succeeded_settles_the_step_with_its_result() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    let (tools, key, _controllers) = crashed(
+        &cluster,
+        "succeeded",
+        "{statusURL: '${TOOLS}/status/{key}'}",
+        5,
+        Duration::from_millis(1000),
+        "during-tool",
+    )
+    .await;
+    let status = cluster.wait_phase("succeeded", "Completed", WAIT).await;
+    assert_eq!(tools.calls_for(&key).len(), 1, "nothing was sent again");
+    assert_eq!(tools.effects(&key), 1);
+    assert!(
+        tools.status_asked().contains(&key),
+        "{:?}",
+        tools.status_asked()
+    );
+    let finished = events_of(&status, "step.tool_finished");
+    assert_eq!(finished.len(), 1, "{status}");
+    assert_eq!(
+        finished[0]["data"]["settledBy"]["state"],
+        json!("succeeded")
+    );
+    assert_eq!(
+        status["steps"][0]["observation"]["content"]["ok"],
+        json!(true),
+        "the first attempt's answer, as the status URL gave it: {status}"
+    );
+    no_approval(&cluster, "succeeded").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_url_that_says_running_is_asked_again_until_it_succeeded() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    // The call works 8 s; the takeover comes after the 2-second lease, so the first questions
+    // find it running.
+    let (tools, key, _controllers) = crashed(
+        &cluster,
+        "running",
+        "{statusURL: '${TOOLS}/status/{key}'}",
+        12,
+        Duration::from_secs(8),
+        "during-tool",
+    )
+    .await;
+    let status = cluster.wait_phase("running", "Completed", WAIT).await;
+    let asked = tools.status_asked();
+    assert!(asked.len() >= 2, "asked again while running: {asked:?}");
+    assert_eq!(tools.calls_for(&key).len(), 1);
+    assert_eq!(tools.effects(&key), 1);
+    assert_eq!(
+        events_of(&status, "step.tool_finished")[0]["data"]["settledBy"]["state"],
+        json!("succeeded")
+    );
+    no_approval(&cluster, "running").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_url_that_never_saw_the_call_has_it_sent_once() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    // Killed after recording the start, before sending: the tool never saw it (404).
+    let (tools, key, _controllers) = crashed(
+        &cluster,
+        "notfound",
+        "{statusURL: '${TOOLS}/status/{key}'}",
+        5,
+        Duration::ZERO,
+        "after-tool-started",
+    )
+    .await;
+    let status = cluster.wait_phase("notfound", "Completed", WAIT).await;
+    assert_eq!(tools.calls_for(&key).len(), 1, "sent once, by the second");
+    assert_eq!(tools.effects(&key), 1);
+    assert_eq!(
+        resent(&status),
+        [Value::Null, json!({"by": "statusURL", "status": 404})]
+    );
+    no_approval(&cluster, "notfound").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_url_that_says_failed_records_the_tool_error_and_the_agent_goes_on() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    let (tools, key, _controllers) = crashed(
+        &cluster,
+        "failed",
+        "{statusURL: '${TOOLS}/status/{key}'}",
+        5,
+        Duration::from_millis(500),
+        "during-tool",
+    )
+    .await;
+    tools.answer_status(
+        200,
+        json!({"state": "failed", "error": {"message": "card declined"}}),
+    );
+    let status = cluster.wait_phase("failed", "Completed", WAIT).await;
+    let step = &status["steps"][0];
+    assert_eq!(step["status"], json!("failed"), "{step}");
+    assert_eq!(step["observation"]["kind"], json!("tool_error"), "{step}");
+    assert_eq!(
+        step["observation"]["content"],
+        json!({"message": "card declined"})
+    );
+    assert_eq!(tools.calls_for(&key).len(), 1);
+    no_approval(&cluster, "failed").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_url_that_cannot_tell_pauses_on_the_approval_showing_what_it_said() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    let (tools, key, _controllers) = crashed(
+        &cluster,
+        "unsure",
+        "{statusURL: '${TOOLS}/status/{key}'}",
+        5,
+        Duration::from_millis(500),
+        "during-tool",
+    )
+    .await;
+    tools.answer_status(500, json!("the ledger is down"));
+    let approval = cluster
+        .wait_approval("unsure", "interrupted_side_effect", WAIT)
+        .await;
+    let shown = &approval.data["spec"]["presentation"]["statusURL"];
+    assert_eq!(shown["said"]["status"], json!(500), "{shown}");
+    assert_eq!(
+        shown["said"]["body"],
+        json!("\"the ledger is down\""),
+        "{shown}"
+    );
+    assert_eq!(tools.calls_for(&key).len(), 1, "nothing was sent again");
+}
