@@ -203,3 +203,42 @@ fn a_status_url_comes_before_honored_keys() {
     }));
     assert_eq!(effects, ["WriteStatus", "AskToolStatus(write_local)"]);
 }
+
+#[test]
+fn a_run_with_a_reconcile_hook_asks_the_tool_first_and_the_hook_only_when_it_cannot_tell() {
+    let mut h = Harness::scripted(vec![
+        call("write_local", json!({"n": 1})),
+        complete(json!("ok")),
+    ]);
+    {
+        let spec = h.spec_mut();
+        spec.reconcile = Some(
+            serde_json::from_value(json!({"webhook": {"url": "http://127.0.0.1:8090/hook"}}))
+                .expect("hook"),
+        );
+        let tool = spec
+            .tools
+            .iter_mut()
+            .find(|t| t.name == "write_local")
+            .expect("tool");
+        tool.http.as_mut().expect("http").reconcile =
+            Some(serde_json::from_value(status_url()).expect("reconcile"));
+    }
+    h.reconcile("a");
+    h.expire_lease();
+    let effects = kinds(&h.reconcile("b"));
+    assert_eq!(effects, ["WriteStatus", "AskToolStatus(write_local)"]);
+    assert!(
+        h.pending_hook.is_none(),
+        "the tool is asked before the hook"
+    );
+    let said = json!({"status": 503});
+    let effects = answer(&mut h, StatusAnswer::Unsettled { said: said.clone() });
+    assert_eq!(effects, ["CallReconcileHook"]);
+    let view = h.pending_hook.clone().expect("the hook is asked");
+    assert_eq!(
+        view["statusURL"]["said"], said,
+        "the hook sees what the tool said"
+    );
+    assert!(h.approvals.is_empty());
+}
