@@ -281,3 +281,99 @@ async fn a_status_url_that_cannot_tell_pauses_on_the_approval_showing_what_it_sa
     );
     assert_eq!(tools.calls_for(&key).len(), 1, "nothing was sent again");
 }
+
+/// The sequence of [`crashed`] with one more death: the first controller killed at `first`,
+/// the second (which takes over) at `second`, a third settles the run.
+async fn crashed_twice(
+    cluster: &support::cluster::TestCluster,
+    name: &str,
+    reconcile: &str,
+    work: Duration,
+    (first, second): (&str, &str),
+) -> (ToolServer, String, Vec<ControllerProcess>) {
+    let tools = ToolServer::start().await;
+    tools.set(
+        "work",
+        Behaviour {
+            sleep: work,
+            honor_keys: true,
+            ..Behaviour::default()
+        },
+    );
+    let run = RunFixture::new("by-key", &tools.base(), name)
+        .set("RECONCILE", reconcile.replace("${TOOLS}", &tools.base()))
+        .set("TIMEOUT", 5)
+        .create_in(cluster)
+        .await;
+    let key = format!("{}/0", run.metadata.uid.clone().expect("uid"));
+    let one = crash_at(cluster.kubeconfig(), cluster.namespace(), first, WAIT);
+    let two = crash_at(cluster.kubeconfig(), cluster.namespace(), second, WAIT);
+    let three = start_controller(cluster, "third");
+    (tools, key, vec![one, two, three])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_killed_between_the_status_answer_and_its_write_leaves_it_to_the_next() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    let (tools, key, _controllers) = crashed_twice(
+        &cluster,
+        "answered",
+        "{statusURL: '${TOOLS}/status/{key}'}",
+        Duration::from_millis(500),
+        ("during-tool", "after-status-answered"),
+    )
+    .await;
+    let status = cluster.wait_phase("answered", "Completed", WAIT).await;
+    assert!(
+        tools.status_asked().len() >= 2,
+        "asked by the second and again by the third: {:?}",
+        tools.status_asked()
+    );
+    assert_eq!(tools.calls_for(&key).len(), 1, "nothing was sent again");
+    assert_eq!(tools.effects(&key), 1);
+    assert_eq!(events_of(&status, "step.tool_finished").len(), 1);
+    assert_eq!(events_of(&status, "lease.taken_over").len(), 2, "{status}");
+    no_approval(&cluster, "answered").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resent_call_interrupted_again_is_resent_again_and_the_effect_still_happens_once() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    // The second holder dies right after recording its re-send (attempt 2), before it waited
+    // out attempt 1 and sent: the third sends attempt 3, waiting out both bounds.
+    let (tools, key, _controllers) = crashed_twice(
+        &cluster,
+        "twice",
+        "{idempotencyKeys: Honored}",
+        Duration::from_millis(1500),
+        ("during-tool", "after-tool-started"),
+    )
+    .await;
+    let status = cluster.wait_phase("twice", "Completed", WAIT).await;
+    let calls = tools.calls_for(&key);
+    assert_eq!(calls.len(), 2, "attempts 1 and 3 were sent: {calls:?}");
+    assert_eq!(
+        (calls[0].attempt.as_str(), calls[1].attempt.as_str()),
+        ("1", "3")
+    );
+    assert_eq!(tools.effects(&key), 1, "performed once");
+    assert!(
+        calls[1].started >= calls[0].started + Duration::from_millis(4800),
+        "the last send waited out the first attempt: {calls:?}"
+    );
+    assert_eq!(
+        resent(&status)
+            .iter()
+            .filter(|r| r["by"] == "idempotencyKeys")
+            .count(),
+        2,
+        "{status}"
+    );
+    no_approval(&cluster, "twice").await;
+}
