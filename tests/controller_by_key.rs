@@ -15,17 +15,16 @@ use support::toolserver::{Behaviour, ToolServer};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A run of `by-key` with `reconcile` and `timeout_seconds`, its tool working `work` per call
-/// (honouring keys), the first controller killed at `fault`; returns the tool server, the
-/// run's Idempotency-Key prefix (`<uid>/`) and the controllers (the second keeps running).
-async fn crashed(
+/// The tool server (its `work` tool working `work` per call, honouring keys) and a run of
+/// `by-key` on it with `reconcile` and `timeout_seconds`; returns the server and the run's
+/// Idempotency-Key for step 0 (`<uid>/0`).
+async fn tool_and_run(
     cluster: &support::cluster::TestCluster,
     name: &str,
     reconcile: &str,
     timeout_seconds: u64,
     work: Duration,
-    fault: &str,
-) -> (ToolServer, String, (ControllerProcess, ControllerProcess)) {
+) -> (ToolServer, String) {
     let tools = ToolServer::start().await;
     tools.set(
         "work",
@@ -40,9 +39,23 @@ async fn crashed(
         .set("TIMEOUT", timeout_seconds)
         .create_in(cluster)
         .await;
-    let uid = run.metadata.uid.clone().expect("uid");
+    let key = format!("{}/0", run.metadata.uid.clone().expect("uid"));
+    (tools, key)
+}
+
+/// [`tool_and_run`], the first controller killed at `fault`; returns the tool server, the key
+/// and the controllers (the second, which takes over, keeps running).
+async fn crashed(
+    cluster: &support::cluster::TestCluster,
+    name: &str,
+    reconcile: &str,
+    timeout_seconds: u64,
+    work: Duration,
+    fault: &str,
+) -> (ToolServer, String, (ControllerProcess, ControllerProcess)) {
+    let (tools, key) = tool_and_run(cluster, name, reconcile, timeout_seconds, work).await;
     let controllers = crash_then_take_over_in(cluster, fault, WAIT);
-    (tools, format!("{uid}/0"), controllers)
+    (tools, key, controllers)
 }
 
 /// The run's Approvals: none may exist when the tool settled the call.
@@ -282,8 +295,8 @@ async fn a_status_url_that_cannot_tell_pauses_on_the_approval_showing_what_it_sa
     assert_eq!(tools.calls_for(&key).len(), 1, "nothing was sent again");
 }
 
-/// The sequence of [`crashed`] with one more death: the first controller killed at `first`,
-/// the second (which takes over) at `second`, a third settles the run.
+/// [`tool_and_run`] (timeoutSeconds 5) with two deaths: the first controller killed at
+/// `first`, the second (which takes over) at `second`; a third settles the run.
 async fn crashed_twice(
     cluster: &support::cluster::TestCluster,
     name: &str,
@@ -291,21 +304,7 @@ async fn crashed_twice(
     work: Duration,
     (first, second): (&str, &str),
 ) -> (ToolServer, String, Vec<ControllerProcess>) {
-    let tools = ToolServer::start().await;
-    tools.set(
-        "work",
-        Behaviour {
-            sleep: work,
-            honor_keys: true,
-            ..Behaviour::default()
-        },
-    );
-    let run = RunFixture::new("by-key", &tools.base(), name)
-        .set("RECONCILE", reconcile.replace("${TOOLS}", &tools.base()))
-        .set("TIMEOUT", 5)
-        .create_in(cluster)
-        .await;
-    let key = format!("{}/0", run.metadata.uid.clone().expect("uid"));
+    let (tools, key) = tool_and_run(cluster, name, reconcile, 5, work).await;
     let one = crash_at(cluster.kubeconfig(), cluster.namespace(), first, WAIT);
     let two = crash_at(cluster.kubeconfig(), cluster.namespace(), second, WAIT);
     let three = start_controller(cluster, "third");

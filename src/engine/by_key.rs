@@ -21,9 +21,7 @@ use super::outcome;
 use super::record::Txn;
 use super::takeover::{self, first_attempt, idempotency_key};
 use super::{EngineError, ExternalCall, StatusAnswer, StatusQuery};
-use crate::api::{
-    EventType, IdempotencyKeys, ObservationKind, StepIndex, StepStatus, TerminalReason, ToolFailure,
-};
+use crate::api::{EventType, IdempotencyKeys, ObservationKind, StepIndex, StepStatus, ToolFailure};
 
 /// How the interrupted step `index` is settled by its tool, if it can be: `None` when the step
 /// was not executing an `http` tool with `reconcile` (or its call no longer checks: the usual
@@ -98,30 +96,10 @@ pub(crate) fn answered(
         .and_then(|h| h.reconcile.as_ref())
         .and_then(|r| r.status_url.clone());
     let attempt = txn.status.steps[index].attempts;
-    let now = txn.now();
     let flow = match answer {
         StatusAnswer::Succeeded { result } => {
-            let observation =
-                outcome::tool_observation(txn, ObservationKind::ToolResult, result, None);
-            txn.event(
-                EventType::StepToolFinished,
-                Some(step),
-                json!({
-                    "tool": spec_tool.name,
-                    "attempt": attempt,
-                    "settledBy": {"statusURL": template, "state": "succeeded"},
-                    "summary": observation.summary,
-                    "contentHash": observation.content_hash,
-                }),
-            );
-            let result = observation.content.clone();
-            let record = txn.step_mut(index);
-            record.status = StepStatus::Done;
-            record.finished_at = Some(now);
-            record.observation = Some(observation);
-            if spec_tool.terminal {
-                txn.end_run(TerminalReason::GoalCompleted, None, result);
-            }
+            let settled_by = json!({"statusURL": template, "state": "succeeded"});
+            outcome::settled_result(txn, index, &spec_tool, settled_by, result);
             Flow::Continue
         }
         StatusAnswer::Failed { error } => {

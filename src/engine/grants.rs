@@ -164,8 +164,6 @@ pub(crate) fn settle(
         "verdict": decision.verdict,
         "approver": decision.approver,
     });
-    let step = txn.index_at(index);
-    let attempt = txn.status.steps[index].attempts;
     if let Some(spent) = txn
         .step_mut(index)
         .approvals
@@ -177,27 +175,7 @@ pub(crate) fn settle(
     let spec_tool = txn.run.spec.tools[tool].clone();
     let flow = match (decision.verdict, &decision.result) {
         (Verdict::TookEffect, Some(result)) => {
-            let observation =
-                outcome::tool_observation(txn, ObservationKind::ToolResult, result.clone(), None);
-            txn.event(
-                EventType::StepToolFinished,
-                Some(step),
-                json!({
-                    "tool": spec_tool.name,
-                    "attempt": attempt,
-                    "settledBy": settled_by,
-                    "summary": observation.summary,
-                    "contentHash": observation.content_hash,
-                }),
-            );
-            let result = observation.content.clone();
-            let record = txn.step_mut(index);
-            record.status = StepStatus::Done;
-            record.finished_at = Some(now);
-            record.observation = Some(observation);
-            if spec_tool.terminal {
-                txn.end_run(TerminalReason::GoalCompleted, None, result);
-            }
+            outcome::settled_result(txn, index, &spec_tool, settled_by, result.clone());
             Flow::Continue
         }
         (Verdict::TookEffect, None) => {

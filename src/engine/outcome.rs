@@ -131,6 +131,41 @@ pub(crate) fn tool_finished(
     Ok(())
 }
 
+/// Records `result` as step `index`'s tool result without the tool answering it now (a person's
+/// `TookEffect`, a status URL's `succeeded`; docs/design.md section 5): bounded and hashed as
+/// an answer, `step.tool_finished` {tool, attempt, settledBy, summary, contentHash}, the step
+/// `done`; a terminal tool completes the run with it.
+pub(crate) fn settled_result(
+    txn: &mut Txn,
+    index: usize,
+    tool: &crate::api::ToolSpec,
+    settled_by: Value,
+    result: Value,
+) {
+    let now = txn.now();
+    let attempt = txn.status.steps[index].attempts;
+    let observation = observe(txn, ObservationKind::ToolResult, result, None);
+    txn.event(
+        EventType::StepToolFinished,
+        Some(txn.index_at(index)),
+        json!({
+            "tool": tool.name,
+            "attempt": attempt,
+            "settledBy": settled_by,
+            "summary": observation.summary,
+            "contentHash": observation.content_hash,
+        }),
+    );
+    let result = observation.content.clone();
+    let record = txn.step_mut(index);
+    record.status = StepStatus::Done;
+    record.finished_at = Some(now);
+    record.observation = Some(observation);
+    if tool.terminal {
+        txn.end_run(TerminalReason::GoalCompleted, None, result);
+    }
+}
+
 /// docs/behaviours.md 44: the outcome of a tool that returned after its run ended is appended as
 /// `step.tool_finished` {late: true, observation}; the run and the step keep what they are.
 pub(crate) fn late(

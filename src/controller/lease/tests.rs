@@ -215,14 +215,20 @@ async fn a_live_lease_held_by_another_holder_is_never_taken() {
     );
 }
 
-#[tokio::test]
-async fn an_ended_runs_lease_is_deleted_even_after_a_write_its_cell_did_not_see() {
+/// A run `ns/r` whose absent Lease replica `a` acquired at t(0).
+async fn held_by_a() -> (FakeApi, HolderId, HeldLease) {
     let api = FakeApi::with_run(run_object("ns", "r", 3));
     let me = HolderId::with_random_suffix("a");
     let held = acquire(&api, &stored(&api), None, &absent(), &me, t(0))
         .await
         .unwrap()
         .unwrap();
+    (api, me, held)
+}
+
+#[tokio::test]
+async fn an_ended_runs_lease_is_deleted_even_after_a_write_its_cell_did_not_see() {
+    let (api, me, held) = held_by_a().await;
     let cell = LeaseCell::new(held.clone());
     // A renewal this replica made that the cell never kept: the cell's resourceVersion is old.
     renew(&api, &held, &me, t(1000)).await.unwrap();
@@ -236,12 +242,7 @@ async fn an_ended_runs_lease_is_deleted_even_after_a_write_its_cell_did_not_see(
 
 #[tokio::test]
 async fn an_ended_runs_lease_another_holder_took_is_left() {
-    let api = FakeApi::with_run(run_object("ns", "r", 3));
-    let me = HolderId::with_random_suffix("a");
-    let held = acquire(&api, &stored(&api), None, &absent(), &me, t(0))
-        .await
-        .unwrap()
-        .unwrap();
+    let (api, me, held) = held_by_a().await;
     let cell = LeaseCell::new(held);
     let read = api.lease("ns", "r");
     let other = HolderId::with_random_suffix("b");
