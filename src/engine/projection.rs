@@ -213,11 +213,35 @@ fn project(event: &Value) -> Option<KubeEventProjection> {
         "run.resumed" => (
             KubeEventType::Normal,
             "Resumed",
-            match data.get("approval") {
-                Some(_) => format!("the run resumed with Approval {}", text("approval")),
-                None => format!("the run resumed after {}", text("after")),
+            match (data.get("approval"), data.get("reconciliation").and_then(Value::as_str)) {
+                (Some(_), _) => format!("the run resumed with Approval {}", text("approval")),
+                (None, Some("resend")) => format!(
+                    "the run resumed after {}: step {} is sent again with the same \
+                     Idempotency-Key, as its tool allows",
+                    text("after"),
+                    text("step")
+                ),
+                (None, _) => format!("the run resumed after {}", text("after")),
             },
         ),
+        "step.tool_finished"
+            if data
+                .get("settledBy")
+                .and_then(|s| s.get("statusURL"))
+                .is_some() =>
+        {
+            (
+                KubeEventType::Normal,
+                "SettledByTool",
+                format!(
+                    "step {step}'s interrupted call of {} was settled by the tool's status URL: {}",
+                    text("tool"),
+                    data.pointer("/settledBy/state")
+                        .and_then(Value::as_str)
+                        .unwrap_or("-")
+                ),
+            )
+        }
         "limit.exceeded" => limit_exceeded(&data, &text),
         "tool.pinned" if data.get("hintsDisagree").is_some() => (
             KubeEventType::Warning,

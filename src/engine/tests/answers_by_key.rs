@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::harness::*;
 use crate::api::{IdempotencyKeys, ObservationKind, RunPhase, StepStatus};
-use crate::engine::{Input, StatusAnswer};
+use crate::engine::{kube_events, Input, StatusAnswer};
 
 /// A run of the `tools` fixture whose `write_local` tool (LocalMutation) has `reconcile` as given, holder `a` executing
 /// it on step 0, then the Lease expired and replica `b` taking over.
@@ -63,11 +63,18 @@ fn a_takeover_asks_the_status_url_with_the_key_encoded_and_asks_no_person() {
 #[test]
 fn succeeded_records_the_result_as_the_steps_without_running_it_again() {
     let (mut h, _) = taken_over(status_url());
+    let before = h.run.status.clone();
     let effects = answer(
         &mut h,
         StatusAnswer::Succeeded {
             result: json!({"ticket": 7}),
         },
+    );
+    let settled = kube_events(&before, &h.run.status);
+    assert_eq!(settled[0].reason, "SettledByTool");
+    assert_eq!(
+        settled[0].message,
+        "step 0's interrupted call of write_local was settled by the tool's status URL: succeeded"
     );
     assert_eq!(effects[0], "WriteStatus");
     assert_eq!(h.tool_calls.len(), 1, "nothing runs again");
@@ -110,7 +117,15 @@ fn failed_records_a_tool_error_and_the_agent_decides_again() {
 #[test]
 fn not_found_sends_the_call_once_more_with_the_same_key_saying_why() {
     let (mut h, _) = taken_over(status_url());
+    let before = h.run.status.clone();
     let effects = answer(&mut h, StatusAnswer::NotFound);
+    let resumed = kube_events(&before, &h.run.status);
+    assert_eq!(resumed[0].reason, "Resumed");
+    assert_eq!(
+        resumed[0].message,
+        "the run resumed after interruption: step 0 is sent again with the same \
+         Idempotency-Key, as its tool allows"
+    );
     assert_eq!(effects, ["WriteStatus", "CallTool(write_local#2)"]);
     let (first, again) = (&h.tool_calls[0], &h.tool_calls[1]);
     assert_eq!(again.idempotency_key, first.idempotency_key);
