@@ -376,3 +376,40 @@ async fn a_resent_call_interrupted_again_is_resent_again_and_the_effect_still_ha
     );
     no_approval(&cluster, "twice").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_404_while_the_first_attempt_may_still_run_is_asked_again_after_it_and_never_overlaps() {
+    if !crash_points() {
+        return;
+    }
+    let cluster = agentrt_cluster().await;
+    // A status URL that answers 404 even for a call it is working on (a lie, or one that learns
+    // of calls late): the re-send still waits until the first attempt can no longer run.
+    let (tools, key, (_first, second)) = crashed(
+        &cluster,
+        "late",
+        "{statusURL: '${TOOLS}/status/{key}'}",
+        5,
+        Duration::from_millis(3000),
+        "during-tool",
+    )
+    .await;
+    tools.answer_status(404, json!({"error": "unknown key"}));
+    let status = cluster.wait_phase("late", "Completed", WAIT).await;
+    let calls = tools.calls_for(&key);
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(
+        calls[1].started >= calls[0].started + Duration::from_millis(4800),
+        "the re-send came {:?} after the first attempt, which may run 5 s:\n{}",
+        calls[1].started - calls[0].started,
+        second.log()
+    );
+    assert!(
+        tools.status_asked().len() >= 2,
+        "asked again after the bound"
+    );
+    assert_eq!(
+        resent(&status),
+        [Value::Null, json!({"by": "statusURL", "status": 404})]
+    );
+}

@@ -122,6 +122,21 @@ pub async fn ask_status(ctx: &Context, state: &RunState, query: StatusQuery) -> 
     };
     tracing::info!(tool = %query.tool.name, url = %request.url, "asking the tool's status URL about an interrupted call");
     let answer = http::status::ask(&ctx.executors.http, &request).await;
+    match &answer {
+        // What it said is bounded (a body's first KiB); a result is not logged.
+        StatusAnswer::Unsettled { said } => {
+            tracing::warn!(tool = %query.tool.name, url = %request.url, %said, "the tool's status URL cannot tell what became of the interrupted call");
+        }
+        StatusAnswer::Succeeded { .. } => {
+            tracing::info!(tool = %query.tool.name, "the tool's status URL says the call succeeded");
+        }
+        StatusAnswer::Failed { .. } => {
+            tracing::info!(tool = %query.tool.name, "the tool's status URL says the call failed");
+        }
+        StatusAnswer::NotFound => {
+            tracing::info!(tool = %query.tool.name, "the tool's status URL does not know the call (404)");
+        }
+    }
     fault::check(FaultPoint::AfterStatusAnswered, Some(query.step.get()));
     answer
 }

@@ -456,7 +456,10 @@ impl Driver<'_> {
         let delay = match &call {
             ExternalCall::Model(ModelCall { delay_millis, .. })
             | ExternalCall::Agent { delay_millis, .. }
-            | ExternalCall::Tool(crate::engine::ToolCall { delay_millis, .. }) => *delay_millis,
+            | ExternalCall::Tool(crate::engine::ToolCall { delay_millis, .. })
+            | ExternalCall::ToolStatus(crate::engine::StatusQuery { delay_millis, .. }) => {
+                *delay_millis
+            }
             _ => 0,
         };
         // A retry's backoff (a model's or the webhook agent's), or a call sent again by its

@@ -4,14 +4,18 @@
 //! After a takeover (or an outcome the holder recorded as unknown), a step that was executing
 //! an `http` tool with `reconcile` is resolved before anyone is asked:
 //! - `statusURL`: the executor asks it ([`ExternalCall::ToolStatus`]); `succeeded` records the
-//!   result as the step's, `failed` the error as a `tool_error`, 404 sends the call again with
-//!   the same key (it never arrived), anything else asks someone ([`takeover::ask_someone`]:
-//!   the reconcile hook, else the `interrupted_side_effect` Approval showing what it said);
+//!   result as the step's, `failed` the error as a `tool_error`; a 404 once the first attempt
+//!   can no longer be running (before then it is asked again at that moment) sends the call
+//!   again with the same key (it never arrived), at most once per step; anything else, a second
+//!   404 included, sends it again by its key when the tool also honours keys, else asks
+//!   someone ([`takeover::ask_someone`]: the reconcile hook, else the `interrupted_side_effect`
+//!   Approval showing what it said);
 //! - else `idempotencyKeys: Honored`: the call is sent again with the same key, no earlier
 //!   than the first attempt's `mayRunUntil`, so the two never overlap.
 //!
 //! A call is never sent again unless the tool's owner said a repeated key is safe, or its
-//! status URL said the first never arrived; `step.tool_started` says which (`resent`).
+//! status URL said the first never arrived after it could no longer be on its way;
+//! `step.tool_started` says which (`resent`).
 
 use serde_json::{json, Value};
 
@@ -28,32 +32,75 @@ use crate::api::{EventType, IdempotencyKeys, ObservationKind, StepIndex, StepSta
 /// path says so).
 pub(crate) fn resume(txn: &mut Txn, index: usize) -> Option<Flow> {
     let (tool, args) = reconcilable(txn, index)?;
-    let spec_tool = &txn.run.spec.tools[tool];
-    let reconcile = spec_tool.http.as_ref()?.reconcile.as_ref()?;
-    if let Some(template) = &reconcile.status_url {
-        let key = idempotency_key(txn, index);
-        let url = template.replace("{key}", &percent_encode(&key));
-        let timeout_millis = u64::try_from(spec_tool.timeout_seconds.max(1))
-            .unwrap_or(1)
-            .saturating_mul(1000);
-        txn.call(ExternalCall::ToolStatus(StatusQuery {
-            step: txn.index_at(index),
-            tool: spec_tool.clone(),
-            url,
-            idempotency_key: key,
-            timeout_millis,
-        }));
+    let reconcile = txn.run.spec.tools[tool].http.as_ref()?.reconcile.clone()?;
+    if reconcile.status_url.is_some() {
+        ask_status(txn, index, tool, 0);
         return Some(Flow::Halt);
     }
     if reconcile.idempotency_keys == Some(IdempotencyKeys::Honored) {
-        let now = txn.now();
-        let delay_millis = first_attempt(txn, index)
-            .filter(|first| first.may_run_until > now)
-            .map_or(0, |first| millis_until(now, first.may_run_until));
-        let why = json!({"by": "idempotencyKeys", "idempotencyKeys": "Honored"});
-        return Some(send_again(txn, index, tool, args, why, delay_millis));
+        return Some(send_by_key(txn, index, tool, args, None));
     }
     None
+}
+
+/// Asks step `index`'s status URL (tool `tool`), after `delay_millis`.
+fn ask_status(txn: &mut Txn, index: usize, tool: usize, delay_millis: u64) {
+    let spec_tool = &txn.run.spec.tools[tool];
+    let Some(template) = spec_tool
+        .http
+        .as_ref()
+        .and_then(|h| h.reconcile.as_ref())
+        .and_then(|r| r.status_url.as_ref())
+    else {
+        return;
+    };
+    let key = idempotency_key(txn, index);
+    let url = template.replace("{key}", &percent_encode(&key));
+    let timeout_millis = u64::try_from(spec_tool.timeout_seconds.max(1))
+        .unwrap_or(1)
+        .saturating_mul(1000);
+    txn.call(ExternalCall::ToolStatus(StatusQuery {
+        step: txn.index_at(index),
+        tool: spec_tool.clone(),
+        url,
+        idempotency_key: key,
+        timeout_millis,
+        delay_millis,
+    }));
+}
+
+/// Milliseconds until step `index`'s last attempt can no longer be running (0 when it cannot
+/// now, or no attempt is in the window).
+fn until_first_attempt_ended(txn: &Txn, index: usize) -> u64 {
+    let now = txn.now();
+    first_attempt(txn, index)
+        .filter(|first| first.may_run_until > now)
+        .map_or(0, |first| millis_until(now, first.may_run_until))
+}
+
+/// Sends the call again by its honoured key, once the first attempt can no longer be running;
+/// `said` is what a status URL said before (it could not tell).
+fn send_by_key(txn: &mut Txn, index: usize, tool: usize, args: Value, said: Option<Value>) -> Flow {
+    let delay_millis = until_first_attempt_ended(txn, index);
+    let mut why = json!({"by": "idempotencyKeys", "idempotencyKeys": "Honored"});
+    if let Some(said) = said {
+        why["statusURL"] = said;
+    }
+    send_again(txn, index, tool, args, why, delay_millis)
+}
+
+/// Whether step `index` was already sent again once because its status URL answered 404.
+fn resent_after_404(txn: &Txn, index: usize) -> bool {
+    let step = txn.index_at(index);
+    txn.status.events.iter().any(|e| {
+        e.type_ == EventType::StepToolStarted
+            && e.step == Some(step)
+            && e.data
+                .as_ref()
+                .and_then(|d| d.pointer("/resent/by"))
+                .and_then(Value::as_str)
+                == Some("statusURL")
+    })
 }
 
 /// The step's tool and checked args, when it was executing an `http` tool with `reconcile`.
@@ -125,18 +172,58 @@ pub(crate) fn answered(
             txn.fail_step(index, observation);
             Flow::Continue
         }
+        // A 404 while the first attempt may still be on its way proves nothing: asked again
+        // once it can no longer be running. Then it never arrived, and is sent again, once.
+        StatusAnswer::NotFound if until_first_attempt_ended(txn, index) > 0 => {
+            let wait = until_first_attempt_ended(txn, index);
+            ask_status(txn, index, tool, wait);
+            Flow::Halt
+        }
+        StatusAnswer::NotFound if resent_after_404(txn, index) => {
+            let said = json!({
+                "status": 404,
+                "error": "the call was already sent again once after a 404; a second 404 is not \
+                          trusted",
+            });
+            unsettled(
+                txn,
+                index,
+                tool,
+                args,
+                json!({"url": template, "said": said}),
+            )
+        }
         StatusAnswer::NotFound => {
             let why = json!({"by": "statusURL", "status": 404});
             send_again(txn, index, tool, args, why, 0)
         }
-        StatusAnswer::Unsettled { said } => {
-            takeover::ask_someone(txn, index, Some(json!({"url": template, "said": said})))
-        }
+        StatusAnswer::Unsettled { said } => unsettled(
+            txn,
+            index,
+            tool,
+            args,
+            json!({"url": template, "said": said}),
+        ),
     };
     if flow == Flow::Continue {
         drive(txn);
     }
     Ok(())
+}
+
+/// The status URL could not tell: honoured keys send the call again by its key; otherwise the
+/// hook or a person is asked, seeing what it said (`status_url`: {url, said}).
+fn unsettled(txn: &mut Txn, index: usize, tool: usize, args: Value, status_url: Value) -> Flow {
+    let honored = txn.run.spec.tools[tool]
+        .http
+        .as_ref()
+        .and_then(|h| h.reconcile.as_ref())
+        .and_then(|r| r.idempotency_keys)
+        == Some(IdempotencyKeys::Honored);
+    if honored {
+        return send_by_key(txn, index, tool, args, Some(status_url));
+    }
+    takeover::ask_someone(txn, index, Some(status_url))
 }
 
 /// Sends step `index`'s call again with its idempotency key after `delay_millis`, recording

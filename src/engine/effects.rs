@@ -44,8 +44,11 @@ pub struct StatusQuery {
     /// The call's idempotency key (`<run uid>/<step>`), also sent as `Idempotency-Key`.
     pub idempotency_key: String,
     /// How long the executor may keep asking while the answer is 202 or `running`, in
-    /// milliseconds: the tool's `timeoutSeconds`.
+    /// milliseconds: the tool's `timeoutSeconds`, counted from the first question.
     pub timeout_millis: u64,
+    /// Milliseconds to wait before the first question: 0, or until the first attempt can no
+    /// longer be running when a 404 came before then.
+    pub delay_millis: u64,
 }
 
 /// A write to one of the run's Approvals, asked by an executor or an observer.

@@ -115,10 +115,21 @@ fn failed_records_a_tool_error_and_the_agent_decides_again() {
 }
 
 #[test]
-fn not_found_sends_the_call_once_more_with_the_same_key_saying_why() {
+fn not_found_before_the_first_attempt_ended_is_asked_again_then_sent_once_saying_why() {
     let (mut h, _) = taken_over(status_url());
+    // Taken over at T0 + 30 s; the first attempt may run until T0 + 40 s: a 404 now may be a
+    // call still on its way, so the URL is asked again then, and nothing is written.
+    let effects = answer(&mut h, StatusAnswer::NotFound);
+    assert_eq!(effects, ["AskToolStatus(write_local)"]);
+    assert_eq!(
+        h.pending_status.as_ref().map(|q| q.delay_millis),
+        Some(10_000)
+    );
+    assert_eq!(h.tool_calls.len(), 1);
+    h.advance(10);
     let before = h.run.status.clone();
     let effects = answer(&mut h, StatusAnswer::NotFound);
+    assert_eq!(effects, ["WriteStatus", "CallTool(write_local#2)"]);
     let resumed = kube_events(&before, &h.run.status);
     assert_eq!(resumed[0].reason, "Resumed");
     assert_eq!(
@@ -126,13 +137,12 @@ fn not_found_sends_the_call_once_more_with_the_same_key_saying_why() {
         "the run resumed after interruption: step 0 is sent again with the same \
          Idempotency-Key, as its tool allows"
     );
-    assert_eq!(effects, ["WriteStatus", "CallTool(write_local#2)"]);
     let (first, again) = (&h.tool_calls[0], &h.tool_calls[1]);
     assert_eq!(again.idempotency_key, first.idempotency_key);
     assert_eq!(again.args, first.args);
     assert_eq!(
         again.delay_millis, 0,
-        "it never arrived: nothing to wait out"
+        "the first attempt has ended: nothing to wait out"
     );
     assert_eq!(
         h.last_event("step.tool_started")["resent"],
@@ -144,6 +154,54 @@ fn not_found_sends_the_call_once_more_with_the_same_key_saying_why() {
     );
     h.result("b", json!({"ok": true}));
     assert_eq!(h.steps()[0].status, StepStatus::Done);
+}
+
+#[test]
+fn a_second_404_after_a_re_send_is_not_trusted() {
+    let (mut h, _) = taken_over(status_url());
+    h.advance(10);
+    answer(&mut h, StatusAnswer::NotFound);
+    assert_eq!(h.tool_calls.len(), 2, "sent again once");
+    // The holder dies with the re-sent call in flight; the next taker hears 404 again.
+    h.pending_tool = None;
+    h.expire_lease();
+    h.reconcile("c");
+    h.advance(10);
+    let query = h.pending_status.take().expect("asked again");
+    let effects = kinds(&h.step(
+        "c",
+        Input::ToolStatusAnswered {
+            step: query.step,
+            answer: StatusAnswer::NotFound,
+        },
+    ));
+    assert_eq!(effects[..2], ["WriteStatus", "CreateApproval(tools-0-1)"]);
+    assert_eq!(h.tool_calls.len(), 2, "not sent a third time");
+    let said = &h.approval("tools-0-1")["spec"]["presentation"]["statusURL"]["said"];
+    assert_eq!(said["status"], json!(404), "{said}");
+}
+
+#[test]
+fn a_status_url_that_cannot_tell_leaves_it_to_honored_keys_when_the_tool_has_them() {
+    let (mut h, _) = taken_over(json!({
+        "statusURL": "https://tool.example/{key}",
+        "idempotencyKeys": "Honored",
+    }));
+    let effects = answer(
+        &mut h,
+        StatusAnswer::Unsettled {
+            said: json!({"status": 503}),
+        },
+    );
+    assert_eq!(effects, ["WriteStatus", "CallTool(write_local#2)"]);
+    assert!(h.approvals.is_empty());
+    let resent = h.last_event("step.tool_started")["resent"].clone();
+    assert_eq!(resent["by"], json!("idempotencyKeys"));
+    assert_eq!(resent["statusURL"]["said"]["status"], json!(503));
+    assert_eq!(
+        h.tool_calls[1].delay_millis, 10_000,
+        "after the first attempt"
+    );
 }
 
 #[test]
@@ -168,6 +226,7 @@ fn anything_else_pauses_on_the_approval_showing_what_the_status_url_said() {
 #[test]
 fn an_answer_applied_twice_changes_nothing_the_second_time() {
     let (mut h, _) = taken_over(status_url());
+    h.advance(10);
     let query = h.pending_status.clone().expect("asked");
     answer(&mut h, StatusAnswer::NotFound);
     let calls = h.tool_calls.len();

@@ -7,8 +7,8 @@
 //!
 //! Whatever happens: no non-ReadOnly step's tool call is performed twice without a grant in
 //! between or the tool's own word (its status URL said the call never arrived, or it honours
-//! idempotency keys), no attempt starts while an earlier one may still be running unless the
-//! status URL said that one never arrived, a grant executes at most once, no run ends with a step deciding or executing,
+//! idempotency keys), no attempt starts while an earlier one may still be running (a 404 counts
+//! only once the earlier one cannot be), a grant executes at most once, no run ends with a step deciding or executing,
 //! event seqs have no gaps and history is never rewritten, every model attempt is counted once
 //! and closed by an outcome, and the run ends within a bounded number of inputs.
 
@@ -230,6 +230,8 @@ fn play(case: &Case) -> Harness {
         let choice = next();
         if let Some(holder) = alive.clone() {
             if let Some(query) = h.pending_status.take() {
+                // The executor waits before it asks, when told to.
+                h.advance_millis(i64::try_from(query.delay_millis).unwrap_or(0));
                 // The status URL answers at random, or the executor dies asking.
                 let answer = match choice % 6 {
                     0 if crashes < MAX_CRASHES => {
@@ -527,10 +529,7 @@ fn check(h: &Harness) {
     // the tool's timeoutSeconds (docs/design.md section 5).
     for (i, later) in h.tool_calls.iter().enumerate() {
         for (j, earlier) in h.tool_calls[..i].iter().enumerate() {
-            if earlier.step != later.step
-                || h.answered.contains(&(earlier.step, earlier.attempt))
-                || h.never_arrived.contains(&(earlier.step, earlier.attempt))
-            {
+            if earlier.step != later.step || h.answered.contains(&(earlier.step, earlier.attempt)) {
                 continue;
             }
             let may_run_until = h.tool_call_times[j].plus_seconds(earlier.tool.timeout_seconds);

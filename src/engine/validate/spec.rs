@@ -224,7 +224,30 @@ fn status_url(out: &mut Problems, field: &str, template: &str) {
         );
         return;
     }
-    check_url(out, field, &filled);
+    if http_url_problem(&filled).is_some() {
+        out.add(
+            field,
+            format!(
+                "{template:?} is not an http or https URL; write one such as \
+                 https://tools.example.com/calls/{{key}}"
+            ),
+        );
+        return;
+    }
+    // The key holds a `/` (sent as %2F): it belongs in the path or the query, never the host.
+    let after_scheme = template.find("://").map_or(0, |at| at + 3);
+    let path_starts = template[after_scheme..]
+        .find(['/', '?'])
+        .map_or(template.len(), |at| after_scheme + at);
+    if template.find("{key}").is_some_and(|at| at < path_starts) {
+        out.add(
+            field,
+            format!(
+                "{template:?} puts {{key}} in the host; put it in the path or the query, as in \
+                 https://tools.example.com/calls/{{key}}"
+            ),
+        );
+    }
 }
 
 fn agent(spec: &AgentRunSpec, out: &mut Problems) {

@@ -2,7 +2,8 @@
 //! (docs/design.md section 5, "a tool that answers by key"): a GET, asked again while the tool
 //! says the call is still running, read into a [`StatusAnswer`].
 //!
-//! - 200 JSON `{"state": "succeeded", "result": ...}` → [`StatusAnswer::Succeeded`];
+//! - 200 JSON `{"state": "succeeded", "result": ...}` → [`StatusAnswer::Succeeded`] (without
+//!   `result`, unsettled);
 //!   `{"state": "failed", "error": ...}` → [`StatusAnswer::Failed`];
 //! - 404 → [`StatusAnswer::NotFound`] (the call never arrived);
 //! - 202, or 200 `{"state": "running"}` → asked again after a backoff (250 ms doubling to 5 s,
@@ -57,9 +58,9 @@ pub async fn ask(client: &reqwest::Client, request: &StatusRequest) -> StatusAns
             return StatusAnswer::Unsettled {
                 said: json!({
                     "error": format!(
-                        "still running after {} questions, when the tool's timeoutSeconds ({} s) ran out",
-                        asked,
-                        request.timeout.as_secs()
+                        "still running when the tool's timeoutSeconds ({} s) ran out, asked {} time(s)",
+                        request.timeout.as_secs(),
+                        asked
                     ),
                 }),
             };
@@ -130,18 +131,32 @@ async fn ask_once(client: &reqwest::Client, request: &StatusRequest, left: Durat
         404 => Once::Settled(StatusAnswer::NotFound),
         202 => Once::Running { retry_after },
         200 => {
-            let Ok(body) = serde_json::from_slice::<Value>(&bytes) else {
-                return unsettled(json!({"status": status, "body": shown(), "error": "not JSON"}));
+            let body = match serde_json::from_slice::<Value>(&bytes) {
+                Ok(body) => body,
+                Err(err) => {
+                    return unsettled(json!({
+                        "status": status,
+                        "body": shown(),
+                        "error": format!("not usable JSON: {err}"),
+                    }))
+                }
             };
-            let field = |name: &str| body.get(name).cloned().unwrap_or(Value::Null);
-            match body.get("state").and_then(Value::as_str) {
-                Some("succeeded") => Once::Settled(StatusAnswer::Succeeded {
-                    result: field("result"),
+            match (
+                body.get("state").and_then(Value::as_str),
+                body.get("result"),
+            ) {
+                (Some("succeeded"), Some(result)) => Once::Settled(StatusAnswer::Succeeded {
+                    result: result.clone(),
                 }),
-                Some("failed") => Once::Settled(StatusAnswer::Failed {
-                    error: field("error"),
+                (Some("succeeded"), None) => unsettled(json!({
+                    "status": status,
+                    "body": shown(),
+                    "error": "state is succeeded but there is no result",
+                })),
+                (Some("failed"), _) => Once::Settled(StatusAnswer::Failed {
+                    error: body.get("error").cloned().unwrap_or(Value::Null),
                 }),
-                Some("running") => Once::Running { retry_after },
+                (Some("running"), _) => Once::Running { retry_after },
                 _ => unsettled(json!({
                     "status": status,
                     "body": shown(),

@@ -401,10 +401,20 @@ async fn a_status_url_answers_read_as_the_contract_says() {
         (
             (StatusCode::OK, "not json".into()),
             crate::engine::StatusAnswer::Unsettled {
-                said: json!({"status": 200, "body": "not json", "error": "not JSON"}),
+                said: json!({"status": 200, "body": "not json", "error": "not usable JSON: expected ident at line 1 column 2"}),
             },
         ),
     ];
+    let cases = cases.into_iter().chain([(
+        (StatusCode::OK, json!({"state": "succeeded"}).to_string()),
+        crate::engine::StatusAnswer::Unsettled {
+            said: json!({
+                "status": 200,
+                "body": "{\"state\":\"succeeded\"}",
+                "error": "state is succeeded but there is no result",
+            }),
+        },
+    )]);
     for (last, expected) in cases {
         let (addr, _) = status_server(0, last).await;
         let answer = status::ask(&client, &status_request(addr, Duration::from_secs(5))).await;

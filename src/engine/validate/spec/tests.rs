@@ -324,7 +324,11 @@ fn a_status_url_names_the_key_as_its_one_placeholder_and_is_http() {
     for (bad, says) in [
         ("https://tool.example/calls", "has no {key}"),
         ("https://tool.example/{run}/{key}", "only placeholder"),
-        ("ftp://tool.example/{key}", "https://"),
+        (
+            "ftp://tool.example/{key}",
+            "https://tools.example.com/calls/{key}",
+        ),
+        ("http://{key}.tool.example/status", "in the host"),
     ] {
         let mut s = good();
         s.tools[0].http.as_mut().expect("http").reconcile =
