@@ -41,9 +41,24 @@ impl SecretSource for ApiSecrets<'_> {
     }
 }
 
+/// What every request to an `http` tool carries besides its own: the tool's headers (Secret
+/// values read now, with their owner's consent), `Agentrt-Run` (`namespace/name`) and
+/// `Agentrt-Holder`. Errs with why a header cannot be resolved (naming the Secret, never a
+/// value).
+async fn http_context(
+    ctx: &Context,
+    state: &RunState,
+    spec: &crate::api::HttpTool,
+) -> Result<(Vec<(String, String)>, String, String), String> {
+    let snapshot = &state.run.snapshot;
+    let headers =
+        http::resolve_headers(spec, &snapshot.namespace, &ApiSecrets::of(ctx, state)).await?;
+    let run = format!("{}/{}", snapshot.namespace, snapshot.name);
+    Ok((headers, run, ctx.settings.holder.as_str().to_string()))
+}
+
 /// Performs one tool call (its `step.tool_started` write landed) and says how it ended.
 pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolOutcome {
-    let snapshot = &state.run.snapshot;
     if call.tool.mcp.is_some() {
         return mcp::call_mcp_tool(ctx, state, call).await;
     }
@@ -58,25 +73,24 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
             duration_ms: 0,
         };
     };
-    let headers =
-        match http::resolve_headers(spec, &snapshot.namespace, &ApiSecrets::of(ctx, state)).await {
-            Ok(headers) => headers,
-            Err(err) => {
-                return ToolOutcome::Error {
-                    failure: crate::api::ToolFailure::HeaderUnavailable,
-                    status: None,
-                    content: serde_json::json!(err),
-                    duration_ms: 0,
-                }
+    let (headers, run, holder) = match http_context(ctx, state, spec).await {
+        Ok(context) => context,
+        Err(err) => {
+            return ToolOutcome::Error {
+                failure: crate::api::ToolFailure::HeaderUnavailable,
+                status: None,
+                content: serde_json::json!(err),
+                duration_ms: 0,
             }
-        };
+        }
+    };
     let request = HttpCall {
         url: spec.url.clone(),
         args: call.args.clone(),
         idempotency_key: call.idempotency_key.clone(),
         attempt: call.attempt,
-        run: format!("{}/{}", snapshot.namespace, snapshot.name),
-        holder: ctx.settings.holder.as_str().to_string(),
+        run,
+        holder,
         headers,
         timeout: Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1)),
     };
@@ -97,26 +111,24 @@ pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolO
 /// now, with consent as for a call), asked again while it says running, within the query's
 /// timeout. A header that cannot be resolved is an unsettled answer saying so.
 pub async fn ask_status(ctx: &Context, state: &RunState, query: StatusQuery) -> StatusAnswer {
-    let snapshot = &state.run.snapshot;
     let Some(spec) = query.tool.http.as_ref() else {
         return StatusAnswer::Unsettled {
             said: serde_json::json!({"error": format!("tool {} is not an http tool", query.tool.name)}),
         };
     };
-    let headers =
-        match http::resolve_headers(spec, &snapshot.namespace, &ApiSecrets::of(ctx, state)).await {
-            Ok(headers) => headers,
-            Err(err) => {
-                return StatusAnswer::Unsettled {
-                    said: serde_json::json!({"error": err}),
-                }
+    let (headers, run, holder) = match http_context(ctx, state, spec).await {
+        Ok(context) => context,
+        Err(err) => {
+            return StatusAnswer::Unsettled {
+                said: serde_json::json!({"error": err}),
             }
-        };
+        }
+    };
     let request = http::status::StatusRequest {
         url: query.url,
         idempotency_key: query.idempotency_key,
-        run: format!("{}/{}", snapshot.namespace, snapshot.name),
-        holder: ctx.settings.holder.as_str().to_string(),
+        run,
+        holder,
         headers,
         timeout: Duration::from_millis(query.timeout_millis),
     };

@@ -7,7 +7,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -17,7 +16,50 @@ use crate::api::AgentRun;
 mod fresh;
 
 use fresh::FRESH_BYTES;
+
+/// `impl kube::Resource for $watched` with `$kind`'s group, version, kind and plural, known at
+/// compile time, and the object's own `metadata`: a watched object of a kind the controller
+/// owns ([`WatchedRun`], `watches::approvals::WatchedApproval`).
+macro_rules! resource_as {
+    ($watched:ty, $kind:ty) => {
+        impl kube::Resource for $watched {
+            type DynamicType = ();
+            type Scope = kube::core::NamespaceResourceScope;
+
+            fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::group(dt)
+            }
+
+            fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::version(dt)
+            }
+
+            fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::kind(dt)
+            }
+
+            fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::plural(dt)
+            }
+
+            fn api_version(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::api_version(dt)
+            }
+
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
 pub use fresh::{FreshRun, FRESH_BUDGET_BYTES, FRESH_OTHERS_BYTES};
+pub(crate) use resource_as;
 
 /// What a replica keeps of a watched AgentRun: its metadata and the status fields that wake it
 /// or that the metrics count. The record (the steps, the journal) is skipped while parsing,
@@ -424,42 +466,11 @@ pub struct WatchedLease {
     pub holder: Option<String>,
 }
 
-/// The AgentRun's own group, version, kind and plural, known at compile time: a watched run's
-/// keys ([`kube::runtime::reflector::ObjectRef`], held by the store, the Controller's queue and its scheduler) then carry
-/// no copy of an [`kube::api::ApiResource`] (five strings) each, which at 100,000 watched runs is most of
-/// what a replica holds per run (issue 15).
-impl Resource for WatchedRun {
-    type DynamicType = ();
-    type Scope = kube::core::NamespaceResourceScope;
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        AgentRun::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        AgentRun::version(dt)
-    }
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        AgentRun::kind(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        AgentRun::plural(dt)
-    }
-
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        AgentRun::api_version(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+// The AgentRun's own group, version, kind and plural, known at compile time: a watched run's
+// keys ([`kube::runtime::reflector::ObjectRef`], held by the store, the Controller's queue and its scheduler) then carry
+// no copy of an [`kube::api::ApiResource`] (five strings) each, which at 100,000 watched runs is most of
+// what a replica holds per run (issue 15).
+resource_as!(WatchedRun, AgentRun);
 
 /// The metadata fields a replica reads of a watched run (and kube-runtime's keys: name,
 /// namespace, uid, resourceVersion); labels, annotations, managedFields, ownerReferences and

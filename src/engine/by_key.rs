@@ -25,14 +25,29 @@ use super::outcome;
 use super::record::Txn;
 use super::takeover::{self, first_attempt, idempotency_key};
 use super::{EngineError, ExternalCall, StatusAnswer, StatusQuery};
-use crate::api::{EventType, IdempotencyKeys, ObservationKind, StepIndex, StepStatus, ToolFailure};
+use crate::api::{
+    EventType, HttpReconcile, IdempotencyKeys, StepIndex, StepStatus, ToolFailure, ToolSpec,
+};
+
+/// Everything but RFC 3986's unreserved characters is percent-encoded in the key, so that the
+/// key (`<uid>/<step>`) is one path segment or query value.
+const KEY_ENCODED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The tool's `spec.tools[].http.reconcile`, when it has one.
+fn reconcile_of(tool: &ToolSpec) -> Option<&HttpReconcile> {
+    tool.http.as_ref()?.reconcile.as_ref()
+}
 
 /// How the interrupted step `index` is settled by its tool, if it can be: `None` when the step
 /// was not executing an `http` tool with `reconcile` (or its call no longer checks: the usual
 /// path says so).
 pub(crate) fn resume(txn: &mut Txn, index: usize) -> Option<Flow> {
     let (tool, args) = reconcilable(txn, index)?;
-    let reconcile = txn.run.spec.tools[tool].http.as_ref()?.reconcile.clone()?;
+    let reconcile = reconcile_of(&txn.run.spec.tools[tool])?;
     if reconcile.status_url.is_some() {
         ask_status(txn, index, tool, 0);
         return Some(Flow::Halt);
@@ -46,16 +61,12 @@ pub(crate) fn resume(txn: &mut Txn, index: usize) -> Option<Flow> {
 /// Asks step `index`'s status URL (tool `tool`), after `delay_millis`.
 fn ask_status(txn: &mut Txn, index: usize, tool: usize, delay_millis: u64) {
     let spec_tool = &txn.run.spec.tools[tool];
-    let Some(template) = spec_tool
-        .http
-        .as_ref()
-        .and_then(|h| h.reconcile.as_ref())
-        .and_then(|r| r.status_url.as_ref())
-    else {
+    let Some(template) = reconcile_of(spec_tool).and_then(|r| r.status_url.as_ref()) else {
         return;
     };
     let key = idempotency_key(txn, index);
-    let url = template.replace("{key}", &percent_encode(&key));
+    let encoded = percent_encoding::utf8_percent_encode(&key, KEY_ENCODED).to_string();
+    let url = template.replace("{key}", &encoded);
     let timeout_millis = u64::try_from(spec_tool.timeout_seconds.max(1))
         .unwrap_or(1)
         .saturating_mul(1000);
@@ -113,7 +124,7 @@ fn reconcilable(txn: &Txn, index: usize) -> Option<(usize, Value)> {
     }
     let decision = step.decision.as_ref()?;
     let (tool, args) = check_call(txn, decision).ok()?;
-    txn.run.spec.tools[tool].http.as_ref()?.reconcile.as_ref()?;
+    reconcile_of(&txn.run.spec.tools[tool])?;
     Some((tool, args))
 }
 
@@ -137,12 +148,8 @@ pub(crate) fn answered(
         return Ok(());
     };
     let spec_tool = txn.run.spec.tools[tool].clone();
-    let template = spec_tool
-        .http
-        .as_ref()
-        .and_then(|h| h.reconcile.as_ref())
-        .and_then(|r| r.status_url.clone());
-    let attempt = txn.status.steps[index].attempts;
+    let template = reconcile_of(&spec_tool).and_then(|r| r.status_url.clone());
+    let first_may_still_run = until_first_attempt_ended(txn, index);
     let flow = match answer {
         StatusAnswer::Succeeded { result } => {
             let settled_by = json!({"statusURL": template, "state": "succeeded"});
@@ -156,27 +163,14 @@ pub(crate) fn answered(
                 spec_tool.name,
                 failure.as_str()
             );
-            let observation =
-                outcome::tool_observation(txn, ObservationKind::ToolError, error, Some(headline));
-            txn.event(
-                EventType::StepToolFinished,
-                Some(step),
-                json!({
-                    "tool": spec_tool.name,
-                    "attempt": attempt,
-                    "error": {"failure": failure, "status": null},
-                    "settledBy": {"statusURL": template, "state": "failed"},
-                    "contentHash": observation.content_hash,
-                }),
-            );
-            txn.fail_step(index, observation);
+            let settled_by = json!({"statusURL": template, "state": "failed"});
+            outcome::settled_error(txn, index, &spec_tool, settled_by, failure, error, headline);
             Flow::Continue
         }
         // A 404 while the first attempt may still be on its way proves nothing: asked again
         // once it can no longer be running. Then it never arrived, and is sent again, once.
-        StatusAnswer::NotFound if until_first_attempt_ended(txn, index) > 0 => {
-            let wait = until_first_attempt_ended(txn, index);
-            ask_status(txn, index, tool, wait);
+        StatusAnswer::NotFound if first_may_still_run > 0 => {
+            ask_status(txn, index, tool, first_may_still_run);
             Flow::Halt
         }
         StatusAnswer::NotFound if resent_after_404(txn, index) => {
@@ -214,11 +208,7 @@ pub(crate) fn answered(
 /// The status URL could not tell: honoured keys send the call again by its key; otherwise the
 /// hook or a person is asked, seeing what it said (`status_url`: {url, said}).
 fn unsettled(txn: &mut Txn, index: usize, tool: usize, args: Value, status_url: Value) -> Flow {
-    let honored = txn.run.spec.tools[tool]
-        .http
-        .as_ref()
-        .and_then(|h| h.reconcile.as_ref())
-        .and_then(|r| r.idempotency_keys)
+    let honored = reconcile_of(&txn.run.spec.tools[tool]).and_then(|r| r.idempotency_keys)
         == Some(IdempotencyKeys::Honored);
     if honored {
         return send_by_key(txn, index, tool, args, Some(status_url));
@@ -244,29 +234,15 @@ fn send_again(
     super::calls::start_tool_again(txn, index, tool, args, why, delay_millis)
 }
 
-/// RFC 3986 percent-encoding of everything but the unreserved characters, so that the key
-/// (`<uid>/<step>`) is one path segment or query value.
-fn percent_encode(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len() * 3);
-    for byte in raw.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::percent_encode;
+    use super::KEY_ENCODED;
 
     #[test]
     fn the_key_is_one_path_segment() {
         assert_eq!(
-            percent_encode("0b6f-9a/3 x"),
-            "0b6f-9a%2F3%20x",
+            percent_encoding::utf8_percent_encode("0b6f-9a/3 x_~.", KEY_ENCODED).to_string(),
+            "0b6f-9a%2F3%20x_~.",
             "a slash or a space in the key must not reach the URL raw"
         );
     }

@@ -166,6 +166,35 @@ pub(crate) fn settled_result(
     }
 }
 
+/// Records `content` as step `index`'s tool error without the tool answering it now (a status
+/// URL's `failed`; docs/design.md section 5): a `tool_error` observation headed `headline`,
+/// `step.tool_finished` {tool, attempt, error {failure}, settledBy, contentHash}, the step
+/// failed.
+pub(crate) fn settled_error(
+    txn: &mut Txn,
+    index: usize,
+    tool: &crate::api::ToolSpec,
+    settled_by: Value,
+    failure: crate::api::ToolFailure,
+    content: Value,
+    headline: String,
+) {
+    let attempt = txn.status.steps[index].attempts;
+    let observation = observe(txn, ObservationKind::ToolError, content, Some(headline));
+    txn.event(
+        EventType::StepToolFinished,
+        Some(txn.index_at(index)),
+        json!({
+            "tool": tool.name,
+            "attempt": attempt,
+            "error": {"failure": failure, "status": null},
+            "settledBy": settled_by,
+            "contentHash": observation.content_hash,
+        }),
+    );
+    txn.fail_step(index, observation);
+}
+
 /// docs/behaviours.md 44: the outcome of a tool that returned after its run ended is appended as
 /// `step.tool_finished` {late: true, observation}; the run and the step keep what they are.
 pub(crate) fn late(
@@ -252,18 +281,6 @@ fn tool_name(txn: &Txn, index: usize) -> String {
         .as_ref()
         .and_then(|d| d.tool.clone())
         .unwrap_or_default()
-}
-
-/// An observation of `kind` over a tool's `content`, bounded to the per-step budget (its size
-/// and hash kept), as a tool's answer is recorded; also a person's `TookEffect` result
-/// ([`super::grants::settle`]).
-pub(crate) fn tool_observation(
-    txn: &Txn,
-    kind: ObservationKind,
-    content: Value,
-    headline: Option<String>,
-) -> Observation {
-    observe(txn, kind, content, headline)
 }
 
 /// An observation of tool content, cut to the per-step budget (docs/behaviours.md 50).

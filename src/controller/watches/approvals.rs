@@ -145,40 +145,9 @@ impl WatchedApproval {
     }
 }
 
-/// The Approval's own group, version, kind and plural, known at compile time (as
-/// [`super::WatchedRun`]'s).
-impl Resource for WatchedApproval {
-    type DynamicType = ();
-    type Scope = kube::core::NamespaceResourceScope;
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        Approval::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        Approval::version(dt)
-    }
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Approval::kind(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Approval::plural(dt)
-    }
-
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        Approval::api_version(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+// The Approval's own group, version, kind and plural, known at compile time (as
+// [`super::WatchedRun`]'s).
+crate::controller::watched::resource_as!(WatchedApproval, Approval);
 
 /// The Approvals this replica has reported set aside, by uid and resourceVersion, so a relist
 /// or a resync does not report one again (at most [`SetAside::REMEMBERED`]; then it starts
