@@ -471,7 +471,14 @@ impl Driver<'_> {
                 _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
             }
         }
-        if !may_start(ctx, lease, stop) {
+        // A tool call sent now has its start on the record already (the engine records
+        // `step.tool_started` before the call and records no start once draining): a shutdown
+        // that began in between does not hold it back, as it would not hold back a call
+        // already in flight; the graceful shutdown waits for its outcome (docs/design.md
+        // section 5, "graceful shutdown"). Not sending it would leave a start that no call
+        // made, and the next holder would ask a person about it.
+        let recorded_start = matches!(&call, ExternalCall::Tool(_)) && delay == 0;
+        if !may_start(ctx, lease, stop, !recorded_start) {
             return stopped_or_lost(lease);
         }
         let state = &self.state;
@@ -602,9 +609,15 @@ async fn reread(ctx: &Context, key: &RunKey) -> Option<RunState> {
 }
 
 /// The check before each side effect: the lease is held and unexpired by this replica's own
-/// monotonic clock (minus the skew margin), and shutdown has not begun.
-fn may_start(ctx: &Context, lease: &LeaseCell, stop: &CancellationToken) -> bool {
-    if ctx.executors.shutdown.is_cancelled() || stop.is_cancelled() {
+/// monotonic clock (minus the skew margin), the run's executor was not stopped, and (when
+/// `refuse_draining`) shutdown has not begun.
+fn may_start(
+    ctx: &Context,
+    lease: &LeaseCell,
+    stop: &CancellationToken,
+    refuse_draining: bool,
+) -> bool {
+    if (refuse_draining && ctx.executors.shutdown.is_cancelled()) || stop.is_cancelled() {
         return false;
     }
     if lease.may_start_side_effect(ctx.settings.skew_margin) {

@@ -12,6 +12,9 @@ use super::cluster::{ApiError, ClusterApi, Landed, RunError, StoredRun, RUN_UID_
 use crate::api::SecretKeyRef;
 use crate::engine::ApprovalSnapshot;
 
+/// A test's callback on a run status that landed.
+pub type AfterWrite = Box<dyn Fn(&Value) + Send>;
+
 #[derive(Default)]
 pub struct State {
     pub version: u64,
@@ -32,6 +35,9 @@ pub struct State {
     pub run_reads: u64,
     /// Lease creates sent (`create_lease`), whatever their outcome.
     pub lease_creates: u64,
+    /// Called with each run status that lands, after it is stored (a test's way to act at
+    /// the moment a given record is written).
+    pub after_status_write: Option<AfterWrite>,
 }
 
 #[derive(Default)]
@@ -159,6 +165,9 @@ impl ClusterApi for FakeApi {
         state.status_writes += 1;
         object["metadata"]["resourceVersion"] = Value::String(state.version.to_string());
         state.runs.insert(key, object.clone());
+        if let Some(after) = &state.after_status_write {
+            after(status);
+        }
         // Answered as the API server answers: the object's text, read as the client reads it.
         let text = serde_json::to_string(&object).expect("a stored run encodes");
         Ok(run.landed(&text, status)?)

@@ -278,6 +278,41 @@ async fn observe_wins_the_lease_and_an_executor_runs_the_tool_once() {
 }
 
 #[tokio::test]
+async fn a_shutdown_after_the_start_is_recorded_still_sends_the_call_and_records_it() {
+    // SIGTERM arrives between the `step.tool_started` write and the call (seen in an
+    // eviction): the start is on the record, so the call goes out and its outcome is recorded
+    // before the Lease is released; not sending it would leave a start no call made, and the
+    // next holder would ask a person (docs/design.md section 9, "In a Pod").
+    let tool = tool(Duration::from_millis(200)).await;
+    let api = Arc::new(FakeApi::with_run(run_with_tool("sigterm", tool.addr, 3)));
+    let ctx = context(api.clone(), "a", 500);
+    let shutdown = ctx.executors.shutdown.clone();
+    api.state.lock().unwrap().after_status_write = Some(Box::new(move |status: &Value| {
+        let started = status["events"]
+            .as_array()
+            .is_some_and(|events| events.iter().any(|e| e["type"] == "step.tool_started"));
+        if started {
+            shutdown.cancel();
+        }
+    }));
+    observe(&ctx, &key("sigterm"), None).await.unwrap();
+    until_idle(&ctx).await;
+    assert!(ctx.executors.shutdown.is_cancelled(), "the shutdown began");
+    assert_eq!(
+        tool.calls.load(Ordering::SeqCst),
+        1,
+        "the recorded start was sent"
+    );
+    assert_eq!(
+        seen("sigterm"),
+        ["observe", "lease_acquired", "tool_finished"]
+    );
+    let run = api.run("ns", "sigterm");
+    assert_eq!(run["status"]["phase"], "Completed", "{}", run["status"]);
+    assert_eq!(run["status"]["result"], json!({"got": {"n": 1}}));
+}
+
+#[tokio::test]
 async fn a_conflicting_write_is_decided_again_never_retried_blind() {
     let tool = tool(Duration::ZERO).await;
     let api = Arc::new(FakeApi::with_run(run_with_tool("conflict", tool.addr, 3)));
