@@ -324,6 +324,11 @@ pub struct ToolSpec {
     // Boxed so that a tool spec stays small inside the engine's calls; the shape is the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Box<super::mcp::McpTool>>,
+    /// The executor: run each call as a Kubernetes Job in the run's namespace
+    /// (docs/design.md section 6, "Job tools"). Needs a cluster with nodes.
+    // Boxed, as `mcp` is: the pod template is large.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<Box<super::job::JobTool>>,
 }
 
 fn default_tool_timeout_seconds() -> i64 {

@@ -15,6 +15,7 @@
 mod admin_policy;
 mod agentrun;
 mod approval;
+mod job;
 mod mcp;
 mod reference;
 mod schema;
@@ -27,6 +28,7 @@ pub mod vocab;
 pub use admin_policy::*;
 pub use agentrun::*;
 pub use approval::*;
+pub use job::*;
 pub use mcp::*;
 pub use reference::reference_markdown;
 pub use segment::*;

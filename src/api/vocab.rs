@@ -273,6 +273,10 @@ pub enum EventType {
     StepPolicy,
     #[serde(rename = "step.tool_started")]
     StepToolStarted,
+    /// A `job` tool's Job was created (or found after a takeover) for an attempt: {job, uid,
+    /// attempt} (docs/design.md section 6, "Job tools").
+    #[serde(rename = "step.job_created")]
+    StepJobCreated,
     #[serde(rename = "step.tool_finished")]
     StepToolFinished,
     #[serde(rename = "step.failed")]
@@ -343,11 +347,14 @@ pub enum ToolFailure {
     ToolReportedError,
     /// The MCP server answered `tools/call` with a JSON-RPC error {code, message}.
     McpError,
+    /// A `job` tool's Job failed (its condition and the container's termination message
+    /// kept), or was deleted because the run was cancelled (`onCancel: Delete`).
+    JobFailed,
 }
 
 impl ToolFailure {
     /// Every value, in the order above.
-    pub const ALL: [ToolFailure; 12] = [
+    pub const ALL: [ToolFailure; 13] = [
         ToolFailure::HttpStatus,
         ToolFailure::InvalidContent,
         ToolFailure::ConnectionRefused,
@@ -360,6 +367,7 @@ impl ToolFailure {
         ToolFailure::DefinitionChanged,
         ToolFailure::ToolReportedError,
         ToolFailure::McpError,
+        ToolFailure::JobFailed,
     ];
 
     /// The spelling in the record (`http_status`, ...).
@@ -377,6 +385,7 @@ impl ToolFailure {
             ToolFailure::DefinitionChanged => "definition_changed",
             ToolFailure::ToolReportedError => "tool_reported_error",
             ToolFailure::McpError => "mcp_error",
+            ToolFailure::JobFailed => "job_failed",
         }
     }
 

@@ -3,6 +3,7 @@
 //! reconcile hook, the model; an MCP server's listing and `tools/call` in `mcp`. Each returns how the call ended, as the engine's next input wants it; none
 //! writes the record or decides what happens next.
 
+pub mod job;
 mod mcp;
 
 use std::time::Duration;

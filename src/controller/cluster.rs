@@ -289,6 +289,30 @@ pub trait ClusterApi: Send + Sync + 'static {
         uid: &str,
         resource_version: &str,
     ) -> Result<(), ApiError>;
+    /// CREATE a Job (whole object) and return it as stored (with its `uid`);
+    /// [`ApiError::Conflict`] when one of that name exists (docs/design.md section 6, "Job
+    /// tools").
+    async fn create_job(&self, namespace: &str, job: &Value) -> Result<Value, ApiError>;
+    /// GET the Job named `name` (whole object); `None` when absent.
+    async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<Value>, ApiError>;
+    /// Merge-patch the Job named `name` with `patch` (a finalizer list carrying
+    /// `metadata.resourceVersion` applies only to the Job as read: [`ApiError::Conflict`]).
+    async fn patch_job(&self, namespace: &str, name: &str, patch: &Value) -> Result<(), ApiError>;
+    /// DELETE the Job named `name` with foreground propagation (its Pods go first).
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), ApiError>;
+    /// LIST the Jobs of the run with uid `run_uid` (label `agentrt.dev/run-uid`).
+    async fn list_jobs(&self, namespace: &str, run_uid: &str) -> Result<Vec<Value>, ApiError>;
+    /// LIST the Pods the Job with uid `job_uid` created (label
+    /// `batch.kubernetes.io/controller-uid`).
+    async fn list_job_pods(&self, namespace: &str, job_uid: &str) -> Result<Vec<Value>, ApiError>;
+    /// The last `limit_bytes` bytes of the log of `container` of the Pod `pod`, as text.
+    async fn pod_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        limit_bytes: i64,
+    ) -> Result<String, ApiError>;
     /// The value of one Secret key, as text, for run `run` of `namespace`: only when the Secret
     /// consents to that run (`tools::consent::check`, docs/design.md section 6 "Secrets"),
     /// checked on the object just read.

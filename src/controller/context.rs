@@ -48,6 +48,10 @@ pub struct Settings {
     /// The admin policies (`AgentPolicy`, `ClusterAgentPolicy`) this replica watches, handed to
     /// the engine with each call ([`super::admin_policy`]; none in [`Settings::new`]).
     pub admin_policies: super::admin_policy::AdminPolicyView,
+    /// Whether the cluster runs Pods: `false` under `agentrt dev`, whose embedded API server
+    /// has no nodes, so that a `job` tool's call fails at once saying so (docs/design.md
+    /// section 6, "Job tools").
+    pub runs_pods: bool,
 }
 
 impl Settings {
@@ -63,6 +67,7 @@ impl Settings {
             skew_margin: Duration::from_millis(500),
             budgets: Budgets::default(),
             admin_policies: super::admin_policy::AdminPolicyView::none(),
+            runs_pods: true,
         }
     }
 }

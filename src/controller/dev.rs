@@ -156,7 +156,8 @@ pub async fn start(
         tokio::spawn(async {})
     } else {
         let client = client.clone();
-        let options = args.controller.clone();
+        let mut options = args.controller.clone();
+        options.no_pods = true;
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             if let Err(err) = super::run_with_client(client, Vec::new(), options, shutdown).await {

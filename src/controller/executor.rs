@@ -23,6 +23,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+mod gate;
+
 use super::calls::{call_agent, call_hook, call_model, call_tool};
 use super::cluster::{RunKey, RunState, Written};
 use super::context::Context;
@@ -31,6 +33,7 @@ use super::lease::{HeldLease, LeaseCell};
 use super::segments::SegmentCache;
 use super::trace;
 use super::writes::MAX_CONFLICTS;
+use gate::{lost, may_start, stopped_or_lost};
 use serde_json::Value;
 
 use crate::api::AgentRunSegmentSpec;
@@ -226,6 +229,10 @@ struct Driver<'a> {
     regained: bool,
     /// The renewal tasks started for a lease won back, awaited when the executor stops.
     won_back: Vec<tokio::task::JoinHandle<()>>,
+    /// The Job whose outcome the pending [`Input::ToolFinished`] carries: released (its
+    /// finalizer removed) once the write recording it landed (docs/design.md section 6, "Job
+    /// tools").
+    job_outcome: Option<String>,
 }
 
 /// The loop: ask the engine, perform its transition (in the span of the step it works on),
@@ -250,6 +257,7 @@ async fn drive(
         segments: SegmentCache::default(),
         regained: false,
         won_back: Vec::new(),
+        job_outcome: None,
     };
     drive_with(&mut driver, input).await;
     let phase = driver.state.run.snapshot.status["phase"]
@@ -318,6 +326,18 @@ impl Driver<'_> {
                 return flow;
             }
         }
+        match input {
+            Input::ToolFinished { .. } => {
+                if let Some(name) = self.job_outcome.take() {
+                    super::calls::job::release(self.ctx, &self.key.namespace, &name).await;
+                }
+            }
+            // A holder that stopped before releasing its Jobs left them held.
+            Input::LeaseAcquired { .. } => {
+                super::calls::job::release_settled(self.ctx, &self.state).await;
+            }
+            _ => {}
+        }
         for item in bookkeeping {
             match item {
                 Bookkeeping::Approval(write) => {
@@ -330,6 +350,7 @@ impl Driver<'_> {
                             .release(self.ctx.api.as_ref(), &self.ctx.settings.holder)
                             .await;
                     } else {
+                        super::calls::job::release_settled(self.ctx, &self.state).await;
                         self.lease
                             .delete_ended(self.ctx.api.as_ref(), &self.ctx.settings.holder)
                             .await;
@@ -477,12 +498,52 @@ impl Driver<'_> {
         // already in flight; the graceful shutdown waits for its outcome (docs/design.md
         // section 5, "graceful shutdown"). Not sending it would leave a start that no call
         // made, and the next holder would ask a person about it.
-        let recorded_start = matches!(&call, ExternalCall::Tool(_)) && delay == 0;
+        // A Job tool's call is not held to this: the next holder reads the Job by its name and
+        // creates it when absent, so no start is left for a person.
+        let recorded_start =
+            matches!(&call, ExternalCall::Tool(c) if c.job.is_none()) && delay == 0;
         if !may_start(ctx, lease, stop, !recorded_start) {
             return stopped_or_lost(lease);
         }
         let state = &self.state;
         let next = match call {
+            ExternalCall::Tool(call) if call.job.is_some() => {
+                let (step, attempt) = (call.step, call.attempt);
+                let stage = call.job.unwrap_or(crate::engine::JobStage::Create);
+                let tool = call.tool.name.clone();
+                let started = std::time::Instant::now();
+                // The Job runs on its own: stopping, shutting down or losing the lease stops
+                // only the waiting (the next holder reads the Job).
+                let done = tokio::select! {
+                    done = super::calls::job::call_job(ctx, state, &call, stage)
+                        .instrument(tracing::info_span!("job", step = step.get(), tool = %tool)) => done,
+                    _ = stop.cancelled() => return Flow::Stop,
+                    _ = ctx.executors.shutdown.cancelled() => return Flow::Stop,
+                    _ = lost(lease) => return Flow::Next(Input::LeaseLost),
+                };
+                match done {
+                    super::calls::job::JobStep::Created { name, job } => Input::JobCreated {
+                        step,
+                        attempt,
+                        name,
+                        job,
+                    },
+                    super::calls::job::JobStep::Finished(outcome) => {
+                        ctx.metrics.tool_call(
+                            &tool,
+                            outcome_word(&outcome),
+                            started.elapsed().as_secs_f64(),
+                        );
+                        let uid = &state.run.snapshot.uid;
+                        self.job_outcome = Some(crate::engine::job_name(uid, step, attempt));
+                        Input::ToolFinished {
+                            step,
+                            attempt,
+                            outcome,
+                        }
+                    }
+                }
+            }
             ExternalCall::Tool(call) => {
                 let step = call.step;
                 let attempt = call.attempt;
@@ -606,35 +667,6 @@ async fn reread(ctx: &Context, key: &RunKey) -> Option<RunState> {
         }
     }
     None
-}
-
-/// The check before each side effect: the lease is held and unexpired by this replica's own
-/// monotonic clock (minus the skew margin), the run's executor was not stopped, and (when
-/// `refuse_draining`) shutdown has not begun.
-fn may_start(
-    ctx: &Context,
-    lease: &LeaseCell,
-    stop: &CancellationToken,
-    refuse_draining: bool,
-) -> bool {
-    if (refuse_draining && ctx.executors.shutdown.is_cancelled()) || stop.is_cancelled() {
-        return false;
-    }
-    if lease.may_start_side_effect(ctx.settings.skew_margin) {
-        return true;
-    }
-    tracing::warn!("the lease is lost or expired by this replica's clock; no side effect starts");
-    lease.mark_lost();
-    false
-}
-
-/// After a side effect was not started: tell the engine the lease is lost, or stop (shutdown).
-fn stopped_or_lost(lease: &LeaseCell) -> Flow {
-    if lease.is_lost() {
-        Flow::Next(Input::LeaseLost)
-    } else {
-        Flow::Stop
-    }
 }
 
 fn outcome_word(outcome: &ToolOutcome) -> &'static str {

@@ -38,6 +38,14 @@ pub struct State {
     /// Called with each run status that lands, after it is stored (a test's way to act at
     /// the moment a given record is written).
     pub after_status_write: Option<AfterWrite>,
+    /// Jobs by (namespace, name), as stored.
+    pub jobs: BTreeMap<(String, String), Value>,
+    /// Job creates sent, whatever their outcome.
+    pub job_creates: u64,
+    /// Jobs deleted (names).
+    pub deleted_jobs: Vec<String>,
+    /// Pods, each with its log (a test puts them, as the Job controller and a kubelet would).
+    pub pods: Vec<(Value, String)>,
 }
 
 #[derive(Default)]
@@ -339,6 +347,120 @@ impl ClusterApi for FakeApi {
             state.deleted_leases.insert(key, deleted);
         }
         Ok(())
+    }
+
+    async fn create_job(&self, namespace: &str, job: &Value) -> Result<Value, ApiError> {
+        let mut state = self.state.lock().unwrap();
+        state.job_creates += 1;
+        let name = job["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let key = (namespace.to_string(), name.clone());
+        if state.jobs.contains_key(&key) {
+            return Err(ApiError::Conflict(format!(
+                "jobs.batch {name:?} already exists"
+            )));
+        }
+        state.version += 1;
+        let mut stored = job.clone();
+        stored["metadata"]["namespace"] = Value::String(namespace.to_string());
+        stored["metadata"]["uid"] = Value::String(format!("job-uid-{}", state.version));
+        stored["metadata"]["resourceVersion"] = Value::String(state.version.to_string());
+        state.jobs.insert(key, stored.clone());
+        Ok(stored)
+    }
+
+    async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<Value>, ApiError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .jobs
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
+    }
+
+    async fn patch_job(&self, namespace: &str, name: &str, patch: &Value) -> Result<(), ApiError> {
+        let mut state = self.state.lock().unwrap();
+        state.version += 1;
+        let version = state.version;
+        let Some(job) = state
+            .jobs
+            .get_mut(&(namespace.to_string(), name.to_string()))
+        else {
+            return Err(ApiError::NotFound(format!("jobs.batch {name:?} not found")));
+        };
+        if let Some(expected) = patch.pointer("/metadata/resourceVersion") {
+            if job["metadata"]["resourceVersion"] != *expected {
+                return Err(ApiError::Conflict("the object has been modified".into()));
+            }
+        }
+        json_patch::merge(job, patch);
+        job["metadata"]["resourceVersion"] = Value::String(version.to_string());
+        let finalizers_left = job["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if job["metadata"]["deletionTimestamp"].is_string() && !finalizers_left {
+            state
+                .jobs
+                .remove(&(namespace.to_string(), name.to_string()));
+        }
+        Ok(())
+    }
+
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), ApiError> {
+        let mut state = self.state.lock().unwrap();
+        let key = (namespace.to_string(), name.to_string());
+        let Some(job) = state.jobs.get_mut(&key) else {
+            return Err(ApiError::NotFound(format!("jobs.batch {name:?} not found")));
+        };
+        let held = job["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if held {
+            job["metadata"]["deletionTimestamp"] = Value::String("2026-01-01T00:00:00Z".into());
+        } else {
+            state.jobs.remove(&key);
+        }
+        state.deleted_jobs.push(name.to_string());
+        Ok(())
+    }
+
+    async fn list_jobs(&self, namespace: &str, run_uid: &str) -> Result<Vec<Value>, ApiError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .jobs
+            .iter()
+            .filter(|((ns, _), job)| {
+                ns == namespace && job["metadata"]["labels"][RUN_UID_LABEL] == run_uid
+            })
+            .map(|(_, job)| job.clone())
+            .collect())
+    }
+
+    async fn list_job_pods(&self, namespace: &str, job_uid: &str) -> Result<Vec<Value>, ApiError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .pods
+            .iter()
+            .filter(|(pod, _)| {
+                pod["metadata"]["namespace"] == namespace
+                    && pod["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] == job_uid
+            })
+            .map(|(pod, _)| pod.clone())
+            .collect())
+    }
+
+    async fn pod_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        _container: &str,
+        _limit_bytes: i64,
+    ) -> Result<String, ApiError> {
+        let state = self.state.lock().unwrap();
+        state
+            .pods
+            .iter()
+            .find(|(p, _)| p["metadata"]["namespace"] == namespace && p["metadata"]["name"] == pod)
+            .map(|(_, log)| log.clone())
+            .ok_or_else(|| ApiError::NotFound(format!("pods {pod:?} not found")))
     }
 
     async fn secret_value(

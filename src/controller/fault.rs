@@ -41,11 +41,15 @@ pub enum FaultPoint {
     /// After a sealed segment was created (or found already there), before the status write
     /// that drops its steps (docs/design.md section 4a); its number is the segment's index.
     AfterSegmentCreated,
+    /// After a `job` tool's Job was created, before the write recording `step.job_created`.
+    AfterJobCreated,
+    /// After a `job` tool's Job ended and its outcome was read, before the write recording it.
+    AfterJobFinished,
 }
 
 impl FaultPoint {
     /// Every point, as `AGENTRT_FAULT` names them.
-    pub const ALL: [FaultPoint; 11] = [
+    pub const ALL: [FaultPoint; 13] = [
         FaultPoint::AfterStepStarted,
         FaultPoint::AfterDecided,
         FaultPoint::AfterToolStarted,
@@ -57,6 +61,8 @@ impl FaultPoint {
         FaultPoint::AfterHookAnswered,
         FaultPoint::AfterStatusAnswered,
         FaultPoint::AfterSegmentCreated,
+        FaultPoint::AfterJobCreated,
+        FaultPoint::AfterJobFinished,
     ];
 
     /// The name `AGENTRT_FAULT` uses.
@@ -73,6 +79,8 @@ impl FaultPoint {
             FaultPoint::AfterHookAnswered => "after-hook-answered",
             FaultPoint::AfterStatusAnswered => "after-status-answered",
             FaultPoint::AfterSegmentCreated => "after-segment-created",
+            FaultPoint::AfterJobCreated => "after-job-created",
+            FaultPoint::AfterJobFinished => "after-job-finished",
         }
     }
 

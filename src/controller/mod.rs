@@ -163,6 +163,10 @@ pub struct ControllerOptions {
     /// another replica's Lease is taken over.
     #[arg(long, default_value_t = 500)]
     pub lease_skew_margin_ms: u64,
+    /// Set by `agentrt dev` (whose embedded API server has no nodes): a `job` tool's call fails
+    /// at once saying the cluster runs no Pods.
+    #[arg(skip)]
+    pub no_pods: bool,
     /// How long shutdown waits for tool calls in flight before releasing the leases.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
@@ -229,6 +233,7 @@ impl Default for ControllerOptions {
     fn default() -> Self {
         ControllerOptions {
             holder_id: None,
+            no_pods: false,
             metrics_addr: None,
             webhook_addr: None,
             webhook_cert_dir: std::path::PathBuf::from("/etc/agentrt/webhook"),
@@ -391,6 +396,7 @@ pub async fn run_with_engine(
                 ..crate::engine::Budgets::default()
             },
             admin_policies,
+            runs_pods: !options.no_pods,
             ..Settings::new(holder.clone())
         },
         events: EventSink::start(

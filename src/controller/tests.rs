@@ -119,6 +119,7 @@ fn fake_step(
                     idempotency_key: format!("{}/0", run.uid),
                     pin: None,
                     delay_millis: 0,
+                    job: None,
                 })),
             }
         }
@@ -1338,3 +1339,5 @@ async fn the_watch_lag_is_a_gauge_read_at_each_scrape() {
         .delivered("5", answered + Duration::from_millis(1_500));
     assert_eq!(gauge(&ctx.metrics.encode()), 1.5);
 }
+
+mod jobs;

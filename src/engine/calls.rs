@@ -334,6 +334,7 @@ fn start(
         super::approvals::write_status(txn, &grant.name, status);
     }
     let pin = pin_of(txn, &spec_tool.name, spec_tool.mcp.is_some()).map(Box::new);
+    let job = spec_tool.job.is_some().then_some(super::JobStage::Create);
     txn.call(ExternalCall::Tool(ToolCall {
         step: txn.index_at(index),
         attempt,
@@ -342,6 +343,7 @@ fn start(
         idempotency_key: format!("{}/{}", txn.run.uid, txn.index_at(index)),
         pin,
         delay_millis,
+        job,
     }));
     Flow::Halt
 }

@@ -28,6 +28,38 @@ pub struct ToolCall {
     /// call sent again by its idempotency key after an interruption, which waits out the first
     /// attempt's `mayRunUntil` (docs/design.md section 5, "a tool that answers by key").
     pub delay_millis: u64,
+    /// For a `job` tool, what the executor does with the step's Job ([`JobStage`]); `None` for
+    /// an `http` or `mcp` tool.
+    pub job: Option<JobStage>,
+}
+
+/// What the executor does with a `job` tool's Job (docs/design.md section 6, "Job tools"). The
+/// Job is named [`job_name`] and is the only one of the attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobStage {
+    /// Create the Job (a Job of the name with the run's uid in its labels is adopted, one
+    /// without is a conflict) and say so ([`Input::JobCreated`]).
+    Create,
+    /// Read the Job by its name: present and the run's, wait for its outcome
+    /// ([`Input::ToolFinished`], after [`Input::JobCreated`] when `recorded` is false); absent
+    /// and `recorded` (`step.job_created` is on the record), the outcome is unknown
+    /// ([`ToolOutcome::Unknown`] whose detail starts with [`JOB_GONE`]); absent and not
+    /// recorded, nothing started: create it as [`JobStage::Create`] does. The Job carries a
+    /// finalizer until its outcome is on the record, so a created Job never looks absent.
+    Resume {
+        /// `step.job_created` is on the record for this attempt.
+        recorded: bool,
+    },
+}
+
+/// The start of a [`ToolOutcome::Unknown`] detail saying a Job recorded as created is gone.
+pub const JOB_GONE: &str = "job_gone";
+
+/// The name of the Job of `step`'s attempt `attempt` of the run with uid `uid`:
+/// `agentrt-<uid>-<step>-<attempt>`, at most 63 characters for any uid Kubernetes assigns (36)
+/// and any step and attempt below 10^8 (docs/design.md section 6, "Job tools").
+pub fn job_name(uid: &str, step: StepIndex, attempt: i64) -> String {
+    format!("agentrt-{uid}-{}-{attempt}", step.get())
 }
 
 /// Ask an `http` tool's `reconcile.statusURL` what became of an interrupted call

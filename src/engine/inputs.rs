@@ -352,6 +352,18 @@ pub enum Input {
         /// The answer JSON, or why there is none.
         answer: Result<Value, String>,
     },
+    /// A `job` tool's Job was created, or found ([`super::JobStage`]); `job` is its uid, or
+    /// why a Job of its name is not the run's (a conflict: the run ends `reconcile_conflict`).
+    JobCreated {
+        /// The step.
+        step: StepIndex,
+        /// The attempt the Job runs.
+        attempt: i64,
+        /// The Job's name.
+        name: String,
+        /// The Job's uid, or why the Job of that name cannot be the run's.
+        job: Result<String, String>,
+    },
     /// A tool's status URL answered about an interrupted call ([`super::StatusQuery`]).
     ToolStatusAnswered {
         /// The interrupted step asked about.

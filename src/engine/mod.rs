@@ -84,6 +84,7 @@
 pub mod agent_calls;
 mod approvals;
 pub mod archive;
+mod by_job;
 mod by_key;
 mod calls;
 pub mod canonical;
@@ -304,13 +305,20 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
         return Ok(());
     }
     if txn.status.phase.is_terminal() {
-        if let Input::ToolFinished {
-            step,
-            attempt,
-            outcome,
-        } = input
-        {
-            outcome::late(txn, step, attempt, outcome)?;
+        match input {
+            Input::ToolFinished {
+                step,
+                attempt,
+                outcome,
+            } => outcome::late(txn, step, attempt, outcome)?,
+            // A Job created after the run ended: waited for, its outcome appended late.
+            Input::JobCreated {
+                step,
+                attempt,
+                name,
+                job,
+            } if by_job::created_late(txn, step, attempt, &name, &job) => return Ok(()),
+            _ => {}
         }
         txn.release_and_stop();
         return Ok(());
@@ -319,13 +327,19 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
     if txn.run.spec.cancel {
         observe::cancel(txn);
         // A tool that returned just now: its outcome comes after `run.finished` (44).
-        if let Input::ToolFinished {
-            step,
-            attempt,
-            outcome,
-        } = input
-        {
-            outcome::late(txn, step, attempt, outcome)?;
+        match input {
+            Input::ToolFinished {
+                step,
+                attempt,
+                outcome,
+            } => outcome::late(txn, step, attempt, outcome)?,
+            Input::JobCreated {
+                step,
+                attempt,
+                name,
+                job,
+            } if by_job::created_late(txn, step, attempt, &name, &job) => return Ok(()),
+            _ => {}
         }
         txn.release_and_stop();
         return Ok(());
@@ -354,6 +368,12 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
         } => model_calls::answered(txn, step, attempt, outcome)?,
         Input::Reconciled { answer } => takeover::reconciled(txn, answer),
         Input::ToolStatusAnswered { step, answer } => by_key::answered(txn, step, answer)?,
+        Input::JobCreated {
+            step,
+            attempt,
+            name,
+            job,
+        } => by_job::created(txn, step, attempt, name, job)?,
         Input::LeaseLost | Input::ToolsListed { .. } => txn.stop(),
     }
     Ok(())

@@ -326,6 +326,7 @@ pub fn expand_tool_set(
             }
             let over = set.overrides.iter().find(|o| o.tool == definition.name);
             let spec = ToolSpec {
+                job: None,
                 name: name.clone(),
                 description: definition.description.clone().unwrap_or_default(),
                 input_schema: definition.input_schema.clone(),

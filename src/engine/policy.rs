@@ -244,6 +244,7 @@ mod tests {
 
     fn tool(name: &str, side_effect: SideEffect) -> ToolSpec {
         ToolSpec {
+            job: None,
             name: name.into(),
             description: String::new(),
             input_schema: json!({"type": "object"}),

@@ -13,6 +13,8 @@
 //!   interruption} and the loop goes on, the agent seeing the interrupted observation.
 //!
 //! A tool whose outcome is unknown ([`super::ToolOutcome::Unknown`]) is handled the same way.
+//! Before anyone is asked, a tool that can tell is asked: a `job` tool's Job
+//! ([`super::by_job`]), an `http` tool with `reconcile` ([`super::by_key`]).
 
 use serde_json::{json, Value};
 
@@ -210,6 +212,10 @@ pub(crate) fn resume_interrupted(txn: &mut Txn) -> Flow {
     let Some(index) = txn.last_position() else {
         return Flow::Continue;
     };
+    // A Job tool's Job says it (docs/design.md section 6, "Job tools").
+    if let Some(flow) = super::by_job::resume(txn, index) {
+        return flow;
+    }
     // The tool's own word first: an http tool with `reconcile` (docs/design.md section 5).
     if let Some(flow) = super::by_key::resume(txn, index) {
         return flow;
@@ -306,6 +312,17 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize, status_url: Option<Value>)
     }
     if let Some(said) = status_url {
         presentation["statusURL"] = said;
+    }
+    if let Some(job) = super::by_job::last_job(txn, index) {
+        // Why the Job could not say (docs/design.md section 6, "Job tools").
+        let detail = txn
+            .status
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.type_ == EventType::StepInterrupted && e.step == Some(txn.index_at(index)))
+            .and_then(|e| e.data.as_ref()?.get("detail").cloned());
+        presentation["job"] = json!({"name": job, "detail": detail});
     }
     let requirement = Requirement {
         kind: INTERRUPTED_SIDE_EFFECT.to_string(),

@@ -2,8 +2,9 @@
 //! sorted by [`ApiError`]'s kinds.
 
 use async_trait::async_trait;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, Preconditions};
 use kube::{Api, Client};
 use serde_json::Value;
@@ -96,11 +97,11 @@ impl serde::Serialize for StatusReplace<'_> {
     }
 }
 
-fn to_value(object: &DynamicObject) -> Result<Value, ApiError> {
+fn to_value<T: serde::Serialize>(object: &T) -> Result<Value, ApiError> {
     serde_json::to_value(object).map_err(ApiError::json("encode an object"))
 }
 
-fn from_value(object: Value) -> Result<DynamicObject, ApiError> {
+fn from_value<T: serde::de::DeserializeOwned>(object: Value) -> Result<T, ApiError> {
     serde_json::from_value(object).map_err(ApiError::json("decode an object"))
 }
 
@@ -266,6 +267,78 @@ impl ClusterApi for KubeApi {
             .delete(name, &params)
             .await?;
         Ok(())
+    }
+
+    async fn create_job(&self, namespace: &str, job: &Value) -> Result<Value, ApiError> {
+        let job: Job = from_value(job.clone())?;
+        let created = Api::<Job>::namespaced(self.client.clone(), namespace)
+            .create(&write_params(), &job)
+            .await?;
+        to_value(&created)
+    }
+
+    async fn get_job(&self, namespace: &str, name: &str) -> Result<Option<Value>, ApiError> {
+        match Api::<Job>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await?
+        {
+            Some(job) => Ok(Some(to_value(&job)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn patch_job(&self, namespace: &str, name: &str, patch: &Value) -> Result<(), ApiError> {
+        Api::<Job>::namespaced(self.client.clone(), namespace)
+            .patch(name, &patch_params(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), ApiError> {
+        Api::<Job>::namespaced(self.client.clone(), namespace)
+            .delete(name, &DeleteParams::foreground())
+            .await?;
+        Ok(())
+    }
+
+    async fn list_jobs(&self, namespace: &str, run_uid: &str) -> Result<Vec<Value>, ApiError> {
+        let params = ListParams::default().labels(&format!("{RUN_UID_LABEL}={run_uid}"));
+        Api::<Job>::namespaced(self.client.clone(), namespace)
+            .list(&params)
+            .await?
+            .items
+            .iter()
+            .map(to_value)
+            .collect()
+    }
+
+    async fn list_job_pods(&self, namespace: &str, job_uid: &str) -> Result<Vec<Value>, ApiError> {
+        let params =
+            ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={job_uid}"));
+        Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .list(&params)
+            .await?
+            .items
+            .iter()
+            .map(to_value)
+            .collect()
+    }
+
+    async fn pod_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        limit_bytes: i64,
+    ) -> Result<String, ApiError> {
+        let params = kube::api::LogParams {
+            container: Some(container.to_string()),
+            limit_bytes: Some(limit_bytes),
+            ..kube::api::LogParams::default()
+        };
+        Ok(Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .logs(pod, &params)
+            .await?)
     }
 
     async fn secret_value(

@@ -40,6 +40,7 @@ fn set(include: &[&str], overrides: Vec<ToolSetOverride>) -> ToolSet {
 
 fn mcp_tool(name: &str, server_tool: Option<&str>) -> ToolSpec {
     ToolSpec {
+        job: None,
         name: name.into(),
         description: String::new(),
         input_schema: Value::Null,

@@ -343,6 +343,7 @@ mod tests {
 
     fn tool(schema: Value) -> ToolSpec {
         ToolSpec {
+            job: None,
             name: "issue_refund".into(),
             description: "Refund an order.".into(),
             input_schema: schema,

@@ -81,8 +81,9 @@ pub fn run(name: &str, spec: &AgentRunSpec) -> Vec<Problem> {
 /// - each tool: a valid function name (`[a-zA-Z0-9_-]{1,64}`, what OpenAI-compatible APIs
 ///   accept), not `agentrt_complete` nor `agentrt_fail` (the openai agent's built-in
 ///   functions), unique among the tools and the toolsets; `timeoutSeconds` > 0; exactly one
-///   executor (`http` or `mcp`) whose `url` is an http(s) URL and whose every header sets
-///   exactly one of `value` and `secretKeyRef`; an http tool's `reconcile.statusURL` an
+///   executor (`http`, `mcp` or `job`); an http or mcp `url` that is an http(s) URL and whose
+///   every header sets exactly one of `value` and `secretKeyRef`; a `job.template` that is a
+///   Pod template with containers that name their image and a Job's `restartPolicy`; an http tool's `reconcile.statusURL` an
 ///   http(s) URL with `{key}` as its one placeholder; an `inputSchema` (required
 ///   for `http`, optional for `mcp`) that is a non-empty object, storable, referring to
 ///   nothing outside itself, and a valid JSON Schema;
@@ -375,25 +376,29 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
             ),
         );
     }
-    match (&tool.http, &tool.mcp) {
-        (Some(http), None) => {
+    match (&tool.http, &tool.mcp, &tool.job) {
+        (Some(http), None, None) => {
             check_url(out, &format!("{field}.http.url"), &http.url);
             headers(out, &format!("{field}.http.headers"), &http.headers);
             if let Some(url) = http.reconcile.as_ref().and_then(|r| r.status_url.as_ref()) {
                 status_url(out, &format!("{field}.http.reconcile.statusURL"), url);
             }
         }
-        (None, Some(mcp)) => {
+        (None, Some(mcp), None) => {
             check_url(out, &format!("{field}.mcp.url"), &mcp.url);
             headers(out, &format!("{field}.mcp.headers"), &mcp.headers);
         }
-        (None, None) => out.add(
+        (None, None, Some(job)) => {
+            job_template(out, &format!("{field}.job.template"), &job.template);
+        }
+        (None, None, None) => out.add(
             field.clone(),
-            "has no executor; set http: {url: \"https://...\"} or mcp: {url: \"https://...\"}",
+            "has no executor; set http: {url: \"https://...\"}, mcp: {url: \"https://...\"} \
+             or job: {template: {spec: {containers: [...]}}}",
         ),
-        (Some(_), Some(_)) => out.add(
+        _ => out.add(
             field.clone(),
-            "sets both http and mcp; a tool has exactly one executor",
+            "sets more than one of http, mcp and job; a tool has exactly one executor",
         ),
     }
     let schema_field = format!("{field}.inputSchema");
@@ -416,6 +421,57 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
                 json_kind(other)
             ),
         ),
+    }
+}
+
+/// A Job tool's pod template: a Pod template as a Job takes it (it decodes as a
+/// `PodTemplateSpec`), with at least one container, each with an image, and a `restartPolicy`
+/// of `Never` (the default) or `OnFailure` (docs/design.md section 6, "Job tools").
+fn job_template(out: &mut Problems, field: &str, template: &Value) {
+    use k8s_openapi::api::core::v1::PodTemplateSpec;
+    let decoded = match serde_json::from_value::<PodTemplateSpec>(template.clone()) {
+        Ok(decoded) => decoded,
+        Err(err) => {
+            out.add(
+                field,
+                format!(
+                    "is not a Pod template ({err}); write it as a Job's spec.template: \
+                     {{spec: {{containers: [{{name: main, image: ...}}]}}}}"
+                ),
+            );
+            return;
+        }
+    };
+    let Some(spec) = decoded.spec else {
+        out.add(
+            format!("{field}.spec"),
+            "is missing; write {containers: [{name: main, image: ...}]}",
+        );
+        return;
+    };
+    if spec.containers.is_empty() {
+        out.add(
+            format!("{field}.spec.containers"),
+            "is empty; a Job tool runs its first container",
+        );
+    }
+    for (i, container) in spec.containers.iter().enumerate() {
+        if container.image.as_deref().is_none_or(str::is_empty) {
+            out.add(
+                format!("{field}.spec.containers[{i}].image"),
+                "is missing; name the image the call runs",
+            );
+        }
+    }
+    if let Some(policy) = spec.restart_policy.as_deref() {
+        if policy != "Never" && policy != "OnFailure" {
+            out.add(
+                format!("{field}.spec.restartPolicy"),
+                format!(
+                    "must be Never or OnFailure for a Job (got {policy}); leave it out for Never"
+                ),
+            );
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use crate::engine::policy::evaluate;
 
 fn tool(name: &str, side_effect: SideEffect) -> ToolSpec {
     ToolSpec {
+        job: None,
         name: name.into(),
         description: String::new(),
         input_schema: json!({"type": "object"}),

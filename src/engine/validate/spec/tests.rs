@@ -94,7 +94,42 @@ fn a_tool_with_no_executor_or_two_is_a_problem() {
     s.tools[0].mcp = Some(Box::new(
         serde_json::from_value(json!({"url": "http://m/mcp"})).expect("mcp"),
     ));
-    assert!(only(&s, "spec.tools[0]").contains("both http and mcp"));
+    assert!(only(&s, "spec.tools[0]").contains("more than one of http, mcp and job"));
+}
+
+#[test]
+fn a_job_template_without_an_image_or_with_a_restart_policy_a_job_refuses_is_a_problem() {
+    let mut s = good();
+    s.tools[0].http = None;
+    s.tools[0].job = Some(Box::new(
+        serde_json::from_value(json!({"template": {"spec": {
+            "restartPolicy": "Always",
+            "containers": [{"name": "main"}],
+        }}}))
+        .expect("job"),
+    ));
+    let problems = spec(&s);
+    let at = |field: &str| {
+        problems
+            .iter()
+            .find(|p| p.field == field)
+            .map(|p| p.message.clone())
+            .unwrap_or_else(|| panic!("no problem at {field}: {problems:?}"))
+    };
+    assert!(at("spec.tools[0].job.template.spec.containers[0].image").contains("is missing"));
+    assert!(at("spec.tools[0].job.template.spec.restartPolicy").contains("Never or OnFailure"));
+    let mut s = good();
+    s.tools[0].http = None;
+    s.tools[0].job = Some(Box::new(
+        serde_json::from_value(json!({"template": {"spec": {
+            "containers": [{"name": "main", "image": "registry.local/work:1"}],
+        }}}))
+        .expect("job"),
+    ));
+    assert!(
+        spec(&s).iter().all(|p| !p.field.contains("job")),
+        "a good template passes"
+    );
 }
 
 #[test]
