@@ -305,6 +305,7 @@ fn tool_failures_in_the_record_are_snake_case() {
         (ToolFailure::DefinitionChanged, "definition_changed"),
         (ToolFailure::ToolReportedError, "tool_reported_error"),
         (ToolFailure::McpError, "mcp_error"),
+        (ToolFailure::JobFailed, "job_failed"),
     ];
     pin(&cases);
     assert_eq!(cases.len(), ToolFailure::ALL.len());

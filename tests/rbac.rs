@@ -136,7 +136,17 @@ async fn the_cluster_role_grants_exactly_the_calls_the_controller_makes() {
     //   happens here; issue 15).
     // - the webhook's SubjectAccessReviews: the embedded server asks its webhook in process and
     //   has no authorization (tests/controller_secrets.rs has kube-apiserver ask them).
-    let unprovoked: [Call; 3] = [
+    // - Job tools' calls (docs/design.md section 6, "Job tools"): the embedded server runs no
+    //   Pods, so no run here uses a Job tool.
+    let unprovoked: [Call; 11] = [
+        ("batch".into(), "jobs".into(), "create".into()),
+        ("batch".into(), "jobs".into(), "get".into()),
+        ("batch".into(), "jobs".into(), "list".into()),
+        ("batch".into(), "jobs".into(), "patch".into()),
+        ("batch".into(), "jobs".into(), "delete".into()),
+        ("".into(), "pods".into(), "get".into()),
+        ("".into(), "pods".into(), "list".into()),
+        ("".into(), "pods/log".into(), "get".into()),
         (
             "agentrt.dev".into(),
             "agentrunsegments".into(),

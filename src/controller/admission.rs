@@ -322,6 +322,14 @@ mod tests {
         ) -> Result<access::Access, String> {
             Ok(access::Access::Denied(String::new()))
         }
+
+        async fn may_create_jobs(
+            &self,
+            _: &k8s_openapi::api::authentication::v1::UserInfo,
+            _: &str,
+        ) -> Result<access::Access, String> {
+            Ok(access::Access::Denied(String::new()))
+        }
     }
 
     #[tokio::test]

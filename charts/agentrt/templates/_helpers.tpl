@@ -63,6 +63,19 @@ app.kubernetes.io/component: controller
 - apiGroups: ["agentrt.dev"]
   resources: ["agentpolicies"]
   verbs: ["list", "watch"]
+# Job tools (docs/design.md section 6, "Job tools"): each call a Job the controller creates,
+# reads, releases (patch: its finalizer removed and its TTL set once the outcome is recorded)
+# and deletes (onCancel: Delete); its Pods read for the result (the termination message, or
+# the log with result: Log). The webhook refuses a Job tool whose author may not create jobs.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["create", "get", "list", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 {{- end -}}
 
 {{/* The cluster-scoped reads of the admin policies, in either mode: ClusterAgentPolicies and

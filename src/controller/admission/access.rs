@@ -53,6 +53,14 @@ pub trait SecretAccess: Send + Sync {
     /// allowed to create reviews, an invalid user): a sentence saying why.
     async fn may_get(&self, user: &UserInfo, namespace: &str, name: &str)
         -> Result<Access, String>;
+
+    /// Whether `user` may `create` Jobs (batch) in `namespace`: a run with a `job` tool makes
+    /// the controller create Jobs, and so Pods as the template's ServiceAccount, for its author
+    /// (docs/design.md section 6, "Job tools").
+    ///
+    /// # Errors
+    /// As [`SecretAccess::may_get`].
+    async fn may_create_jobs(&self, user: &UserInfo, namespace: &str) -> Result<Access, String>;
 }
 
 /// [`SecretAccess`] by `SubjectAccessReview`s created with the controller's client (its
@@ -78,7 +86,26 @@ impl SecretAccess for SubjectAccessReviews {
         namespace: &str,
         name: &str,
     ) -> Result<Access, String> {
-        let review = review_of(user, namespace, name);
+        self.ask(review_of(user, namespace, name)).await
+    }
+
+    async fn may_create_jobs(&self, user: &UserInfo, namespace: &str) -> Result<Access, String> {
+        let mut review = review_of(user, namespace, "");
+        review.spec.resource_attributes = Some(ResourceAttributes {
+            namespace: Some(namespace.to_string()),
+            verb: Some("create".to_string()),
+            group: Some("batch".to_string()),
+            version: Some("v1".to_string()),
+            resource: Some("jobs".to_string()),
+            ..ResourceAttributes::default()
+        });
+        self.ask(review).await
+    }
+}
+
+impl SubjectAccessReviews {
+    /// Creates `review` and reads its answer.
+    async fn ask(&self, review: SubjectAccessReview) -> Result<Access, String> {
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let answered =
             api.create(&PostParams::default(), &review)
@@ -104,6 +131,18 @@ impl SecretAccess for SubjectAccessReviews {
             .join("; ");
         Ok(Access::Denied(reason))
     }
+}
+
+/// The fields `spec.tools[i].job` of the `job` tools of an AgentRun object.
+fn job_fields(object: &Value) -> Vec<String> {
+    object["spec"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, tool)| tool.get("job").is_some_and(|j| !j.is_null()))
+        .map(|(i, _)| format!("spec.tools[{i}].job"))
+        .collect()
 }
 
 /// The review asking whether `user` (all of it: name, uid, groups, extra) may `get` Secret
@@ -163,7 +202,13 @@ pub async fn refusal(request: &Value, access: &dyn SecretAccess) -> Option<Strin
         }
         _ => return None,
     };
-    if checked.is_empty() {
+    let jobs = job_fields(object);
+    let jobs_before = job_fields(&request["oldObject"]);
+    let jobs_added = match request["operation"].as_str() {
+        Some("UPDATE") => !jobs.is_empty() && jobs_before.is_empty(),
+        _ => !jobs.is_empty(),
+    };
+    if checked.is_empty() && !jobs_added {
         return None;
     }
     let namespace = object["metadata"]["namespace"]
@@ -181,6 +226,33 @@ pub async fn refusal(request: &Value, access: &dyn SecretAccess) -> Option<Strin
         }
     };
     let who = user.username.clone().unwrap_or_else(|| "(no name)".into());
+    let mut problems = Vec::new();
+    if jobs_added {
+        let field = jobs.join(", ");
+        let answer =
+            tokio::time::timeout(REVIEW_TIMEOUT, access.may_create_jobs(&user, &namespace))
+                .await
+                .unwrap_or_else(|_| Err("the SubjectAccessReview took too long".to_string()));
+        match answer {
+            Ok(Access::Allowed) => {}
+            Ok(Access::Denied(reason)) => {
+                let why = if reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({reason})")
+                };
+                problems.push(format!(
+                    "{field}: {who} may not create jobs in namespace {namespace}{why}; a Job tool \
+                     runs its calls as Jobs for the run's author: ask for create on \
+                     jobs.batch there, or use an http or mcp tool"
+                ));
+            }
+            Err(err) => problems.push(format!(
+                "{field}: cannot check that {who} may create jobs in namespace {namespace}: \
+                 {err}; the run is refused until it can be checked"
+            )),
+        }
+    }
     let names: BTreeSet<String> = checked.iter().map(|s| s.name.clone()).collect();
     let reviews = futures::stream::iter(names)
         .map(|name| {
@@ -204,7 +276,6 @@ pub async fn refusal(request: &Value, access: &dyn SecretAccess) -> Option<Strin
             ))
         }
     };
-    let mut problems = Vec::new();
     for secret in &checked {
         let Some((_, answer)) = answers.iter().find(|(name, _)| *name == secret.name) else {
             continue;
@@ -266,6 +337,23 @@ mod tests {
                 return Err("the SubjectAccessReview failed: connection refused".into());
             }
             Ok(if self.readable.contains(&name) {
+                Access::Allowed
+            } else {
+                Access::Denied("RBAC: no rule".into())
+            })
+        }
+
+        async fn may_create_jobs(
+            &self,
+            user: &UserInfo,
+            namespace: &str,
+        ) -> Result<Access, String> {
+            self.asked.lock().expect("lock").push((
+                user.username.clone().unwrap_or_default(),
+                namespace.to_string(),
+                "create jobs".to_string(),
+            ));
+            Ok(if self.readable.contains(&"jobs") {
                 Access::Allowed
             } else {
                 Access::Denied("RBAC: no rule".into())
@@ -401,5 +489,30 @@ mod tests {
         );
         assert_eq!(review["apiVersion"], "authorization.k8s.io/v1");
         assert_eq!(review["kind"], "SubjectAccessReview");
+    }
+
+    #[tokio::test]
+    async fn a_job_tool_whose_author_may_not_create_jobs_is_refused_naming_the_tool() {
+        let mut object = run(&[]);
+        object["spec"]["tools"][0]["job"] =
+            json!({"template": {"spec": {"containers": [{"name": "m", "image": "i"}]}}});
+        let denied = fake(&[], None);
+        let said = refusal(&request("CREATE", object.clone(), None), &denied)
+            .await
+            .expect("refused");
+        assert!(
+            said.starts_with("spec.tools[0].job: alice may not create jobs in namespace team-a"),
+            "{said}"
+        );
+        let allowed = fake(&["jobs"], None);
+        assert_eq!(
+            refusal(&request("CREATE", object.clone(), None), &allowed).await,
+            None
+        );
+        // An update of a run that had its Job tool already asks nothing again.
+        assert_eq!(
+            refusal(&request("UPDATE", object.clone(), Some(object)), &denied).await,
+            None
+        );
     }
 }
