@@ -496,6 +496,71 @@ spec:
     );
     eprintln!("in_cluster: webhook: {}", said.trim());
 
+    // 2b. A run with a Job tool whose creator may create AgentRuns but not Jobs is refused at
+    //     apply, naming the tool (docs/design.md section 6, "Job tools").
+    let author = "run-author-without-jobs";
+    cluster.kubectl_ok(&["create", "serviceaccount", author, "-n", &runs_ns]);
+    cluster.kubectl_ok(&[
+        "create",
+        "role",
+        author,
+        "-n",
+        &runs_ns,
+        "--verb=create,get,list,watch",
+        "--resource=agentruns.agentrt.dev",
+    ]);
+    cluster.kubectl_ok(&[
+        "create",
+        "rolebinding",
+        author,
+        "-n",
+        &runs_ns,
+        &format!("--role={author}"),
+        &format!("--serviceaccount={runs_ns}:{author}"),
+    ]);
+    let job_run = r#"apiVersion: agentrt.dev/v1alpha1
+kind: AgentRun
+metadata:
+  name: jobless
+spec:
+  goal: Refused for its author.
+  agent:
+    scripted:
+      decisions:
+      - {kind: complete, result: {}}
+  tools:
+  - name: report
+    description: Runs a report as a Job.
+    sideEffect: ReadOnly
+    inputSchema: {type: object}
+    job:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{name: report, image: registry.local/report:1}]
+"#;
+    let out = cluster.kubectl_stdin(
+        &[
+            "create",
+            "-n",
+            &runs_ns,
+            &format!("--as=system:serviceaccount:{runs_ns}:{author}"),
+            "-f",
+            "-",
+        ],
+        job_run,
+    );
+    let said = text(&out);
+    assert!(
+        !out.status.success(),
+        "a run with a Job tool was admitted for an author who may not create Jobs: {said}"
+    );
+    assert!(
+        said.contains("spec.tools[0].job") && said.contains("may not create jobs"),
+        "the refusal names the tool and the missing permission: {said}"
+    );
+    eprintln!("in_cluster: job tool author: {}", said.trim());
+
     let server = ToolServer::start_on(NODE_IP).await;
 
     // 3. The Pod holding a run's Lease is force-deleted during a RemoteMutation call: the other

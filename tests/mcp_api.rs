@@ -1,5 +1,5 @@
 //! The CRD's MCP fields as an API server enforces them (docs/design.md section 6): an
-//! `mcp` tool without `inputSchema` and a toolset are accepted; two executors or none, an
+//! `mcp` tool without `inputSchema`, a `job` tool and a toolset are accepted; two executors or none, an
 //! `http` tool without `inputSchema`, and a toolset name that is not a valid function name,
 //! leaves no room for `<name>__<tool>` or repeats a tool's name are refused with a message
 //! naming the field. Runs against the embedded API server, or a real cluster when
@@ -45,13 +45,14 @@ async fn a_tool_needs_exactly_one_executor_and_an_http_tool_its_input_schema() {
     for name in ["refused-both-executors.yaml", "refused-no-executor.yaml"] {
         let msg = refused(&c, name);
         assert!(
-            msg.contains("spec.tools[0]") && msg.contains("exactly one executor: http or mcp"),
+            msg.contains("spec.tools[0]") && msg.contains("exactly one executor: http, mcp or job"),
             "{name}: {msg}"
         );
     }
     let msg = refused(&c, "refused-http-without-schema.yaml");
     assert!(
-        msg.contains("spec.tools[1]") && msg.contains("inputSchema is required for an http tool"),
+        msg.contains("spec.tools[1]")
+            && msg.contains("inputSchema is required for an http or job tool"),
         "{msg}"
     );
 }
@@ -112,4 +113,60 @@ async fn a_pin_in_the_status_is_kept_as_written_unknown_annotations_included() {
     ]))
     .expect("toolPins is JSON");
     assert_eq!(pins, serde_json::json!([pin]));
+}
+
+/// A `job` tool is an executor the CRD accepts (docs/design.md section 6, "Job tools"), on the
+/// embedded server and a real one alike; with `http` beside it the tool has two and is refused.
+#[tokio::test]
+async fn a_job_tool_is_one_executor_and_with_http_beside_it_two() {
+    let c = TestCluster::start_with_agentrt_crds().await;
+    let run = |name: &str, extra: &str| {
+        format!(
+            r#"apiVersion: agentrt.dev/v1alpha1
+kind: AgentRun
+metadata:
+  name: {name}
+spec:
+  goal: Build a report.
+  agent:
+    scripted:
+      decisions:
+      - {{kind: complete, result: {{}}}}
+  tools:
+  - name: report
+    description: Builds a report in a Job.
+    sideEffect: LocalMutation
+    inputSchema: {{type: object}}
+    job:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{{name: report, image: registry.local/report:1}}]
+{extra}"#
+        )
+    };
+    let out = c.apply(&run("job-tool", ""));
+    assert!(
+        out.status.success(),
+        "a Job tool is accepted: {}",
+        text(&out)
+    );
+    let job = c.kubectl_ok(&[
+        "get",
+        "agentrun",
+        "job-tool",
+        "-o",
+        "jsonpath={.spec.tools[0].job.template.spec.containers[0].image}",
+    ]);
+    assert_eq!(job.trim(), "registry.local/report:1");
+    let out = c.apply(&run(
+        "job-and-http",
+        "    http: {url: \"http://127.0.0.1:1/x\"}\n",
+    ));
+    assert!(!out.status.success(), "two executors were accepted");
+    let msg = text(&out);
+    assert!(
+        msg.contains("spec.tools[0]") && msg.contains("exactly one executor: http, mcp or job"),
+        "{msg}"
+    );
 }

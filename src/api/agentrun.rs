@@ -287,12 +287,12 @@ fn default_webhook_timeout_seconds() -> i64 {
     30
 }
 
-/// A tool the agent may call, with exactly one executor: `http` or `mcp`.
+/// A tool the agent may call, with exactly one executor: `http`, `mcp` or `job`.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "(has(self.http) ? 1 : 0) + (has(self.mcp) ? 1 : 0) == 1", "message": "spec.tools[] must set exactly one executor: http or mcp"},
-    {"rule": "has(self.mcp) || has(self.inputSchema)", "message": "spec.tools[].inputSchema is required for an http tool (only an mcp tool may leave it out: its schema is the server's, pinned at start)"}
+    {"rule": "(has(self.http) ? 1 : 0) + (has(self.mcp) ? 1 : 0) + (has(self.job) ? 1 : 0) == 1", "message": "spec.tools[] must set exactly one executor: http, mcp or job"},
+    {"rule": "has(self.mcp) || has(self.inputSchema)", "message": "spec.tools[].inputSchema is required for an http or job tool (only an mcp tool may leave it out: its schema is the server's, pinned at start)"}
 ]))]
 pub struct ToolSpec {
     /// Unique among the run's tools.

@@ -4,7 +4,7 @@
 //!
 //! Files:
 //! - `agentrun`: the AgentRun's spec; `status`: its record; `mcp`: the `mcp` executor,
-//!   `spec.toolSets` and `status.toolPins`.
+//!   `spec.toolSets` and `status.toolPins`; `job`: the `job` executor (`spec.tools[].job`).
 //! - `approval`: the Approval and its CEL rules (an immutable request, a decision's hash equal
 //!   to the request's, verdicts by kind); `segment`: the AgentRunSegment and `status.archive`;
 //!   `admin_policy`: AgentPolicy and ClusterAgentPolicy.

@@ -39,8 +39,10 @@
 //!    - `writes`: the engine's bookkeeping performed: reading a run with its Approvals, the
 //!      compare-and-set status write, Approval creation and status writes.
 //!    - `segments`: the sealed steps an openai agent's conversation needs, read once and cached.
-//!    - `calls`: the tool, agent, model and hook calls; `calls/mcp`: MCP listing and calls.
-//! 6. `executor`: one task per held run, performing each `engine::Transition` in order.
+//!    - `calls`: the tool, agent, model and hook calls; `calls/mcp`: MCP listing and calls;
+//!      `calls/job`: a Job tool's call as a Job (create, read, wait, release its finalizer).
+//! 6. `executor`: one task per held run, performing each `engine::Transition` in order;
+//!    `executor/gate`: whether a call may still start (the Lease, a stop, a drain).
 //! 7. `reconcile`: the Observe reconcile (`engine::observe` for runs this replica is not
 //!    executing, winning the Lease); `reconcile/entry`: kube-runtime's entry points and a run
 //!    that does not decode set aside.

@@ -68,6 +68,8 @@
 //! - `by_key`: an interrupted `http` call its tool settles itself, by its status URL or its
 //!   honoured idempotency keys, before the hook or a person is asked (docs/behaviours.md
 //!   111-114);
+//! - `by_job`: an interrupted `job` call read back from its Job by name (created, waited for,
+//!   a conflict, or gone and asked about; docs/behaviours.md 116-121);
 //! - `projection`: Kubernetes Events derived from the journal;
 //! - `grantable`: whether an Approval can still grant, as a person deciding it sees it (the
 //!   rule `agentrt approve` asks before it patches).

@@ -249,6 +249,11 @@ pub struct Harness {
     pub pending_model: Option<(StepIndex, i64)>,
     /// Stop after performing this many more effects (a crash point); `None` performs all.
     pub crash_after: Option<usize>,
+    /// Every Job a `job` tool's call created, by name, with the result it reports
+    /// (docs/design.md section 6, "Job tools"); a Job in `jobs_gone` was removed since.
+    pub jobs: BTreeMap<String, Value>,
+    /// The Jobs someone removed (by hand, past the finalizer) before a replica read them.
+    pub jobs_gone: std::collections::BTreeSet<String>,
 }
 
 impl Harness {
@@ -308,6 +313,8 @@ impl Harness {
             pending_listing: None,
             pending_model: None,
             crash_after: None,
+            jobs: BTreeMap::new(),
+            jobs_gone: Default::default(),
         }
     }
 
@@ -500,6 +507,11 @@ impl Harness {
                     let next = stored.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1;
                     object["metadata"]["resourceVersion"] = Value::String(next.to_string());
                 }
+            }
+            Effect::CallTool(call) if call.job.is_some() => {
+                // A Job tool's executor creates or reads its Job: what it performs is decided
+                // by the test playing it (a Job created counts as the call performed).
+                self.pending_tool = Some(call.clone());
             }
             Effect::CallTool(call) => {
                 self.tool_calls.push(call.clone());

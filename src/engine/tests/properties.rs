@@ -7,7 +7,8 @@
 //!
 //! Whatever happens: no non-ReadOnly step's tool call is performed twice without a grant in
 //! between or the tool's own word (its status URL said the call never arrived, or it honours
-//! idempotency keys), no attempt starts while an earlier one may still be running (a 404 counts
+//! idempotency keys; a Job tool's Job is created once per attempt, and read back after a
+//! takeover: see `properties/jobs`), no attempt starts while an earlier one may still be running (a 404 counts
 //! only once the earlier one cannot be), a grant executes at most once, no run ends with a step deciding or executing,
 //! event seqs have no gaps and history is never rewritten, every model attempt is counted once
 //! and closed by an outcome, and the run ends within a bounded number of inputs.
@@ -22,6 +23,7 @@ use crate::api::{OpenAiAgent, PolicyOutcome, PolicyRule, RunPhase, SideEffect, S
 use crate::engine::model::ReportedUsage;
 use crate::engine::{Input, ModelOutcome, StatusAnswer};
 
+mod jobs;
 mod pins;
 
 const MAX_ROUNDS: usize = 400;
@@ -68,7 +70,8 @@ struct Case {
     model: bool,
     /// Seal constantly: (seal_steps, keep_steps) (docs/design.md section 4a).
     seal: Option<(usize, usize)>,
-    /// Per tool: 0 no `reconcile`, 1 a `statusURL`, 2 `idempotencyKeys: Honored`.
+    /// Per tool: 0 no `reconcile`, 1 a `statusURL`, 2 `idempotencyKeys: Honored`, 3 a `job`
+    /// tool (docs/design.md section 6, "Job tools").
     reconcile: Vec<u8>,
     entropy: Vec<u8>,
 }
@@ -102,10 +105,10 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
-/// Per tool: mostly nothing, else a status URL or honoured keys.
+/// Per tool: mostly nothing, else a status URL, honoured keys or a Job tool.
 fn reconcile() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(
-        prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
+        prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8), 2 => Just(3u8)],
         4,
     )
 }
@@ -118,6 +121,11 @@ fn harness(case: &Case) -> Harness {
         tool.name = format!("t{i}");
         tool.side_effect = case.classes[i];
         tool.input_schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        if case.reconcile[i] == 3 {
+            tool.http = None;
+            tool.job = Some(jobs::job_tool());
+            continue;
+        }
         let http = tool.http.as_mut().expect("an http tool");
         http.reconcile = match case.reconcile[i] {
             1 => Some(crate::api::HttpReconcile {
@@ -271,6 +279,28 @@ fn play(case: &Case) -> Harness {
                 }
                 continue;
             }
+            if jobs::pending(&h) {
+                // The executor of a Job tool's call creates or reads its Job.
+                if crashes < MAX_CRASHES && next() % 6 == 0 {
+                    h.crash_after = Some(usize::from(next() % 3));
+                }
+                match jobs::execute(&mut h, &holder, choice, &mut crashes) {
+                    None => alive = None,
+                    Some(effects) => {
+                        if h.crash_after.take().is_some() {
+                            crashes += 1;
+                            h.pending_tool = None;
+                            h.pending_model = None;
+                            h.pending_status = None;
+                            h.expire_lease();
+                            alive = None;
+                        } else if !calls_out(&effects) {
+                            alive = None;
+                        }
+                    }
+                }
+                continue;
+            }
             if h.pending_tool.is_none() && h.pending_model.is_none() {
                 alive = None;
                 continue;
@@ -353,6 +383,10 @@ fn play(case: &Case) -> Harness {
                     _ => h.advance(1),
                 }
             }
+        }
+        if choice % 17 == 5 {
+            // Someone removes a Job by hand while no replica holds the run.
+            jobs::remove_one(&mut h, next());
         }
         replicas += 1;
         let holder = format!("r{replicas}");
@@ -544,6 +578,7 @@ fn check(h: &Harness) {
             );
         }
     }
+    jobs::check(h, &status.events);
     // Every performed call: once per attempt; a non-ReadOnly step runs again only on a grant.
     let mut performed = BTreeSet::new();
     let mut unapproved: BTreeMap<StepIndex, usize> = BTreeMap::new();
