@@ -118,6 +118,10 @@ async fn the_samples_reach_their_phases_and_the_approval_sample_completes_after_
         .map(|p| p.iter().filter_map(|p| p["tool"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(pins, ["lookup_order", "shop__issue_refund"]);
+    // The sample server speaks the stateless 2026-07-28 revision, recorded in each pin.
+    for pin in mcp["toolPins"].as_array().into_iter().flatten() {
+        assert_eq!(pin["protocolVersion"], "2026-07-28", "{pin}");
+    }
     assert_eq!(events_of(&mcp, "tool.pinned").len(), 2);
     let mcp_waiting = cluster
         .wait_phase(

@@ -115,6 +115,12 @@ pub struct ToolPin {
     pub sha256: String,
     /// What the server listed, as recorded.
     pub definition: ToolDefinition,
+    /// The MCP protocol revision the server spoke when it listed the tool (`2026-07-28`,
+    /// `2025-11-25`, `2025-06-18` or `2025-03-26`; docs/design.md section 6, "MCP revisions").
+    /// Recorded, not part of `sha256`: a server that moves to another revision with the same
+    /// definition still matches its pin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<String>,
 }
 
 /// A tool definition as an MCP server lists it (`tools/list`), reduced to what is pinned.

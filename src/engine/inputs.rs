@@ -390,4 +390,7 @@ pub struct ServerListing {
     /// The entries of `tools/list`'s `tools` arrays, every page in order; or why the server
     /// could not be listed (no header value in it), which fails the run `tool_unavailable`.
     pub tools: Result<Vec<Value>, String>,
+    /// The protocol revision the listing was made in (recorded in each of its tools' pins),
+    /// when known.
+    pub protocol: Option<String>,
 }

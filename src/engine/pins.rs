@@ -194,6 +194,7 @@ pub fn pin(tool: &str, server: &str, definition: ToolDefinition) -> Result<ToolP
         server_tool: definition.name.clone(),
         sha256,
         definition,
+        protocol_version: None,
     })
 }
 

@@ -93,6 +93,18 @@ pub(crate) fn pin_listings(
             .find(|(u, _)| u == url)
             .map_or(&[][..], |(_, d)| d.as_slice())
     })
+    .map(|pins| {
+        // Each pin records the revision its server spoke (docs/design.md section 6).
+        pins.into_iter()
+            .map(|mut pin| {
+                pin.protocol_version = listings
+                    .iter()
+                    .find(|l| l.url == pin.server)
+                    .and_then(|l| l.protocol.clone());
+                pin
+            })
+            .collect()
+    })
     .map_err(|err| {
         let reason = match err {
             PinError::NotListed { .. } | PinError::InvalidDefinition { .. } => {

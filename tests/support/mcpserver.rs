@@ -18,6 +18,15 @@ pub fn python() -> PathBuf {
         .clone()
 }
 
+/// The Python with the MCP SDK 2.3.0 (MCPServer, the 2026-07-28 revision), installed once per
+/// test process.
+pub fn python_modern() -> PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| super::installed_by_with("scripts/install-mcp", &["2.3.0"]))
+        .clone()
+}
+
 /// One server process; killed when dropped.
 pub struct PyServer {
     child: Child,
@@ -28,8 +37,20 @@ impl PyServer {
     /// Starts the server with `args` (`--json` for JSON answers, else SSE) and waits until it
     /// serves.
     pub fn start(args: &[&str]) -> PyServer {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_server.py");
-        let mut child = Command::new(python())
+        Self::start_script(python(), "mcp_server.py", args)
+    }
+
+    /// The SDK 2.3.0 server of tests/fixtures/mcp_server_modern.py with `args` (`--json`,
+    /// `--stateless`): it speaks 2026-07-28 and the handshake revisions on one endpoint.
+    pub fn start_modern(args: &[&str]) -> PyServer {
+        Self::start_script(python_modern(), "mcp_server_modern.py", args)
+    }
+
+    fn start_script(python: PathBuf, script: &str, args: &[&str]) -> PyServer {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(script);
+        let mut child = Command::new(python)
             .arg(script)
             .args(args)
             .stdout(Stdio::piped())

@@ -28,8 +28,14 @@ pub mod runs;
 /// the path of what it installed (or found), and returns that path. Panics with the script's
 /// standard error when it fails. Callers keep the answer in a `OnceLock`: once per test process.
 pub fn installed_by(script: &str) -> std::path::PathBuf {
+    installed_by_with(script, &[])
+}
+
+/// [`installed_by`] with arguments for the script (e.g. `scripts/install-mcp 2.3.0`).
+pub fn installed_by_with(script: &str, args: &[&str]) -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = std::process::Command::new(root.join(script))
+        .args(args)
         .output()
         .unwrap_or_else(|err| panic!("{script} runs: {err}"));
     assert!(

@@ -29,6 +29,7 @@ pub async fn list_servers(
     let namespace = &state.run.snapshot.namespace;
     let mut out = Vec::with_capacity(servers.len());
     for server in servers {
+        let mut protocol = None;
         let tools = match http::resolve_header_list(
             &server.headers,
             namespace,
@@ -39,7 +40,9 @@ pub async fn list_servers(
             Err(err) => Err(err),
             Ok(headers) => {
                 let mut client = McpClient::new(ctx.executors.http.clone(), &server.url, headers);
-                client.list_tools().await.map_err(|err| err.to_string())
+                let listed = client.list_tools().await.map_err(|err| err.to_string());
+                protocol = client.session().map(|s| s.protocol.as_str().to_string());
+                listed
             }
         };
         if let Err(err) = &tools {
@@ -48,6 +51,7 @@ pub async fn list_servers(
         out.push(ServerListing {
             url: server.url.clone(),
             tools,
+            protocol,
         });
     }
     out

@@ -601,6 +601,7 @@ impl Harness {
         let listings = servers
             .iter()
             .map(|s| crate::engine::ServerListing {
+                protocol: Some("2026-07-28".into()),
                 url: s.url.clone(),
                 tools: listing(&s.url),
             })

@@ -72,6 +72,12 @@ fn mcp_tools_are_pinned_in_the_write_that_starts_the_run() {
     let status = h.status();
     let names: Vec<&str> = status.tool_pins.iter().map(|p| p.tool.as_str()).collect();
     assert_eq!(names, ["search", "gh__create_issue"]);
+    // Each pin records the revision its server's listing was made in (docs/design.md
+    // section 6, "MCP revisions").
+    assert!(status
+        .tool_pins
+        .iter()
+        .all(|p| p.protocol_version.as_deref() == Some("2026-07-28")));
     let pinned = h.events()[1].data.clone().expect("tool.pinned has data");
     assert_eq!(pinned["tool"], json!("search"));
     assert_eq!(pinned["sha256"], json!(status.tool_pins[0].sha256));

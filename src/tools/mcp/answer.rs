@@ -5,13 +5,19 @@
 //! Owns: the bounds and the answer's size and SHA-256. At most `max_answer_bytes` of a body (of
 //! one SSE event) are kept; past that the bytes are still counted and hashed as they stream by,
 //! up to `max_stream_bytes`, where reading stops and the connection is dropped, so no answer,
-//! however big or endless, wedges a call longer than its timeout. Must not: retry or resend.
+//! however big or endless, wedges a call longer than its timeout. Also: what a `tools/call`
+//! response says ([`outcome_of`]) and the head of a refused answer's body. Must not: retry or
+//! resend.
+
+use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
 use serde_json::Value;
 
 use super::sse::{SseEvent, SseParser};
+use super::CallOutcome;
+use crate::tools::http::millis;
 
 /// What was read of an answer's body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,4 +156,79 @@ fn find_in(message: Value, id: i64) -> Option<Value> {
         message if is_response(&message, id) => Some(message),
         _ => None,
     }
+}
+
+/// The outcome a JSON-RPC response to `tools/call` says.
+pub(super) fn outcome_of(response: Value, answer: AnswerStats, started: Instant) -> CallOutcome {
+    let duration_ms = millis(started);
+    if let Some(error) = response.get("error") {
+        return CallOutcome::RpcError {
+            code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+            message: error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            data: error.get("data").cloned(),
+            duration_ms,
+        };
+    }
+    let Some(result) = response.get("result").and_then(Value::as_object) else {
+        return CallOutcome::InvalidAnswer {
+            detail: "result is not an object".to_string(),
+            answer,
+            duration_ms,
+        };
+    };
+    if let Some(kind) = result
+        .get("resultType")
+        .and_then(Value::as_str)
+        .filter(|k| *k != "complete")
+    {
+        return CallOutcome::InvalidAnswer {
+            detail: format!(
+                "resultType {kind}: the server asks for more before it answers \
+                 (input_required), which agentrt does not give; the call has no result"
+            ),
+            answer,
+            duration_ms,
+        };
+    }
+    let (content, structured) = match result.get("structuredContent") {
+        Some(s) if !s.is_null() => (s.clone(), true),
+        _ => (
+            result
+                .get("content")
+                .cloned()
+                .unwrap_or(Value::Array(vec![])),
+            false,
+        ),
+    };
+    if result.get("isError") == Some(&Value::Bool(true)) {
+        CallOutcome::ToolReportedError {
+            content,
+            answer,
+            duration_ms,
+        }
+    } else {
+        CallOutcome::Result {
+            content,
+            structured,
+            answer,
+            duration_ms,
+        }
+    }
+}
+
+/// At most 512 bytes of a refused answer's body, as text.
+pub(super) async fn body_snippet(mut response: reqwest::Response) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < 512 {
+        match response.chunk().await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    bytes.truncate(512);
+    String::from_utf8_lossy(&bytes).into_owned()
 }

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::answer::{self, AnswerStats, Bounds, Read};
+use super::answer::{self, body_snippet, outcome_of, AnswerStats, Bounds, Read};
 use super::{
     CallOutcome, McpError, ProtocolVersion, Session, ToolsCall, DEFAULT_MAX_ANSWER_BYTES,
-    DEFAULT_MAX_STREAM_BYTES, MAX_PAGES, META_ATTEMPT, META_IDEMPOTENCY_KEY, PROTOCOL_VERSION,
-    SESSION_ID,
+    DEFAULT_MAX_STREAM_BYTES, MAX_PAGES, META_ATTEMPT, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
+    META_IDEMPOTENCY_KEY, META_PROTOCOL_VERSION, META_SERVER_INFO, METHOD, NAME, PROTOCOL_VERSION,
+    SESSION_ID, UNSUPPORTED_PROTOCOL_VERSION_CODE,
 };
 use crate::tools::http::{error_chain, millis};
 use crate::tools::http::{ATTEMPT, HOLDER, IDEMPOTENCY_KEY, RUN};
@@ -24,7 +25,7 @@ pub struct McpClient {
     http: reqwest::Client,
     url: String,
     headers: Vec<(String, String)>,
-    preferred: ProtocolVersion,
+    preferred: Option<ProtocolVersion>,
     bounds: Bounds,
     handshake_timeout: Duration,
     session: Option<Session>,
@@ -61,7 +62,7 @@ impl McpClient {
             http,
             url: url.to_string(),
             headers,
-            preferred: ProtocolVersion::V2025_06_18,
+            preferred: None,
             bounds: Bounds {
                 max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
                 max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
@@ -72,9 +73,11 @@ impl McpClient {
         }
     }
 
-    /// Asks for `version` at initialize (default 2025-06-18).
+    /// Speaks `version` only: 2026-07-28 by `server/discover` alone, an earlier revision by
+    /// proposing it at `initialize` (no discover). Without it the client negotiates: discover,
+    /// else initialize proposing 2025-11-25, taking the revision the server answers.
     pub fn with_protocol(mut self, version: ProtocolVersion) -> McpClient {
-        self.preferred = version;
+        self.preferred = Some(version);
         self
     }
 
@@ -103,17 +106,108 @@ impl McpClient {
         self.session.as_ref()
     }
 
-    /// Opens a new session: `initialize`, then `notifications/initialized`.
+    /// Opens a new session: `server/discover` at 2026-07-28 (no session: each request then
+    /// stands alone), else `initialize` then `notifications/initialized` (see the module doc for
+    /// when it falls back, and [`McpClient::with_protocol`]).
     ///
     /// # Errors
-    /// [`McpError`] for anything but a usable answer in a revision this client speaks.
+    /// [`McpError`] for anything but a usable answer in a revision this client speaks; a server
+    /// that cannot be reached at all is not asked again with `initialize`.
     pub async fn initialize(&mut self) -> Result<&Session, McpError> {
         self.session = None;
+        let discover = self.preferred.is_none_or(ProtocolVersion::is_stateless);
+        if discover {
+            if let Some(session) = self.discover().await? {
+                tracing::debug!(url = %self.url, protocol = session.protocol.as_str(), "MCP server discovered");
+                return Ok(self.session.insert(session));
+            }
+            if self.preferred.is_some() {
+                return Err(McpError::UnsupportedVersion {
+                    url: self.url.clone(),
+                    version: "one without 2026-07-28 (server/discover did not list it)".into(),
+                });
+            }
+        }
+        let proposed = self
+            .preferred
+            .filter(|p| !p.is_stateless())
+            .unwrap_or(ProtocolVersion::V2025_11_25);
+        self.handshake(proposed).await
+    }
+
+    /// `server/discover` at 2026-07-28: the session when the server lists that revision,
+    /// `None` when it gave no positive evidence of speaking it (a legacy server: fall back).
+    ///
+    /// # Errors
+    /// A server that could not be reached or did not answer in time; one that speaks only
+    /// modern revisions none of which is 2026-07-28.
+    async fn discover(&mut self) -> Result<Option<Session>, McpError> {
+        let method = "server/discover";
+        let version = ProtocolVersion::V2026_07_28;
+        let timeout = self.handshake_timeout;
+        let params = json!({"_meta": envelope(version)});
+        let extra = [(PROTOCOL_VERSION, version.as_str()), (METHOD, method)];
+        let response = match self.exchange(method, params, &extra, timeout).await {
+            Ok((response, _, _)) => response,
+            Err(failure @ (Failure::NotSent(_) | Failure::Lost(_) | Failure::TooLarge(_))) => {
+                return Err(self.error(method, failure))
+            }
+            // An HTTP refusal or an answer that is not a JSON-RPC response: a legacy server.
+            Err(failure) => {
+                tracing::debug!(url = %self.url, detail = %self.error(method, failure), "no server/discover: falling back to initialize");
+                return Ok(None);
+            }
+        };
+        if let Some(error) = response.get("error") {
+            let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+            let supported: Vec<&str> = error
+                .pointer("/data/supported")
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let handshake_listed = supported
+                .iter()
+                .any(|v| ProtocolVersion::parse(v).is_some_and(|p| !p.is_stateless()));
+            if code == UNSUPPORTED_PROTOCOL_VERSION_CODE
+                && !supported.is_empty()
+                && !handshake_listed
+            {
+                return Err(McpError::UnsupportedVersion {
+                    url: self.url.clone(),
+                    version: supported.join(", "),
+                });
+            }
+            return Ok(None);
+        }
+        let Some(result) = response.get("result").filter(|r| r.is_object()) else {
+            return Ok(None);
+        };
+        let listed = result
+            .get("supportedVersions")
+            .and_then(Value::as_array)
+            .is_some_and(|v| v.iter().any(|v| v.as_str() == Some(version.as_str())));
+        if !listed {
+            return Ok(None);
+        }
+        let server_info = result
+            .pointer(&format!("/_meta/{}", META_SERVER_INFO.replace('/', "~1")))
+            .or_else(|| result.get("serverInfo"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        Ok(Some(Session {
+            id: None,
+            protocol: version,
+            server_info,
+        }))
+    }
+
+    /// `initialize` proposing `proposed`, then `notifications/initialized`.
+    async fn handshake(&mut self, proposed: ProtocolVersion) -> Result<&Session, McpError> {
         let method = "initialize";
         let params = json!({
-            "protocolVersion": self.preferred.as_str(),
+            "protocolVersion": proposed.as_str(),
             "capabilities": {},
-            "clientInfo": {"name": "agentrt", "version": env!("CARGO_PKG_VERSION")}
+            "clientInfo": client_info()
         });
         let timeout = self.handshake_timeout;
         let (response, session_id, _) = match self.exchange(method, params, &[], timeout).await {
@@ -125,8 +219,9 @@ impl McpClient {
             .get("protocolVersion")
             .and_then(Value::as_str)
             .unwrap_or("");
-        let protocol =
-            ProtocolVersion::parse(version).ok_or_else(|| McpError::UnsupportedVersion {
+        let protocol = ProtocolVersion::parse(version)
+            .filter(|p| !p.is_stateless())
+            .ok_or_else(|| McpError::UnsupportedVersion {
                 url: self.url.clone(),
                 version: version.to_string(),
             })?;
@@ -332,7 +427,7 @@ impl McpClient {
             if let Some(id) = &session.id {
                 request = request.header(SESSION_ID, id);
             }
-            if session.protocol == ProtocolVersion::V2025_06_18 {
+            if session.protocol.sends_version_header() {
                 request = request.header(PROTOCOL_VERSION, session.protocol.as_str());
             }
         }
@@ -355,9 +450,35 @@ impl McpClient {
     ) -> Result<(Value, Option<String>, AnswerStats), Failure> {
         let id = self.next_id;
         self.next_id += 1;
+        let mut params = params;
+        let mut routing: Vec<(&str, String)> = Vec::new();
+        if let Some(version) = self
+            .session
+            .as_ref()
+            .map(|s| s.protocol)
+            .filter(|p| p.is_stateless())
+        {
+            // 2026-07-28: each request stands alone (docs/design.md section 6).
+            if let Some(object) = params.as_object_mut() {
+                let meta = object.entry("_meta").or_insert_with(|| json!({}));
+                if let (Some(meta), Value::Object(envelope)) =
+                    (meta.as_object_mut(), envelope(version))
+                {
+                    meta.extend(envelope);
+                }
+            }
+            routing.push((METHOD, method.to_string()));
+            if method == "tools/call" {
+                if let Some(name) = params.get("name").and_then(Value::as_str) {
+                    routing.push((NAME, name.to_string()));
+                }
+            }
+        }
+        let mut headers: Vec<(&str, &str)> = extra.to_vec();
+        headers.extend(routing.iter().map(|(n, v)| (*n, v.as_str())));
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         tracing::debug!(url = %self.url, method, id, "MCP request");
-        let response = self.send(self.request(&body, extra, timeout)).await?;
+        let response = self.send(self.request(&body, &headers, timeout)).await?;
         let session_id = response
             .headers()
             .get(SESSION_ID)
@@ -506,63 +627,17 @@ impl McpClient {
     }
 }
 
-/// The outcome a JSON-RPC response to `tools/call` says.
-fn outcome_of(response: Value, answer: AnswerStats, started: Instant) -> CallOutcome {
-    let duration_ms = millis(started);
-    if let Some(error) = response.get("error") {
-        return CallOutcome::RpcError {
-            code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-            message: error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            data: error.get("data").cloned(),
-            duration_ms,
-        };
-    }
-    let Some(result) = response.get("result").and_then(Value::as_object) else {
-        return CallOutcome::InvalidAnswer {
-            detail: "result is not an object".to_string(),
-            answer,
-            duration_ms,
-        };
-    };
-    let (content, structured) = match result.get("structuredContent") {
-        Some(s) if !s.is_null() => (s.clone(), true),
-        _ => (
-            result
-                .get("content")
-                .cloned()
-                .unwrap_or(Value::Array(vec![])),
-            false,
-        ),
-    };
-    if result.get("isError") == Some(&Value::Bool(true)) {
-        CallOutcome::ToolReportedError {
-            content,
-            answer,
-            duration_ms,
-        }
-    } else {
-        CallOutcome::Result {
-            content,
-            structured,
-            answer,
-            duration_ms,
-        }
-    }
+/// Who this client is (`clientInfo`).
+fn client_info() -> Value {
+    json!({"name": "agentrt", "version": env!("CARGO_PKG_VERSION")})
 }
 
-/// At most 512 bytes of a refused answer's body, as text.
-async fn body_snippet(mut response: reqwest::Response) -> String {
-    let mut bytes = Vec::new();
-    while bytes.len() < 512 {
-        match response.chunk().await {
-            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
-            _ => break,
-        }
-    }
-    bytes.truncate(512);
-    String::from_utf8_lossy(&bytes).into_owned()
+/// The `_meta` envelope of a stateless request at `version`: the revision, the client's
+/// capabilities (none: agentrt answers no server request) and who it is.
+fn envelope(version: ProtocolVersion) -> Value {
+    json!({
+        META_PROTOCOL_VERSION: version.as_str(),
+        META_CLIENT_CAPABILITIES: {},
+        META_CLIENT_INFO: client_info(),
+    })
 }

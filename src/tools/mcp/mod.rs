@@ -1,10 +1,16 @@
 //! The MCP client (docs/design.md section 6, the `mcp` tool; docs/behaviours.md 60-63): one
-//! server over the Streamable HTTP transport, protocol revisions 2025-06-18 and 2025-03-26
-//! (negotiated at `initialize`).
+//! server over the Streamable HTTP transport, protocol revisions 2026-07-28, 2025-11-25,
+//! 2025-06-18 and 2025-03-26, the highest the server speaks.
 //!
-//! What it does: `initialize` then `notifications/initialized`; `tools/list` through every
-//! page (`nextCursor`); `tools/call`. It keeps the `Mcp-Session-Id` the server gives and sends
-//! `MCP-Protocol-Version` after a 2025-06-18 initialize. Answers are read as `application/json`
+//! What it does: `server/discover` at 2026-07-28 first; when the server lists that revision,
+//! every request is stateless (no session; the `_meta` envelope and the `MCP-Protocol-Version`,
+//! `Mcp-Method` and `Mcp-Name` headers on each). Anything but positive evidence of a modern
+//! server (an HTTP 4xx, a JSON-RPC error, a result that does not list 2026-07-28) falls back
+//! to `initialize` proposing 2025-11-25, then `notifications/initialized`; it keeps the
+//! `Mcp-Session-Id` the server gives and sends `MCP-Protocol-Version` from 2025-06-18 on.
+//! Then `tools/list` through every page (`nextCursor`); `tools/call`. A `tools/call` result
+//! whose `resultType` is `input_required` (the server asks the client for input first) is
+//! not a result: it is recorded as an answer agentrt cannot use (`invalid_content`). Answers are read as `application/json`
 //! or as `text/event-stream` (events until the response with the request's id; notifications
 //! and requests from the server are ignored), bounded as `answer` says. Redirects are never
 //! followed (the caller's client is [`crate::tools::http::client`]).
@@ -66,19 +72,37 @@ pub const DEFAULT_MAX_STREAM_BYTES: u64 = 64 * 1024 * 1024;
 /// Most `tools/list` pages followed.
 pub const MAX_PAGES: usize = 100;
 
-/// A protocol revision this client speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A protocol revision this client speaks (docs/design.md section 6, "MCP revisions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ProtocolVersion {
-    /// `2025-06-18`: sends `MCP-Protocol-Version` after initialize.
-    V2025_06_18,
     /// `2025-03-26`: the first Streamable HTTP revision.
     V2025_03_26,
+    /// `2025-06-18`: sends `MCP-Protocol-Version` after initialize.
+    V2025_06_18,
+    /// `2025-11-25`: as 2025-06-18, with tool `execution` and `outputSchema` in listings.
+    V2025_11_25,
+    /// `2026-07-28`: stateless. No `initialize` and no session: `server/discover` first, and
+    /// every request carries the `_meta` envelope ([`META_PROTOCOL_VERSION`],
+    /// [`META_CLIENT_CAPABILITIES`], [`META_CLIENT_INFO`]) and the routing headers
+    /// ([`PROTOCOL_VERSION`], [`METHOD`], and [`NAME`] for `tools/call`); results say
+    /// `resultType`.
+    V2026_07_28,
 }
 
 impl ProtocolVersion {
+    /// Every revision this client speaks, highest first (the order it tries them in).
+    pub const ALL: [ProtocolVersion; 4] = [
+        ProtocolVersion::V2026_07_28,
+        ProtocolVersion::V2025_11_25,
+        ProtocolVersion::V2025_06_18,
+        ProtocolVersion::V2025_03_26,
+    ];
+
     /// The revision's spelling.
     pub fn as_str(self) -> &'static str {
         match self {
+            ProtocolVersion::V2026_07_28 => "2026-07-28",
+            ProtocolVersion::V2025_11_25 => "2025-11-25",
             ProtocolVersion::V2025_06_18 => "2025-06-18",
             ProtocolVersion::V2025_03_26 => "2025-03-26",
         }
@@ -86,20 +110,49 @@ impl ProtocolVersion {
 
     /// The revision spelled `word`, if this client speaks it.
     pub fn parse(word: &str) -> Option<ProtocolVersion> {
-        [ProtocolVersion::V2025_06_18, ProtocolVersion::V2025_03_26]
+        ProtocolVersion::ALL
             .into_iter()
             .find(|v| v.as_str() == word)
     }
+
+    /// Whether the revision is stateless (found by `server/discover`, no `initialize`).
+    pub fn is_stateless(self) -> bool {
+        self >= ProtocolVersion::V2026_07_28
+    }
+
+    /// Whether requests after the handshake carry `MCP-Protocol-Version` (2025-06-18 on).
+    pub fn sends_version_header(self) -> bool {
+        self >= ProtocolVersion::V2025_06_18
+    }
 }
+
+/// The routing header naming the JSON-RPC method (2026-07-28).
+pub const METHOD: &str = "Mcp-Method";
+/// The routing header naming the tool of a `tools/call` (2026-07-28).
+pub const NAME: &str = "Mcp-Name";
+/// The `_meta` key of the revision a stateless request speaks.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of the client's capabilities on a stateless request.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The `_meta` key of the client's name and version on a stateless request.
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// The `_meta` key of a stateless server's name and version in its results.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// The JSON-RPC error code of a revision the server does not speak (its `data.supported`
+/// lists those it does).
+pub const UNSUPPORTED_PROTOCOL_VERSION_CODE: i64 = -32022;
 
 /// An open session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
-    /// The `Mcp-Session-Id` the server gave, if it gave one (a stateless server gives none).
+    /// The `Mcp-Session-Id` the server gave, if it gave one (a stateless server gives none,
+    /// and 2026-07-28 has no sessions at all).
     pub id: Option<String>,
-    /// The revision the server answered.
+    /// The revision agreed: the one `server/discover` listed, else the one `initialize`
+    /// answered.
     pub protocol: ProtocolVersion,
-    /// The server's `serverInfo`.
+    /// The server's name and version: `serverInfo` of `initialize`, or the
+    /// [`META_SERVER_INFO`] of `server/discover`'s result (`null` when it gave none).
     pub server_info: Value,
 }
 
@@ -171,7 +224,7 @@ pub enum McpError {
         stats: AnswerStats,
     },
     /// The server answered a protocol revision this client does not speak.
-    #[error("the MCP server {url} speaks protocol {version:?}; agentrt speaks 2025-06-18 and 2025-03-26")]
+    #[error("the MCP server {url} speaks protocol {version:?}; agentrt speaks 2026-07-28, 2025-11-25, 2025-06-18 and 2025-03-26")]
     UnsupportedVersion {
         /// The server.
         url: String,

@@ -51,8 +51,9 @@ async fn the_sample_server_lists_and_answers_a_read_only_call() {
     let url = sample_server().await;
     let mut c = client(&url);
     let session = c.initialize().await.unwrap().clone();
-    assert_eq!(session.protocol, ProtocolVersion::V2025_06_18);
-    assert!(session.id.is_some());
+    assert_eq!(session.protocol, ProtocolVersion::V2026_07_28);
+    assert_eq!(session.id, None, "2026-07-28 has no session");
+    assert_eq!(session.server_info["name"], "agentrt-sample-shop");
     let tools = c.list_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(names, ["lookup_order", "issue_refund"]);
@@ -99,9 +100,9 @@ async fn a_mutation_is_recorded_once_per_idempotency_key() {
 }
 
 #[tokio::test]
-async fn both_protocol_revisions_are_negotiated() {
+async fn every_protocol_revision_is_negotiated() {
     let url = sample_server().await;
-    for version in [ProtocolVersion::V2025_03_26, ProtocolVersion::V2025_06_18] {
+    for version in ProtocolVersion::ALL {
         let mut c = client(&url).with_protocol(version);
         assert_eq!(c.initialize().await.unwrap().protocol, version);
         assert_eq!(c.list_tools().await.unwrap().len(), 2);
@@ -111,7 +112,7 @@ async fn both_protocol_revisions_are_negotiated() {
 #[tokio::test]
 async fn a_forgotten_session_is_replaced_and_the_call_sent_once() {
     let url = sample_server().await;
-    let mut c = client(&url);
+    let mut c = client(&url).with_protocol(ProtocolVersion::V2025_11_25);
     let old = c.initialize().await.unwrap().id.clone().unwrap();
     let ended = reqwest::Client::new()
         .delete(&url)
@@ -254,11 +255,18 @@ async fn the_call_carries_the_idempotency_headers_and_meta() {
         .iter()
         .filter_map(|(_, b)| b["method"].as_str())
         .collect();
+    // server/discover first: an answer without supportedVersions is no modern server, so the
+    // handshake follows.
     assert_eq!(
         methods,
-        ["initialize", "notifications/initialized", "tools/call"]
+        [
+            "server/discover",
+            "initialize",
+            "notifications/initialized",
+            "tools/call"
+        ]
     );
-    let (headers, body) = &seen[2];
+    let (headers, body) = &seen[3];
     let header = |n: &str| {
         headers
             .get(n)
@@ -276,10 +284,19 @@ async fn the_call_carries_the_idempotency_headers_and_meta() {
         body["params"]["_meta"],
         json!({"agentrt.dev/idempotencyKey": "uid-1/3", "agentrt.dev/attempt": 2})
     );
-    assert!(
-        seen[0].0.get("mcp-session-id").is_none()
-            && seen[0].0.get("mcp-protocol-version").is_none()
+    // The discover probe speaks 2026-07-28 with its envelope; the initialize has no session
+    // and no version header yet.
+    assert_eq!(seen[0].0.get("mcp-protocol-version").unwrap(), "2026-07-28");
+    assert_eq!(seen[0].0.get("mcp-method").unwrap(), "server/discover");
+    assert_eq!(
+        seen[0].1["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+        "2026-07-28"
     );
+    assert!(
+        seen[1].0.get("mcp-session-id").is_none()
+            && seen[1].0.get("mcp-protocol-version").is_none()
+    );
+    assert_eq!(seen[1].1["params"]["protocolVersion"], "2025-11-25");
 }
 
 /// A server answering every request with `body` as `content_type` (and a session id).

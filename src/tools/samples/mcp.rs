@@ -2,9 +2,11 @@
 //! the shop of the sample tools over the Streamable HTTP transport, for runs with `mcp` tools
 //! and toolsets that `agentrt dev` can run without any other server.
 //!
-//! It speaks protocol revisions 2025-06-18 and 2025-03-26 (it answers the one asked, else
-//! 2025-06-18), gives each `initialize` an `Mcp-Session-Id`, answers 404 for a session it does
-//! not know (`DELETE /mcp` ends one) and answers every request as `application/json`. Tools:
+//! It speaks the stateless revision 2026-07-28 (`server/discover`, then requests carrying the
+//! `_meta` envelope and `MCP-Protocol-Version: 2026-07-28`, no session), and through
+//! `initialize` 2025-11-25, 2025-06-18 and 2025-03-26 (it answers the one asked, else
+//! 2025-11-25), giving each `initialize` an `Mcp-Session-Id`, answering 404 for a session it
+//! does not know (`DELETE /mcp` ends one). Every answer is `application/json`. Tools:
 //! - `lookup_order` {order} (annotated read-only): the order, as `POST /lookup_order` answers.
 //! - `issue_refund` {order, amount} (annotated idempotent): a refund recorded once per
 //!   idempotency key (`_meta["agentrt.dev/idempotencyKey"]`, else the `Idempotency-Key`
@@ -22,7 +24,10 @@ use serde_json::{json, Value};
 
 use super::{idempotency_key, Samples};
 
-const VERSIONS: [&str; 2] = ["2025-06-18", "2025-03-26"];
+/// The revisions of the initialize handshake it answers, highest first.
+const VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The stateless revision.
+const STATELESS: &str = "2026-07-28";
 
 /// The tools it lists, as `tools/list` answers them.
 pub fn tool_definitions() -> Value {
@@ -70,6 +75,12 @@ pub(super) async fn post(
     };
     let method = message.get("method").and_then(Value::as_str).unwrap_or("");
     let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let version_header = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok());
+    if version_header == Some(STATELESS) {
+        return stateless(&samples, &headers, &message, method, id);
+    }
     if method == "initialize" {
         let asked = message
             .pointer("/params/protocolVersion")
@@ -126,6 +137,52 @@ pub(super) async fn post(
         ),
         _ => return Json(rpc_error(&id, -32601, "method not found")).into_response(),
     };
+    Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+}
+
+/// A 2026-07-28 request: it stands alone (the envelope in `_meta`, `Mcp-Method` naming the
+/// method); `server/discover` lists the revisions and says who the server is.
+fn stateless(
+    samples: &Samples,
+    headers: &HeaderMap,
+    message: &Value,
+    method: &str,
+    id: Value,
+) -> Response {
+    let envelope = message.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion");
+    if envelope.and_then(Value::as_str) != Some(STATELESS)
+        || message
+            .pointer("/params/_meta/io.modelcontextprotocol~1clientCapabilities")
+            .is_none()
+    {
+        let text =
+            "params._meta must carry the 2026-07-28 envelope (protocolVersion, clientCapabilities)";
+        return (StatusCode::BAD_REQUEST, Json(rpc_error(&id, -32602, text))).into_response();
+    }
+    if headers.get("mcp-method").and_then(|v| v.to_str().ok()) != Some(method) {
+        let text = "Mcp-Method does not match the method";
+        return (StatusCode::BAD_REQUEST, Json(rpc_error(&id, -32020, text))).into_response();
+    }
+    if message.get("id").is_none() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let server_info = json!({"name": "agentrt-sample-shop", "version": env!("CARGO_PKG_VERSION")});
+    let mut result = match method {
+        "server/discover" => {
+            let mut supported = vec![STATELESS];
+            supported.extend(VERSIONS);
+            json!({"supportedVersions": supported, "capabilities": {"tools": {"listChanged": false}}})
+        }
+        "tools/list" => json!({"tools": tool_definitions()}),
+        "tools/call" => call(
+            samples,
+            headers,
+            message.get("params").unwrap_or(&Value::Null),
+        ),
+        _ => return Json(rpc_error(&id, -32601, "method not found")).into_response(),
+    };
+    result["resultType"] = json!("complete");
+    result["_meta"] = json!({"io.modelcontextprotocol/serverInfo": server_info});
     Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
 }
 
