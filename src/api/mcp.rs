@@ -141,6 +141,17 @@ pub struct ToolDefinition {
     /// The server's hints: recorded and shown, never trusted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<ToolAnnotations>,
+    /// The JSON Schema a result's `structuredContent` must pass, when the server gives one
+    /// (2025-06-18 on); a result that does not pass is a `tool_error` `invalid_content`
+    /// (docs/design.md section 6, "MCP revisions").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "json_object")]
+    pub output_schema: Option<Value>,
+    /// How the tool may be run, as the server says (`{"taskSupport": "forbidden" | "optional" |
+    /// "required"}`, 2025-11-25 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "json_object")]
+    pub execution: Option<Value>,
 }
 
 /// The hints an MCP server attaches to a tool (MCP `ToolAnnotations`). The manifest's

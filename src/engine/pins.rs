@@ -118,11 +118,13 @@ pub enum PinError {
 
 /// Reads the entries of a `tools/list` answer's `tools` array (all pages, in order) into
 /// definitions, keeping exactly what is pinned: name, title, description, inputSchema,
-/// annotations (other members, such as `outputSchema` or `_meta`, are not pinned).
+/// annotations, outputSchema and execution (other members, such as `icons` or `_meta`, are
+/// not pinned).
 ///
 /// # Errors
 /// [`PinError::InvalidDefinition`] for an entry that is not an object with a string `name` and
-/// an object `inputSchema`, or whose title, description or annotations have the wrong type.
+/// an object `inputSchema`, or whose title, description, annotations, outputSchema or
+/// execution have the wrong type.
 pub fn definitions(server: &str, listed: &[Value]) -> Result<Vec<ToolDefinition>, PinError> {
     listed
         .iter()
@@ -161,12 +163,21 @@ fn definition(entry: &Value) -> Result<ToolDefinition, String> {
                 .map_err(|err| format!("{name}: annotations: {err}"))?,
         ),
     };
+    let object_member = |member: &str| -> Result<Option<Value>, String> {
+        match object.get(member) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value @ Value::Object(_)) => Ok(Some(value.clone())),
+            Some(_) => Err(format!("{name}: {member} is not a JSON object")),
+        }
+    };
     Ok(ToolDefinition {
         name: name.to_string(),
         title: text("title")?,
         description: text("description")?,
         input_schema,
         annotations,
+        output_schema: object_member("outputSchema")?,
+        execution: object_member("execution")?,
     })
 }
 
@@ -216,13 +227,30 @@ pub enum PinCheck {
 }
 
 /// Compares the server's current listing with `pin`: finds the pinned server tool by name and
-/// compares the hash of its definition.
+/// compares the hash of its definition. A pin with neither `protocolVersion` nor an
+/// `outputSchema` or `execution` in its definition may have been made by an agentrt that
+/// pinned neither: the current definition is compared without them, so an upgrade of the
+/// controller does not change a run's pins.
 ///
 /// # Errors
 /// [`PinError::Canonical`] when the current definition has no canonical form.
 pub fn check(pin: &ToolPin, current: &[ToolDefinition]) -> Result<PinCheck, PinError> {
     let Some(definition) = current.iter().find(|d| d.name == pin.server_tool) else {
         return Ok(PinCheck::Gone);
+    };
+    let reduced;
+    let old_pin = pin.protocol_version.is_none()
+        && pin.definition.output_schema.is_none()
+        && pin.definition.execution.is_none();
+    let definition = if old_pin {
+        reduced = ToolDefinition {
+            output_schema: None,
+            execution: None,
+            ..definition.clone()
+        };
+        &reduced
+    } else {
+        definition
     };
     let now = definition_sha256(definition).map_err(|source| PinError::Canonical {
         tool: pin.tool.clone(),

@@ -15,6 +15,7 @@ use crate::api::{McpServer, ToolFailure, ToolPin};
 use crate::controller::cluster::RunState;
 use crate::controller::context::Context;
 use crate::controller::fault::{self, FaultPoint};
+use crate::engine::validate::ToolSchema;
 use crate::engine::{pins, ServerListing, ToolCall, ToolOutcome};
 use crate::tools::http;
 use crate::tools::mcp::{CallOutcome, McpClient, ToolsCall};
@@ -134,7 +135,46 @@ pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> T
             in_flight.await
         }
     };
+    if let Some(refused) = refuse_unless_output_matches(pin, &outcome) {
+        return refused;
+    }
     tool_outcome(outcome)
+}
+
+/// A result's `structuredContent` checked against the pinned `outputSchema` (docs/design.md
+/// section 6, "MCP revisions"): a `tool_error` `invalid_content` naming the violations when it
+/// does not pass (or the schema does not compile), `None` when it passes or there is nothing
+/// to check (no outputSchema, no structuredContent, not a result).
+fn refuse_unless_output_matches(pin: &ToolPin, outcome: &CallOutcome) -> Option<ToolOutcome> {
+    let CallOutcome::Result {
+        content,
+        structured: true,
+        duration_ms,
+        ..
+    } = outcome
+    else {
+        return None;
+    };
+    let schema = pin.definition.output_schema.as_ref()?;
+    let root = format!("the outputSchema of {}", pin.server_tool);
+    let violations = match ToolSchema::compile_at(&root, schema) {
+        Ok(compiled) => match compiled.check(content) {
+            Ok(()) => return None,
+            Err(violations) => violations,
+        },
+        Err(err) => vec![err],
+    };
+    tracing::warn!(tool = %pin.tool, "the MCP tool's structuredContent does not match its outputSchema");
+    Some(error(
+        ToolFailure::InvalidContent,
+        json!({
+            "error": "the tool's structuredContent does not match its pinned outputSchema",
+            "tool": pin.server_tool,
+            "violations": violations,
+            "structuredContent": content,
+        }),
+        *duration_ms,
+    ))
 }
 
 /// `definition_changed` unless the server's current listing holds the pinned definition.
@@ -237,4 +277,70 @@ pub fn tool_outcome(outcome: CallOutcome) -> ToolOutcome {
 
 fn millis(started: std::time::Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ToolDefinition;
+    use crate::tools::mcp::AnswerStats;
+
+    fn pin_with(output_schema: Option<Value>) -> ToolPin {
+        let definition = ToolDefinition {
+            name: "total".into(),
+            input_schema: json!({"type": "object"}),
+            output_schema,
+            ..ToolDefinition::default()
+        };
+        let mut pin = pins::pin("total", "http://mcp", definition).unwrap();
+        pin.protocol_version = Some("2026-07-28".into());
+        pin
+    }
+
+    fn answered(content: Value, structured: bool) -> CallOutcome {
+        CallOutcome::Result {
+            content,
+            structured,
+            answer: AnswerStats {
+                bytes: 10,
+                sha256: "sha256:00".into(),
+                complete: true,
+            },
+            duration_ms: 3,
+        }
+    }
+
+    #[test]
+    fn structured_content_against_the_output_schema_passes_or_is_invalid_content() {
+        let schema = json!({"type": "object", "required": ["total"],
+                            "properties": {"total": {"type": "integer"}}});
+        let pin = pin_with(Some(schema));
+        assert_eq!(
+            refuse_unless_output_matches(&pin, &answered(json!({"total": 250}), true)),
+            None
+        );
+        match refuse_unless_output_matches(&pin, &answered(json!({"total": "many"}), true)) {
+            Some(ToolOutcome::Error {
+                failure: ToolFailure::InvalidContent,
+                content,
+                ..
+            }) => {
+                assert_eq!(content["tool"], "total");
+                assert_eq!(content["structuredContent"], json!({"total": "many"}));
+                let said = content["violations"][0].as_str().unwrap_or_default();
+                assert!(said.starts_with("/total:"), "{content}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Content blocks (no structuredContent) and a tool without an outputSchema: nothing to
+        // check.
+        assert_eq!(
+            refuse_unless_output_matches(&pin, &answered(json!([{"type": "text"}]), false)),
+            None
+        );
+        assert_eq!(
+            refuse_unless_output_matches(&pin_with(None), &answered(json!({"total": "x"}), true)),
+            None
+        );
+    }
 }

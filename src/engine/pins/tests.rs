@@ -86,14 +86,27 @@ fn a_definition_that_changed_does_not_match_its_pin_and_one_gone_is_gone() {
 }
 
 #[test]
-fn only_name_title_description_input_schema_and_annotations_are_pinned() {
+fn only_name_title_description_schemas_annotations_and_execution_are_pinned() {
     let with = shop()[1].clone();
     let without = listed(json!([{"name": "issue_refund", "title": "Refund",
         "description": "Refund an order.", "inputSchema": {"type": "object", "required": ["order", "amount"]},
-        "outputSchema": {"type": "string"}, "_meta": {"x": 1}}]));
+        "outputSchema": {"type": "object"}, "icons": [{"src": "https://x/icon.png"}], "_meta": {"x": 1}}]));
     assert_eq!(
         definition_sha256(&with).unwrap(),
         definition_sha256(&without[0]).unwrap()
+    );
+    // outputSchema and execution are pinned (2025-06-18 and 2025-11-25 define a tool by them).
+    let output = listed(json!([{"name": "issue_refund", "title": "Refund",
+        "description": "Refund an order.", "inputSchema": {"type": "object", "required": ["order", "amount"]},
+        "outputSchema": {"type": "object"}, "execution": {"taskSupport": "optional"}}]));
+    assert_eq!(output[0].output_schema, Some(json!({"type": "object"})));
+    assert_eq!(
+        output[0].execution,
+        Some(json!({"taskSupport": "optional"}))
+    );
+    assert_ne!(
+        definition_sha256(&with).unwrap(),
+        definition_sha256(&output[0]).unwrap()
     );
     let extra_hint = listed(json!([{"name": "t", "inputSchema": {"type": "object"},
         "annotations": {"vendorHint": "x"}}]));
@@ -363,8 +376,10 @@ fn a_definition() -> impl Strategy<Value = ToolDefinition> {
         prop::option::of("[A-Za-z .]{0,24}"),
         prop::collection::btree_map("[a-z]{1,4}", json_value(), 0..4),
         prop::option::of((prop::option::of(any::<bool>()), prop::option::of(any::<bool>()))),
+        prop::option::of("[a-z]{1,4}"),
+        prop::option::of(prop_oneof![Just("forbidden"), Just("optional"), Just("required")]),
     )
-        .prop_map(|(name, title, description, props, hints)| ToolDefinition {
+        .prop_map(|(name, title, description, props, hints, output, tasks)| ToolDefinition {
             name,
             title,
             description,
@@ -374,6 +389,8 @@ fn a_definition() -> impl Strategy<Value = ToolDefinition> {
                 destructive_hint,
                 ..ToolAnnotations::default()
             }),
+            output_schema: output.map(|p| json!({"type": "object", "required": [p]})),
+            execution: tasks.map(|t| json!({"taskSupport": t})),
         })
 }
 
@@ -385,6 +402,8 @@ enum Change {
     ReadOnly(Option<bool>),
     Destructive(Option<bool>),
     Idempotent(bool),
+    OutputSchema(Option<String>),
+    TaskSupport(Option<&'static str>),
 }
 
 fn a_change() -> impl Strategy<Value = Change> {
@@ -395,6 +414,13 @@ fn a_change() -> impl Strategy<Value = Change> {
         prop::option::of(any::<bool>()).prop_map(Change::ReadOnly),
         prop::option::of(any::<bool>()).prop_map(Change::Destructive),
         any::<bool>().prop_map(Change::Idempotent),
+        prop::option::of("[a-z]{1,4}").prop_map(Change::OutputSchema),
+        prop::option::of(prop_oneof![
+            Just("forbidden"),
+            Just("optional"),
+            Just("required")
+        ])
+        .prop_map(Change::TaskSupport),
     ]
 }
 
@@ -409,6 +435,10 @@ fn apply(mut d: ToolDefinition, change: Change) -> ToolDefinition {
         Change::ReadOnly(h) => d.annotations.get_or_insert_with(hints).read_only_hint = h,
         Change::Destructive(h) => d.annotations.get_or_insert_with(hints).destructive_hint = h,
         Change::Idempotent(h) => d.annotations.get_or_insert_with(hints).idempotent_hint = Some(h),
+        Change::OutputSchema(p) => {
+            d.output_schema = p.map(|p| json!({"type": "object", "required": [p]}));
+        }
+        Change::TaskSupport(t) => d.execution = t.map(|t| json!({"taskSupport": t})),
     }
     d
 }
@@ -418,7 +448,8 @@ proptest! {
     /// (and the same definition, re-listed, always does).
     #[test]
     fn a_changed_definition_never_compares_equal_to_its_pin(d in a_definition(), change in a_change()) {
-        let pinned = pin("t", SERVER, d.clone()).unwrap();
+        let mut pinned = pin("t", SERVER, d.clone()).unwrap();
+        pinned.protocol_version = Some("2025-11-25".into());
         let relisted: Vec<ToolDefinition> = definitions(SERVER, &[serde_json::to_value(&d).unwrap()]).unwrap();
         prop_assert_eq!(check(&pinned, &relisted).unwrap(), PinCheck::Unchanged);
         let changed = apply(d.clone(), change);
@@ -430,4 +461,46 @@ proptest! {
             prop_assert!(is_changed, "{:?}", now);
         }
     }
+}
+
+/// A pin made before outputSchema and execution were pinned (no `protocolVersion`) still
+/// matches the server's listing of the same tool that now carries them, and still refuses a
+/// change of what it did pin (docs/design.md section 6, "MCP revisions").
+#[test]
+fn a_pin_from_before_output_schemas_ignores_them_and_still_sees_other_changes() {
+    let old = ToolDefinition {
+        name: "t".into(),
+        input_schema: json!({"type": "object"}),
+        ..ToolDefinition::default()
+    };
+    let pinned = pin("t", SERVER, old.clone()).unwrap();
+    assert_eq!(pinned.protocol_version, None);
+    let now = ToolDefinition {
+        output_schema: Some(json!({"type": "object"})),
+        execution: Some(json!({"taskSupport": "optional"})),
+        ..old.clone()
+    };
+    assert_eq!(
+        check(&pinned, std::slice::from_ref(&now)).unwrap(),
+        PinCheck::Unchanged
+    );
+    let described = ToolDefinition {
+        description: Some("new".into()),
+        ..now.clone()
+    };
+    assert!(matches!(
+        check(&pinned, &[described]).unwrap(),
+        PinCheck::Changed { .. }
+    ));
+    // A pin of this version (it records the revision) sees an outputSchema change.
+    let mut current = pin("t", SERVER, now.clone()).unwrap();
+    current.protocol_version = Some("2026-07-28".into());
+    let other = ToolDefinition {
+        output_schema: Some(json!({"type": "string"})),
+        ..now
+    };
+    assert!(matches!(
+        check(&current, &[other]).unwrap(),
+        PinCheck::Changed { .. }
+    ));
 }

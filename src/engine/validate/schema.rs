@@ -45,16 +45,27 @@ impl ToolSchema {
     /// `spec.tools[1].inputSchema: $ref "https://x/y.json" points outside the schema; inline the
     /// definition under $defs and use "#/$defs/..."`.
     pub fn compile(index: usize, tool: &ToolSpec) -> Result<ToolSchema, String> {
-        let root = format!("spec.tools[{index}].inputSchema");
-        let schema = &tool.input_schema;
+        ToolSchema::compile_at(
+            &format!("spec.tools[{index}].inputSchema"),
+            &tool.input_schema,
+        )
+    }
+
+    /// [`ToolSchema::compile`] of any schema the record holds, its errors naming `root` (e.g.
+    /// `status.toolPins[0].definition.outputSchema`): an MCP tool's `outputSchema`, which a
+    /// result's `structuredContent` must pass (docs/design.md section 6, "MCP revisions").
+    ///
+    /// # Errors
+    /// As [`ToolSchema::compile`], naming `root`.
+    pub fn compile_at(root: &str, schema: &Value) -> Result<ToolSchema, String> {
         if !schema.is_object() {
             return Err(format!(
                 "{root}: must be a JSON Schema object (got {}); write e.g. {{\"type\": \"object\"}}",
                 type_name(schema)
             ));
         }
-        check_storable_at(schema, &root)?;
-        refuse_external_references(schema, &root)?;
+        check_storable_at(schema, root)?;
+        refuse_external_references(schema, root)?;
         let validator = jsonschema::options()
             .with_retriever(NoFetch)
             .build(schema)
