@@ -121,6 +121,13 @@ pub struct ToolPin {
     /// definition still matches its pin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol_version: Option<String>,
+    /// Who the server said it is when it listed the tool: `{name, version}` of `initialize`'s
+    /// `serverInfo` or `server/discover`'s `io.modelcontextprotocol/serverInfo` (other members
+    /// dropped). Before each call it must say the same, else the call is refused
+    /// `definition_changed` (docs/design.md section 6, "MCP revisions"). Not part of `sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "json_object")]
+    pub server_info: Option<Value>,
 }
 
 /// A tool definition as an MCP server lists it (`tools/list`), reduced to what is pinned.

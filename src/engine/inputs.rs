@@ -393,4 +393,6 @@ pub struct ServerListing {
     /// The protocol revision the listing was made in (recorded in each of its tools' pins),
     /// when known.
     pub protocol: Option<String>,
+    /// Who the server said it is (`{name, version}`), recorded in each of its tools' pins.
+    pub server_info: Option<Value>,
 }

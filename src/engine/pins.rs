@@ -206,6 +206,7 @@ pub fn pin(tool: &str, server: &str, definition: ToolDefinition) -> Result<ToolP
         sha256,
         definition,
         protocol_version: None,
+        server_info: None,
     })
 }
 

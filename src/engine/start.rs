@@ -94,13 +94,13 @@ pub(crate) fn pin_listings(
             .map_or(&[][..], |(_, d)| d.as_slice())
     })
     .map(|pins| {
-        // Each pin records the revision its server spoke (docs/design.md section 6).
+        // Each pin records the revision its server spoke and who it said it was (docs/design.md
+        // section 6, "MCP revisions").
         pins.into_iter()
             .map(|mut pin| {
-                pin.protocol_version = listings
-                    .iter()
-                    .find(|l| l.url == pin.server)
-                    .and_then(|l| l.protocol.clone());
+                let listing = listings.iter().find(|l| l.url == pin.server);
+                pin.protocol_version = listing.and_then(|l| l.protocol.clone());
+                pin.server_info = listing.and_then(|l| l.server_info.clone());
                 pin
             })
             .collect()

@@ -31,6 +31,7 @@ pub async fn list_servers(
     let mut out = Vec::with_capacity(servers.len());
     for server in servers {
         let mut protocol = None;
+        let mut server_info = None;
         let tools = match http::resolve_header_list(
             &server.headers,
             namespace,
@@ -43,6 +44,7 @@ pub async fn list_servers(
                 let mut client = McpClient::new(ctx.executors.http.clone(), &server.url, headers);
                 let listed = client.list_tools().await.map_err(|err| err.to_string());
                 protocol = client.session().map(|s| s.protocol.as_str().to_string());
+                server_info = client.session().map(|s| identity(&s.server_info));
                 listed
             }
         };
@@ -53,6 +55,7 @@ pub async fn list_servers(
             url: server.url.clone(),
             tools,
             protocol,
+            server_info,
         });
     }
     out
@@ -116,6 +119,10 @@ pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> T
     if let Some(refused) = refuse_unless_pinned(pin, &mcp.url, &listed, millis(started)) {
         return refused;
     }
+    let now = client.session().map(|s| identity(&s.server_info));
+    if let Some(refused) = refuse_another_server(pin, now.as_ref(), millis(started)) {
+        return refused;
+    }
     let request = ToolsCall {
         name: pin.server_tool.clone(),
         arguments: call.args.clone(),
@@ -174,6 +181,36 @@ fn refuse_unless_output_matches(pin: &ToolPin, outcome: &CallOutcome) -> Option<
             "structuredContent": content,
         }),
         *duration_ms,
+    ))
+}
+
+/// A server's identity as pinned: the `name` and `version` of what it said it is.
+fn identity(server_info: &Value) -> Value {
+    json!({"name": server_info.get("name"), "version": server_info.get("version")})
+}
+
+/// `definition_changed` when the pin records who the server was and it now says otherwise
+/// (docs/design.md section 6, "MCP revisions"); `None` when it is the same or the pin
+/// recorded no identity.
+fn refuse_another_server(
+    pin: &ToolPin,
+    now: Option<&Value>,
+    duration_ms: u64,
+) -> Option<ToolOutcome> {
+    let pinned = pin.server_info.as_ref()?;
+    if Some(pinned) == now {
+        return None;
+    }
+    tracing::warn!(tool = %pin.tool, "the MCP server is not the one pinned; refused");
+    Some(error(
+        ToolFailure::DefinitionChanged,
+        json!({
+            "error": "the server is not the one the tool was pinned on (its name or version changed); the call was not sent",
+            "tool": pin.server_tool,
+            "pinned": pinned,
+            "current": now,
+        }),
+        duration_ms,
     ))
 }
 
@@ -342,5 +379,28 @@ mod tests {
             refuse_unless_output_matches(&pin_with(None), &answered(json!({"total": "x"}), true)),
             None
         );
+    }
+
+    #[test]
+    fn a_server_that_says_it_is_another_is_refused_as_a_changed_definition() {
+        let mut pin = pin_with(None);
+        let shop = identity(&json!({"name": "shop", "version": "1.0", "title": "Shop"}));
+        assert_eq!(shop, json!({"name": "shop", "version": "1.0"}));
+        // A pin without an identity (made before it was recorded) checks nothing.
+        assert_eq!(refuse_another_server(&pin, None, 1), None);
+        pin.server_info = Some(shop.clone());
+        assert_eq!(refuse_another_server(&pin, Some(&shop), 1), None);
+        let upgraded = identity(&json!({"name": "shop", "version": "2.0"}));
+        match refuse_another_server(&pin, Some(&upgraded), 1) {
+            Some(ToolOutcome::Error {
+                failure: ToolFailure::DefinitionChanged,
+                content,
+                ..
+            }) => {
+                assert_eq!(content["pinned"], shop);
+                assert_eq!(content["current"], upgraded);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -602,6 +602,7 @@ impl Harness {
             .iter()
             .map(|s| crate::engine::ServerListing {
                 protocol: Some("2026-07-28".into()),
+                server_info: Some(serde_json::json!({"name": "shop", "version": "1.0"})),
                 url: s.url.clone(),
                 tools: listing(&s.url),
             })

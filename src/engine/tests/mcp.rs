@@ -78,6 +78,10 @@ fn mcp_tools_are_pinned_in_the_write_that_starts_the_run() {
         .tool_pins
         .iter()
         .all(|p| p.protocol_version.as_deref() == Some("2026-07-28")));
+    assert!(status
+        .tool_pins
+        .iter()
+        .all(|p| p.server_info == Some(json!({"name": "shop", "version": "1.0"}))));
     let pinned = h.events()[1].data.clone().expect("tool.pinned has data");
     assert_eq!(pinned["tool"], json!("search"));
     assert_eq!(pinned["sha256"], json!(status.tool_pins[0].sha256));
