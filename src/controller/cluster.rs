@@ -302,6 +302,9 @@ pub trait ClusterApi: Send + Sync + 'static {
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), ApiError>;
     /// LIST the Jobs of the run with uid `run_uid` (label `agentrt.dev/run-uid`).
     async fn list_jobs(&self, namespace: &str, run_uid: &str) -> Result<Vec<Value>, ApiError>;
+    /// LIST every Job of any run (label `agentrt.dev/run-uid` present) in `namespace`, or in
+    /// all namespaces when `None`: what [`crate::controller::calls::job::sweep`] looks through.
+    async fn list_run_jobs(&self, namespace: Option<&str>) -> Result<Vec<Value>, ApiError>;
     /// LIST the Pods the Job with uid `job_uid` created (label
     /// `batch.kubernetes.io/controller-uid`).
     async fn list_job_pods(&self, namespace: &str, job_uid: &str) -> Result<Vec<Value>, ApiError>;

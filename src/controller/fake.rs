@@ -434,6 +434,23 @@ impl ClusterApi for FakeApi {
             .collect())
     }
 
+    async fn list_run_jobs(&self, namespace: Option<&str>) -> Result<Vec<Value>, ApiError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .jobs
+            .iter()
+            .filter(|((ns, _), job)| {
+                namespace.is_none_or(|n| n == ns)
+                    && job["metadata"]["labels"].get(RUN_UID_LABEL).is_some()
+            })
+            .map(|((ns, _), job)| {
+                let mut job = job.clone();
+                job["metadata"]["namespace"] = serde_json::json!(ns);
+                job
+            })
+            .collect())
+    }
+
     async fn list_job_pods(&self, namespace: &str, job_uid: &str) -> Result<Vec<Value>, ApiError> {
         let state = self.state.lock().unwrap();
         Ok(state

@@ -425,6 +425,7 @@ pub async fn run_with_engine(
     // Controller watching their namespace.
     let mut routes = std::collections::HashMap::new();
     let mut controllers = Vec::new();
+    let swept = scopes.clone();
     for scope in scopes {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
         routes.insert(scope.clone(), tx);
@@ -456,6 +457,20 @@ pub async fn run_with_engine(
         tokio::spawn(presence.keep(ctx.leases.clone(), shutdown.clone()))
     };
     metrics.set_ready();
+    if ctx.settings.runs_pods {
+        // Jobs of ended or deleted runs whose finalizer nobody else will remove (docs/design.md
+        // section 6, "Job tools"): at start, then every SWEEP_SECONDS.
+        let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                calls::job::sweep(&ctx, &swept).await;
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(calls::job::SWEEP_SECONDS)) => {}
+                }
+            }
+        });
+    }
     futures::future::join_all(controllers).await;
 
     // Shutdown: executors stop before their next side effect (a tool call in flight finishes

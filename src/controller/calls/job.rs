@@ -578,6 +578,77 @@ pub async fn release_settled(ctx: &Context, state: &RunState) {
     }
 }
 
+/// How often [`sweep`] looks through the Jobs of runs (seconds).
+pub const SWEEP_SECONDS: u64 = 300;
+
+/// Releases every Job of a run (in `scopes`: namespaces, `None` for all) that still holds the
+/// [`FINALIZER`] although nobody will record its outcome any more or the record already holds
+/// it: its run is gone (deleted, or another run of the name), or its run's record holds the
+/// outcome of its step and attempt (a holder died between that write and the release, and the
+/// run ended, so no holder comes back to [`release_settled`]). A Job of a live run whose
+/// outcome is not recorded is left to the run's executor. Read errors leave Jobs as they are
+/// for the next sweep (docs/design.md section 6, "Job tools").
+pub async fn sweep(ctx: &Context, scopes: &[Option<String>]) {
+    for scope in scopes {
+        let jobs = match ctx.api.list_run_jobs(scope.as_deref()).await {
+            Ok(jobs) => jobs,
+            Err(err) => {
+                tracing::info!(%err, "cannot list the runs' Jobs; the next sweep tries again");
+                continue;
+            }
+        };
+        for job in jobs {
+            let held = job["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == FINALIZER));
+            if !held {
+                continue;
+            }
+            let meta = &job["metadata"];
+            let (Some(namespace), Some(name)) = (meta["namespace"].as_str(), meta["name"].as_str())
+            else {
+                continue;
+            };
+            let owner = meta["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|o| o["kind"] == "AgentRun")
+                .and_then(|o| o["name"].as_str());
+            let labels = &meta["labels"];
+            let number = |label: &str| labels[label].as_str().and_then(|v| v.parse::<i64>().ok());
+            let run = match owner {
+                Some(owner) => match ctx.api.get_run(namespace, owner).await {
+                    Ok(run) => run,
+                    Err(err) => {
+                        tracing::info!(job = name, %err, "cannot read the Job's run; left for the next sweep");
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            let release_it = match run {
+                Some(run) if labels[RUN_UID_LABEL] == run.snapshot.uid.as_str() => {
+                    match (number(STEP_LABEL), number(ATTEMPT_LABEL)) {
+                        (Some(step), Some(attempt)) => settled(&run.snapshot.status, step, attempt),
+                        _ => false,
+                    }
+                }
+                // The run is gone: nobody can record the outcome; the Job goes with its owner.
+                _ => owner.is_some(),
+            };
+            if release_it {
+                tracing::info!(
+                    job = name,
+                    namespace,
+                    "releasing a Job whose outcome is recorded or whose run is gone"
+                );
+                release(ctx, namespace, name).await;
+            }
+        }
+    }
+}
+
 /// Whether the record (status as JSON) holds the outcome of `step`'s attempt `attempt`.
 fn settled(status: &Value, step: i64, attempt: i64) -> bool {
     let events = status["events"].as_array().into_iter().flatten();

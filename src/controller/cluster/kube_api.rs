@@ -312,6 +312,20 @@ impl ClusterApi for KubeApi {
             .collect()
     }
 
+    async fn list_run_jobs(&self, namespace: Option<&str>) -> Result<Vec<Value>, ApiError> {
+        let params = ListParams::default().labels(RUN_UID_LABEL);
+        let api = match namespace {
+            Some(namespace) => Api::<Job>::namespaced(self.client.clone(), namespace),
+            None => Api::<Job>::all(self.client.clone()),
+        };
+        api.list(&params)
+            .await?
+            .items
+            .iter()
+            .map(to_value)
+            .collect()
+    }
+
     async fn list_job_pods(&self, namespace: &str, job_uid: &str) -> Result<Vec<Value>, ApiError> {
         let params =
             ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={job_uid}"));

@@ -424,3 +424,56 @@ async fn a_cluster_without_pods_fails_a_job_call_at_once_saying_so() {
     );
     assert_eq!(api.state.lock().unwrap().job_creates, 0);
 }
+
+#[tokio::test]
+async fn the_sweep_releases_jobs_whose_outcome_is_recorded_or_whose_run_is_gone_and_only_those() {
+    let api = Arc::new(FakeApi::with_run(job_run("jobsweep", template())));
+    let _kubelet = kubelet(api.clone(), Arc::new(Mutex::new(Ending::Succeed)));
+    let ctx = real(api.clone(), "a");
+    observe(&ctx, &key("jobsweep"), None).await.unwrap();
+    until_idle_long(&ctx).await;
+    assert_eq!(api.run("ns", "jobsweep")["status"]["phase"], "Completed");
+    let holds = |name: &str| {
+        api.state.lock().unwrap().jobs[&("ns".to_string(), name.to_string())]["metadata"]
+            ["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == FINALIZER))
+    };
+    let owned_by = |run: &str, step: i64| {
+        json!({"metadata": {
+            "namespace": "ns",
+            "name": format!("agentrt-uid-{run}-{step}-1"),
+            "labels": {"agentrt.dev/run-uid": format!("uid-{run}"),
+                       "agentrt.dev/step": step.to_string(), "agentrt.dev/attempt": "1"},
+            "finalizers": [FINALIZER],
+            "ownerReferences": [{"kind": "AgentRun", "name": run, "uid": format!("uid-{run}")}],
+        }})
+    };
+    // A holder died between the write recording the outcome and the release, and the run
+    // ended: the finalizer is back on the run's Job.
+    let done = "agentrt-uid-jobsweep-0-1";
+    api.state
+        .lock()
+        .unwrap()
+        .jobs
+        .get_mut(&("ns".to_string(), done.to_string()))
+        .expect("the run's Job")["metadata"]["finalizers"] = json!([FINALIZER]);
+    // A Job of a run that is gone, and one of the live run's step 5, whose outcome is not
+    // recorded.
+    api.create_job("ns", &owned_by("deleted", 0)).await.unwrap();
+    api.create_job("ns", &owned_by("jobsweep", 5))
+        .await
+        .unwrap();
+    assert!(holds(done) && holds("agentrt-uid-deleted-0-1"));
+
+    crate::controller::calls::job::sweep(&ctx, &[None]).await;
+    assert!(!holds(done), "the recorded outcome's Job is released");
+    assert!(
+        !holds("agentrt-uid-deleted-0-1"),
+        "the Job of a run that is gone is released"
+    );
+    assert!(
+        holds("agentrt-uid-jobsweep-5-1"),
+        "a Job whose outcome is not on the record is left to its run"
+    );
+}

@@ -380,6 +380,7 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
         (Some(http), None, None) => {
             check_url(out, &format!("{field}.http.url"), &http.url);
             headers(out, &format!("{field}.http.headers"), &http.headers);
+            reserved_headers(out, &format!("{field}.http.headers"), &http.headers, false);
             if let Some(url) = http.reconcile.as_ref().and_then(|r| r.status_url.as_ref()) {
                 status_url(out, &format!("{field}.http.reconcile.statusURL"), url);
             }
@@ -387,9 +388,10 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
         (None, Some(mcp), None) => {
             check_url(out, &format!("{field}.mcp.url"), &mcp.url);
             headers(out, &format!("{field}.mcp.headers"), &mcp.headers);
+            reserved_headers(out, &format!("{field}.mcp.headers"), &mcp.headers, true);
         }
         (None, None, Some(job)) => {
-            job_template(out, &format!("{field}.job.template"), &job.template);
+            job::job_template(out, &format!("{field}.job.template"), &job.template);
         }
         (None, None, None) => out.add(
             field.clone(),
@@ -424,53 +426,67 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
     }
 }
 
-/// A Job tool's pod template: a Pod template as a Job takes it (it decodes as a
-/// `PodTemplateSpec`), with at least one container, each with an image, and a `restartPolicy`
-/// of `Never` (the default) or `OnFailure` (docs/design.md section 6, "Job tools").
-fn job_template(out: &mut Problems, field: &str, template: &Value) {
-    use k8s_openapi::api::core::v1::PodTemplateSpec;
-    let decoded = match serde_json::from_value::<PodTemplateSpec>(template.clone()) {
-        Ok(decoded) => decoded,
-        Err(err) => {
+/// Headers agentrt sets on every call (the idempotency key, the attempt, the run, the holder:
+/// `tools::http`'s constants) and those the HTTP client owns: a tool may not set them.
+const RESERVED_HEADERS: [&str; 8] = [
+    "Idempotency-Key",
+    "Agentrt-Attempt",
+    "Agentrt-Run",
+    "Agentrt-Holder",
+    "Host",
+    "Content-Length",
+    "Transfer-Encoding",
+    "Connection",
+];
+
+/// Headers the MCP transport sets (the revision, the routing headers, the session, what is
+/// sent and accepted: `tools::mcp`'s constants): an `mcp` tool may not set them either.
+const RESERVED_MCP_HEADERS: [&str; 6] = [
+    "MCP-Protocol-Version",
+    "Mcp-Method",
+    "Mcp-Name",
+    "Mcp-Session-Id",
+    "Content-Type",
+    "Accept",
+];
+
+/// A header's name is an HTTP token not reserved for agentrt or the transport, and a literal
+/// value is a valid header value (no CR, LF or other control characters); a Secret's value is
+/// checked when it is read (docs/design.md section 6).
+fn reserved_headers(out: &mut Problems, field: &str, headers: &[HttpHeader], mcp: bool) {
+    for (j, header) in headers.iter().enumerate() {
+        let at = format!("{field}[{j}]");
+        if http::HeaderName::from_bytes(header.name.as_bytes()).is_err() {
             out.add(
-                field,
+                format!("{at}.name"),
                 format!(
-                    "is not a Pod template ({err}); write it as a Job's spec.template: \
-                     {{spec: {{containers: [{{name: main, image: ...}}]}}}}"
+                    "{:?} is not a valid HTTP header name; use letters, digits and -",
+                    header.name
                 ),
             );
-            return;
+            continue;
         }
-    };
-    let Some(spec) = decoded.spec else {
-        out.add(
-            format!("{field}.spec"),
-            "is missing; write {containers: [{name: main, image: ...}]}",
-        );
-        return;
-    };
-    if spec.containers.is_empty() {
-        out.add(
-            format!("{field}.spec.containers"),
-            "is empty; a Job tool runs its first container",
-        );
-    }
-    for (i, container) in spec.containers.iter().enumerate() {
-        if container.image.as_deref().is_none_or(str::is_empty) {
+        let reserved = RESERVED_HEADERS
+            .iter()
+            .chain(if mcp { &RESERVED_MCP_HEADERS[..] } else { &[] })
+            .find(|r| r.eq_ignore_ascii_case(&header.name));
+        if let Some(reserved) = reserved {
             out.add(
-                format!("{field}.spec.containers[{i}].image"),
-                "is missing; name the image the call runs",
-            );
-        }
-    }
-    if let Some(policy) = spec.restart_policy.as_deref() {
-        if policy != "Never" && policy != "OnFailure" {
-            out.add(
-                format!("{field}.spec.restartPolicy"),
+                format!("{at}.name"),
                 format!(
-                    "must be Never or OnFailure for a Job (got {policy}); leave it out for Never"
+                    "{reserved} is set by agentrt or the transport on every request; remove \
+                     this header"
                 ),
             );
+        }
+        if let Some(value) = &header.value {
+            if http::HeaderValue::from_str(value).is_err() {
+                out.add(
+                    format!("{at}.value"),
+                    "is not a valid HTTP header value (it holds a line break or another \
+                     control character); remove them",
+                );
+            }
         }
     }
 }
@@ -517,6 +533,7 @@ fn tool_sets(spec: &AgentRunSpec, out: &mut Problems) {
         }
         check_url(out, &format!("{field}.mcp.url"), &set.mcp.url);
         headers(out, &format!("{field}.mcp.headers"), &set.mcp.headers);
+        reserved_headers(out, &format!("{field}.mcp.headers"), &set.mcp.headers, true);
         for (j, glob) in set.include.iter().enumerate() {
             if glob.is_empty() {
                 out.add(
@@ -588,6 +605,8 @@ fn rules(prefix: &str, rules: &[PolicyRule], out: &mut Problems) {
         }
     }
 }
+
+mod job;
 
 #[cfg(test)]
 mod tests;

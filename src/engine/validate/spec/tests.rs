@@ -133,6 +133,95 @@ fn a_job_template_without_an_image_or_with_a_restart_policy_a_job_refuses_is_a_p
 }
 
 #[test]
+fn a_job_template_setting_what_agentrt_sets_or_a_pod_refuses_is_a_problem_naming_it() {
+    let mut s = good();
+    s.tools[0].http = None;
+    s.tools[0].job = Some(Box::new(
+        serde_json::from_value(json!({"template": {
+            "metadata": {"namespace": "kube-system", "finalizers": ["x"],
+                         "labels": {"agentrt.dev/run-uid": "someone"}},
+            "spec": {
+                "ephemeralContainers": [{"name": "debug", "image": "busybox"}],
+                "containers": [
+                    {"name": "main", "image": "registry.local/work:1",
+                     "env": [{"name": "AGENTRT_ARGS", "value": "{}"}]},
+                    {"name": "main", "image": "registry.local/work:1"},
+                    {"name": "Bad_Name", "image": "registry.local/work:1"},
+                ],
+            },
+        }}))
+        .expect("job"),
+    ));
+    let problems = spec(&s);
+    let at = |field: &str| {
+        problems
+            .iter()
+            .find(|p| p.field == field)
+            .map(|p| p.message.clone())
+            .unwrap_or_else(|| panic!("no problem at {field}: {problems:?}"))
+    };
+    let t = "spec.tools[0].job.template";
+    assert!(at(&format!("{t}.metadata.namespace")).contains("set by the Job"));
+    assert!(at(&format!("{t}.metadata.finalizers")).contains("remove it"));
+    assert!(at(&format!("{t}.metadata.labels")).contains("agentrt.dev/run-uid"));
+    assert!(at(&format!("{t}.spec.ephemeralContainers")).contains("remove them"));
+    assert!(at(&format!("{t}.spec.containers[0].env[0].name")).contains("AGENTRT_ARGS"));
+    assert!(at(&format!("{t}.spec.containers[1].name")).contains("taken by another"));
+    assert!(at(&format!("{t}.spec.containers[2].name")).contains("not a container name"));
+}
+
+#[test]
+fn headers_agentrt_or_the_transport_set_and_invalid_values_are_problems() {
+    let header = |name: &str, value: &str| -> crate::api::HttpHeader {
+        serde_json::from_value(json!({"name": name, "value": value})).expect("header")
+    };
+    let mut s = good();
+    s.tools[0].http.as_mut().expect("http").headers = vec![
+        header("Idempotency-Key", "mine"),
+        header("X-A", "a\r\nX-Injected: 1"),
+        header("Bad Name", "x"),
+        header("Accept", "application/json"),
+    ];
+    let problems = spec(&s);
+    let at = |field: &str| {
+        problems
+            .iter()
+            .find(|p| p.field == field)
+            .map(|p| p.message.clone())
+            .unwrap_or_else(|| panic!("no problem at {field}: {problems:?}"))
+    };
+    let h = "spec.tools[0].http.headers";
+    assert!(at(&format!("{h}[0].name")).contains("Idempotency-Key is set by agentrt"));
+    assert!(at(&format!("{h}[1].value")).contains("not a valid HTTP header value"));
+    assert!(at(&format!("{h}[2].name")).contains("not a valid HTTP header name"));
+    assert!(
+        problems.iter().all(|p| p.field != format!("{h}[3].name")),
+        "an http tool may say what it accepts"
+    );
+    // An mcp tool may not set the transport's headers.
+    let mut s = good();
+    s.tools[0].http = None;
+    s.tools[0].input_schema = serde_json::Value::Null;
+    s.tools[0].mcp = Some(Box::new(
+        serde_json::from_value(json!({"url": "http://127.0.0.1:1/mcp",
+            "headers": [{"name": "mcp-protocol-version", "value": "2025-03-26"},
+                        {"name": "Authorization", "value": "Bearer x"}]}))
+        .expect("mcp"),
+    ));
+    let problems = spec(&s);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.field == "spec.tools[0].mcp.headers[0].name"
+                && p.message.contains("MCP-Protocol-Version")),
+        "{problems:?}"
+    );
+    assert!(problems
+        .iter()
+        .all(|p| p.field != "spec.tools[0].mcp.headers[1].name"));
+}
+
+#[test]
 fn an_http_url_that_is_not_http_or_https_is_a_problem() {
     for bad in [
         "ftp://x/y",
