@@ -58,19 +58,6 @@ async fn crashed(
     (tools, key, controllers)
 }
 
-/// The run's Approvals: none may exist when the tool settled the call.
-async fn no_approval(cluster: &support::cluster::TestCluster, run: &str) {
-    let approvals = cluster.approvals_of(run).await;
-    assert!(
-        approvals.is_empty(),
-        "nobody should have been asked: {:?}",
-        approvals
-            .iter()
-            .map(|a| a.data["spec"]["kind"].clone())
-            .collect::<Vec<_>>()
-    );
-}
-
 /// The `resent` of each `step.tool_started` of step 0, in order (`null` for a first send).
 fn resent(status: &Value) -> Vec<Value> {
     events_of(status, "step.tool_started")
@@ -118,7 +105,7 @@ async fn honored_keys_send_an_interrupted_call_again_and_the_effect_happens_once
         status["steps"][0]["observation"]["content"]["ok"],
         json!(true)
     );
-    no_approval(&cluster, "honored").await;
+    cluster.assert_no_approval("honored").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -140,7 +127,7 @@ async fn honored_keys_send_a_call_that_never_left_once() {
     assert_eq!(tools.calls_for(&key).len(), 1, "the first never left");
     assert_eq!(tools.effects(&key), 1);
     assert_eq!(resent(&status).len(), 2, "{status}");
-    no_approval(&cluster, "unsent").await;
+    cluster.assert_no_approval("unsent").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -177,7 +164,7 @@ async fn a_status_url_that_says_succeeded_settles_the_step_with_its_result() {
         json!(true),
         "the first attempt's answer, as the status URL gave it: {status}"
     );
-    no_approval(&cluster, "succeeded").await;
+    cluster.assert_no_approval("succeeded").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -206,7 +193,7 @@ async fn a_status_url_that_says_running_is_asked_again_until_it_succeeded() {
         events_of(&status, "step.tool_finished")[0]["data"]["settledBy"]["state"],
         json!("succeeded")
     );
-    no_approval(&cluster, "running").await;
+    cluster.assert_no_approval("running").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -232,7 +219,7 @@ async fn a_status_url_that_never_saw_the_call_has_it_sent_once() {
         resent(&status),
         [Value::Null, json!({"by": "statusURL", "status": 404})]
     );
-    no_approval(&cluster, "notfound").await;
+    cluster.assert_no_approval("notfound").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -263,7 +250,7 @@ async fn a_status_url_that_says_failed_records_the_tool_error_and_the_agent_goes
         json!({"message": "card declined"})
     );
     assert_eq!(tools.calls_for(&key).len(), 1);
-    no_approval(&cluster, "failed").await;
+    cluster.assert_no_approval("failed").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -335,7 +322,7 @@ async fn a_replica_killed_between_the_status_answer_and_its_write_leaves_it_to_t
     assert_eq!(tools.effects(&key), 1);
     assert_eq!(events_of(&status, "step.tool_finished").len(), 1);
     assert_eq!(events_of(&status, "lease.taken_over").len(), 2, "{status}");
-    no_approval(&cluster, "answered").await;
+    cluster.assert_no_approval("answered").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -374,7 +361,7 @@ async fn a_resent_call_interrupted_again_is_resent_again_and_the_effect_still_ha
         2,
         "{status}"
     );
-    no_approval(&cluster, "twice").await;
+    cluster.assert_no_approval("twice").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

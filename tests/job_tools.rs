@@ -125,19 +125,6 @@ async fn jobs(cluster: &TestCluster) -> Vec<Job> {
         .items
 }
 
-/// Asserts nobody was asked about run `run`.
-async fn no_approval(cluster: &TestCluster, run: &str) {
-    let approvals = cluster.approvals_of(run).await;
-    assert!(
-        approvals.is_empty(),
-        "nobody should have been asked: {:?}",
-        approvals
-            .iter()
-            .map(|a| a.data["spec"]["kind"].clone())
-            .collect::<Vec<_>>()
-    );
-}
-
 /// Asserts step 0's observation is the job-tool's result for run `uid`.
 fn assert_result(status: &Value, uid: &str) {
     let step = &status["steps"][0];
@@ -188,7 +175,7 @@ async fn a_job_tool_completes_with_the_result_its_container_wrote_and_releases_i
         job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished),
         Some(3600)
     );
-    no_approval(&cluster, "completes").await;
+    cluster.assert_no_approval("completes").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -277,7 +264,7 @@ async fn crash_matrix_row(test: &str, name: &str, fault: &str, flags: &[&str]) {
         "the second controller took the run over: {:?}",
         event_types(&status)
     );
-    no_approval(&cluster, name).await;
+    cluster.assert_no_approval(name).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

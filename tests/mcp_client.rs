@@ -9,36 +9,9 @@ use std::time::{Duration, Instant};
 
 use agentrt::api::SideEffect;
 use agentrt::engine::pins::{self, PinCheck};
-use agentrt::tools::mcp::{CallOutcome, McpClient, McpError, ProtocolVersion, ToolsCall};
+use agentrt::tools::mcp::{CallOutcome, McpError, ProtocolVersion};
 use serde_json::{json, Value};
-use support::mcpserver::PyServer;
-
-fn client(server: &PyServer) -> McpClient {
-    McpClient::new(
-        agentrt::tools::http::client().unwrap(),
-        &server.url(),
-        vec![],
-    )
-}
-
-fn call(name: &str, arguments: Value, key: &str) -> ToolsCall {
-    ToolsCall {
-        name: name.into(),
-        arguments,
-        idempotency_key: key.into(),
-        attempt: 1,
-        run: "default/mcp-shop".into(),
-        holder: "replica-a".into(),
-        timeout: Duration::from_secs(10),
-    }
-}
-
-fn result(outcome: CallOutcome) -> Value {
-    match outcome {
-        CallOutcome::Result { content, .. } => content,
-        other => panic!("not a result: {other:?}"),
-    }
-}
+use support::mcpserver::{call, client, result, PyServer};
 
 /// FastMCP answers a `-> str` tool with `structuredContent: {result: "<the string>"}`.
 fn returned_json(outcome: CallOutcome) -> Value {

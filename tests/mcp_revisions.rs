@@ -7,40 +7,10 @@
 
 mod support;
 
-use std::time::Duration;
-
 use agentrt::engine::pins::{self, PinCheck};
-use agentrt::tools::mcp::{CallOutcome, McpClient, ProtocolVersion, ToolsCall};
+use agentrt::tools::mcp::ProtocolVersion;
 use serde_json::{json, Value};
-use support::mcpserver::PyServer;
-
-fn client(server: &PyServer) -> McpClient {
-    McpClient::new(
-        agentrt::tools::http::client().unwrap(),
-        &server.url(),
-        vec![],
-    )
-}
-
-fn call(name: &str, arguments: Value, key: &str) -> ToolsCall {
-    ToolsCall {
-        name: name.into(),
-        arguments,
-        idempotency_key: key.into(),
-        attempt: 1,
-        run: "default/mcp-shop".into(),
-        holder: "replica-a".into(),
-        timeout: Duration::from_secs(10),
-    }
-}
-
-/// The result of a call (panics on any other outcome).
-fn result(outcome: CallOutcome) -> Value {
-    match outcome {
-        CallOutcome::Result { content, .. } => content,
-        other => panic!("not a result: {other:?}"),
-    }
-}
+use support::mcpserver::{call, client, result, PyServer};
 
 /// A tool's text result as JSON, whether the server gave it as the SDK's `{result: text}`
 /// structured content or as a text block.

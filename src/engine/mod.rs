@@ -296,6 +296,28 @@ fn ended_by_journal(stored: &crate::api::AgentRunStatus) -> bool {
             .any(|e| e.type_ == crate::api::EventType::RunFinished)
 }
 
+/// An executor's input once the run has ended (terminal, or cancelled in this very write):
+/// a tool's outcome is appended late (docs/behaviours.md 44), and a Job created after the end
+/// is recorded and waited for so that its outcome is too. `true` when the executor waits on
+/// (the Job), `false` when it releases the lease and stops.
+fn late_input(txn: &mut record::Txn, input: Input) -> Result<bool, EngineError> {
+    match input {
+        Input::ToolFinished {
+            step,
+            attempt,
+            outcome,
+        } => outcome::late(txn, step, attempt, outcome)?,
+        Input::JobCreated {
+            step,
+            attempt,
+            name,
+            job,
+        } => return Ok(by_job::created_late(txn, step, attempt, &name, &job)),
+        _ => {}
+    }
+    Ok(false)
+}
+
 /// An input from the executor (the replica holding, or just winning, the lease).
 fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError> {
     // A listing comes back before the first write, when the record names no holder yet.
@@ -307,20 +329,8 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
         return Ok(());
     }
     if txn.status.phase.is_terminal() {
-        match input {
-            Input::ToolFinished {
-                step,
-                attempt,
-                outcome,
-            } => outcome::late(txn, step, attempt, outcome)?,
-            // A Job created after the run ended: waited for, its outcome appended late.
-            Input::JobCreated {
-                step,
-                attempt,
-                name,
-                job,
-            } if by_job::created_late(txn, step, attempt, &name, &job) => return Ok(()),
-            _ => {}
+        if late_input(txn, input)? {
+            return Ok(());
         }
         txn.release_and_stop();
         return Ok(());
@@ -329,19 +339,8 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
     if txn.run.spec.cancel {
         observe::cancel(txn);
         // A tool that returned just now: its outcome comes after `run.finished` (44).
-        match input {
-            Input::ToolFinished {
-                step,
-                attempt,
-                outcome,
-            } => outcome::late(txn, step, attempt, outcome)?,
-            Input::JobCreated {
-                step,
-                attempt,
-                name,
-                job,
-            } if by_job::created_late(txn, step, attempt, &name, &job) => return Ok(()),
-            _ => {}
+        if late_input(txn, input)? {
+            return Ok(());
         }
         txn.release_and_stop();
         return Ok(());

@@ -27,6 +27,37 @@ pub fn python_modern() -> PathBuf {
         .clone()
 }
 
+/// A client of `server` with no headers (agentrt's own MCP client).
+pub fn client(server: &PyServer) -> agentrt::tools::mcp::McpClient {
+    agentrt::tools::mcp::McpClient::new(
+        agentrt::tools::http::client().expect("the http client"),
+        &server.url(),
+        vec![],
+    )
+}
+
+/// A `tools/call` of `name` with `arguments` under idempotency key `key`: attempt 1 of run
+/// `default/mcp-shop` by holder `replica-a`, 10 s timeout.
+pub fn call(name: &str, arguments: Value, key: &str) -> agentrt::tools::mcp::ToolsCall {
+    agentrt::tools::mcp::ToolsCall {
+        name: name.into(),
+        arguments,
+        idempotency_key: key.into(),
+        attempt: 1,
+        run: "default/mcp-shop".into(),
+        holder: "replica-a".into(),
+        timeout: Duration::from_secs(10),
+    }
+}
+
+/// The content of a call's result; panics on any other outcome.
+pub fn result(outcome: agentrt::tools::mcp::CallOutcome) -> Value {
+    match outcome {
+        agentrt::tools::mcp::CallOutcome::Result { content, .. } => content,
+        other => panic!("not a result: {other:?}"),
+    }
+}
+
 /// One server process; killed when dropped.
 pub struct PyServer {
     child: Child,

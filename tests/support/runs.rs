@@ -68,6 +68,20 @@ impl TestCluster {
         self.wait_approval(run, kind, APPROVAL_WAIT).await
     }
 
+    /// Asserts that run `run` has no Approval (nobody was asked), naming the kinds of those it
+    /// has.
+    pub async fn assert_no_approval(&self, run: &str) {
+        let approvals = self.approvals_of(run).await;
+        assert!(
+            approvals.is_empty(),
+            "nobody should have been asked: {:?}",
+            approvals
+                .iter()
+                .map(|a| a.data["spec"]["kind"].clone())
+                .collect::<Vec<_>>()
+        );
+    }
+
     /// The run's Approvals, sorted by name.
     pub async fn approvals_of(&self, run: &str) -> Vec<DynamicObject> {
         controller::approvals(&self.client(), self.namespace(), run).await

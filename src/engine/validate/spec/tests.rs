@@ -109,13 +109,7 @@ fn a_job_template_without_an_image_or_with_a_restart_policy_a_job_refuses_is_a_p
         .expect("job"),
     ));
     let problems = spec(&s);
-    let at = |field: &str| {
-        problems
-            .iter()
-            .find(|p| p.field == field)
-            .map(|p| p.message.clone())
-            .unwrap_or_else(|| panic!("no problem at {field}: {problems:?}"))
-    };
+    let at = |field: &str| problem_at(&problems, field);
     assert!(at("spec.tools[0].job.template.spec.containers[0].image").contains("is missing"));
     assert!(at("spec.tools[0].job.template.spec.restartPolicy").contains("Never or OnFailure"));
     let mut s = good();
@@ -153,13 +147,7 @@ fn a_job_template_setting_what_agentrt_sets_or_a_pod_refuses_is_a_problem_naming
         .expect("job"),
     ));
     let problems = spec(&s);
-    let at = |field: &str| {
-        problems
-            .iter()
-            .find(|p| p.field == field)
-            .map(|p| p.message.clone())
-            .unwrap_or_else(|| panic!("no problem at {field}: {problems:?}"))
-    };
+    let at = |field: &str| problem_at(&problems, field);
     let t = "spec.tools[0].job.template";
     assert!(at(&format!("{t}.metadata.namespace")).contains("set by the Job"));
     assert!(at(&format!("{t}.metadata.finalizers")).contains("remove it"));
@@ -183,13 +171,7 @@ fn headers_agentrt_or_the_transport_set_and_invalid_values_are_problems() {
         header("Accept", "application/json"),
     ];
     let problems = spec(&s);
-    let at = |field: &str| {
-        problems
-            .iter()
-            .find(|p| p.field == field)
-            .map(|p| p.message.clone())
-            .unwrap_or_else(|| panic!("no problem at {field}: {problems:?}"))
-    };
+    let at = |field: &str| problem_at(&problems, field);
     let h = "spec.tools[0].http.headers";
     assert!(at(&format!("{h}[0].name")).contains("Idempotency-Key is set by agentrt"));
     assert!(at(&format!("{h}[1].value")).contains("not a valid HTTP header value"));
@@ -468,4 +450,13 @@ fn a_status_url_names_the_key_as_its_one_placeholder_and_is_http() {
         .expect("reconcile"),
     );
     assert!(spec(&s).is_empty(), "{:?}", spec(&s));
+}
+
+/// The message of the problem at `field`; panics listing every problem when there is none.
+fn problem_at(problems: &[Problem], field: &str) -> String {
+    problems
+        .iter()
+        .find(|p| p.field == field)
+        .map(|p| p.message.clone())
+        .unwrap_or_else(|| panic!("no problem at {field}: {problems:?}"))
 }
