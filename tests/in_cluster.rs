@@ -487,8 +487,19 @@ spec:
     inputSchema: {type: object}
     http: {url: "http://127.0.0.1:1/x"}
 "#;
-    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], bad);
-    let said = text(&out);
+    // The webhook's Service answers once kube-proxy has its endpoints, which may be a moment
+    // after the replicas are Ready: a refused connection to it is asked again (up to 60 s).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (out, said) = loop {
+        let out = cluster.kubectl_stdin(&["apply", "-f", "-"], bad);
+        let said = text(&out);
+        let not_reachable_yet = said.contains("failed calling webhook")
+            && (said.contains("connection refused") || said.contains("no endpoints available"));
+        if !not_reachable_yet || Instant::now() > deadline {
+            break (out, said);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert!(!out.status.success(), "a bad run was admitted: {said}");
     assert!(
         said.contains("denied the request") && said.contains("spec.tools[0].name"),
