@@ -210,6 +210,30 @@ pub fn pin(tool: &str, server: &str, definition: ToolDefinition) -> Result<ToolP
     })
 }
 
+/// A tool result's `structuredContent` against the pin's `outputSchema` (docs/design.md
+/// section 6, "MCP revisions"): `Ok` when it passes or the pin has no outputSchema.
+///
+/// # Errors
+/// The violations, one line each as [`crate::engine::validate::ToolSchema::check`] gives them,
+/// or the one sentence saying the schema does not compile.
+pub fn check_output(pin: &ToolPin, structured_content: &Value) -> Result<(), Vec<String>> {
+    let Some(schema) = pin.definition.output_schema.as_ref() else {
+        return Ok(());
+    };
+    let root = format!("the outputSchema of {}", pin.server_tool);
+    crate::engine::validate::ToolSchema::compile_at(&root, schema)
+        .map_err(|err| vec![err])?
+        .check(structured_content)
+}
+
+/// The identity the pin recorded when the server now says it is another (`now`: its
+/// `{name, version}`, `None` when unknown); `None` when it is the same or the pin recorded
+/// none (docs/design.md section 6, "MCP revisions").
+pub fn another_server<'a>(pin: &'a ToolPin, now: Option<&Value>) -> Option<&'a Value> {
+    let pinned = pin.server_info.as_ref()?;
+    (Some(pinned) != now).then_some(pinned)
+}
+
 /// How a server's current definition stands to a pin (docs/behaviours.md 61).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PinCheck {

@@ -15,7 +15,6 @@ use crate::api::{McpServer, ToolFailure, ToolPin};
 use crate::controller::cluster::RunState;
 use crate::controller::context::Context;
 use crate::controller::fault::{self, FaultPoint};
-use crate::engine::validate::ToolSchema;
 use crate::engine::{pins, ServerListing, ToolCall, ToolOutcome};
 use crate::tools::http;
 use crate::tools::mcp::{CallOutcome, McpClient, ToolsCall};
@@ -162,15 +161,7 @@ fn refuse_unless_output_matches(pin: &ToolPin, outcome: &CallOutcome) -> Option<
     else {
         return None;
     };
-    let schema = pin.definition.output_schema.as_ref()?;
-    let root = format!("the outputSchema of {}", pin.server_tool);
-    let violations = match ToolSchema::compile_at(&root, schema) {
-        Ok(compiled) => match compiled.check(content) {
-            Ok(()) => return None,
-            Err(violations) => violations,
-        },
-        Err(err) => vec![err],
-    };
+    let violations = pins::check_output(pin, content).err()?;
     tracing::warn!(tool = %pin.tool, "the MCP tool's structuredContent does not match its outputSchema");
     Some(error(
         ToolFailure::InvalidContent,
@@ -197,10 +188,7 @@ fn refuse_another_server(
     now: Option<&Value>,
     duration_ms: u64,
 ) -> Option<ToolOutcome> {
-    let pinned = pin.server_info.as_ref()?;
-    if Some(pinned) == now {
-        return None;
-    }
+    let pinned = pins::another_server(pin, now)?;
     tracing::warn!(tool = %pin.tool, "the MCP server is not the one pinned; refused");
     Some(error(
         ToolFailure::DefinitionChanged,
