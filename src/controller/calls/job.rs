@@ -563,15 +563,10 @@ pub async fn release_settled(ctx: &Context, state: &RunState) {
     };
     let status = &snapshot.status;
     for job in jobs {
-        let held = job["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|x| x == FINALIZER));
-        let labels = &job["metadata"]["labels"];
-        let number = |label: &str| labels[label].as_str().and_then(|v| v.parse::<i64>().ok());
-        let (Some(step), Some(attempt)) = (number(STEP_LABEL), number(ATTEMPT_LABEL)) else {
+        let Some((step, attempt)) = step_and_attempt(&job) else {
             continue;
         };
-        if held && settled(status, step, attempt) {
+        if held(&job) && settled(status, step, attempt) {
             let name = job["metadata"]["name"].as_str().unwrap_or_default();
             release(ctx, &snapshot.namespace, name).await;
         }
@@ -598,10 +593,7 @@ pub async fn sweep(ctx: &Context, scopes: &[Option<String>]) {
             }
         };
         for job in jobs {
-            let held = job["metadata"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == FINALIZER));
-            if !held {
+            if !held(&job) {
                 continue;
             }
             let meta = &job["metadata"];
@@ -615,8 +607,6 @@ pub async fn sweep(ctx: &Context, scopes: &[Option<String>]) {
                 .flatten()
                 .find(|o| o["kind"] == "AgentRun")
                 .and_then(|o| o["name"].as_str());
-            let labels = &meta["labels"];
-            let number = |label: &str| labels[label].as_str().and_then(|v| v.parse::<i64>().ok());
             let run = match owner {
                 Some(owner) => match ctx.api.get_run(namespace, owner).await {
                     Ok(run) => run,
@@ -628,11 +618,9 @@ pub async fn sweep(ctx: &Context, scopes: &[Option<String>]) {
                 None => None,
             };
             let release_it = match run {
-                Some(run) if labels[RUN_UID_LABEL] == run.snapshot.uid.as_str() => {
-                    match (number(STEP_LABEL), number(ATTEMPT_LABEL)) {
-                        (Some(step), Some(attempt)) => settled(&run.snapshot.status, step, attempt),
-                        _ => false,
-                    }
+                Some(run) if meta["labels"][RUN_UID_LABEL] == run.snapshot.uid.as_str() => {
+                    step_and_attempt(&job)
+                        .is_some_and(|(step, attempt)| settled(&run.snapshot.status, step, attempt))
                 }
                 // The run is gone: nobody can record the outcome; the Job goes with its owner.
                 _ => owner.is_some(),
@@ -647,6 +635,20 @@ pub async fn sweep(ctx: &Context, scopes: &[Option<String>]) {
             }
         }
     }
+}
+
+/// Whether the Job still holds the [`FINALIZER`].
+fn held(job: &Value) -> bool {
+    job["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x == FINALIZER))
+}
+
+/// The step and attempt a Job's labels name.
+fn step_and_attempt(job: &Value) -> Option<(i64, i64)> {
+    let labels = &job["metadata"]["labels"];
+    let number = |label: &str| labels[label].as_str()?.parse::<i64>().ok();
+    Some((number(STEP_LABEL)?, number(ATTEMPT_LABEL)?))
 }
 
 /// Whether the record (status as JSON) holds the outcome of `step`'s attempt `attempt`.
