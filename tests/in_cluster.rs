@@ -256,6 +256,20 @@ async fn http_get(url: &str) -> Result<(u16, String), String> {
     Ok((status, body))
 }
 
+/// `http_get` through a Service's cluster IP, retrying failed connections for up to 30 s
+/// (kube-proxy programs the Service after its endpoints turn Ready); an answer of any
+/// status ends the wait. Err: the last connection error after 30 s.
+async fn http_get_through_service(url: &str) -> Result<(u16, String), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match http_get(url).await {
+            Ok(answer) => return Ok(answer),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
 /// Waits for the first call of run `namespace/name` at the tool server; returns its holder.
 async fn first_call(server: &ToolServer, install: &Install, run: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -458,7 +472,9 @@ async fn the_chart_runs_as_pods_through_rollouts_deletions_evictions_and_limits(
         ])
         .trim()
         .to_string();
-    let (code, metrics) = http_get(&format!("http://{cluster_ip}:8080/metrics"))
+    // kube-proxy programs a Service's rules a moment after its endpoints turn Ready
+    // (seen once in CI: the first request failed to connect), so connecting is retried.
+    let (code, metrics) = http_get_through_service(&format!("http://{cluster_ip}:8080/metrics"))
         .await
         .unwrap_or_else(|e| panic!("the metrics Service {cluster_ip}: {e}"));
     assert_eq!(code, 200);
