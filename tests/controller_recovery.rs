@@ -235,5 +235,25 @@ async fn runs_are_picked_up_within_10_s_after_connection_cuts_and_an_outage() {
         readyz_during_outage.contains(&Some(503)),
         "/readyz answered 503 during the outage: {readyz_during_outage:?}"
     );
-    wait_ready(&base, "200 after the outage", true).await;
+    // Each watch relists after its error, its backoff bounded by 4 s; 15 s leaves room for
+    // a relist on a loaded machine. On failure, the synced gauges and the log say which.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while status_of(&format!("{base}/readyz")).await != Some(200) {
+        if Instant::now() >= deadline {
+            let synced = match reqwest::get(format!("{base}/metrics")).await {
+                Ok(answer) => answer.text().await.unwrap_or_default(),
+                Err(e) => format!("/metrics: {e}"),
+            };
+            panic!(
+                "/readyz not 200 within 15 s after the outage; watches:\n{}\n{}",
+                synced
+                    .lines()
+                    .filter(|l| l.starts_with("agentrt_watches_synced"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                controller.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
