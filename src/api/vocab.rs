@@ -277,6 +277,11 @@ pub enum EventType {
     /// attempt} (docs/design.md section 6, "Job tools").
     #[serde(rename = "step.job_created")]
     StepJobCreated,
+    /// An `mcp` tool's server created a task for an attempt's `tools/call`: {taskId,
+    /// pollIntervalMillis, session, protocolVersion, attempt} (docs/design.md section 6, "MCP
+    /// tasks").
+    #[serde(rename = "step.task_created")]
+    StepTaskCreated,
     #[serde(rename = "step.tool_finished")]
     StepToolFinished,
     #[serde(rename = "step.failed")]

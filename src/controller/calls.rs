@@ -5,6 +5,7 @@
 
 pub mod job;
 mod mcp;
+mod task;
 
 use std::time::Duration;
 
@@ -16,6 +17,18 @@ use crate::engine::{AgentFailure, ModelOutcome, StatusAnswer, StatusQuery, ToolC
 use crate::tools::http::{self, HttpCall, SecretSource};
 
 pub use mcp::list_servers;
+pub use task::follow_task;
+
+/// How a call sent by [`call_tool`] went on: it ended, or its MCP server created a task that
+/// the engine records before it is followed ([`follow_task`]; docs/design.md section 6, "MCP
+/// tasks").
+#[derive(Debug)]
+pub enum ToolStep {
+    /// The call ended: its outcome.
+    Finished(ToolOutcome),
+    /// The server created this task for the call.
+    TaskCreated(crate::engine::McpTask),
+}
 
 /// The Secrets of one run's namespace, read for that run (its consent checked on each read).
 struct ApiSecrets<'a> {
@@ -58,11 +71,17 @@ async fn http_context(
     Ok((headers, run, ctx.settings.holder.as_str().to_string()))
 }
 
-/// Performs one tool call (its `step.tool_started` write landed) and says how it ended.
-pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolOutcome {
+/// Performs one tool call (its `step.tool_started` write landed) and says how it ended, or
+/// that its MCP server created a task for it.
+pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolStep {
     if call.tool.mcp.is_some() {
         return mcp::call_mcp_tool(ctx, state, call).await;
     }
+    ToolStep::Finished(call_http_tool(ctx, state, call).await)
+}
+
+/// Performs one `http` tool call.
+async fn call_http_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolOutcome {
     let Some(spec) = call.tool.http.as_ref() else {
         return ToolOutcome::Error {
             failure: crate::api::ToolFailure::NoExecutor,

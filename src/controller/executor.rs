@@ -24,8 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 mod gate;
+mod waits;
 
-use super::calls::{call_agent, call_hook, call_model, call_tool};
+use super::calls::{call_agent, call_hook, call_model, call_tool, ToolStep};
 use super::cluster::{RunKey, RunState, Written};
 use super::context::Context;
 use super::fault::{self, FaultPoint};
@@ -33,7 +34,7 @@ use super::lease::{HeldLease, LeaseCell};
 use super::segments::SegmentCache;
 use super::trace;
 use super::writes::MAX_CONFLICTS;
-use gate::{lost, may_start, stopped_or_lost};
+use gate::{may_start, stopped_or_lost};
 use serde_json::Value;
 
 use crate::api::AgentRunSegmentSpec;
@@ -507,51 +508,31 @@ impl Driver<'_> {
         }
         let state = &self.state;
         let next = match call {
-            ExternalCall::Tool(call) if call.job.is_some() => {
-                let (step, attempt) = (call.step, call.attempt);
-                let stage = call.job.unwrap_or(crate::engine::JobStage::Create);
-                let tool = call.tool.name.clone();
-                let started = std::time::Instant::now();
-                // The Job runs on its own: stopping, shutting down or losing the lease stops
-                // only the waiting (the next holder reads the Job).
-                let done = tokio::select! {
-                    done = super::calls::job::call_job(ctx, state, &call, stage)
-                        .instrument(tracing::info_span!("job", step = step.get(), tool = %tool)) => done,
-                    _ = stop.cancelled() => return Flow::Stop,
-                    _ = ctx.executors.shutdown.cancelled() => return Flow::Stop,
-                    _ = lost(lease) => return Flow::Next(Input::LeaseLost),
-                };
-                match done {
-                    super::calls::job::JobStep::Created { name, job } => Input::JobCreated {
-                        step,
-                        attempt,
-                        name,
-                        job,
-                    },
-                    super::calls::job::JobStep::Finished(outcome) => {
-                        ctx.metrics.tool_call(
-                            &tool,
-                            outcome_word(&outcome),
-                            started.elapsed().as_secs_f64(),
-                        );
-                        let uid = &state.run.snapshot.uid;
-                        self.job_outcome = Some(crate::engine::job_name(uid, step, attempt));
-                        Input::ToolFinished {
-                            step,
-                            attempt,
-                            outcome,
-                        }
-                    }
-                }
-            }
+            ExternalCall::Tool(call) if call.job.is_some() => return self.wait_for_job(call).await,
+            ExternalCall::Tool(call) if call.task.is_some() => return self.follow(call).await,
             ExternalCall::Tool(call) => {
                 let step = call.step;
                 let attempt = call.attempt;
                 let tool = call.tool.name.clone();
                 let started = std::time::Instant::now();
-                let outcome = call_tool(ctx, state, call)
+                let sent = call_tool(ctx, state, call)
                     .instrument(tracing::info_span!("tool", step = step.get(), tool = %tool))
                     .await;
+                let outcome = match sent {
+                    ToolStep::Finished(outcome) => outcome,
+                    // Recorded before it is followed, under the lease as any write.
+                    ToolStep::TaskCreated(task) => {
+                        return Flow::Next(if lease.is_lost() {
+                            Input::LeaseLost
+                        } else {
+                            Input::TaskCreated {
+                                step,
+                                attempt,
+                                task,
+                            }
+                        });
+                    }
+                };
                 ctx.metrics.tool_call(
                     &tool,
                     outcome_word(&outcome),

@@ -8,6 +8,7 @@
 //! flight, `during-model` while a model attempt is in flight (after `model.dispatched` landed),
 //! `after-hook-answered` between the reconcile hook's answer and the write that applies it,
 //! `after-status-answered` between a tool's status URL's answer and the write that applies it,
+//! `after-task-created` between an MCP server's creating a task and the write recording it,
 //! and
 //! `after-segment-created` between a sealed segment's create and the status write that drops
 //! its steps (`:<n>` names the segment's index there).
@@ -45,11 +46,16 @@ pub enum FaultPoint {
     AfterJobCreated,
     /// After a `job` tool's Job ended and its outcome was read, before the write recording it.
     AfterJobFinished,
+    /// After an MCP server created a task for a `tools/call`, before the write recording
+    /// `step.task_created` (docs/design.md section 6, "MCP tasks").
+    AfterTaskCreated,
+    /// After the write recording `step.task_created`, before the task is followed.
+    AfterTaskRecorded,
 }
 
 impl FaultPoint {
     /// Every point, as `AGENTRT_FAULT` names them.
-    pub const ALL: [FaultPoint; 13] = [
+    pub const ALL: [FaultPoint; 15] = [
         FaultPoint::AfterStepStarted,
         FaultPoint::AfterDecided,
         FaultPoint::AfterToolStarted,
@@ -63,6 +69,8 @@ impl FaultPoint {
         FaultPoint::AfterSegmentCreated,
         FaultPoint::AfterJobCreated,
         FaultPoint::AfterJobFinished,
+        FaultPoint::AfterTaskCreated,
+        FaultPoint::AfterTaskRecorded,
     ];
 
     /// The name `AGENTRT_FAULT` uses.
@@ -81,6 +89,8 @@ impl FaultPoint {
             FaultPoint::AfterSegmentCreated => "after-segment-created",
             FaultPoint::AfterJobCreated => "after-job-created",
             FaultPoint::AfterJobFinished => "after-job-finished",
+            FaultPoint::AfterTaskCreated => "after-task-created",
+            FaultPoint::AfterTaskRecorded => "after-task-recorded",
         }
     }
 
@@ -93,6 +103,7 @@ impl FaultPoint {
             "step.tool_finished" => FaultPoint::AfterToolReturned,
             "step.interrupted" => FaultPoint::AfterInterrupted,
             "run.resumed" => FaultPoint::AfterResumed,
+            "step.task_created" => FaultPoint::AfterTaskRecorded,
             _ => return None,
         })
     }

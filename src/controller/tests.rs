@@ -120,6 +120,7 @@ fn fake_step(
                     pin: None,
                     delay_millis: 0,
                     job: None,
+                    task: None,
                 })),
             }
         }

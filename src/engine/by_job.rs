@@ -70,6 +70,7 @@ fn read_job(txn: &Txn, index: usize, attempt: i64, recorded: bool) -> Option<Too
         pin: None,
         delay_millis: 0,
         job: Some(JobStage::Resume { recorded }),
+        task: None,
     })
 }
 

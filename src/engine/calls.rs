@@ -344,6 +344,7 @@ fn start(
         pin,
         delay_millis,
         job,
+        task: None,
     }));
     Flow::Halt
 }

@@ -31,7 +31,34 @@ pub struct ToolCall {
     /// For a `job` tool, what the executor does with the step's Job ([`JobStage`]); `None` for
     /// an `http` or `mcp` tool.
     pub job: Option<JobStage>,
+    /// For an `mcp` tool whose server created a task for this attempt (`step.task_created`
+    /// is on the record): follow that task (`tasks/get`, then `tasks/result`) instead of
+    /// sending `tools/call`; `None` for every other call (docs/design.md section 6, "MCP
+    /// tasks").
+    pub task: Option<McpTask>,
 }
+
+/// A task an MCP server created for a step's `tools/call` (the experimental Tasks of
+/// revision 2025-11-25), as `step.task_created` records it: enough to find it again from
+/// another replica (docs/design.md section 6, "MCP tasks").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpTask {
+    /// The server's `taskId`.
+    pub id: String,
+    /// How often the server asks to be polled, in milliseconds (its `pollInterval`; 1000 when
+    /// it gave none).
+    pub poll_interval_millis: u64,
+    /// The `Mcp-Session-Id` the task was created in (tasks belong to their session), if the
+    /// server gave one.
+    pub session: Option<String>,
+    /// The protocol revision the session speaks (`2025-11-25`).
+    pub protocol_version: String,
+}
+
+/// The start of a [`ToolOutcome::Unknown`] detail saying a recorded MCP task can no longer be
+/// followed (the server forgot it or its session, or it kept working past the tool's
+/// timeout): then someone is asked, as for any interrupted call.
+pub const TASK_LOST: &str = "task_lost";
 
 /// What the executor does with a `job` tool's Job (docs/design.md section 6, "Job tools"). The
 /// Job is named [`job_name`] and is the only one of the attempt.

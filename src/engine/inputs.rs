@@ -364,6 +364,16 @@ pub enum Input {
         /// The Job's uid, or why the Job of that name cannot be the run's.
         job: Result<String, String>,
     },
+    /// An `mcp` tool's server created a task for the call ([`super::McpTask`]): it is recorded
+    /// (`step.task_created`) and followed.
+    TaskCreated {
+        /// The step.
+        step: StepIndex,
+        /// The attempt whose `tools/call` created it.
+        attempt: i64,
+        /// The task.
+        task: super::McpTask,
+    },
     /// A tool's status URL answered about an interrupted call ([`super::StatusQuery`]).
     ToolStatusAnswered {
         /// The interrupted step asked about.

@@ -88,6 +88,7 @@ mod approvals;
 pub mod archive;
 mod by_job;
 mod by_key;
+mod by_task;
 mod calls;
 pub mod canonical;
 pub mod content;
@@ -313,6 +314,11 @@ fn late_input(txn: &mut record::Txn, input: Input) -> Result<bool, EngineError> 
             name,
             job,
         } => return Ok(by_job::created_late(txn, step, attempt, &name, &job)),
+        Input::TaskCreated {
+            step,
+            attempt,
+            task,
+        } => return Ok(by_task::created_late(txn, step, attempt, task)),
         _ => {}
     }
     Ok(false)
@@ -375,6 +381,11 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
             name,
             job,
         } => by_job::created(txn, step, attempt, name, job)?,
+        Input::TaskCreated {
+            step,
+            attempt,
+            task,
+        } => by_task::created(txn, step, attempt, task)?,
         Input::LeaseLost | Input::ToolsListed { .. } => txn.stop(),
     }
     Ok(())

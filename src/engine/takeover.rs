@@ -216,6 +216,10 @@ pub(crate) fn resume_interrupted(txn: &mut Txn) -> Flow {
     if let Some(flow) = super::by_job::resume(txn, index) {
         return flow;
     }
+    // An MCP task recorded for the attempt says it (docs/design.md section 6, "MCP tasks").
+    if let Some(flow) = super::by_task::resume(txn, index) {
+        return flow;
+    }
     // The tool's own word first: an http tool with `reconcile` (docs/design.md section 5).
     if let Some(flow) = super::by_key::resume(txn, index) {
         return flow;
@@ -312,6 +316,17 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize, status_url: Option<Value>)
     }
     if let Some(said) = status_url {
         presentation["statusURL"] = said;
+    }
+    if let Some(task) = super::by_task::last_task(txn, index) {
+        // Why the task could not say (docs/design.md section 6, "MCP tasks").
+        let detail = txn
+            .status
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.type_ == EventType::StepInterrupted && e.step == Some(txn.index_at(index)))
+            .and_then(|e| e.data.as_ref()?.get("detail").cloned());
+        presentation["task"] = json!({"taskId": task.id, "detail": detail});
     }
     if let Some(job) = super::by_job::last_job(txn, index) {
         // Why the Job could not say (docs/design.md section 6, "Job tools").

@@ -47,6 +47,7 @@ pub fn call(name: &str, arguments: Value, key: &str) -> agentrt::tools::mcp::Too
         run: "default/mcp-shop".into(),
         holder: "replica-a".into(),
         timeout: Duration::from_secs(10),
+        task_ttl: None,
     }
 }
 

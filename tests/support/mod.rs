@@ -12,12 +12,15 @@
 //! - [`webhook`]: the controller serving its admission webhook to a real kube-apiserver
 //!   (certificates, the ValidatingWebhookConfiguration, removed when the test ends).
 //! - [`mcpserver`]: the Python MCP SDK's FastMCP server (tests/fixtures/mcp_server.py).
+//! - [`everything`]: the MCP reference server `@modelcontextprotocol/server-everything` (npm),
+//!   with sessions and the experimental tasks of SEP-1686.
 //! - [`runs`]: a scenario's runs and Approvals through its cluster (`cluster.create_run`,
 //!   `cluster.run_awaiting_approval`, `cluster.wait_phase`, `cluster.decide`, ...).
 //! - [`metrics`]: a controller's `/metrics` scraped, its samples read.
 //! - [`cli`]: the `agentrt` command line against the test's cluster, its output as text, the
 //!   rows of a kubectl table.
-//! - [`free_port`], [`installed_by`] (helm and the MCP venv, once per process).
+//! - [`free_port`], [`installed_by`] (helm, the MCP venv and the everything server, once per
+//!   process).
 #![allow(dead_code)]
 
 pub mod cli;
@@ -87,6 +90,7 @@ pub mod helm {
             .clone()
     }
 }
+pub mod everything;
 pub mod mcpserver;
 pub mod metrics;
 pub mod modelserver;

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::ApiSecrets;
+use super::{ApiSecrets, ToolStep};
 use crate::api::{McpServer, ToolFailure, ToolPin};
 use crate::controller::cluster::RunState;
 use crate::controller::context::Context;
 use crate::controller::fault::{self, FaultPoint};
-use crate::engine::{pins, ServerListing, ToolCall, ToolOutcome};
+use crate::engine::{pins, McpTask, ServerListing, ToolCall, ToolOutcome};
 use crate::tools::http;
 use crate::tools::mcp::{CallOutcome, McpClient, ToolsCall};
 
@@ -71,25 +71,54 @@ fn error(failure: ToolFailure, content: Value, duration_ms: u64) -> ToolOutcome 
 
 /// Performs one `mcp` tool call: lists the server, refuses the call `definition_changed`
 /// when [`pins::check`] finds the definition changed or gone (nothing sent), else sends
-/// `tools/call` once with the step's idempotency key and attempt.
-pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolOutcome {
+/// `tools/call` once with the step's idempotency key and attempt; as a task when the pinned
+/// definition allows one and the server offers them ([`ToolStep::TaskCreated`] when the server
+/// created it; docs/design.md section 6, "MCP tasks").
+pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolStep {
+    match call_mcp(ctx, state, call).await {
+        Ok(step) => step,
+        Err(outcome) => ToolStep::Finished(outcome),
+    }
+}
+
+/// The margin a task is kept after the tool's timeout (its `ttl` beyond `timeoutSeconds`), so
+/// that a replica taking the run over still finds it: 10 minutes.
+const TASK_TTL_MARGIN: Duration = Duration::from_secs(600);
+
+/// Whether a pinned definition allows calling the tool as a task (`execution.taskSupport`
+/// `optional` or `required`).
+fn allows_tasks(pin: &ToolPin) -> bool {
+    let support = pin
+        .definition
+        .execution
+        .as_ref()
+        .and_then(|e| e.get("taskSupport"))
+        .and_then(Value::as_str);
+    matches!(support, Some("optional" | "required"))
+}
+
+async fn call_mcp(
+    ctx: &Context,
+    state: &RunState,
+    call: ToolCall,
+) -> Result<ToolStep, ToolOutcome> {
     let snapshot = &state.run.snapshot;
     let Some(mcp) = call.tool.mcp.as_deref() else {
-        return error(
+        return Err(error(
             ToolFailure::NoExecutor,
             json!(format!("tool {} has no mcp executor", call.tool.name)),
             0,
-        );
+        ));
     };
     let Some(pin) = call.pin.as_ref() else {
-        return error(
+        return Err(error(
             ToolFailure::DefinitionChanged,
             json!(format!(
                 "tool {} has no pin in status.toolPins; the call was not sent",
                 call.tool.name
             )),
             0,
-        );
+        ));
     };
     let headers = match http::resolve_header_list(
         &mcp.headers,
@@ -99,29 +128,32 @@ pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> T
     .await
     {
         Ok(headers) => headers,
-        Err(err) => return error(ToolFailure::HeaderUnavailable, json!(err), 0),
+        Err(err) => return Err(error(ToolFailure::HeaderUnavailable, json!(err), 0)),
     };
     let started = std::time::Instant::now();
     let mut client = McpClient::new(ctx.executors.http.clone(), &mcp.url, headers);
     let listed = match client.list_tools().await {
         Ok(listed) => listed,
         Err(err) => {
-            return error(
+            return Err(error(
                 ToolFailure::ConnectionRefused,
                 json!(format!(
                 "the MCP server could not be listed to check the pin; the call was not sent: {err}"
             )),
                 millis(started),
-            )
+            ))
         }
     };
     if let Some(refused) = refuse_unless_pinned(pin, &mcp.url, &listed, millis(started)) {
-        return refused;
+        return Err(refused);
     }
     let now = client.session().map(|s| identity(&s.server_info));
     if let Some(refused) = refuse_another_server(pin, now.as_ref(), millis(started)) {
-        return refused;
+        return Err(refused);
     }
+    let session = client.session().cloned();
+    let as_task = allows_tasks(pin) && session.as_ref().is_some_and(|s| s.tasks);
+    let timeout = Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1));
     let request = ToolsCall {
         name: pin.server_tool.clone(),
         arguments: call.args.clone(),
@@ -129,9 +161,10 @@ pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> T
         attempt: call.attempt,
         run: format!("{}/{}", snapshot.namespace, snapshot.name),
         holder: ctx.settings.holder.as_str().to_string(),
-        timeout: Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1)),
+        timeout,
+        task_ttl: as_task.then(|| timeout + TASK_TTL_MARGIN),
     };
-    tracing::info!(tool = %call.tool.name, server = %mcp.url, attempt = call.attempt, "calling the MCP tool");
+    tracing::info!(tool = %call.tool.name, server = %mcp.url, attempt = call.attempt, as_task, "calling the MCP tool");
     let in_flight = client.call_tool(&request);
     tokio::pin!(in_flight);
     let outcome = tokio::select! {
@@ -141,6 +174,25 @@ pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> T
             in_flight.await
         }
     };
+    if let CallOutcome::TaskCreated { task, .. } = &outcome {
+        let Some(session) = session else {
+            return Err(tool_outcome(outcome));
+        };
+        tracing::info!(tool = %call.tool.name, task = %task.id, "the MCP server created a task for the call");
+        fault::check(FaultPoint::AfterTaskCreated, Some(call.step.get()));
+        return Ok(ToolStep::TaskCreated(McpTask {
+            id: task.id.clone(),
+            poll_interval_millis: task.poll_interval_ms.unwrap_or(1000),
+            session: session.id,
+            protocol_version: session.protocol.as_str().to_string(),
+        }));
+    }
+    Ok(ToolStep::Finished(checked_outcome(pin, outcome)))
+}
+
+/// A `tools/call`'s (or a task's) outcome as the engine records it, `structuredContent`
+/// checked against the pinned `outputSchema` first.
+pub(super) fn checked_outcome(pin: &ToolPin, outcome: CallOutcome) -> ToolOutcome {
     if let Some(refused) = refuse_unless_output_matches(pin, &outcome) {
         return refused;
     }
@@ -288,6 +340,15 @@ pub fn tool_outcome(outcome: CallOutcome) -> ToolOutcome {
             }),
             duration_ms,
         ),
+        // Followed by the caller; reaching here means it could not be (no session to find
+        // it in): whether the tool ran is unknown.
+        CallOutcome::TaskCreated { task, duration_ms } => ToolOutcome::Unknown {
+            detail: format!(
+                "the server created task {} that cannot be followed",
+                task.id
+            ),
+            duration_ms,
+        },
         CallOutcome::InvalidAnswer {
             detail,
             answer,

@@ -38,3 +38,4 @@ mod sealing;
 mod starting;
 mod steps;
 mod takeover;
+mod tasks;

@@ -20,6 +20,10 @@ use super::{
 use crate::tools::http::{error_chain, millis};
 use crate::tools::http::{ATTEMPT, HOLDER, IDEMPOTENCY_KEY, RUN};
 
+mod tasks;
+
+pub use tasks::{Task, TaskStatus};
+
 /// One MCP server's client: its URL, headers and session.
 pub struct McpClient {
     http: reqwest::Client,
@@ -198,6 +202,7 @@ impl McpClient {
             id: None,
             protocol: version,
             server_info,
+            tasks: tasks::offered(result),
         }))
     }
 
@@ -229,6 +234,7 @@ impl McpClient {
             id: session_id,
             protocol,
             server_info: result.get("serverInfo").cloned().unwrap_or(Value::Null),
+            tasks: tasks::offered(&result),
         });
         let notified = self
             .notify("notifications/initialized", timeout)
@@ -298,11 +304,14 @@ impl McpClient {
                 return not_sent(format!("initialize failed, the call was not sent: {err}"));
             }
         }
-        let params = json!({
+        let mut params = json!({
             "name": call.name,
             "arguments": call.arguments,
             "_meta": {META_IDEMPOTENCY_KEY: call.idempotency_key, META_ATTEMPT: call.attempt}
         });
+        if let Some(ttl) = call.task_ttl {
+            params["task"] = json!({"ttl": u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)});
+        }
         let attempt = call.attempt.to_string();
         let extra = [
             (IDEMPOTENCY_KEY, call.idempotency_key.as_str()),
@@ -317,20 +326,15 @@ impl McpClient {
                 .await
             {
                 Ok((response, _, stats)) => {
-                    return match outcome_of(response, stats, started) {
-                        CallOutcome::RpcError {
-                            code,
-                            message,
-                            data,
-                            duration_ms,
-                        } => CallOutcome::RpcError {
-                            code,
-                            message: self.redact(&message),
-                            data,
-                            duration_ms,
-                        },
-                        outcome => outcome,
+                    if call.task_ttl.is_some() {
+                        if let Some(task) = tasks::created(&response) {
+                            return CallOutcome::TaskCreated {
+                                task,
+                                duration_ms: millis(started),
+                            };
+                        }
                     }
+                    return self.answered(response, stats, started);
                 }
                 Err(Failure::SessionNotFound) if !renewed => {
                     // The server forgot the session before it handled the call: the call did
@@ -346,7 +350,35 @@ impl McpClient {
                 Err(failure) => break failure,
             }
         };
+        self.failed_call(failure, started)
+    }
+
+    /// What the response to a `tools/call` (or `tasks/result`) says, an error's message
+    /// redacted.
+    fn answered(&self, response: Value, stats: AnswerStats, started: Instant) -> CallOutcome {
+        match outcome_of(response, stats, started) {
+            CallOutcome::RpcError {
+                code,
+                message,
+                data,
+                duration_ms,
+            } => CallOutcome::RpcError {
+                code,
+                message: self.redact(&message),
+                data,
+                duration_ms,
+            },
+            outcome => outcome,
+        }
+    }
+
+    /// What a failed exchange of a `tools/call` (or `tasks/result`) means for the call.
+    fn failed_call(&self, failure: Failure, started: Instant) -> CallOutcome {
         let duration_ms = millis(started);
+        let not_sent = |detail: String| CallOutcome::NotSent {
+            detail,
+            duration_ms,
+        };
         let url = &self.url;
         match failure {
             Failure::NotSent(detail) => not_sent(detail),

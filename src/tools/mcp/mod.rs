@@ -54,7 +54,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use answer::AnswerStats;
-pub use client::McpClient;
+pub use client::{McpClient, Task, TaskStatus};
 
 /// The session header of the Streamable HTTP transport.
 pub const SESSION_ID: &str = "Mcp-Session-Id";
@@ -154,6 +154,9 @@ pub struct Session {
     /// The server's name and version: `serverInfo` of `initialize`, or the
     /// [`META_SERVER_INFO`] of `server/discover`'s result (`null` when it gave none).
     pub server_info: Value,
+    /// Whether the server offers task-augmented `tools/call` (its capabilities hold
+    /// `tasks.requests.tools.call`; docs/design.md section 6, "MCP tasks").
+    pub tasks: bool,
 }
 
 /// Why `initialize` or `tools/list` failed. Texts name the server and never a header's value.
@@ -250,6 +253,9 @@ pub struct ToolsCall {
     pub holder: String,
     /// The tool's `timeoutSeconds`.
     pub timeout: Duration,
+    /// Sends the call as a task (`params.task` {ttl}, milliseconds the server keeps the task
+    /// after it ends): the answer is then [`CallOutcome::TaskCreated`]. `None`: a plain call.
+    pub task_ttl: Option<Duration>,
 }
 
 /// How one `tools/call` ended (see the module doc for what the engine makes of each).
@@ -307,6 +313,15 @@ pub enum CallOutcome {
         max: usize,
         /// The answer's size and hash (of all of it when `complete`).
         answer: AnswerStats,
+        /// Wall time in milliseconds.
+        duration_ms: u64,
+    },
+    /// The server created a task for the call (it was sent with [`ToolsCall::task_ttl`]): the
+    /// outcome is the task's, followed with [`McpClient::get_task`] and
+    /// [`McpClient::task_result`] in the session the client holds.
+    TaskCreated {
+        /// The task as the server described it.
+        task: Task,
         /// Wall time in milliseconds.
         duration_ms: u64,
     },

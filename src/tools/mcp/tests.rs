@@ -43,6 +43,7 @@ fn call(name: &str, arguments: Value, key: &str) -> ToolsCall {
         run: "default/refund-1042".into(),
         holder: "replica-a".into(),
         timeout: Duration::from_secs(5),
+        task_ttl: None,
     }
 }
 

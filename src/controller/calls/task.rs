@@ -1,0 +1,189 @@
+//! Following an MCP task to its outcome (docs/design.md section 6, "MCP tasks"): the task a
+//! step's `tools/call` created, as `step.task_created` records it, asked about in the session
+//! it belongs to (`tasks/get` every poll interval the server asked for, then `tasks/result`),
+//! by the replica that sent the call or by one that took the run over.
+//!
+//! Owns: mapping the task's end onto the engine's [`ToolOutcome`]: `completed` is the result
+//! `tasks/result` gives (checked against the pinned `outputSchema` as any result); `failed` and
+//! `cancelled` are `tool_error`s; a task the server no longer knows (or whose session it
+//! forgot), or one still working when the tool's `timeoutSeconds` have passed since the
+//! following began, is an unknown outcome whose detail starts with [`TASK_LOST`] (someone is
+//! asked, as for any interrupted call). A task that waits for input (`input_required`) is
+//! cancelled (agentrt declares no capability to answer a server's requests) and is a
+//! `tool_error`. Must not: send `tools/call` again.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::ApiSecrets;
+use crate::api::ToolFailure;
+use crate::controller::cluster::RunState;
+use crate::controller::context::Context;
+use crate::engine::{ToolCall, ToolOutcome, TASK_LOST};
+use crate::tools::http;
+use crate::tools::mcp::{CallOutcome, McpClient, McpError, ProtocolVersion, Session, TaskStatus};
+
+/// Shortest wait between two `tasks/get` (a server asking for less is asked this often).
+const MIN_POLL: Duration = Duration::from_millis(200);
+/// Longest wait between two `tasks/get`.
+const MAX_POLL: Duration = Duration::from_secs(30);
+
+fn millis(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn lost(detail: String, started: Instant) -> ToolOutcome {
+    ToolOutcome::Unknown {
+        detail: format!("{TASK_LOST}: {detail}"),
+        duration_ms: millis(started),
+    }
+}
+
+fn failed(content: Value, started: Instant) -> ToolOutcome {
+    ToolOutcome::Error {
+        failure: ToolFailure::ToolReportedError,
+        status: None,
+        content,
+        duration_ms: millis(started),
+    }
+}
+
+/// Follows the task of `call` ([`ToolCall::task`]) until it ends, and says how the call ended.
+/// A call without a task or an MCP executor is a `tool_error` `no_executor` (never sent).
+pub async fn follow_task(ctx: &Context, state: &RunState, call: &ToolCall) -> ToolOutcome {
+    let started = Instant::now();
+    let (Some(task), Some(mcp)) = (call.task.as_ref(), call.tool.mcp.as_deref()) else {
+        return ToolOutcome::Error {
+            failure: ToolFailure::NoExecutor,
+            status: None,
+            content: json!("the call has no MCP task to follow"),
+            duration_ms: 0,
+        };
+    };
+    let headers = match http::resolve_header_list(
+        &mcp.headers,
+        &state.run.snapshot.namespace,
+        &ApiSecrets::of(ctx, state),
+    )
+    .await
+    {
+        Ok(headers) => headers,
+        // The task goes on regardless; without the headers it cannot be asked about.
+        Err(err) => {
+            return lost(
+                format!("the server's headers cannot be read: {err}"),
+                started,
+            )
+        }
+    };
+    let Some(protocol) = ProtocolVersion::parse(&task.protocol_version) else {
+        return lost(
+            format!(
+                "the task's revision {:?} is not one agentrt speaks",
+                task.protocol_version
+            ),
+            started,
+        );
+    };
+    let session = Session {
+        id: task.session.clone(),
+        protocol,
+        server_info: Value::Null,
+        tasks: true,
+    };
+    let mut client =
+        McpClient::new(ctx.executors.http.clone(), &mcp.url, headers).resume_session(session);
+    let timeout = Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1));
+    let deadline = started + timeout;
+    let interval = Duration::from_millis(task.poll_interval_millis).clamp(MIN_POLL, MAX_POLL);
+    tracing::info!(tool = %call.tool.name, task = %task.id, "following the MCP task");
+    let status = loop {
+        match client.get_task(&task.id).await {
+            Ok(now) if now.status.is_terminal() => break now,
+            Ok(now) if now.status == TaskStatus::InputRequired => {
+                // Nothing here can answer the server's request: the task is cancelled rather
+                // than left waiting (docs/design.md section 6, "MCP tasks").
+                let cancelled = client.cancel_task(&task.id).await.map(|t| t.status);
+                tracing::warn!(task = %task.id, ?cancelled, "the MCP task asks for input; cancelled");
+                return failed(
+                    json!({
+                        "error": "the task asks the client for input (input_required), which agentrt does not give; it was cancelled",
+                        "taskId": task.id,
+                        "statusMessage": now.status_message,
+                    }),
+                    started,
+                );
+            }
+            Ok(_) => {}
+            // 404 is the transport's word for a forgotten session; some servers say 400.
+            Err(McpError::HttpStatus { status, body, .. }) if (400..500).contains(&status) => {
+                return lost(
+                    format!(
+                        "{} refused to say what became of task {} (HTTP {status}: {body}); its \
+                         session is likely gone",
+                        mcp.url, task.id
+                    ),
+                    started,
+                )
+            }
+            Err(McpError::Rpc { code, message, .. }) => {
+                return lost(
+                    format!(
+                        "{} does not know task {} ({code}: {message})",
+                        mcp.url, task.id
+                    ),
+                    started,
+                )
+            }
+            // Not reached, or no whole answer: asking again is safe.
+            Err(err) => {
+                tracing::debug!(task = %task.id, %err, "the MCP task could not be asked about")
+            }
+        }
+        if Instant::now() + interval > deadline {
+            return lost(
+                format!(
+                    "task {} was not done within the tool's timeoutSeconds ({} s) of following it",
+                    task.id,
+                    timeout.as_secs()
+                ),
+                started,
+            );
+        }
+        tokio::time::sleep(interval).await;
+    };
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_secs(5));
+    let outcome = client.task_result(&task.id, left).await;
+    match status.status {
+        TaskStatus::Completed => match (call.pin.as_deref(), outcome) {
+            (_, CallOutcome::Unknown { detail, .. }) => lost(detail, started),
+            (Some(pin), outcome) => super::mcp::checked_outcome(pin, outcome),
+            (None, outcome) => super::mcp::tool_outcome(outcome),
+        },
+        ended => {
+            let word = if ended == TaskStatus::Cancelled {
+                "cancelled"
+            } else {
+                "failed"
+            };
+            let said = match super::mcp::tool_outcome(outcome) {
+                ToolOutcome::Result { content, .. }
+                | ToolOutcome::Error { content, .. }
+                | ToolOutcome::Abort { content, .. } => content,
+                ToolOutcome::Unknown { detail, .. } => json!(detail),
+            };
+            failed(
+                json!({
+                    "error": format!("the MCP task {word}"),
+                    "taskId": task.id,
+                    "statusMessage": status.status_message,
+                    "result": said,
+                }),
+                started,
+            )
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! MCP tasks (docs/design.md section 6, "MCP tasks") against the reference server
+//! `@modelcontextprotocol/server-everything` (npm; MCP 2025-11-25 with sessions and the
+//! experimental Tasks), not a stub: its `simulate-research-query` requires a task and takes
+//! about 4 s. The client creates the task and another client follows it in the recorded
+//! session; a controller killed after recording the task leaves it to the next, which takes
+//! the task's result without a person and without a second call; one killed before recording it
+//! leaves an `interrupted_side_effect` Approval, as for any call whose outcome is unknown.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agentrt::tools::mcp::{CallOutcome, McpClient, ProtocolVersion, TaskStatus, ToolsCall};
+use serde_json::{json, Value};
+use support::controller::*;
+use support::everything::EverythingServer;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn client(url: &str) -> McpClient {
+    McpClient::new(
+        agentrt::tools::http::client().expect("the http client"),
+        url,
+        vec![],
+    )
+}
+
+fn research(topic: &str, task: bool) -> ToolsCall {
+    ToolsCall {
+        name: "simulate-research-query".into(),
+        arguments: json!({"topic": topic}),
+        idempotency_key: "uid/0".into(),
+        attempt: 1,
+        run: "default/research".into(),
+        holder: "replica-a".into(),
+        timeout: Duration::from_secs(10),
+        task_ttl: task.then(|| Duration::from_secs(60)),
+    }
+}
+
+/// The tasks the server holds in session `session` (`tasks/list`, read raw: its answer is an
+/// SSE stream whose `data:` line holds the response).
+async fn tasks_in(url: &str, session: &str) -> Vec<Value> {
+    let answer = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 99, "method": "tasks/list", "params": {}}))
+        .send()
+        .await
+        .expect("tasks/list is answered")
+        .text()
+        .await
+        .expect("its body");
+    let response: Value = answer
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .find(|m: &Value| m["id"] == 99)
+        .unwrap_or_else(|| panic!("no response to tasks/list in {answer}"));
+    response["result"]["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("tasks/list: {response}"))
+}
+
+#[tokio::test]
+async fn a_task_created_by_one_client_is_followed_to_its_result_by_another_in_its_session() {
+    let server = EverythingServer::start();
+    let url = server.url();
+    let mut first = client(&url);
+    let session = first.initialize().await.expect("initialize").clone();
+    assert_eq!(session.protocol, ProtocolVersion::V2025_11_25);
+    assert!(session.tasks, "the server offers task-augmented tools/call");
+    let session_id = session.id.clone().expect("a session");
+    let listed = first.list_tools().await.expect("tools/list");
+    let tool = listed
+        .iter()
+        .find(|t| t["name"] == "simulate-research-query")
+        .expect("the task tool is listed");
+    assert_eq!(tool["execution"]["taskSupport"], json!("required"));
+    // A plain call of another tool answers as before (the server answers in SSE).
+    let echoed = first
+        .call_tool(&ToolsCall {
+            name: "echo".into(),
+            arguments: json!({"message": "hi"}),
+            ..research("x", false)
+        })
+        .await;
+    assert!(
+        matches!(&echoed, CallOutcome::Result { content, .. } if content.to_string().contains("hi")),
+        "{echoed:?}"
+    );
+
+    let CallOutcome::TaskCreated { task, .. } = first.call_tool(&research("rust", true)).await
+    else {
+        panic!("no task was created:\n{}", server.log());
+    };
+    assert_eq!(task.status, TaskStatus::Working);
+    assert!(task.poll_interval_ms.is_some());
+
+    // Another replica, knowing only what the record keeps: the session and the task's id.
+    let mut other = client(&url).resume_session(session.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = other.get_task(&task.id).await.expect("tasks/get");
+        if now.status == TaskStatus::Completed {
+            break;
+        }
+        assert!(!now.status.is_terminal(), "{now:?}");
+        assert!(Instant::now() < deadline, "not done in 30 s: {now:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    match other.task_result(&task.id, Duration::from_secs(10)).await {
+        CallOutcome::Result { content, .. } => assert!(
+            content.to_string().contains("Research Report: rust"),
+            "{content}"
+        ),
+        other => panic!("not a result: {other:?}"),
+    }
+    assert_eq!(tasks_in(&url, &session_id).await.len(), 1, "one task ran");
+    // A task the server does not know is an error, never a result.
+    assert!(other.get_task("no-such-task").await.is_err());
+    // The task of another session is not this one's.
+    let mut stranger = client(&url);
+    stranger.initialize().await.expect("initialize");
+    assert!(stranger.get_task(&task.id).await.is_err());
+}
+
+fn run(server: &EverythingServer, name: &str, topic: &str) -> String {
+    RunFixture::at("controller/mcp-tasks.yaml")
+        .set("MCP", server.url())
+        .set("NAME", name)
+        .set("TOPIC", topic)
+        .yaml()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_killed_after_recording_the_task_leaves_its_result_to_the_next_without_a_person(
+) {
+    if !crash_points() {
+        return;
+    }
+    let server = EverythingServer::start();
+    let cluster = agentrt_cluster().await;
+    cluster.create_run(&run(&server, "tasked", "rust")).await;
+    let (first, _second) = crash_then_take_over_in(&cluster, "after-task-recorded", WAIT);
+    let status = cluster.wait_phase("tasked", "Completed", WAIT).await;
+    cluster.assert_no_approval("tasked").await;
+    let created = events_of(&status, "step.task_created");
+    assert_eq!(created.len(), 1, "{}", first.log());
+    let session = created[0]["data"]["session"]
+        .as_str()
+        .expect("the session is recorded")
+        .to_string();
+    let resumed = events_of(&status, "run.resumed");
+    assert!(
+        resumed.iter().any(|e| e["data"]["reconciliation"] == "task"
+            && e["data"]["taskId"] == created[0]["data"]["taskId"]),
+        "{resumed:?}"
+    );
+    let finished = events_of(&status, "step.tool_finished");
+    assert_eq!(finished.len(), 1);
+    assert!(
+        finished[0]["data"]
+            .to_string()
+            .contains("Research Report: rust"),
+        "{}",
+        finished[0]
+    );
+    assert_eq!(status["steps"][0]["attempts"], json!(1), "one attempt");
+    // The server ran the tool once: one task in the session, none in another.
+    assert_eq!(tasks_in(&server.url(), &session).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_killed_before_recording_the_task_leaves_an_approval() {
+    if !crash_points() {
+        return;
+    }
+    let server = EverythingServer::start();
+    let cluster = agentrt_cluster().await;
+    cluster.create_run(&run(&server, "unrecorded", "go")).await;
+    let (_first, _second) = crash_then_take_over_in(&cluster, "after-task-created", WAIT);
+    let approval = cluster
+        .wait_approval("unrecorded", "interrupted_side_effect", WAIT)
+        .await;
+    let status = cluster.run_status("unrecorded").await;
+    assert!(events_of(&status, "step.task_created").is_empty());
+    assert_eq!(approval.data["spec"]["presentation"]["task"], Value::Null);
+}
