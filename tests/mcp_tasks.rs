@@ -130,11 +130,66 @@ async fn a_task_created_by_one_client_is_followed_to_its_result_by_another_in_it
 }
 
 fn run(server: &EverythingServer, name: &str, topic: &str) -> String {
+    run_on_cancel(server, name, topic, "Leave")
+}
+
+fn run_on_cancel(server: &EverythingServer, name: &str, topic: &str, on_cancel: &str) -> String {
     RunFixture::at("controller/mcp-tasks.yaml")
         .set("MCP", server.url())
         .set("NAME", name)
         .set("TOPIC", topic)
+        .set("ON_CANCEL", on_cancel)
         .yaml()
+}
+
+/// The task `step.task_created` records once it is on the record: (session, taskId).
+async fn recorded_task(cluster: &support::cluster::TestCluster, run: &str) -> (String, String) {
+    let status = cluster
+        .wait_status(run, WAIT, "step.task_created", |s| {
+            !events_of(s, "step.task_created").is_empty()
+        })
+        .await;
+    let data = &events_of(&status, "step.task_created")[0]["data"];
+    (
+        data["session"].as_str().expect("a session").to_string(),
+        data["taskId"].as_str().expect("a task").to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_sends_tasks_cancel_only_when_the_tool_says_on_cancel_cancel() {
+    let server = EverythingServer::start();
+    let cluster = agentrt_cluster().await;
+    let _controller = start_controller(&cluster, "cancel");
+    for (name, on_cancel) in [("cancelled", "Cancel"), ("left", "Leave")] {
+        cluster
+            .create_run(&run_on_cancel(&server, name, "rust", on_cancel))
+            .await;
+        let (session, task) = recorded_task(&cluster, name).await;
+        cluster.cancel_run(name);
+        let status = cluster
+            .wait_status(name, WAIT, "the late outcome", |s| {
+                s["phase"] == "Cancelled" && !events_of(s, "step.tool_finished").is_empty()
+            })
+            .await;
+        let finished = events_of(&status, "step.tool_finished")[0]["data"].clone();
+        let tasks = tasks_in(&server.url(), &session).await;
+        let held = tasks
+            .iter()
+            .find(|t| t["taskId"] == task.as_str())
+            .unwrap_or_else(|| panic!("the task is in its session: {tasks:?}"));
+        if on_cancel == "Cancel" {
+            assert_eq!(held["status"], json!("cancelled"), "{held}");
+            assert!(finished.to_string().contains("cancelled"), "{finished}");
+        } else {
+            // Left to run: it completed, and its result is the late outcome.
+            assert_eq!(held["status"], json!("completed"), "{held}");
+            assert!(
+                finished.to_string().contains("Research Report: rust"),
+                "{finished}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

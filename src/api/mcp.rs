@@ -32,6 +32,22 @@ pub struct McpTool {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub headers: Vec<HttpHeader>,
+    /// What a cancel of the run does to a call of this tool that runs as an MCP task
+    /// (docs/design.md section 6, "MCP tasks"): `Leave` (default: the task runs on and its
+    /// outcome is recorded late, as any tool's) or `Cancel` (`tasks/cancel` is sent, and the
+    /// call ends as the task then does). A call that is not a task is never interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_cancel: Option<McpOnCancel>,
+}
+
+/// What a cancel does to an `mcp` tool's running task (`spec.tools[].mcp.onCancel`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum McpOnCancel {
+    /// The task runs on; its outcome is appended to the record late (the contract for any tool).
+    #[default]
+    Leave,
+    /// `tasks/cancel` is sent; the call's outcome is the task's as it then ends.
+    Cancel,
 }
 
 /// The server a toolset lists its tools from (`spec.toolSets[].mcp`).

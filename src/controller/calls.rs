@@ -71,6 +71,18 @@ async fn http_context(
     Ok((headers, run, ctx.settings.holder.as_str().to_string()))
 }
 
+/// Whether the run of `state` asks to be cancelled now (`spec.cancel`, read live; a run gone
+/// counts as cancelled, one that cannot be read as not). For the tools that act on a cancel
+/// while they run (`job.onCancel: Delete`, `mcp.onCancel: Cancel`).
+async fn run_cancelled(ctx: &Context, state: &RunState) -> bool {
+    let snapshot = &state.run.snapshot;
+    match ctx.api.get_run(&snapshot.namespace, &snapshot.name).await {
+        Ok(Some(run)) => run.snapshot.spec.cancel,
+        Ok(None) => true,
+        Err(_) => false,
+    }
+}
+
 /// Performs one tool call (its `step.tool_started` write landed) and says how it ended, or
 /// that its MCP server created a task for it.
 pub async fn call_tool(ctx: &Context, state: &RunState, call: ToolCall) -> ToolStep {

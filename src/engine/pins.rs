@@ -394,6 +394,7 @@ pub fn expand_tool_set(
                     url: set.mcp.url.clone(),
                     tool: Some(definition.name.clone()),
                     headers: set.mcp.headers.clone(),
+                    on_cancel: None,
                 })),
             };
             let pin = pin(&name, &set.mcp.url, definition.clone())?;

@@ -325,7 +325,7 @@ async fn wait(
                 duration_ms: millis(started),
             };
         }
-        if delete_on_cancel && cancelled(ctx, state).await {
+        if delete_on_cancel && super::run_cancelled(ctx, state).await {
             tracing::info!(
                 job = name,
                 "the run is cancelled and its tool says onCancel: Delete"
@@ -351,16 +351,6 @@ async fn wait(
 /// The step a Job runs, from its label.
 fn labels_step(job: &Value) -> Option<i64> {
     job["metadata"]["labels"][STEP_LABEL].as_str()?.parse().ok()
-}
-
-/// Whether the run was cancelled (`spec.cancel`) since it was read.
-async fn cancelled(ctx: &Context, state: &RunState) -> bool {
-    let snapshot = &state.run.snapshot;
-    match ctx.api.get_run(&snapshot.namespace, &snapshot.name).await {
-        Ok(Some(run)) => run.snapshot.spec.cancel,
-        Ok(None) => true,
-        Err(_) => false,
-    }
 }
 
 /// A completed Job's result: its first container's termination message, or the last line of

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::ApiSecrets;
-use crate::api::ToolFailure;
+use crate::api::{McpOnCancel, ToolFailure};
 use crate::controller::cluster::RunState;
 use crate::controller::context::Context;
 use crate::engine::{ToolCall, ToolOutcome, TASK_LOST};
@@ -98,7 +98,16 @@ pub async fn follow_task(ctx: &Context, state: &RunState, call: &ToolCall) -> To
     let deadline = started + timeout;
     let interval = Duration::from_millis(task.poll_interval_millis).clamp(MIN_POLL, MAX_POLL);
     tracing::info!(tool = %call.tool.name, task = %task.id, "following the MCP task");
+    let cancel_on_cancel = mcp.on_cancel == Some(McpOnCancel::Cancel);
+    let mut cancel_sent = false;
     let status = loop {
+        if cancel_on_cancel && !cancel_sent && super::run_cancelled(ctx, state).await {
+            // The tool asks for its task to be cancelled with the run; the call ends as the
+            // task then does (docs/design.md section 6, "MCP tasks").
+            let answered = client.cancel_task(&task.id).await;
+            tracing::info!(task = %task.id, ?answered, "the run is cancelled and its tool says onCancel: Cancel; tasks/cancel sent");
+            cancel_sent = true;
+        }
         match client.get_task(&task.id).await {
             Ok(now) if now.status.is_terminal() => break now,
             Ok(now) if now.status == TaskStatus::InputRequired => {

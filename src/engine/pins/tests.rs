@@ -52,6 +52,7 @@ fn mcp_tool(name: &str, server_tool: Option<&str>) -> ToolSpec {
             url: SERVER.into(),
             tool: server_tool.map(str::to_string),
             headers: vec![],
+            on_cancel: None,
         })),
     }
 }
@@ -153,6 +154,7 @@ fn an_mcp_tool_pins_the_server_tool_it_names_or_its_own_name() {
             url: SERVER.into(),
             tool: None,
             headers: vec![],
+            on_cancel: None,
         },
         &shop(),
     )
