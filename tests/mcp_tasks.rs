@@ -246,3 +246,78 @@ async fn a_controller_killed_before_recording_the_task_leaves_an_approval() {
     assert!(events_of(&status, "step.task_created").is_empty());
     assert_eq!(approval.data["spec"]["presentation"]["task"], Value::Null);
 }
+
+#[tokio::test]
+async fn a_10_mib_task_result_is_cut_and_hashed_by_the_client_and_the_controller() {
+    let server = support::mcpserver::PyServer::start_tasks();
+    let mut c = client(&server.url()).with_bounds(1024 * 1024, 64 * 1024 * 1024);
+    c.initialize().await.expect("initialize");
+    let call = ToolsCall {
+        name: "big_report".into(),
+        arguments: json!({"bytes": 10 * 1024 * 1024}),
+        ..research("x", true)
+    };
+    let CallOutcome::TaskCreated { task, .. } = c.call_tool(&call).await else {
+        panic!("no task was created");
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c
+        .get_task(&task.id)
+        .await
+        .expect("tasks/get")
+        .status
+        .is_terminal()
+    {
+        assert!(Instant::now() < deadline, "the task did not end");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Asked twice (reading a result is safe to repeat): cut and hashed each time. The hashes
+    // differ, as the JSON-RPC ids of the two answers do.
+    let mut sizes = Vec::new();
+    for _ in 0..2 {
+        match c.task_result(&task.id, Duration::from_secs(20)).await {
+            CallOutcome::TooLarge { max, answer, .. } => {
+                assert_eq!(max, 1024 * 1024);
+                assert!(answer.complete, "read to its end: {answer:?}");
+                assert!(answer.bytes > 10 * 1024 * 1024, "{answer:?}");
+                assert!(answer.sha256.starts_with("sha256:") && answer.sha256.len() == 71);
+                sizes.push(answer.bytes);
+            }
+            other => panic!("not cut: {other:?}"),
+        }
+    }
+    assert!(sizes[0].abs_diff(sizes[1]) < 16, "{sizes:?}");
+
+    // The controller records it as response_too_large with its size and hash, not its bytes.
+    let cluster = agentrt_cluster().await;
+    let _controller = start_controller(&cluster, "big");
+    let yaml = RunFixture::at("controller/mcp-task-big.yaml")
+        .set("MCP", server.url())
+        .set("NAME", "big")
+        .yaml();
+    cluster.create_run(&yaml).await;
+    let status = cluster.wait_phase("big", "Completed", WAIT).await;
+    assert_eq!(events_of(&status, "step.task_created").len(), 1);
+    let finished = &events_of(&status, "step.tool_finished")[0]["data"];
+    let text = finished.to_string();
+    assert!(text.contains("response_too_large"), "{text}");
+    assert!(
+        text.len() < 64 * 1024,
+        "the record keeps no 10 MiB: {} bytes",
+        text.len()
+    );
+    assert_eq!(finished["error"]["failure"], json!("response_too_large"));
+    let content = &status["steps"][0]["observation"]["content"];
+    assert!(
+        content["bytes"]
+            .as_u64()
+            .is_some_and(|b| b > 10 * 1024 * 1024),
+        "{content}"
+    );
+    assert!(
+        content["sha256"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("sha256:")),
+        "{content}"
+    );
+}

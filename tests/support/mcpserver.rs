@@ -78,6 +78,12 @@ impl PyServer {
         Self::start_script(python_modern(), "mcp_server_modern.py", args)
     }
 
+    /// The SDK 1.30 low-level server of tests/fixtures/mcp_task_server.py: its one tool,
+    /// `big_report {bytes}`, runs as a task (2025-11-25, sessions, SSE answers).
+    pub fn start_tasks() -> PyServer {
+        Self::start_script(python(), "mcp_task_server.py", &[])
+    }
+
     fn start_script(python: PathBuf, script: &str, args: &[&str]) -> PyServer {
         let script = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
