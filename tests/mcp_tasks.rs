@@ -139,6 +139,7 @@ fn run_on_cancel(server: &EverythingServer, name: &str, topic: &str, on_cancel: 
         .set("NAME", name)
         .set("TOPIC", topic)
         .set("ON_CANCEL", on_cancel)
+        .set("AMBIGUOUS", "false")
         .yaml()
 }
 
@@ -320,4 +321,85 @@ async fn a_10_mib_task_result_is_cut_and_hashed_by_the_client_and_the_controller
             .is_some_and(|h| h.starts_with("sha256:")),
         "{content}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_asking_for_input_is_answered_through_an_input_required_approval() {
+    let server = EverythingServer::start();
+    let cluster = agentrt_cluster().await;
+    let _controller = start_controller(&cluster, "input");
+    let yaml = RunFixture::at("controller/mcp-tasks.yaml")
+        .set("MCP", server.url())
+        .set("NAME", "asks")
+        .set("TOPIC", "python")
+        .set("ON_CANCEL", "Leave")
+        .set("AMBIGUOUS", "true")
+        .yaml();
+    cluster.create_run(&yaml).await;
+    let approval = cluster.wait_approval("asks", "input_required", WAIT).await;
+    let presentation = &approval.data["spec"]["presentation"];
+    assert!(
+        presentation["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("multiple interpretations")),
+        "{presentation}"
+    );
+    assert_eq!(
+        presentation["requestedSchema"]["required"],
+        json!(["interpretation"]),
+        "{presentation}"
+    );
+    let name = support::runs::name_of(&approval);
+    // The CLI refuses an approval without an answer, and one that does not match the schema,
+    // before any patch.
+    let refused = support::cli::agentrt(&cluster, &["approve", &name, "--yes"]);
+    assert!(!refused.status.success());
+    assert!(
+        support::cli::text(&refused).contains("--answer"),
+        "{}",
+        support::cli::text(&refused)
+    );
+    let refused = support::cli::agentrt(
+        &cluster,
+        &[
+            "approve",
+            &name,
+            "--yes",
+            "--answer",
+            r#"{"interpretation": 7}"#,
+        ],
+    );
+    assert!(
+        !refused.status.success(),
+        "{}",
+        support::cli::text(&refused)
+    );
+    let approved = support::cli::agentrt(
+        &cluster,
+        &[
+            "approve",
+            &name,
+            "--yes",
+            "--answer",
+            r#"{"interpretation": "snake"}"#,
+        ],
+    );
+    assert!(
+        approved.status.success(),
+        "{}",
+        support::cli::text(&approved)
+    );
+
+    let status = cluster.wait_phase("asks", "Completed", WAIT).await;
+    let answered = events_of(&status, "step.input_answered");
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert_eq!(answered[0]["data"]["action"], json!("accept"));
+    let finished = events_of(&status, "step.tool_finished");
+    assert_eq!(finished.len(), 1);
+    assert!(
+        finished[0]["data"].to_string().contains("snake"),
+        "the server used the answer: {}",
+        finished[0]
+    );
+    assert_eq!(status["steps"][0]["attempts"], json!(1), "one attempt");
 }

@@ -50,7 +50,8 @@ use super::{StepIndex, Time};
     {"rule": "!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)", "message": "spec.decision is written once and cannot be changed or removed"},
     {"rule": "!has(self.decision) || self.decision.hash == self.hash", "message": "spec.decision.hash must equal spec.hash: the request you approved is not the one stored", "fieldPath": ".decision.hash"},
     {"rule": "!has(self.decision) || self.decision.verdict == 'Approved' || self.decision.verdict == 'Rejected' || self.kind == 'interrupted_side_effect'", "message": "TookEffect and DidNotTakeEffect settle an interrupted call: only an interrupted_side_effect Approval takes them (use Approved or Rejected)", "fieldPath": ".decision.verdict"},
-    {"rule": "!has(self.decision) || has(self.decision.result) == (self.decision.verdict == 'TookEffect')", "message": "spec.decision.result is required with verdict TookEffect and refused with any other verdict", "fieldPath": ".decision.result"}
+    {"rule": "!has(self.decision) || has(self.decision.result) == (self.decision.verdict == 'TookEffect')", "message": "spec.decision.result is required with verdict TookEffect and refused with any other verdict", "fieldPath": ".decision.result"},
+    {"rule": "!has(self.decision) || has(self.decision.answer) == (self.kind == 'input_required' && self.decision.verdict == 'Approved')", "message": "spec.decision.answer (an object matching spec.presentation.requestedSchema) is required to approve an input_required Approval and refused on any other decision", "fieldPath": ".decision.answer"}
 ]))]
 pub struct ApprovalSpec {
     /// The AgentRun's name.
@@ -171,6 +172,14 @@ pub struct ApprovalDecision {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "json_object")]
     pub result: Option<Value>,
+    /// With `Approved` on an `input_required` Approval only (and required there): the answer
+    /// to the MCP server's request, a JSON object that must match the Approval's
+    /// `presentation.requestedSchema`; it is sent to the server as an `accept` (an answer that
+    /// does not match is sent as `decline`, saying why in the record; docs/design.md section 6,
+    /// "MCP tasks").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "json_object")]
+    pub answer: Option<Value>,
 }
 
 /// The Approval's observed state, written by the controller.

@@ -282,6 +282,12 @@ pub enum EventType {
     /// tasks").
     #[serde(rename = "step.task_created")]
     StepTaskCreated,
+    /// The answer to an MCP task's request for input was decided and is sent to the server:
+    /// {approval, taskId, requestId, action (`accept` or `decline`), violations (why an answer
+    /// that did not match the requested schema was declined)} (docs/design.md section 6, "MCP
+    /// tasks").
+    #[serde(rename = "step.input_answered")]
+    StepInputAnswered,
     #[serde(rename = "step.tool_finished")]
     StepToolFinished,
     #[serde(rename = "step.failed")]
@@ -511,6 +517,11 @@ pub enum Verdict {
 
 /// The approval kind the controller uses for a side effect whose outcome is unknown.
 pub const INTERRUPTED_SIDE_EFFECT: &str = "interrupted_side_effect";
+
+/// The approval kind of an MCP task that asks for input (`input_required`, an
+/// `elicitation/create` of its server): the decision's `answer` is sent back to the server as
+/// the answer (docs/design.md section 6, "MCP tasks").
+pub const INPUT_REQUIRED: &str = "input_required";
 
 /// The approval kind of a call whose policy rule's `when` failed on its args (a missing key, a
 /// wrong type): a person decides it (docs/behaviours.md 12).

@@ -91,7 +91,8 @@ pub enum OperatorCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Approve an Approval: print it, confirm, and patch the hash printed.
+    /// Approve an Approval: print it, confirm, and patch the hash printed. An `input_required`
+    /// Approval (an MCP task asking for input) needs `--answer`.
     Approve {
         /// The Approval's name, or `namespace/name`.
         #[arg(value_parser = object_ref)]
@@ -104,6 +105,11 @@ pub enum OperatorCommand {
         /// A note recorded with the decision (at most 4096 characters).
         #[arg(long, value_parser = decision_note)]
         note: Option<String>,
+        /// For an `input_required` Approval only (and required there): the answer to the MCP
+        /// server's question, a JSON object matching the Approval's
+        /// `presentation.requestedSchema`, e.g. `--answer '{"interpretation": "snake"}'`.
+        #[arg(long, value_parser = decision_result)]
+        answer: Option<serde_json::Value>,
     },
     /// Reject an Approval: print it, confirm, and patch the hash printed. The run is cancelled.
     Reject {

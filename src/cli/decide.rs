@@ -21,20 +21,77 @@ pub(super) async fn get_approval(session: &Session, name: &str) -> anyhow::Resul
         .with_context(|| format!("Approval {}/{name}", session.namespace))
 }
 
+/// What a decision carries besides its verdict and note.
+pub(super) enum Given {
+    /// `TookEffect`'s `result` (docs/design.md section 5).
+    Result(serde_json::Value),
+    /// The answer approving an `input_required` Approval (docs/design.md section 6, "MCP
+    /// tasks").
+    Answer(serde_json::Value),
+}
+
+/// Why `answer` cannot approve the `input_required` `approval` (it is missing, or does not
+/// match the Approval's `presentation.requestedSchema`), as the end of a sentence; `None` when
+/// it can, or the Approval is of another kind.
+fn answer_refused(approval: &Approval, answer: Option<&serde_json::Value>) -> Option<String> {
+    let wanted = approval.spec.kind == crate::api::INPUT_REQUIRED;
+    let schema = approval
+        .spec
+        .presentation
+        .as_ref()
+        .and_then(|p| p.get("requestedSchema"))
+        .cloned()
+        .unwrap_or(serde_json::json!({}));
+    match (wanted, answer) {
+        (false, None) => None,
+        (false, Some(_)) => Some(format!(
+            "is of kind {}: --answer is for an input_required Approval only",
+            escape::escape_bounded(&approval.spec.kind, 128)
+        )),
+        (true, None) => Some(format!(
+            "asks for input: approve it with --answer '<a JSON object>' matching its \
+             requestedSchema {}",
+            escape::escape_bounded(&schema.to_string(), 1024)
+        )),
+        (true, Some(answer)) => {
+            let checked =
+                crate::engine::validate::ToolSchema::compile_at("requestedSchema", &schema)
+                    .map_err(|e| vec![e])
+                    .and_then(|compiled| compiled.check(answer));
+            checked.err().map(|violations| {
+                format!(
+                    "asks for an answer matching its requestedSchema, and --answer does not: {}",
+                    escape::escape_bounded(&violations.join("; "), 1024)
+                )
+            })
+        }
+    }
+}
+
 pub(super) async fn decide(
     target: &Target,
     object: &ObjectRef,
     verdict: Verdict,
     yes: bool,
     note: Option<String>,
-    result: Option<serde_json::Value>,
+    given: Option<Given>,
 ) -> anyhow::Result<()> {
+    let (result, answer) = match given {
+        Some(Given::Result(result)) => (Some(result), None),
+        Some(Given::Answer(answer)) => (None, Some(answer)),
+        None => (None, None),
+    };
     let session = connect_for(target, object).await?;
     let name = object.name.as_str();
     let approval = get_approval(&session, name).await?;
     // Refuse what can no longer grant before printing anything of the prompt.
     if let Some(why) = refusal(&session, &approval).await? {
         bail!("Approval {}/{name} {why}", session.namespace);
+    }
+    if verdict == Verdict::Approved {
+        if let Some(why) = answer_refused(&approval, answer.as_ref()) {
+            bail!("Approval {}/{name} {why}", session.namespace);
+        }
     }
     let settles = matches!(verdict, Verdict::TookEffect | Verdict::DidNotTakeEffect);
     if settles && approval.spec.kind != crate::api::INTERRUPTED_SIDE_EFFECT {
@@ -77,6 +134,9 @@ pub(super) async fn decide(
     }
     if let Some(result) = result {
         decision["result"] = result;
+    }
+    if let Some(answer) = answer {
+        decision["answer"] = answer;
     }
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": approval.metadata.resource_version},

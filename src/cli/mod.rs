@@ -252,8 +252,10 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             target,
             yes,
             note,
+            answer,
         } => {
-            decide(&target, &name, Verdict::Approved, yes, note, None).await?;
+            let given = answer.map(decide::Given::Answer);
+            decide(&target, &name, Verdict::Approved, yes, note, given).await?;
         }
         OperatorCommand::Reject {
             name,
@@ -277,7 +279,8 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 (false, true) => Verdict::DidNotTakeEffect,
                 _ => bail!("settle needs exactly one of --took-effect (with --result) and --did-not-take-effect"),
             };
-            decide(&target, &name, verdict, yes, note, result).await?;
+            let given = result.map(decide::Given::Result);
+            decide(&target, &name, verdict, yes, note, given).await?;
         }
         OperatorCommand::Cancel { run, target, note } => {
             let session = connect_for(&target, &run).await?;

@@ -17,7 +17,7 @@ use crate::engine::{AgentFailure, ModelOutcome, StatusAnswer, StatusQuery, ToolC
 use crate::tools::http::{self, HttpCall, SecretSource};
 
 pub use mcp::list_servers;
-pub use task::follow_task;
+pub use task::{follow_task, FollowStep};
 
 /// How a call sent by [`call_tool`] went on: it ended, or its MCP server created a task that
 /// the engine records before it is followed ([`follow_task`]; docs/design.md section 6, "MCP

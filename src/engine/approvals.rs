@@ -33,6 +33,8 @@ pub(crate) enum Origin {
     Interruption,
     /// The reconcile hook answered `waiting`.
     Reconcile,
+    /// A followed MCP task asked for input (`input_required`).
+    TaskInput,
 }
 
 impl Origin {
@@ -41,6 +43,7 @@ impl Origin {
             Origin::Policy => "policy",
             Origin::Interruption => "interruption",
             Origin::Reconcile => "reconcile",
+            Origin::TaskInput => "task_input",
         }
     }
 }

@@ -15,13 +15,27 @@
 //!   is put to someone as today: whether the server created a task is unknown;
 //! - a task that can no longer be followed (the server forgot it or its session: an unknown
 //!   outcome whose detail starts with [`TASK_LOST`]) is put to someone as well.
+//!
+//! A task that asks for input (`input_required`, its server's `elicitation/create`) pauses the
+//! step on an Approval of kind `input_required` ([`input_required`]) showing the question and
+//! the schema of the answer; approved, the person's `answer` is checked against that schema
+//! and sent as the response (`accept`, or `decline` saying why when it does not match), and
+//! the task is followed on ([`answer`]); rejected, the run ends as on any rejection.
 
 use serde_json::{json, Value};
 
+use super::approvals::{self, write_status, Origin, Requirement};
 use super::loop_::{check_call, drive, Flow};
 use super::record::{previous_status, Txn};
-use super::{EngineError, ExternalCall, McpTask, ToolCall, TASK_LOST};
-use crate::api::{EventType, StepIndex, StepStatus};
+use super::validate::ToolSchema;
+use super::{EngineError, ExternalCall, McpTask, TaskInput, TaskReply, ToolCall, TASK_LOST};
+use crate::api::{
+    Approval, ApprovalDecision, ApprovalPhase, ApprovalStatus, EventType, StepApproval, StepIndex,
+    StepStatus, INPUT_REQUIRED,
+};
+
+/// Most bytes of a server's question kept in an `input_required` Approval.
+const MAX_MESSAGE_BYTES: usize = 4096;
 
 /// The task `step.task_created` records for `step`'s attempt `attempt`, if it does.
 fn recorded(txn: &Txn, step: StepIndex, attempt: i64) -> Option<McpTask> {
@@ -47,6 +61,7 @@ fn recorded(txn: &Txn, step: StepIndex, attempt: i64) -> Option<McpTask> {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string(),
+        reply: None,
     })
 }
 
@@ -187,5 +202,157 @@ pub(crate) fn created_late(txn: &mut Txn, step: StepIndex, attempt: i64, task: M
             true
         }
         None => false,
+    }
+}
+
+/// The step `index` when it is the last one, `executing` under `attempt` (the step an input of
+/// the executor is about).
+fn executing_attempt(txn: &Txn, step: StepIndex, attempt: i64) -> Option<usize> {
+    txn.last_position()
+        .filter(|i| txn.index_at(*i) == step)
+        .filter(|i| {
+            let s = &txn.status.steps[*i];
+            s.status == StepStatus::Executing && s.attempts == attempt
+        })
+}
+
+/// `text` cut to at most `max` bytes on a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// [`super::Input::TaskInputRequired`]: the step's task asks for input. The step pauses on an
+/// `input_required` Approval whose presentation shows the tool, the args, the task, the
+/// server's question (`message`, at most 4 KiB), the schema of the answer (`requestedSchema`)
+/// and the request's id, all bound by the Approval's hash. A stale input changes nothing.
+pub(crate) fn input_required(txn: &mut Txn, step: StepIndex, attempt: i64, input: TaskInput) {
+    let Some(index) = executing_attempt(txn, step, attempt) else {
+        drive(txn);
+        return;
+    };
+    let Some(decision) = txn.status.steps[index].decision.clone() else {
+        drive(txn);
+        return;
+    };
+    let Ok((tool, args)) = check_call(txn, &decision) else {
+        drive(txn);
+        return;
+    };
+    let spec_tool = &txn.run.spec.tools[tool];
+    let mut presentation = json!({
+        "tool": spec_tool.name,
+        "args": args,
+        "sideEffect": spec_tool.side_effect,
+        "task": {"taskId": input.task_id, "requestId": input.request_id},
+        "message": bounded(&input.message, MAX_MESSAGE_BYTES),
+        "requestedSchema": input.requested_schema,
+    });
+    if let Some(mcp) = super::calls::mcp_presentation(txn, spec_tool) {
+        presentation["mcp"] = mcp;
+    }
+    let requirement = Requirement {
+        kind: INPUT_REQUIRED.to_string(),
+        reason: Some(format!(
+            "the MCP task of {} (step {step}) asks for input",
+            spec_tool.name
+        )),
+        capability: None,
+        presentation: Some(presentation),
+        origin: Origin::TaskInput,
+    };
+    approvals::pause(txn, index, tool, args, requirement);
+}
+
+/// The reply an approved `input_required` Approval sends: `accept` with the answer when it
+/// matches the requested schema, else `decline`; and the violations that made it a decline.
+fn reply_of(presentation: &Value, answer: Option<&Value>) -> (Value, Vec<String>) {
+    let schema = presentation
+        .get("requestedSchema")
+        .cloned()
+        .unwrap_or(json!({}));
+    let checked = match answer {
+        None => Err(vec!["no answer was given".to_string()]),
+        Some(answer) => ToolSchema::compile_at("requestedSchema", &schema)
+            .map_err(|e| vec![e])
+            .and_then(|compiled| compiled.check(answer)),
+    };
+    match (checked, answer) {
+        (Ok(()), Some(answer)) => (json!({"action": "accept", "content": answer}), vec![]),
+        (Err(violations), _) => (json!({"action": "decline"}), violations),
+        (Ok(()), None) => (json!({"action": "decline"}), vec![]),
+    }
+}
+
+/// Executes an approved `input_required` Approval (holding the lease): the decision is
+/// recorded, the step goes back to `executing` under the same attempt, `step.input_answered`
+/// says what is sent, the Approval becomes `Executed`, and the executor sends the reply in the
+/// task's session and follows the task on. Without a recorded task (the record cannot say
+/// where to send it) the run ends `internal_error`.
+pub(crate) fn answer(
+    txn: &mut Txn,
+    index: usize,
+    latest: &StepApproval,
+    approval: &Approval,
+    decision: &ApprovalDecision,
+    status: ApprovalStatus,
+) -> Flow {
+    if let Err(flow) = super::grants::resume(txn, index, latest, approval, decision) {
+        return flow;
+    }
+    let presentation = approval.spec.presentation.clone().unwrap_or(Value::Null);
+    let step = txn.index_at(index);
+    let attempt = txn.status.steps[index].attempts;
+    let Some(mut task) = recorded(txn, step, attempt) else {
+        let detail = format!(
+            "Approval {}: step {step} has no recorded task to answer",
+            latest.name
+        );
+        txn.end_run(
+            crate::api::TerminalReason::InternalError,
+            Some(detail),
+            None,
+        );
+        return Flow::Continue;
+    };
+    let request_id = presentation
+        .pointer("/task/requestId")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let (result, violations) = reply_of(&presentation, decision.answer.as_ref());
+    txn.event(
+        EventType::StepInputAnswered,
+        Some(step),
+        json!({
+            "approval": latest.name,
+            "taskId": task.id,
+            "requestId": request_id,
+            "action": result["action"],
+            "violations": violations,
+        }),
+    );
+    if let Some(spent) = txn
+        .step_mut(index)
+        .approvals
+        .iter_mut()
+        .find(|a| a.name == latest.name)
+    {
+        spent.executed = true;
+    }
+    txn.step_mut(index).status = StepStatus::Executing;
+    let mut status = status;
+    status.phase = ApprovalPhase::Executed;
+    status.executed_at = Some(txn.now());
+    write_status(txn, &latest.name, status);
+    task.reply = Some(TaskReply { request_id, result });
+    match follow(txn, index, attempt, task) {
+        Some(call) => {
+            txn.call(ExternalCall::Tool(call));
+            Flow::Halt
+        }
+        None => Flow::Continue,
     }
 }

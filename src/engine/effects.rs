@@ -53,6 +53,34 @@ pub struct McpTask {
     pub session: Option<String>,
     /// The protocol revision the session speaks (`2025-11-25`).
     pub protocol_version: String,
+    /// The answer to the task's request for input a person decided on an `input_required`
+    /// Approval, sent to the server before the task is followed on; `None` otherwise.
+    pub reply: Option<TaskReply>,
+}
+
+/// The answer to an MCP task's request for input (`elicitation/create`), as the JSON-RPC
+/// response the client sends in the task's session (docs/design.md section 6, "MCP tasks").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskReply {
+    /// The server's JSON-RPC id of its request (a number or a string).
+    pub request_id: Value,
+    /// The response's `result`: `{"action": "accept", "content": {...}}` or
+    /// `{"action": "decline"}`.
+    pub result: Value,
+}
+
+/// An MCP task's request for input, as the server sent it on `tasks/result` (an
+/// `elicitation/create`): it becomes an `input_required` Approval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskInput {
+    /// The task asking.
+    pub task_id: String,
+    /// The server's JSON-RPC id of the request, to answer it by.
+    pub request_id: Value,
+    /// What it asks, as the server wrote it (at most 4 KiB kept).
+    pub message: String,
+    /// The JSON Schema the answer must match (`requestedSchema`).
+    pub requested_schema: Value,
 }
 
 /// The start of a [`ToolOutcome::Unknown`] detail saying a recorded MCP task can no longer be

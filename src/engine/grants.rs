@@ -39,7 +39,7 @@ fn origin_of(txn: &Txn, latest: &StepApproval) -> Origin {
 /// `index` and names one of the run's tools), copies the decision into the record and resumes
 /// the run under this holder (`run.resumed` {approval, holder, epoch, previousHolder}).
 /// Returns the tool's position in `spec.tools`, or the flow when the run ended instead.
-fn resume(
+pub(crate) fn resume(
     txn: &mut Txn,
     index: usize,
     latest: &StepApproval,

@@ -131,6 +131,7 @@ mod tests {
             approver: Some("alice".into()),
             note: Some("ok, damaged on arrival".into()),
             result: None,
+            answer: None,
         });
         spec.reason = Some("a different reason".into());
         let after = approval_hash(

@@ -374,6 +374,16 @@ pub enum Input {
         /// The task.
         task: super::McpTask,
     },
+    /// A followed MCP task asks for input ([`super::TaskInput`]): the step pauses on an
+    /// `input_required` Approval.
+    TaskInputRequired {
+        /// The step.
+        step: StepIndex,
+        /// The attempt whose task asks.
+        attempt: i64,
+        /// What it asks.
+        input: super::TaskInput,
+    },
     /// A tool's status URL answered about an interrupted call ([`super::StatusQuery`]).
     ToolStatusAnswered {
         /// The interrupted step asked about.

@@ -386,6 +386,11 @@ fn executor_input(txn: &mut record::Txn, input: Input) -> Result<(), EngineError
             attempt,
             task,
         } => by_task::created(txn, step, attempt, task)?,
+        Input::TaskInputRequired {
+            step,
+            attempt,
+            input,
+        } => by_task::input_required(txn, step, attempt, input),
         Input::LeaseLost | Input::ToolsListed { .. } => txn.stop(),
     }
     Ok(())

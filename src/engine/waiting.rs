@@ -29,7 +29,7 @@ use super::record::{observation, Txn};
 use super::ApprovalWrite;
 use crate::api::{
     Approval, ApprovalDecision, ApprovalPhase, ApprovalSpec, ApprovalStatus, EventType,
-    ObservationKind, StepApproval, StepStatus, TerminalReason, Verdict,
+    ObservationKind, StepApproval, StepStatus, TerminalReason, Verdict, INPUT_REQUIRED,
 };
 
 /// How the latest Approval object stands.
@@ -147,7 +147,8 @@ fn settle_waiting(txn: &mut Txn) {
             // docs/design.md section 5: nothing runs (and the agent is not asked again) while
             // the step's interrupted attempt may still be running; a TookEffect decision runs
             // nothing and records the outcome at once.
-            let wait = (decision.verdict != Verdict::TookEffect)
+            let input = approval.spec.kind == INPUT_REQUIRED;
+            let wait = (decision.verdict != Verdict::TookEffect && !input)
                 .then(|| super::takeover::first_attempt(txn, index))
                 .flatten()
                 .filter(|first| first.may_run_until > now)
@@ -172,6 +173,9 @@ fn settle_waiting(txn: &mut Txn) {
                 let flow = match decision.verdict {
                     Verdict::TookEffect | Verdict::DidNotTakeEffect => {
                         grants::settle(txn, index, &latest, &approval, &decision, status)
+                    }
+                    Verdict::Approved if input => {
+                        super::by_task::answer(txn, index, &latest, &approval, &decision, status)
                     }
                     _ => grants::execute_grant(txn, index, &latest, &approval, &decision, status),
                 };

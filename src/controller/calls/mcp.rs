@@ -151,8 +151,23 @@ async fn call_mcp(
     if let Some(refused) = refuse_another_server(pin, now.as_ref(), millis(started)) {
         return Err(refused);
     }
-    let session = client.session().cloned();
+    let mut session = client.session().cloned();
     let as_task = allows_tasks(pin) && session.as_ref().is_some_and(|s| s.tasks);
+    if as_task && session.as_ref().is_some_and(|s| s.id.is_some()) {
+        // A task may ask for input: its session declares that agentrt answers (through an
+        // input_required Approval). A fresh session, so the listing's stays as it was.
+        client = client.answering_input();
+        if let Err(err) = client.initialize().await {
+            return Err(error(
+                ToolFailure::ConnectionRefused,
+                json!(format!(
+                    "a session for the task could not be opened; the call was not sent: {err}"
+                )),
+                millis(started),
+            ));
+        }
+        session = client.session().cloned();
+    }
     let timeout = Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1));
     let request = ToolsCall {
         name: pin.server_tool.clone(),
@@ -185,6 +200,7 @@ async fn call_mcp(
             poll_interval_millis: task.poll_interval_ms.unwrap_or(1000),
             session: session.id,
             protocol_version: session.protocol.as_str().to_string(),
+            reply: None,
         }));
     }
     Ok(ToolStep::Finished(checked_outcome(pin, outcome)))

@@ -9,8 +9,10 @@
 //! forgot), or one still working when the tool's `timeoutSeconds` have passed since the
 //! following began, is an unknown outcome whose detail starts with [`TASK_LOST`] (someone is
 //! asked, as for any interrupted call). A task that waits for input (`input_required`) is
-//! cancelled (agentrt declares no capability to answer a server's requests) and is a
-//! `tool_error`. Must not: send `tools/call` again.
+//! asked for its request (`tasks/result` brings the server's `elicitation/create`), which
+//! becomes an `input_required` Approval ([`FollowStep::InputRequired`]); the answer a person
+//! gives comes back in [`crate::engine::McpTask::reply`] and is sent first when the task is
+//! followed on. Must not: send `tools/call` again.
 
 use std::time::{Duration, Instant};
 
@@ -20,9 +22,11 @@ use super::ApiSecrets;
 use crate::api::{McpOnCancel, ToolFailure};
 use crate::controller::cluster::RunState;
 use crate::controller::context::Context;
-use crate::engine::{ToolCall, ToolOutcome, TASK_LOST};
+use crate::engine::{TaskInput, ToolCall, ToolOutcome, TASK_LOST};
 use crate::tools::http;
-use crate::tools::mcp::{CallOutcome, McpClient, McpError, ProtocolVersion, Session, TaskStatus};
+use crate::tools::mcp::{
+    CallOutcome, McpClient, McpError, ProtocolVersion, Session, TaskAnswer, TaskStatus,
+};
 
 /// Shortest wait between two `tasks/get` (a server asking for less is asked this often).
 const MIN_POLL: Duration = Duration::from_millis(200);
@@ -49,43 +53,59 @@ fn failed(content: Value, started: Instant) -> ToolOutcome {
     }
 }
 
-/// Follows the task of `call` ([`ToolCall::task`]) until it ends, and says how the call ended.
-/// A call without a task or an MCP executor is a `tool_error` `no_executor` (never sent).
-pub async fn follow_task(ctx: &Context, state: &RunState, call: &ToolCall) -> ToolOutcome {
+/// How following a task went ([`follow_task`]).
+#[derive(Debug)]
+pub enum FollowStep {
+    /// The call ended: its outcome.
+    Finished(ToolOutcome),
+    /// The task asks for input: a person answers it on an `input_required` Approval.
+    InputRequired(TaskInput),
+}
+
+/// Follows the task of `call` ([`ToolCall::task`]), first sending the answer it carries, until
+/// it ends (its outcome) or asks for input. A call without a task or an MCP executor is a
+/// `tool_error` `no_executor` (nothing is sent).
+pub async fn follow_task(ctx: &Context, state: &RunState, call: &ToolCall) -> FollowStep {
+    match follow(ctx, state, call).await {
+        Ok(step) => step,
+        Err(outcome) => FollowStep::Finished(outcome),
+    }
+}
+
+async fn follow(
+    ctx: &Context,
+    state: &RunState,
+    call: &ToolCall,
+) -> Result<FollowStep, ToolOutcome> {
     let started = Instant::now();
     let (Some(task), Some(mcp)) = (call.task.as_ref(), call.tool.mcp.as_deref()) else {
-        return ToolOutcome::Error {
+        return Err(ToolOutcome::Error {
             failure: ToolFailure::NoExecutor,
             status: None,
             content: json!("the call has no MCP task to follow"),
             duration_ms: 0,
-        };
+        });
     };
-    let headers = match http::resolve_header_list(
+    let headers = http::resolve_header_list(
         &mcp.headers,
         &state.run.snapshot.namespace,
         &ApiSecrets::of(ctx, state),
     )
     .await
-    {
-        Ok(headers) => headers,
-        // The task goes on regardless; without the headers it cannot be asked about.
-        Err(err) => {
-            return lost(
-                format!("the server's headers cannot be read: {err}"),
-                started,
-            )
-        }
-    };
-    let Some(protocol) = ProtocolVersion::parse(&task.protocol_version) else {
-        return lost(
-            format!(
-                "the task's revision {:?} is not one agentrt speaks",
-                task.protocol_version
-            ),
+    // The task goes on regardless; without the headers it cannot be asked about.
+    .map_err(|err| {
+        lost(
+            format!("the server's headers cannot be read: {err}"),
             started,
-        );
-    };
+        )
+    })?;
+    let protocol = ProtocolVersion::parse(&task.protocol_version).ok_or_else(|| {
+        let revision = &task.protocol_version;
+        lost(
+            format!("the task's revision {revision:?} is not one agentrt speaks"),
+            started,
+        )
+    })?;
     let session = Session {
         id: task.session.clone(),
         protocol,
@@ -97,6 +117,19 @@ pub async fn follow_task(ctx: &Context, state: &RunState, call: &ToolCall) -> To
     let timeout = Duration::from_secs(u64::try_from(call.tool.timeout_seconds.max(1)).unwrap_or(1));
     let deadline = started + timeout;
     let interval = Duration::from_millis(task.poll_interval_millis).clamp(MIN_POLL, MAX_POLL);
+    if let Some(reply) = &task.reply {
+        // The answer a person decided; the server answers 202 and the task goes on.
+        client
+            .reply(&reply.request_id, &reply.result)
+            .await
+            .map_err(|err| {
+                lost(
+                    format!("the answer to task {} could not be sent: {err}", task.id),
+                    started,
+                )
+            })?;
+        tracing::info!(task = %task.id, action = %reply.result["action"], "answered the MCP task's request for input");
+    }
     tracing::info!(tool = %call.tool.name, task = %task.id, "following the MCP task");
     let cancel_on_cancel = mcp.on_cancel == Some(McpOnCancel::Cancel);
     let mut cancel_sent = false;
@@ -111,39 +144,41 @@ pub async fn follow_task(ctx: &Context, state: &RunState, call: &ToolCall) -> To
         match client.get_task(&task.id).await {
             Ok(now) if now.status.is_terminal() => break now,
             Ok(now) if now.status == TaskStatus::InputRequired => {
-                // Nothing here can answer the server's request: the task is cancelled rather
-                // than left waiting (docs/design.md section 6, "MCP tasks").
-                let cancelled = client.cancel_task(&task.id).await.map(|t| t.status);
-                tracing::warn!(task = %task.id, ?cancelled, "the MCP task asks for input; cancelled");
-                return failed(
-                    json!({
-                        "error": "the task asks the client for input (input_required), which agentrt does not give; it was cancelled",
-                        "taskId": task.id,
-                        "statusMessage": now.status_message,
-                    }),
-                    started,
-                );
+                let left = deadline.saturating_duration_since(Instant::now());
+                match client.task_input(&task.id, left).await {
+                    TaskAnswer::Input(request) => {
+                        tracing::info!(task = %task.id, "the MCP task asks for input");
+                        return Ok(FollowStep::InputRequired(TaskInput {
+                            task_id: task.id.clone(),
+                            request_id: request.request_id,
+                            message: request.message,
+                            requested_schema: request.requested_schema,
+                        }));
+                    }
+                    // Its request was answered already (or it ended meanwhile): asked again.
+                    TaskAnswer::Ended(_) => continue,
+                }
             }
             Ok(_) => {}
             // 404 is the transport's word for a forgotten session; some servers say 400.
             Err(McpError::HttpStatus { status, body, .. }) if (400..500).contains(&status) => {
-                return lost(
+                return Err(lost(
                     format!(
                         "{} refused to say what became of task {} (HTTP {status}: {body}); its \
                          session is likely gone",
                         mcp.url, task.id
                     ),
                     started,
-                )
+                ));
             }
             Err(McpError::Rpc { code, message, .. }) => {
-                return lost(
+                return Err(lost(
                     format!(
                         "{} does not know task {} ({code}: {message})",
                         mcp.url, task.id
                     ),
                     started,
-                )
+                ));
             }
             // Not reached, or no whole answer: asking again is safe.
             Err(err) => {
@@ -151,14 +186,14 @@ pub async fn follow_task(ctx: &Context, state: &RunState, call: &ToolCall) -> To
             }
         }
         if Instant::now() + interval > deadline {
-            return lost(
+            return Err(lost(
                 format!(
                     "task {} was not done within the tool's timeoutSeconds ({} s) of following it",
                     task.id,
                     timeout.as_secs()
                 ),
                 started,
-            );
+            ));
         }
         tokio::time::sleep(interval).await;
     };
@@ -166,7 +201,7 @@ pub async fn follow_task(ctx: &Context, state: &RunState, call: &ToolCall) -> To
         .saturating_duration_since(Instant::now())
         .max(Duration::from_secs(5));
     let outcome = client.task_result(&task.id, left).await;
-    match status.status {
+    Ok(FollowStep::Finished(match status.status {
         TaskStatus::Completed => match (call.pin.as_deref(), outcome) {
             (_, CallOutcome::Unknown { detail, .. }) => lost(detail, started),
             (Some(pin), outcome) => super::mcp::checked_outcome(pin, outcome),
@@ -194,5 +229,5 @@ pub async fn follow_task(ctx: &Context, state: &RunState, call: &ToolCall) -> To
                 started,
             )
         }
-    }
+    }))
 }

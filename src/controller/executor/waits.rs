@@ -5,7 +5,7 @@
 
 use tracing::Instrument;
 
-use super::super::calls::{follow_task, job};
+use super::super::calls::{follow_task, job, FollowStep};
 use super::gate::lost;
 use super::{outcome_word, Driver, Flow};
 use crate::engine::{Input, JobStage, ToolCall};
@@ -56,32 +56,43 @@ impl Driver<'_> {
     }
 
     /// Follows the MCP task the record holds for the step's attempt ([`ToolCall::task`]) to
-    /// its outcome: [`Input::ToolFinished`]. Following only reads.
+    /// its outcome ([`Input::ToolFinished`]) or its request for input
+    /// ([`Input::TaskInputRequired`]). Following only reads (and sends a decided answer).
     pub(super) async fn follow(&mut self, call: ToolCall) -> Flow {
         let (ctx, lease, stop) = (self.ctx, self.lease, self.stop);
         let (step, attempt) = (call.step, call.attempt);
         let tool = call.tool.name.clone();
         let started = std::time::Instant::now();
-        let outcome = tokio::select! {
-            outcome = follow_task(ctx, &self.state, &call)
-                .instrument(tracing::info_span!("task", step = step.get(), tool = %tool)) => outcome,
+        let followed = tokio::select! {
+            followed = follow_task(ctx, &self.state, &call)
+                .instrument(tracing::info_span!("task", step = step.get(), tool = %tool)) => followed,
             _ = stop.cancelled() => return Flow::Stop,
             _ = ctx.executors.shutdown.cancelled() => return Flow::Stop,
             _ = lost(lease) => return Flow::Next(Input::LeaseLost),
         };
-        ctx.metrics.tool_call(
-            &tool,
-            outcome_word(&outcome),
-            started.elapsed().as_secs_f64(),
-        );
+        let next = match followed {
+            FollowStep::Finished(outcome) => {
+                ctx.metrics.tool_call(
+                    &tool,
+                    outcome_word(&outcome),
+                    started.elapsed().as_secs_f64(),
+                );
+                Input::ToolFinished {
+                    step,
+                    attempt,
+                    outcome,
+                }
+            }
+            FollowStep::InputRequired(input) => Input::TaskInputRequired {
+                step,
+                attempt,
+                input,
+            },
+        };
         Flow::Next(if lease.is_lost() {
             Input::LeaseLost
         } else {
-            Input::ToolFinished {
-                step,
-                attempt,
-                outcome,
-            }
+            next
         })
     }
 }

@@ -7,7 +7,7 @@ use serde_json::json;
 use super::harness::*;
 use super::mcp::{listing, mcp_run};
 use crate::api::{RunPhase, SideEffect, StepIndex, StepStatus};
-use crate::engine::{Input, McpTask, ToolOutcome, TASK_LOST};
+use crate::engine::{Input, McpTask, TaskInput, TaskReply, ToolOutcome, TASK_LOST};
 
 /// A run whose holder `a` is executing the `search` tool (made `LocalMutation`, so that an
 /// interruption would ask a person) on step 0.
@@ -29,6 +29,7 @@ fn task() -> McpTask {
         poll_interval_millis: 500,
         session: Some("session-1".into()),
         protocol_version: "2025-11-25".into(),
+        reply: None,
     }
 }
 
@@ -139,4 +140,134 @@ fn without_a_recorded_task_or_with_a_lost_one_a_person_is_asked() {
         .as_str()
         .is_some_and(|d| d.starts_with(TASK_LOST)));
     assert_eq!(status.steps[0].index, StepIndex(0));
+}
+
+/// The followed task asks which interpretation is meant.
+fn asks(h: &mut Harness) -> Vec<Effect> {
+    let call = h.tool_calls.last().expect("a call").clone();
+    h.pending_tool = None;
+    h.step(
+        "a",
+        Input::TaskInputRequired {
+            step: call.step,
+            attempt: call.attempt,
+            input: TaskInput {
+                task_id: "task-7".into(),
+                request_id: json!(0),
+                message: "Which interpretation?".into(),
+                requested_schema: json!({
+                    "type": "object",
+                    "required": ["interpretation"],
+                    "properties": {"interpretation": {"type": "string", "enum": ["snake", "language"]}}
+                }),
+            },
+        },
+    )
+}
+
+fn decide_with_answer(h: &mut Harness, name: &str, answer: serde_json::Value) {
+    h.approve(name);
+    let object = h.approvals.get_mut(name).expect("the Approval");
+    object["spec"]["decision"]["answer"] = answer;
+}
+
+#[test]
+fn a_task_asking_for_input_pauses_on_an_input_required_approval_whose_answer_is_sent() {
+    let mut h = executing();
+    created(&mut h);
+    let effects = asks(&mut h);
+    assert_effects!(
+        effects,
+        [
+            "WriteStatus",
+            "CreateApproval(mcp-0-1)",
+            "WriteApprovalStatus(mcp-0-1:Pending)",
+            "ReleaseLease",
+            "Stop"
+        ]
+    );
+    let status = h.status();
+    assert_eq!(status.phase, RunPhase::WaitingForApproval);
+    assert_eq!(status.steps[0].status, StepStatus::AwaitingApproval);
+    let spec = h.approval("mcp-0-1")["spec"].clone();
+    assert_eq!(spec["kind"], json!("input_required"));
+    assert_eq!(
+        spec["presentation"]["message"],
+        json!("Which interpretation?")
+    );
+    assert_eq!(
+        spec["presentation"]["task"],
+        json!({"taskId": "task-7", "requestId": 0})
+    );
+    assert_eq!(
+        spec["presentation"]["requestedSchema"]["required"],
+        json!(["interpretation"])
+    );
+    assert_eq!(
+        h.last_event("approval.requested")["origin"],
+        json!("task_input")
+    );
+
+    decide_with_answer(&mut h, "mcp-0-1", json!({"interpretation": "snake"}));
+    let calls = h.tool_calls.len();
+    let effects = h.reconcile("a");
+    assert!(
+        super::harness::kinds(&effects).contains(&"CallTool(search#1)".to_string()),
+        "{:?}",
+        super::harness::kinds(&effects)
+    );
+    assert_eq!(
+        h.tool_calls.len(),
+        calls + 1,
+        "the task is followed, not called again"
+    );
+    let follow = h.tool_calls.last().expect("the follow").clone();
+    let task = follow.task.expect("a task");
+    assert_eq!(task.id, "task-7");
+    assert_eq!(
+        task.reply,
+        Some(TaskReply {
+            request_id: json!(0),
+            result: json!({"action": "accept", "content": {"interpretation": "snake"}}),
+        })
+    );
+    assert_eq!(follow.attempt, 1);
+    assert_eq!(
+        h.last_event("step.input_answered")["action"],
+        json!("accept")
+    );
+    assert_eq!(h.status().steps[0].status, StepStatus::Executing);
+    assert_eq!(h.status().steps[0].attempts, 1);
+    h.result("a", json!({"report": "snakes"}));
+    assert_eq!(h.steps()[0].status, StepStatus::Done);
+}
+
+#[test]
+fn an_answer_that_does_not_match_the_requested_schema_is_sent_as_a_decline_saying_why() {
+    let mut h = executing();
+    created(&mut h);
+    asks(&mut h);
+    decide_with_answer(&mut h, "mcp-0-1", json!({"interpretation": "dragon"}));
+    h.reconcile("a");
+    let follow = h.tool_calls.last().expect("the follow").clone();
+    let reply = follow.task.and_then(|t| t.reply).expect("a reply");
+    assert_eq!(reply.result, json!({"action": "decline"}));
+    let answered = h.last_event("step.input_answered");
+    assert_eq!(answered["action"], json!("decline"));
+    assert!(
+        answered["violations"][0]
+            .as_str()
+            .is_some_and(|v| v.contains("interpretation")),
+        "{answered}"
+    );
+}
+
+#[test]
+fn rejecting_an_input_required_approval_ends_the_run() {
+    let mut h = executing();
+    created(&mut h);
+    asks(&mut h);
+    h.reject("mcp-0-1", "not this one");
+    h.reconcile("a");
+    assert_eq!(h.status().phase, RunPhase::Cancelled);
 }

@@ -44,6 +44,9 @@ pub enum Read {
     Invalid(String, AnswerStats),
     /// The connection broke or timed out while reading.
     Lost(reqwest::Error, AnswerStats),
+    /// A request of the server with the method asked for ([`read_until_request`]), before the
+    /// response: the whole JSON-RPC message.
+    Request(Value, AnswerStats),
 }
 
 /// The bounds of one read.
@@ -81,8 +84,16 @@ pub fn is_response(message: &Value, id: i64) -> bool {
         && (message.get("result").is_some() || message.get("error").is_some())
 }
 
-/// Reads `response`'s body as its Content-Type says (SSE for `text/event-stream`, else JSON).
-pub async fn read(mut response: reqwest::Response, id: i64, bounds: Bounds) -> Read {
+/// Reads `response`'s body as its Content-Type says (SSE for `text/event-stream`, else JSON),
+/// up to the response to `id`; with `method`, stops instead at the first request of the
+/// server with that method (in an SSE answer: the `elicitation/create` of a task asking for
+/// input, docs/design.md section 6, "MCP tasks"), returning it as [`Read::Request`].
+pub async fn read_until_request(
+    mut response: reqwest::Response,
+    id: i64,
+    bounds: Bounds,
+    method: Option<&str>,
+) -> Read {
     let sse = response
         .headers()
         .get(http::header::CONTENT_TYPE)
@@ -109,7 +120,17 @@ pub async fn read(mut response: reqwest::Response, id: i64, bounds: Bounds) -> R
                 match event {
                     SseEvent::Oversize => over = true,
                     SseEvent::Message { event, data } if event == "message" => {
-                        if let Some(found) = find_response(&data, id) {
+                        let Ok(message) = serde_json::from_slice::<Value>(&data) else {
+                            continue;
+                        };
+                        let asked = method.is_some_and(|m| {
+                            message.get("method").and_then(Value::as_str) == Some(m)
+                                && message.get("id").is_some()
+                        });
+                        if asked {
+                            return Read::Request(message, tally.stats(false));
+                        }
+                        if let Some(found) = find_in(message, id) {
                             return Read::Response(found, tally.stats(false));
                         }
                     }
@@ -143,10 +164,6 @@ pub async fn read(mut response: reqwest::Response, id: i64, bounds: Bounds) -> R
         },
         Err(err) => Read::Invalid(format!("the answer is not JSON: {err}"), stats),
     }
-}
-
-fn find_response(data: &[u8], id: i64) -> Option<Value> {
-    find_in(serde_json::from_slice::<Value>(data).ok()?, id)
 }
 
 /// The response to `id` in a message or a batch of them (2025-03-26 allows batches).

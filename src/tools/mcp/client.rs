@@ -22,7 +22,7 @@ use crate::tools::http::{ATTEMPT, HOLDER, IDEMPOTENCY_KEY, RUN};
 
 mod tasks;
 
-pub use tasks::{Task, TaskStatus};
+pub use tasks::{InputRequest, Task, TaskAnswer, TaskStatus};
 
 /// One MCP server's client: its URL, headers and session.
 pub struct McpClient {
@@ -34,6 +34,8 @@ pub struct McpClient {
     handshake_timeout: Duration,
     session: Option<Session>,
     next_id: i64,
+    /// Declares the `elicitation` capability at `initialize` ([`McpClient::answering_input`]).
+    elicitation: bool,
 }
 
 impl fmt::Debug for McpClient {
@@ -74,6 +76,7 @@ impl McpClient {
             handshake_timeout: Duration::from_secs(10),
             session: None,
             next_id: 1,
+            elicitation: false,
         }
     }
 
@@ -209,9 +212,14 @@ impl McpClient {
     /// `initialize` proposing `proposed`, then `notifications/initialized`.
     async fn handshake(&mut self, proposed: ProtocolVersion) -> Result<&Session, McpError> {
         let method = "initialize";
+        let capabilities = if self.elicitation {
+            json!({"elicitation": {}})
+        } else {
+            json!({})
+        };
         let params = json!({
             "protocolVersion": proposed.as_str(),
-            "capabilities": {},
+            "capabilities": capabilities,
             "clientInfo": client_info()
         });
         let timeout = self.handshake_timeout;
@@ -480,6 +488,20 @@ impl McpClient {
         extra: &[(&str, &str)],
         timeout: Duration,
     ) -> Result<(Value, Option<String>, AnswerStats), Failure> {
+        self.exchange_until(method, params, extra, timeout, None)
+            .await
+    }
+
+    /// As [`McpClient::exchange`], and returns instead the first request of the server whose
+    /// method is `stop_at` when one comes before the response (the message has `method`).
+    async fn exchange_until(
+        &mut self,
+        method: &str,
+        params: Value,
+        extra: &[(&str, &str)],
+        timeout: Duration,
+        stop_at: Option<&str>,
+    ) -> Result<(Value, Option<String>, AnswerStats), Failure> {
         let id = self.next_id;
         self.next_id += 1;
         let mut params = params;
@@ -516,8 +538,10 @@ impl McpClient {
             .get(SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        match answer::read(response, id, self.bounds).await {
-            Read::Response(message, stats) => Ok((message, session_id, stats)),
+        match answer::read_until_request(response, id, self.bounds, stop_at).await {
+            Read::Response(message, stats) | Read::Request(message, stats) => {
+                Ok((message, session_id, stats))
+            }
             Read::NoResponse(stats) => Err(Failure::NoResponse(stats)),
             Read::TooLarge(stats) => Err(Failure::TooLarge(stats)),
             Read::Invalid(detail, stats) => Err(Failure::Invalid(detail, stats)),

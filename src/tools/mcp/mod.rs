@@ -54,7 +54,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use answer::AnswerStats;
-pub use client::{McpClient, Task, TaskStatus};
+pub use client::{InputRequest, McpClient, Task, TaskAnswer, TaskStatus};
 
 /// The session header of the Streamable HTTP transport.
 pub const SESSION_ID: &str = "Mcp-Session-Id";

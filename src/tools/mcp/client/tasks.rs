@@ -97,7 +97,84 @@ pub(super) fn created(response: &Value) -> Option<Task> {
     task_of(response.pointer("/result/task")?)
 }
 
+/// A task's request for input (`elicitation/create`, on its `tasks/result` stream).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputRequest {
+    /// The JSON-RPC id of the server's request (answered by it).
+    pub request_id: Value,
+    /// `params.message`.
+    pub message: String,
+    /// `params.requestedSchema` (`{}` when absent).
+    pub requested_schema: Value,
+}
+
+/// What a `tasks/result` of a task that waits for input brought ([`McpClient::task_input`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskAnswer {
+    /// The server's request for input, before any response.
+    Input(InputRequest),
+    /// The response (the task ended), or why none came.
+    Ended(CallOutcome),
+}
+
 impl McpClient {
+    /// Declares the `elicitation` capability at `initialize`, so that a task may ask for input
+    /// (answered through an `input_required` Approval; docs/design.md section 6, "MCP tasks").
+    pub fn answering_input(mut self) -> McpClient {
+        self.elicitation = true;
+        self
+    }
+
+    /// `tasks/result` of a task that waits for input: the server's `elicitation/create` on
+    /// that stream ([`TaskAnswer::Input`]; the stream is then dropped, the request stays
+    /// open at the server), or the response when the task ended first.
+    pub async fn task_input(&mut self, id: &str, timeout: Duration) -> TaskAnswer {
+        let started = Instant::now();
+        let asked = self
+            .exchange_until(
+                "tasks/result",
+                json!({"taskId": id}),
+                &[],
+                timeout,
+                Some("elicitation/create"),
+            )
+            .await;
+        match asked {
+            Ok((message, _, _)) if message.get("method").is_some() => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                TaskAnswer::Input(InputRequest {
+                    request_id: message.get("id").cloned().unwrap_or(Value::Null),
+                    message: params
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    requested_schema: params.get("requestedSchema").cloned().unwrap_or(json!({})),
+                })
+            }
+            Ok((response, _, stats)) => TaskAnswer::Ended(self.answered(response, stats, started)),
+            Err(Failure::SessionNotFound) => TaskAnswer::Ended(CallOutcome::Unknown {
+                detail: format!("{} no longer knows the session of task {id}", self.url),
+                duration_ms: crate::tools::http::millis(started),
+            }),
+            Err(failure) => TaskAnswer::Ended(self.failed_call(failure, started)),
+        }
+    }
+
+    /// Answers the server's request `request_id` with `result` (a JSON-RPC response POSTed in
+    /// the session; the server acknowledges it with 202).
+    ///
+    /// # Errors
+    /// [`McpError`]: not sent, or refused (a 4xx: the session is gone).
+    pub async fn reply(&mut self, request_id: &Value, result: &Value) -> Result<(), McpError> {
+        let body = json!({"jsonrpc": "2.0", "id": request_id, "result": result});
+        let timeout = self.handshake_timeout;
+        self.send(self.request(&body, &[], timeout))
+            .await
+            .map(drop)
+            .map_err(|failure| self.error("a response to the server's request", failure))
+    }
+
     /// Speaks in `session` (recorded when a task was created, possibly by another replica)
     /// without a handshake: the task belongs to it.
     pub fn resume_session(mut self, session: Session) -> McpClient {
