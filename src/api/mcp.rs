@@ -38,6 +38,43 @@ pub struct McpTool {
     /// call ends as the task then does). A call that is not a task is never interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_cancel: Option<McpOnCancel>,
+    /// OAuth 2.0 client credentials for a server that is an OAuth resource server
+    /// (docs/design.md section 6, "MCP OAuth"); exclusive with an `Authorization` header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<McpOAuth>,
+}
+
+/// How agentrt gets an access token for an MCP server that is an OAuth 2.0 resource server
+/// (`spec.tools[].mcp.oauth`, `spec.toolSets[].mcp.oauth`; docs/design.md section 6, "MCP
+/// OAuth"): the client credentials grant (RFC 6749 section 4.4) at the authorization server
+/// the server's Protected Resource Metadata names (RFC 9728), the token asked for the server
+/// as its `resource` (RFC 8707), sent as `Authorization: Bearer`.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct McpOAuth {
+    /// The Secret in the run's namespace holding the client's id and secret (its owner's
+    /// consent label applies, as for any Secret a run names).
+    pub client_secret_ref: OAuthClientSecretRef,
+    /// The scopes asked for (`scope`, space-separated); none: the authorization server's
+    /// default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub scopes: Vec<String>,
+}
+
+/// The Secret holding an OAuth client's credentials (`oauth.clientSecretRef`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct OAuthClientSecretRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key holding the client id (default `client_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id_key: Option<String>,
+    /// The key holding the client secret (default `client_secret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_key: Option<String>,
 }
 
 /// What a cancel does to an `mcp` tool's running task (`spec.tools[].mcp.onCancel`).
@@ -61,6 +98,9 @@ pub struct McpServer {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub headers: Vec<HttpHeader>,
+    /// OAuth 2.0 client credentials, as a tool's `mcp.oauth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<McpOAuth>,
 }
 
 /// Many tools of one MCP server, each the run's tool `<name>__<server tool>`

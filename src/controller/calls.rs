@@ -5,6 +5,7 @@
 
 pub mod job;
 mod mcp;
+mod oauth;
 mod task;
 
 use std::time::Duration;

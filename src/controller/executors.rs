@@ -38,6 +38,9 @@ pub struct Executors {
     pub http: reqwest::Client,
     /// Fires at shutdown: no new side effect starts, executors wind down.
     pub shutdown: CancellationToken,
+    /// OAuth access tokens of MCP servers, by server and client (docs/design.md section 6,
+    /// "MCP OAuth").
+    pub oauth: crate::tools::mcp::oauth::TokenCache,
     /// Most runs executed at once (`--max-concurrent-runs`, at least 1).
     slots: usize,
     /// The slots the API server's pace allows now (`None`: pacing is off, all of `slots`).
@@ -128,6 +131,7 @@ impl Executors {
         Executors {
             http,
             shutdown,
+            oauth: crate::tools::mcp::oauth::TokenCache::default(),
             slots: max,
             pace: pace.map(Mutex::new),
             registry: Mutex::new(Registry::default()),

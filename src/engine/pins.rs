@@ -395,6 +395,7 @@ pub fn expand_tool_set(
                     tool: Some(definition.name.clone()),
                     headers: set.mcp.headers.clone(),
                     on_cancel: None,
+                    oauth: set.mcp.oauth.clone(),
                 })),
             };
             let pin = pin(&name, &set.mcp.url, definition.clone())?;
@@ -450,7 +451,7 @@ pub fn needs_pins(spec: &AgentRunSpec) -> bool {
 }
 
 /// The servers to list before `run.started`: every `mcp` tool's and toolset's, each URL once,
-/// in the order the spec names them (the headers are the first naming's).
+/// in the order the spec names them (the headers and oauth are the first naming's).
 pub fn servers(spec: &AgentRunSpec) -> Vec<McpServer> {
     let named = spec
         .tools
@@ -459,6 +460,7 @@ pub fn servers(spec: &AgentRunSpec) -> Vec<McpServer> {
         .map(|m| McpServer {
             url: m.url.clone(),
             headers: m.headers.clone(),
+            oauth: m.oauth.clone(),
         })
         .chain(spec.tool_sets.iter().map(|s| s.mcp.clone()));
     let mut out: Vec<McpServer> = Vec::new();

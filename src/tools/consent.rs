@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{AgentRunSpec, HttpHeader};
+use crate::api::{AgentRunSpec, HttpHeader, McpOAuth};
 
 /// One Secret a spec names: the field naming it, by its path from the object
 /// (`spec.tools[0].http.headers[1].secretKeyRef.name`), and the Secret's name (in the run's
@@ -28,7 +28,8 @@ pub struct NamedSecret {
 }
 
 /// Every Secret `spec` names, in the spec's order: each `http` tool's and `mcp` tool's header
-/// `secretKeyRef`, each toolset's header `secretKeyRef` and the openai agent's
+/// `secretKeyRef` (and an `mcp` tool's `oauth.clientSecretRef`), each toolset's header
+/// `secretKeyRef` (and its `oauth.clientSecretRef`) and the openai agent's
 /// `apiKeySecretRef` (the webhook agent and the reconcile hook name none).
 pub fn named_secrets(spec: &AgentRunSpec) -> Vec<NamedSecret> {
     fn headers(found: &mut Vec<NamedSecret>, at: &str, headers: &[HttpHeader]) {
@@ -53,20 +54,28 @@ pub fn named_secrets(spec: &AgentRunSpec) -> Vec<NamedSecret> {
             name: secret.name.clone(),
         });
     }
+    fn oauth(found: &mut Vec<NamedSecret>, at: &str, oauth: Option<&McpOAuth>) {
+        if let Some(oauth) = oauth {
+            found.push(NamedSecret {
+                field: format!("{at}.oauth.clientSecretRef.name"),
+                name: oauth.client_secret_ref.name.clone(),
+            });
+        }
+    }
     for (i, tool) in spec.tools.iter().enumerate() {
         if let Some(http) = &tool.http {
             headers(&mut found, &format!("spec.tools[{i}].http"), &http.headers);
         }
         if let Some(mcp) = &tool.mcp {
-            headers(&mut found, &format!("spec.tools[{i}].mcp"), &mcp.headers);
+            let at = format!("spec.tools[{i}].mcp");
+            headers(&mut found, &at, &mcp.headers);
+            oauth(&mut found, &at, mcp.oauth.as_ref());
         }
     }
     for (i, set) in spec.tool_sets.iter().enumerate() {
-        headers(
-            &mut found,
-            &format!("spec.toolSets[{i}].mcp"),
-            &set.mcp.headers,
-        );
+        let at = format!("spec.toolSets[{i}].mcp");
+        headers(&mut found, &at, &set.mcp.headers);
+        oauth(&mut found, &at, set.mcp.oauth.as_ref());
     }
     found
 }

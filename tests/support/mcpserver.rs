@@ -84,6 +84,32 @@ impl PyServer {
         Self::start_script(python(), "mcp_task_server.py", &[])
     }
 
+    /// The OAuth resource server of tests/fixtures/mcp_oauth_server.py (SDK 1.30's FastMCP
+    /// with bearer auth, and a client_credentials authorization server on the same origin)
+    /// for the client `client_id` with `client_secret`; its tokens last `expires_in` seconds.
+    pub fn start_oauth(client_id: &str, client_secret: &str, expires_in: u64) -> PyServer {
+        let expires = expires_in.to_string();
+        let args = [
+            "--client-id",
+            client_id,
+            "--client-secret",
+            client_secret,
+            "--expires-in",
+            expires.as_str(),
+        ];
+        Self::start_script(python(), "mcp_oauth_server.py", &args)
+    }
+
+    /// `GET /control/<what>` as JSON.
+    pub async fn control_get(&self, what: &str) -> Value {
+        reqwest::get(format!("{}/control/{what}", self.base))
+            .await
+            .expect("GET /control")
+            .json()
+            .await
+            .expect("JSON")
+    }
+
     fn start_script(python: PathBuf, script: &str, args: &[&str]) -> PyServer {
         let script = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")

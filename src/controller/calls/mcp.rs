@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{ApiSecrets, ToolStep};
+use super::oauth::{server_auth, ServerAuth};
+use super::ToolStep;
 use crate::api::{McpServer, ToolFailure, ToolPin};
 use crate::controller::cluster::RunState;
 use crate::controller::context::Context;
 use crate::controller::fault::{self, FaultPoint};
 use crate::engine::{pins, McpTask, ServerListing, ToolCall, ToolOutcome};
-use crate::tools::http;
 use crate::tools::mcp::{CallOutcome, McpClient, ToolsCall};
 
 /// Lists every server (`initialize`, `tools/list` through every page), in order: one
@@ -26,22 +26,29 @@ pub async fn list_servers(
     state: &RunState,
     servers: &[McpServer],
 ) -> Vec<ServerListing> {
-    let namespace = &state.run.snapshot.namespace;
     let mut out = Vec::with_capacity(servers.len());
     for server in servers {
         let mut protocol = None;
         let mut server_info = None;
-        let tools = match http::resolve_header_list(
+        let auth = server_auth(
+            ctx,
+            state,
+            &server.url,
             &server.headers,
-            namespace,
-            &ApiSecrets::of(ctx, state),
+            server.oauth.as_ref(),
         )
-        .await
-        {
+        .await;
+        let tools = match auth {
             Err(err) => Err(err),
-            Ok(headers) => {
-                let mut client = McpClient::new(ctx.executors.http.clone(), &server.url, headers);
-                let listed = client.list_tools().await.map_err(|err| err.to_string());
+            Ok(auth) => {
+                let mut client = McpClient::new(
+                    ctx.executors.http.clone(),
+                    &server.url,
+                    auth.headers.clone(),
+                );
+                let listed = list(ctx, &auth, &mut client)
+                    .await
+                    .map_err(|err| err.to_string());
                 protocol = client.session().map(|s| s.protocol.as_str().to_string());
                 server_info = client.session().map(|s| identity(&s.server_info));
                 listed
@@ -120,19 +127,13 @@ async fn call_mcp(
             0,
         ));
     };
-    let headers = match http::resolve_header_list(
-        &mcp.headers,
-        &snapshot.namespace,
-        &ApiSecrets::of(ctx, state),
-    )
-    .await
-    {
-        Ok(headers) => headers,
+    let auth = match server_auth(ctx, state, &mcp.url, &mcp.headers, mcp.oauth.as_ref()).await {
+        Ok(auth) => auth,
         Err(err) => return Err(error(ToolFailure::HeaderUnavailable, json!(err), 0)),
     };
     let started = std::time::Instant::now();
-    let mut client = McpClient::new(ctx.executors.http.clone(), &mcp.url, headers);
-    let listed = match client.list_tools().await {
+    let mut client = McpClient::new(ctx.executors.http.clone(), &mcp.url, auth.headers.clone());
+    let listed = match list(ctx, &auth, &mut client).await {
         Ok(listed) => listed,
         Err(err) => {
             return Err(error(
@@ -213,6 +214,23 @@ pub(super) fn checked_outcome(pin: &ToolPin, outcome: CallOutcome) -> ToolOutcom
         return refused;
     }
     tool_outcome(outcome)
+}
+
+/// `tools/list` of `client`; a 401 (the server no longer takes the OAuth token) renews the
+/// token once and lists again.
+async fn list(
+    ctx: &Context,
+    auth: &ServerAuth,
+    client: &mut McpClient,
+) -> Result<Vec<Value>, crate::tools::mcp::McpError> {
+    match client.list_tools().await {
+        Err(crate::tools::mcp::McpError::HttpStatus { status: 401, .. })
+            if auth.renew(ctx, client).await =>
+        {
+            client.list_tools().await
+        }
+        listed => listed,
+    }
 }
 
 /// A result's `structuredContent` checked against the pinned `outputSchema` (docs/design.md

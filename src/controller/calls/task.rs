@@ -18,12 +18,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::ApiSecrets;
 use crate::api::{McpOnCancel, ToolFailure};
 use crate::controller::cluster::RunState;
 use crate::controller::context::Context;
 use crate::engine::{TaskInput, ToolCall, ToolOutcome, TASK_LOST};
-use crate::tools::http;
 use crate::tools::mcp::{
     CallOutcome, McpClient, McpError, ProtocolVersion, Session, TaskAnswer, TaskStatus,
 };
@@ -86,19 +84,17 @@ async fn follow(
             duration_ms: 0,
         });
     };
-    let headers = http::resolve_header_list(
-        &mcp.headers,
-        &state.run.snapshot.namespace,
-        &ApiSecrets::of(ctx, state),
-    )
-    .await
-    // The task goes on regardless; without the headers it cannot be asked about.
-    .map_err(|err| {
-        lost(
-            format!("the server's headers cannot be read: {err}"),
-            started,
-        )
-    })?;
+    let auth = super::oauth::server_auth(ctx, state, &mcp.url, &mcp.headers, mcp.oauth.as_ref())
+        .await
+        // The task goes on regardless; without the headers it cannot be asked about.
+        .map_err(|err| {
+            lost(
+                format!("the server's headers cannot be read: {err}"),
+                started,
+            )
+        })?;
+    let headers = auth.headers.clone();
+    let mut renewed = false;
     let protocol = ProtocolVersion::parse(&task.protocol_version).ok_or_else(|| {
         let revision = &task.protocol_version;
         lost(
@@ -160,6 +156,13 @@ async fn follow(
                 }
             }
             Ok(_) => {}
+            // The OAuth token expired or was revoked: a new one, once, and ask again.
+            Err(McpError::HttpStatus { status: 401, .. })
+                if !renewed && auth.renew(ctx, &mut client).await =>
+            {
+                renewed = true;
+                continue;
+            }
             // 404 is the transport's word for a forgotten session; some servers say 400.
             Err(McpError::HttpStatus { status, body, .. }) if (400..500).contains(&status) => {
                 return Err(lost(

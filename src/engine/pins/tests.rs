@@ -31,6 +31,7 @@ fn set(include: &[&str], overrides: Vec<ToolSetOverride>) -> ToolSet {
         mcp: McpServer {
             url: SERVER.into(),
             headers: vec![],
+            oauth: None,
         },
         include: include.iter().map(|s| s.to_string()).collect(),
         side_effect: SideEffect::RemoteMutation,
@@ -53,6 +54,7 @@ fn mcp_tool(name: &str, server_tool: Option<&str>) -> ToolSpec {
             tool: server_tool.map(str::to_string),
             headers: vec![],
             on_cancel: None,
+            oauth: None,
         })),
     }
 }
@@ -155,6 +157,7 @@ fn an_mcp_tool_pins_the_server_tool_it_names_or_its_own_name() {
             tool: None,
             headers: vec![],
             on_cancel: None,
+            oauth: None,
         },
         &shop(),
     )

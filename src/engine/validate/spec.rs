@@ -16,7 +16,7 @@ use std::fmt;
 use serde_json::Value;
 
 use super::{check_storable_at, json_kind, ToolSchema};
-use crate::api::{AgentRunSpec, HttpHeader, PolicyRule, ToolSpec};
+use crate::api::{AgentRunSpec, HttpHeader, McpOAuth, PolicyRule, ToolSpec};
 use crate::engine::conversation::{COMPLETE_FUNCTION, FAIL_FUNCTION};
 use crate::engine::pins::{is_function_name, MAX_FUNCTION_NAME, SET_SEPARATOR};
 use crate::engine::policy::check_when;
@@ -389,6 +389,12 @@ fn tool(spec: &AgentRunSpec, index: usize, tool: &ToolSpec, out: &mut Problems) 
             check_url(out, &format!("{field}.mcp.url"), &mcp.url);
             headers(out, &format!("{field}.mcp.headers"), &mcp.headers);
             reserved_headers(out, &format!("{field}.mcp.headers"), &mcp.headers, true);
+            oauth(
+                out,
+                &format!("{field}.mcp"),
+                &mcp.headers,
+                mcp.oauth.as_ref(),
+            );
         }
         (None, None, Some(job)) => {
             job::job_template(out, &format!("{field}.job.template"), &job.template);
@@ -491,6 +497,31 @@ fn reserved_headers(out: &mut Problems, field: &str, headers: &[HttpHeader], mcp
     }
 }
 
+/// `oauth` (docs/design.md section 6, "MCP OAuth") sends its own `Authorization`: a header of
+/// that name beside it is refused, and each scope is a non-empty token without spaces.
+fn oauth(out: &mut Problems, field: &str, headers: &[HttpHeader], oauth: Option<&McpOAuth>) {
+    let Some(oauth) = oauth else {
+        return;
+    };
+    if let Some(j) = headers
+        .iter()
+        .position(|h| h.name.eq_ignore_ascii_case("Authorization"))
+    {
+        out.add(
+            format!("{field}.headers[{j}].name"),
+            "Authorization is sent by oauth (the access token it gets); remove this header or              oauth",
+        );
+    }
+    for (k, scope) in oauth.scopes.iter().enumerate() {
+        if scope.is_empty() || scope.contains(char::is_whitespace) {
+            out.add(
+                format!("{field}.oauth.scopes[{k}]"),
+                format!("{scope:?} is not one scope; write each scope as its own item"),
+            );
+        }
+    }
+}
+
 /// Each header sets exactly one of `value` and `secretKeyRef`.
 fn headers(out: &mut Problems, field: &str, headers: &[HttpHeader]) {
     for (j, header) in headers.iter().enumerate() {
@@ -534,6 +565,12 @@ fn tool_sets(spec: &AgentRunSpec, out: &mut Problems) {
         check_url(out, &format!("{field}.mcp.url"), &set.mcp.url);
         headers(out, &format!("{field}.mcp.headers"), &set.mcp.headers);
         reserved_headers(out, &format!("{field}.mcp.headers"), &set.mcp.headers, true);
+        oauth(
+            out,
+            &format!("{field}.mcp"),
+            &set.mcp.headers,
+            set.mcp.oauth.as_ref(),
+        );
         for (j, glob) in set.include.iter().enumerate() {
             if glob.is_empty() {
                 out.add(

@@ -28,7 +28,7 @@ pub use tasks::{InputRequest, Task, TaskAnswer, TaskStatus};
 pub struct McpClient {
     http: reqwest::Client,
     url: String,
-    headers: Vec<(String, String)>,
+    pub(super) headers: Vec<(String, String)>,
     preferred: Option<ProtocolVersion>,
     bounds: Bounds,
     handshake_timeout: Duration,

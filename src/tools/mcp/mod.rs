@@ -47,6 +47,7 @@
 
 mod answer;
 mod client;
+pub mod oauth;
 mod sse;
 
 use std::time::Duration;
