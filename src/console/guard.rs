@@ -20,7 +20,7 @@ use super::Console;
 /// The session cookie's name.
 const COOKIE: &str = "agentrt_console";
 
-/// The token, the sessions it opened and the hosts the console answers to.
+/// The token, the sessions it opened and the hosts the console answers to (none listed: any).
 pub(super) struct Guard {
     token: String,
     sessions: Mutex<HashMap<String, Session>>,
@@ -48,7 +48,12 @@ impl Guard {
     /// A fresh token for a console listening on `local`.
     pub(super) fn new(local: SocketAddr) -> Guard {
         let port = local.port();
-        let mut hosts = vec![local.to_string()];
+        // An unspecified address (`0.0.0.0`) is reached by any of the machine's names: no
+        // Host check then (`--addr` said so, with a warning).
+        let mut hosts = match local.ip().is_unspecified() {
+            true => Vec::new(),
+            false => vec![local.to_string()],
+        };
         if local.ip().is_loopback() {
             hosts.extend([
                 format!("localhost:{port}"),
@@ -122,7 +127,7 @@ pub(super) async fn check(
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
-    if !guard.hosts.iter().any(|h| h == host) {
+    if !guard.hosts.is_empty() && !guard.hosts.iter().any(|h| h == host) {
         return refused(
             StatusCode::FORBIDDEN,
             "refused: this console answers only to the host it printed",
