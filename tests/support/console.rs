@@ -128,7 +128,7 @@ pub struct Browser {
 }
 
 /// The W3C WebDriver key of an element reference.
-const ELEMENT: &str = "element-6066-11e4-a52f-4f7d0b7f3c4e";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 impl Browser {
     /// Starts chromedriver on a free port and a headless chromium session.
@@ -208,7 +208,7 @@ impl Browser {
                 return id.to_string();
             }
             if Instant::now() > deadline {
-                panic!("no {selector} in the page: {}", self.source().await);
+                panic!("no {selector} in the page ({found}): {}", self.source().await);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
