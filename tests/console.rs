@@ -20,8 +20,16 @@ fn http() -> reqwest::Client {
 /// inbox's form.
 async fn session(console: &ConsoleProcess) -> (String, String) {
     let answer = http().get(&console.url).send().await.expect("GET url");
-    assert_eq!(answer.status(), StatusCode::SEE_OTHER, "the token is exchanged");
-    assert_eq!(answer.headers()[header::LOCATION], "/", "and taken out of the URL");
+    assert_eq!(
+        answer.status(),
+        StatusCode::SEE_OTHER,
+        "the token is exchanged"
+    );
+    assert_eq!(
+        answer.headers()[header::LOCATION],
+        "/",
+        "and taken out of the URL"
+    );
     let set = answer.headers()[header::SET_COOKIE]
         .to_str()
         .expect("cookie")

@@ -27,7 +27,11 @@ async fn an_approval_decided_in_the_console_finishes_the_run_and_a_changed_one_i
     let tools = ToolServer::start().await;
     let _controller = start_controller(&cluster, "c");
     let approval = cluster
-        .run_awaiting_approval(&fixture("needs-approval", &tools.base(), "ask"), "ask", "policy")
+        .run_awaiting_approval(
+            &fixture("needs-approval", &tools.base(), "ask"),
+            "ask",
+            "policy",
+        )
         .await;
     let name = name_of(&approval);
     let key = format!("{ns}/{name}");
@@ -38,9 +42,15 @@ async fn an_approval_decided_in_the_console_finishes_the_run_and_a_changed_one_i
     browser.goto(&console.url).await;
     let row = format!("tr[data-approval=\"{key}\"]");
     let text = browser.text(&row).await;
-    assert!(text.contains("Pending") && text.contains("change"), "{text}");
+    assert!(
+        text.contains("Pending") && text.contains("change"),
+        "{text}"
+    );
     assert!(text.contains("RemoteMutation"), "{text}");
-    assert!(!browser.url().await.contains("token="), "the token left the URL");
+    assert!(
+        !browser.url().await.contains("token="),
+        "the token left the URL"
+    );
     let shot = browser.screenshot("inbox").await;
     eprintln!("screenshot: {}", shot.display());
 
@@ -62,19 +72,32 @@ async fn an_approval_decided_in_the_console_finishes_the_run_and_a_changed_one_i
         outcome.contains("refused by the API server") && outcome.contains("changed"),
         "{outcome}"
     );
-    let now = approvals_api(&cluster.client(), &ns).get(&name).await.expect("get");
-    assert!(now.data["spec"]["decision"].is_null(), "nothing was decided");
+    let now = approvals_api(&cluster.client(), &ns)
+        .get(&name)
+        .await
+        .expect("get");
+    assert!(
+        now.data["spec"]["decision"].is_null(),
+        "nothing was decided"
+    );
     browser.screenshot("refused").await;
 
     // Loaded again, it is approved with a reason, and the run finishes.
     browser.goto(&approval_page(&console, &ns, &name)).await;
-    browser.type_into("textarea[name=note]", "looks right").await;
+    browser
+        .type_into("textarea[name=note]", "looks right")
+        .await;
     browser.click("[data-approval] [data-action=approve]").await;
     let outcome = browser.text("[data-outcome=decided]").await;
     assert!(outcome.contains("approved"), "{outcome}");
-    let done = cluster.wait_phase("ask", "Completed", Duration::from_secs(60)).await;
+    let done = cluster
+        .wait_phase("ask", "Completed", Duration::from_secs(60))
+        .await;
     assert_eq!(events_of(&done, "approval.decided").len(), 1);
-    let decided = approvals_api(&cluster.client(), &ns).get(&name).await.expect("get");
+    let decided = approvals_api(&cluster.client(), &ns)
+        .get(&name)
+        .await
+        .expect("get");
     assert_eq!(decided.data["spec"]["decision"]["hash"], hash);
     assert_eq!(decided.data["spec"]["decision"]["note"], "looks right");
     assert_eq!(tools.calls().len(), 1, "the tool ran once");
@@ -83,7 +106,8 @@ async fn an_approval_decided_in_the_console_finishes_the_run_and_a_changed_one_i
 /// A hand-made `interrupted_side_effect` Approval as the controller words one (no controller:
 /// only its page is under test).
 fn interrupted(ns: &str) -> String {
-    let yaml = std::fs::read_to_string(support::fixtures::path("api/approval.yaml")).expect("fixture");
+    let yaml =
+        std::fs::read_to_string(support::fixtures::path("api/approval.yaml")).expect("fixture");
     yaml.replace("  kind: policy", "  kind: interrupted_side_effect")
         .replace("{namespace: default,", &format!("{{namespace: {ns},"))
         .replace(
@@ -105,10 +129,15 @@ async fn an_interrupted_side_effect_page_says_the_outcome_is_unknown() {
     browser
         .find(&format!("tr[data-approval=\"{ns}/refund-1042-1-1\"]"))
         .await;
-    browser.goto(&approval_page(&console, &ns, "refund-1042-1-1")).await;
+    browser
+        .goto(&approval_page(&console, &ns, "refund-1042-1-1"))
+        .await;
     let notice = browser.text("#interrupted").await;
     assert!(notice.contains("Outcome unknown"), "{notice}");
-    assert!(notice.contains("whether it took effect is unknown"), "{notice}");
+    assert!(
+        notice.contains("whether it took effect is unknown"),
+        "{notice}"
+    );
     assert!(notice.contains("refund-1042-key-1"), "{notice}");
     assert!(notice.contains("2026-01-02T03:04:05Z"), "{notice}");
     assert!(browser.text("#args").await.contains("\"amount\": 250"));
@@ -150,7 +179,11 @@ async fn a_user_who_may_not_patch_approvals_sees_the_api_servers_refusal() {
     let tools = ToolServer::start().await;
     let _controller = start_controller(&cluster, "c");
     let approval = cluster
-        .run_awaiting_approval(&fixture("needs-approval", &tools.base(), "ro"), "ro", "policy")
+        .run_awaiting_approval(
+            &fixture("needs-approval", &tools.base(), "ro"),
+            "ro",
+            "policy",
+        )
         .await;
     let name = name_of(&approval);
     let console = ConsoleProcess::start_as(&cluster, &reader(&cluster));
@@ -160,6 +193,12 @@ async fn a_user_who_may_not_patch_approvals_sees_the_api_servers_refusal() {
     browser.click("[data-approval] [data-action=approve]").await;
     let outcome = browser.text("[data-outcome=refused]").await;
     assert!(outcome.contains("forbidden"), "{outcome}");
-    let now = approvals_api(&cluster.client(), &ns).get(&name).await.expect("get");
-    assert!(now.data["spec"]["decision"].is_null(), "nothing was decided");
+    let now = approvals_api(&cluster.client(), &ns)
+        .get(&name)
+        .await
+        .expect("get");
+    assert!(
+        now.data["spec"]["decision"].is_null(),
+        "nothing was decided"
+    );
 }

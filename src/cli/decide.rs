@@ -72,8 +72,15 @@ pub(super) async fn decide(
         hash: approval.spec.hash.clone(),
         resource_version: approval.metadata.resource_version.clone(),
     };
-    if let Err(refused) =
-        write_decision(&session.client, &session.namespace, &shown, verdict, note, result).await
+    if let Err(refused) = write_decision(
+        &session.client,
+        &session.namespace,
+        &shown,
+        verdict,
+        note,
+        result,
+    )
+    .await
     {
         let hint = if refused.changed {
             " (did it change since it was printed?)"

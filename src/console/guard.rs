@@ -74,10 +74,7 @@ impl Guard {
     }
 
     fn session(&self, id: &str) -> Option<Session> {
-        self.sessions
-            .lock()
-            .ok()
-            .and_then(|s| s.get(id).cloned())
+        self.sessions.lock().ok().and_then(|s| s.get(id).cloned())
     }
 
     fn open(&self) -> (String, Session) {
@@ -160,11 +157,17 @@ pub(super) async fn check(
     if request.method() == Method::POST {
         let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
         if origin.is_some_and(|o| o != format!("http://{host}")) {
-            return refused(StatusCode::FORBIDDEN, "refused: a request from another origin");
+            return refused(
+                StatusCode::FORBIDDEN,
+                "refused: a request from another origin",
+            );
         }
         let site = headers.get("sec-fetch-site").and_then(|o| o.to_str().ok());
         if site.is_some_and(|s| s != "same-origin" && s != "none") {
-            return refused(StatusCode::FORBIDDEN, "refused: a request from another site");
+            return refused(
+                StatusCode::FORBIDDEN,
+                "refused: a request from another site",
+            );
         }
     }
     request.extensions_mut().insert(session);
@@ -178,7 +181,10 @@ mod tests {
     #[test]
     fn the_session_cookie_is_found_among_others() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::COOKIE, "a=1; agentrt_console=abc; b=2".parse().unwrap());
+        headers.insert(
+            header::COOKIE,
+            "a=1; agentrt_console=abc; b=2".parse().unwrap(),
+        );
         assert_eq!(cookie(&headers).as_deref(), Some("abc"));
         assert_eq!(token_in(Some("x=1&token=t")).as_deref(), Some("t"));
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));

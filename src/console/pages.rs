@@ -56,12 +56,7 @@ fn api_error(console: &Console, what: &str, err: &kube::Error) -> Response {
         _ => StatusCode::BAD_GATEWAY,
     };
     let message = escape_bounded(&crate::api::server_message(err), 1000);
-    page(
-        console,
-        "error.html",
-        status,
-        context! { what, message },
-    )
+    page(console, "error.html", status, context! { what, message })
 }
 
 fn approvals_api(console: &Console) -> Api<Approval> {
@@ -88,8 +83,7 @@ pub(super) async fn inbox(
         (filters.kind.is_empty() || a.spec.kind == filters.kind)
             && (filters.namespace.is_empty()
                 || a.metadata.namespace.as_deref() == Some(filters.namespace.as_str()))
-            && (filters.phase.is_empty()
-                || format!("{:?}", view::phase(a)) == filters.phase)
+            && (filters.phase.is_empty() || format!("{:?}", view::phase(a)) == filters.phase)
     });
     view::inbox_order(&mut approvals);
     let rows: Vec<view::Row> = approvals.iter().map(view::row).collect();
@@ -124,16 +118,13 @@ pub(super) async fn approval(
         Err(err) => return api_error(&console, "reading the Approval", &err),
     };
     let detail = view::detail(&approval);
-    let (timeline, history_fault) = match crate::cli::run_with_history(
-        &console.client,
-        &namespace,
-        &approval.spec.run_name,
-    )
-    .await
-    {
-        Ok((run, fault)) => (Some(crate::cli::render::run_details(&run)), fault),
-        Err(err) => (None, Some(format!("{err:#}"))),
-    };
+    let (timeline, history_fault) =
+        match crate::cli::run_with_history(&console.client, &namespace, &approval.spec.run_name)
+            .await
+        {
+            Ok((run, fault)) => (Some(crate::cli::render::run_details(&run)), fault),
+            Err(err) => (None, Some(format!("{err:#}"))),
+        };
     let cannot = match crate::cli::why_not_decidable(&console.client, &approval).await {
         Ok(why) => why,
         Err(err) => Some(format!("{err:#}")),
@@ -183,7 +174,9 @@ pub(super) async fn decide(
             .into_response();
     }
     let act = field("act").unwrap_or("");
-    let (verb, one) = act.split_once(':').map_or((act, None), |(v, k)| (v, Some(k)));
+    let (verb, one) = act
+        .split_once(':')
+        .map_or((act, None), |(v, k)| (v, Some(k)));
     let verdict = match verb {
         "approve" => Verdict::Approved,
         "reject" => Verdict::Rejected,
@@ -232,7 +225,11 @@ pub(super) async fn decide(
             Ok(()) => Outcome {
                 key: escape_bounded(&key, 300),
                 decided: true,
-                message: format!("{}", if verdict == Verdict::Approved { "approved" } else { "rejected" }),
+                message: match verdict {
+                    Verdict::Approved => "approved",
+                    _ => "rejected",
+                }
+                .to_string(),
             },
             Err(message) => Outcome {
                 key: escape_bounded(&key, 300),

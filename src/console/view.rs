@@ -15,7 +15,7 @@ fn esc(text: &str) -> String {
 }
 
 /// A serialized enum's wire spelling (`Pending`, `RemoteMutation`).
-fn wire<T: Serialize>(value: &T) -> String {
+pub(super) fn wire<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(Value::String(s)) => s,
         Ok(other) => other.to_string(),
@@ -110,7 +110,11 @@ pub(super) fn row(approval: &Approval) -> Row {
             .map(|t| t.to_string())
             .unwrap_or_else(|| "-".into()),
         hash: spec.hash.clone(),
-        resource_version: approval.metadata.resource_version.clone().unwrap_or_default(),
+        resource_version: approval
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default(),
     }
 }
 
@@ -163,7 +167,8 @@ pub(super) struct Detail {
 pub(super) fn detail(approval: &Approval) -> Detail {
     let spec = &approval.spec;
     let presentation = spec.presentation.as_ref();
-    let text = |v: Option<&Value>, k: &str| v.and_then(|v| v.get(k)).and_then(Value::as_str).map(esc);
+    let text =
+        |v: Option<&Value>, k: &str| v.and_then(|v| v.get(k)).and_then(Value::as_str).map(esc);
     let interrupted = (spec.kind == INTERRUPTED_SIDE_EFFECT).then(|| {
         let first = presentation.and_then(|p| p.get("firstAttempt"));
         Interrupted {

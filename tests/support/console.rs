@@ -40,8 +40,20 @@ impl ConsoleProcess {
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(Vec::new()));
         for (pipe, lines) in [
-            (child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>), stdout.clone()),
-            (child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>), stderr.clone()),
+            (
+                child
+                    .stdout
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+                stdout.clone(),
+            ),
+            (
+                child
+                    .stderr
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+                stderr.clone(),
+            ),
         ] {
             let pipe = pipe.expect("piped");
             std::thread::spawn(move || {
@@ -59,7 +71,12 @@ impl ConsoleProcess {
                 .filter(|l| l.starts_with("http://"))
                 .cloned();
             if let Some(url) = url {
-                return Ok(ConsoleProcess { child, url, stdout, stderr });
+                return Ok(ConsoleProcess {
+                    child,
+                    url,
+                    stdout,
+                    stderr,
+                });
             }
             let exited = child.try_wait().ok().flatten();
             if exited.is_some() || Instant::now() > deadline {
@@ -144,7 +161,10 @@ impl Browser {
         let base = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
         while http.get(format!("{base}/status")).send().await.is_err() {
-            assert!(Instant::now() < deadline, "chromedriver answers within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver answers within 30 s"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let caps = json!({"capabilities": {"alwaysMatch": {
@@ -168,7 +188,12 @@ impl Browser {
             .as_str()
             .unwrap_or_else(|| panic!("no session: {answer}"))
             .to_string();
-        Browser { driver, http, base, session }
+        Browser {
+            driver,
+            http,
+            base,
+            session,
+        }
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
@@ -208,7 +233,10 @@ impl Browser {
                 return id.to_string();
             }
             if Instant::now() > deadline {
-                panic!("no {selector} in the page ({found}): {}", self.source().await);
+                panic!(
+                    "no {selector} in the page ({found}): {}",
+                    self.source().await
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
