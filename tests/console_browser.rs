@@ -129,6 +129,21 @@ async fn an_interrupted_side_effect_page_says_the_outcome_is_unknown() {
     browser
         .find(&format!("tr[data-approval=\"{ns}/refund-1042-1-1\"]"))
         .await;
+    // Live: an Approval created after the inbox was loaded appears without a reload (the
+    // watch the console holds, as server-sent events).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !browser.text("#live").await.contains("Live") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch never said it was ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.apply(&interrupted(&ns).replace("name: refund-1042-1-1", "name: refund-1042-1-2"));
+    browser
+        .find(&format!("tr[data-approval=\"{ns}/refund-1042-1-2\"]"))
+        .await;
+    assert!(browser.url().await.ends_with('/'), "no navigation");
     browser
         .goto(&approval_page(&console, &ns, "refund-1042-1-1"))
         .await;
@@ -142,6 +157,14 @@ async fn an_interrupted_side_effect_page_says_the_outcome_is_unknown() {
     assert!(notice.contains("2026-01-02T03:04:05Z"), "{notice}");
     assert!(browser.text("#args").await.contains("\"amount\": 250"));
     browser.screenshot("interrupted").await;
+    // From the inbox by keyboard: `a` approves the current (first) row; its run is gone, so
+    // the console refuses before sending anything, in the CLI's words.
+    browser.goto(&format!("{}/", console.origin())).await;
+    browser.find("tr.current").await;
+    browser.press("a").await;
+    let outcome = browser.text("[data-outcome=refused]").await;
+    assert!(outcome.contains("can no longer grant"), "{outcome}");
+    assert!(outcome.contains("refund-1042-1-1"), "{outcome}");
 }
 
 /// A ServiceAccount that may read Approvals and runs but not patch them, and its kubeconfig.

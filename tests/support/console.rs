@@ -273,6 +273,15 @@ impl Browser {
         .await;
     }
 
+    /// Presses and releases `key` (one character) on the page, as a person typing it.
+    pub async fn press(&self, key: &str) {
+        let actions = json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+            {"type": "keyDown", "value": key}, {"type": "keyUp", "value": key}
+        ]}]});
+        self.call(reqwest::Method::POST, "/actions", Some(actions))
+            .await;
+    }
+
     /// The page's HTML.
     pub async fn source(&self) -> String {
         self.call(reqwest::Method::GET, "/source", None)
