@@ -126,3 +126,49 @@ fn router(console: Arc<Console>) -> axum::Router {
         ))
         .with_state(console)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        console: ConsoleArgs,
+    }
+
+    #[test]
+    fn the_console_listens_on_loopback_by_default() {
+        let cli = Cli::parse_from(["agentrt-console"]);
+        assert_eq!(cli.console.addr, "127.0.0.1:8765".parse().unwrap());
+        assert!(cli.console.addr.ip().is_loopback());
+    }
+
+    #[test]
+    fn what_a_model_chose_is_escaped_on_the_page() {
+        let yaml = include_str!("../../tests/fixtures/api/approval.yaml").replace(
+            "args: {order: 1042, amount: 250}",
+            "args: {order: \"<script>alert(1)</script>\\u202e\", amount: 250}",
+        );
+        let approval: crate::api::Approval = serde_yaml::from_str(&yaml).unwrap();
+        let html = templates()
+            .unwrap()
+            .get_template("approval.html")
+            .unwrap()
+            .render(minijinja::context! { a => view::detail(&approval), csrf => "c" })
+            .unwrap();
+        assert!(!html.contains("<script>alert"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+            "{html}"
+        );
+        assert!(
+            !html.contains('\u{202e}'),
+            "a bidi control is shown escaped"
+        );
+        assert!(html.contains("\\u{202E}"), "{html}");
+        assert!(html.contains("data-action=\"approve\""), "{html}");
+    }
+}

@@ -14,7 +14,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::{Extension, Form};
 use futures::{Stream, StreamExt as _};
 use kube::api::{Api, ListParams};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt as _};
 use minijinja::context;
 use serde::Deserialize;
 
@@ -284,8 +284,10 @@ async fn decide_one(
 pub(super) async fn events(
     State(console): State<Arc<Console>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let stream = watcher(approvals_api(&console), watcher::Config::default()).filter_map(
-        |event| async move {
+    // Backed off on errors (a watch the user may not make is retried slowly, not in a loop).
+    let stream = watcher(approvals_api(&console), watcher::Config::default())
+        .default_backoff()
+        .filter_map(|event| async move {
             match event {
                 Ok(watcher::Event::Apply(a) | watcher::Event::Delete(a)) => {
                     Some(Ok(Event::default().event("approval").data(view::key(&a))))
@@ -296,8 +298,7 @@ pub(super) async fn events(
                     .event("watch-error")
                     .data(escape_bounded(&err.to_string(), 500)))),
             }
-        },
-    );
+        });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 

@@ -63,16 +63,23 @@ fn age(created: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -
 pub(super) struct Row {
     /// `namespace/name` (`data-approval`).
     pub key: String,
+    /// `metadata.namespace`, escaped.
     pub namespace: String,
+    /// `metadata.name`, escaped.
     pub name: String,
+    /// `spec.kind` (`policy`, `interrupted_side_effect`, ...), escaped.
     pub kind: String,
     /// The run's `namespace/name`.
     pub run: String,
+    /// The request's step index.
     pub step: i64,
+    /// The tool's name, escaped.
     pub tool: String,
     /// The tool's side-effect class.
     pub side_effect: String,
+    /// `status.phase` (`Pending` before the controller wrote one).
     pub phase: String,
+    /// Pending and undecided: the page offers approve and reject.
     pub pending: bool,
     /// Since creation (`5m`).
     pub age: String,
@@ -134,25 +141,35 @@ pub(super) fn inbox_order(approvals: &mut [Approval]) {
 pub(super) struct Interrupted {
     /// The presentation's notice (the outcome is unknown), escaped.
     pub notice: String,
+    /// The first attempt's `Idempotency-Key`.
     pub idempotency_key: Option<String>,
+    /// When the first attempt started (RFC 3339).
     pub started_at: Option<String>,
+    /// Until when it may still be running (RFC 3339).
     pub may_run_until: Option<String>,
 }
 
 /// One Approval's page.
 #[derive(Serialize, Debug)]
 pub(super) struct Detail {
+    /// What the inbox shows of it.
     #[serde(flatten)]
     pub row: Row,
+    /// The request's run uid, escaped.
     pub run_uid: String,
+    /// `spec.reason`, escaped.
     pub reason: Option<String>,
+    /// The tool's description, escaped.
     pub tool_description: String,
+    /// The tool's timeout, in seconds.
     pub timeout_seconds: i64,
     /// The args, pretty JSON, every string escaped and bounded.
     pub args: String,
+    /// `spec.capability`, pretty JSON, escaped and bounded.
     pub capability: Option<String>,
     /// The admin policy that required it, as one line.
     pub required_by: Option<String>,
+    /// For an `interrupted_side_effect` Approval: the outcome-unknown notice.
     pub interrupted: Option<Interrupted>,
     /// An MCP call's server, tool, pin and annotations, pretty JSON.
     pub mcp: Option<String>,
@@ -160,6 +177,7 @@ pub(super) struct Detail {
     pub presentation: Option<String>,
     /// `Approved by alice: note`, when decided.
     pub decision: Option<String>,
+    /// `status.reason` (why it ended without executing), escaped.
     pub status_reason: Option<String>,
 }
 
