@@ -165,6 +165,22 @@ async fn an_interrupted_side_effect_page_says_the_outcome_is_unknown() {
     let outcome = browser.text("[data-outcome=refused]").await;
     assert!(outcome.contains("can no longer grant"), "{outcome}");
     assert!(outcome.contains("refund-1042-1-1"), "{outcome}");
+    // Several at once: `x` selects the current row, `j` moves, `x` selects the next, `r`
+    // rejects the selected ones; each gets its own outcome.
+    browser.goto(&format!("{}/", console.origin())).await;
+    browser.find("tr.current").await;
+    for key in ["x", "j", "x", "r"] {
+        browser.press(key).await;
+    }
+    let outcomes = browser.text("#outcomes").await;
+    for name in ["refund-1042-1-1", "refund-1042-1-2"] {
+        assert!(outcomes.contains(name), "{outcomes}");
+    }
+    assert_eq!(
+        outcomes.matches("can no longer grant").count(),
+        2,
+        "{outcomes}"
+    );
 }
 
 /// A ServiceAccount that may read Approvals and runs but not patch them, and its kubeconfig.
