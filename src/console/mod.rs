@@ -171,4 +171,31 @@ mod tests {
         assert!(html.contains("\\u{202E}"), "{html}");
         assert!(html.contains("data-action=\"approve\""), "{html}");
     }
+
+    #[test]
+    fn an_mcp_call_shows_its_server_pin_and_annotations_and_the_policy_that_asked() {
+        let yaml = include_str!("../../tests/fixtures/api/approval.yaml").replace(
+            "  hash: sha256:",
+            "  presentation:\n    mcp: {server: \"https://mcp.example/<x>\", tool: refund, \
+             pinSha256: abc123, annotations: {destructiveHint: true}}\n    policy: {kind: \
+             AgentPolicy, namespace: team-a, name: strict, ruleIndex: 0, rule: needs-ok}\n  \
+             hash: sha256:",
+        );
+        let approval: crate::api::Approval = serde_yaml::from_str(&yaml).unwrap();
+        let html = templates()
+            .unwrap()
+            .get_template("approval.html")
+            .unwrap()
+            .render(minijinja::context! { a => view::detail(&approval), csrf => "c" })
+            .unwrap();
+        let mcp = html.split("id=\"mcp\">").nth(1).expect("an MCP section");
+        let mcp = mcp.split("</pre>").next().unwrap();
+        for shown in ["abc123", "destructiveHint", "mcp.example&#x2f;&lt;x&gt;"] {
+            assert!(mcp.contains(shown), "{shown} in {mcp}");
+        }
+        assert!(
+            html.contains("AgentPolicy team-a&#x2f;strict rule spec.rules[0] &quot;needs-ok&quot;"),
+            "{html}"
+        );
+    }
 }
