@@ -7,6 +7,7 @@
 //! - [`agents`]: the deciders (scripted, openai, webhook).
 //! - [`tools`]: tool executors (http) and schema checks.
 //! - [`cli`]: the operator commands (runs, show, approve, reject, cancel), also `kubectl-agentrt`.
+//! - [`console`]: `agentrt console`, the web page for deciding Approvals as the caller.
 //! - [`devcluster`]: the embedded Kubernetes-API-compatible server behind `agentrt dev`.
 //! - [`telemetry`]: logs (text or JSON) and, with the `otel` feature, OpenTelemetry traces.
 //! - [`bench`]: `agentrt bench`, the performance figures of docs/design.md section 10.
@@ -15,6 +16,7 @@ pub mod agents;
 pub mod api;
 pub mod bench;
 pub mod cli;
+pub mod console;
 pub mod controller;
 pub mod devcluster;
 pub mod engine;

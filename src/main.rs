@@ -1,4 +1,5 @@
-//! The `agentrt` command line (docs/design.md section 7): `controller`, `dev`, `crds`, `bench`.
+//! The `agentrt` command line (docs/design.md section 7): `controller`, `dev`, `crds`, `bench`,
+//! `console`.
 //!
 //! Exit codes (docs/behaviours.md 53): 0 success, 1 error, 2 usage (clap's own exit code for bad
 //! arguments). Arguments are validated by clap before any API server is contacted.
@@ -58,6 +59,9 @@ enum Command {
     /// compare-and-set write loop, takeover latency after SIGKILL, controller memory and CPU
     /// (starts an embedded API server, a tool server and controller processes).
     Bench(agentrt::bench::BenchArgs),
+    /// Serve a web page on loopback for deciding Approvals as your kubeconfig's user: the
+    /// inbox, each Approval, approve and reject. Prints the URL, with its token, last.
+    Console(agentrt::console::ConsoleArgs),
     #[command(flatten)]
     Operator(agentrt::cli::OperatorCommand),
 }
@@ -102,7 +106,7 @@ fn main() -> ExitCode {
     // `kubectl agentrt`, so the plugin needs no parsing of its own.
     let cli = Cli::parse();
     let default_level = match cli.command {
-        Command::Operator(_) | Command::Bench(_) => "warn",
+        Command::Operator(_) | Command::Bench(_) | Command::Console(_) => "warn",
         _ => "info",
     };
     let _telemetry = agentrt::telemetry::init(&cli.log_format, default_level);
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
             Command::Controller(args) => agentrt::controller::run(args).await,
             Command::Dev(args) => agentrt::controller::dev::run(args).await,
             Command::Operator(command) => agentrt::cli::run(command).await,
+            Command::Console(args) => agentrt::console::run(args).await,
             Command::Bench(args) => agentrt::bench::run(args).await,
             Command::Crds(args) => {
                 let text = if args.markdown {

@@ -19,6 +19,7 @@ const ROOMS: &[&str] = &[
     "tools",
     "devcluster",
     "cli",
+    "console",
     "bench",
     "telemetry",
     "main",

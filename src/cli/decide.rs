@@ -124,8 +124,86 @@ pub(super) async fn decide(
         }
     }
     pause_for_tests();
-    let approver = whoami(&session.client).await;
-    let mut decision = serde_json::json!({"verdict": verdict, "hash": approval.spec.hash});
+    let shown = Shown {
+        name: name.to_string(),
+        hash: approval.spec.hash.clone(),
+        resource_version: approval.metadata.resource_version.clone(),
+    };
+    if let Err(refused) = write_decision(
+        &session.client,
+        &session.namespace,
+        &shown,
+        verdict,
+        note,
+        result,
+    )
+    .await
+    {
+        let hint = if refused.changed {
+            " (did it change since it was printed?)"
+        } else {
+            ""
+        };
+        bail!(
+            "the API server refused the decision on Approval {}/{name}{hint}: {}",
+            session.namespace,
+            refused.message
+        );
+    }
+    emit(&format!(
+        "approval {}/{name} {}\n",
+        session.namespace,
+        past(verdict)
+    ))?;
+    Ok(())
+}
+
+/// What a person was shown of an Approval and decides on: its name, the `spec.hash` shown and
+/// the `metadata.resourceVersion` read (`None`: no precondition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The Approval's name (in the namespace the decision is written to).
+    pub name: String,
+    /// The `spec.hash` shown, written as `spec.decision.hash`.
+    pub hash: String,
+    /// The `metadata.resourceVersion` read, sent as the patch's precondition.
+    pub resource_version: Option<String>,
+}
+
+/// The API server refused a decision (docs/design.md section 2 "Approval").
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the API server refused the decision on Approval {namespace}/{name}: {message}")]
+pub struct DecisionRefused {
+    /// The Approval's namespace.
+    pub namespace: String,
+    /// The Approval's name.
+    pub name: String,
+    /// Whether the refusal says the Approval changed since it was shown (409 Conflict on the
+    /// resourceVersion, or the `spec.decision.hash` rule).
+    pub changed: bool,
+    /// The API server's message ([`crate::api::server_message`]).
+    pub message: String,
+}
+
+/// Writes a decision as `kubectl agentrt approve` does: one merge patch (field manager
+/// `kubectl-agentrt`) of `spec.decision` (`verdict`, the hash shown, the approver from a
+/// SelfSubjectReview when the server offers it, `note`, `result`) with the resourceVersion
+/// shown as a precondition, so an Approval changed since it was shown is refused by the API
+/// server. Shared by the CLI and `agentrt console` (docs/design.md section 2, "Console").
+///
+/// # Errors
+/// [`DecisionRefused`] when the API server refuses the patch (a conflict, the hash rule, RBAC,
+/// an unreachable server).
+pub async fn write_decision(
+    client: &Client,
+    namespace: &str,
+    shown: &Shown,
+    verdict: Verdict,
+    note: Option<String>,
+    result: Option<serde_json::Value>,
+) -> Result<(), DecisionRefused> {
+    let approver = whoami(client).await;
+    let mut decision = serde_json::json!({"verdict": verdict, "hash": shown.hash});
     if let Some(approver) = approver {
         decision["approver"] = serde_json::Value::String(approver);
     }
@@ -139,33 +217,20 @@ pub(super) async fn decide(
         decision["answer"] = answer;
     }
     let patch = serde_json::json!({
-        "metadata": {"resourceVersion": approval.metadata.resource_version},
+        "metadata": {"resourceVersion": shown.resource_version},
         "spec": {"decision": decision},
     });
-    let patched = Api::<Approval>::namespaced(session.client, &session.namespace)
-        .patch(name, &cli_patch_params(), &Patch::Merge(&patch))
+    let patched = Api::<Approval>::namespaced(client.clone(), namespace)
+        .patch(&shown.name, &cli_patch_params(), &Patch::Merge(&patch))
         .await;
-    if let Err(err) = patched {
+    patched.map(|_| ()).map_err(|err| DecisionRefused {
+        namespace: namespace.to_string(),
+        name: shown.name.clone(),
         // Only a conflict (the object moved on) or the hash rule says the Approval changed.
-        let changed = matches!(&err, kube::Error::Api(status)
-            if status.code == 409 || status.message.contains("spec.decision.hash"));
-        let hint = if changed {
-            " (did it change since it was printed?)"
-        } else {
-            ""
-        };
-        bail!(
-            "the API server refused the decision on Approval {}/{name}{hint}: {}",
-            session.namespace,
-            crate::api::server_message(&err)
-        );
-    }
-    emit(&format!(
-        "approval {}/{name} {}\n",
-        session.namespace,
-        past(verdict)
-    ))?;
-    Ok(())
+        changed: matches!(&err, kube::Error::Api(status)
+            if status.code == 409 || status.message.contains("spec.decision.hash")),
+        message: crate::api::server_message(&err),
+    })
 }
 
 /// Why `approval` cannot be decided now, as the end of a sentence starting with its name

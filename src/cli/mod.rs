@@ -29,7 +29,7 @@ mod decide;
 pub mod escape;
 mod history;
 pub mod lint;
-mod render;
+pub mod render;
 
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -42,6 +42,7 @@ use crate::api::{AgentRun, Approval, ApprovalPhase, Verdict};
 
 pub use args::{ObjectRef, OperatorCommand, Output, ShowWhat, Target};
 use decide::*;
+pub use decide::{write_decision, DecisionRefused, Shown};
 
 /// `value` as `-o json` or `-o yaml` prints it (`None` for the text format).
 fn encoded<T: serde::Serialize>(value: &T, output: Output) -> anyhow::Result<Option<String>> {
@@ -113,6 +114,52 @@ async fn connect(target: &Target) -> anyhow::Result<Session> {
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = Client::try_from(config)?;
     Ok(Session { client, namespace })
+}
+
+/// A client acting as the kubeconfig's user (as kubectl connects: `--kubeconfig`, else
+/// `$KUBECONFIG` or `~/.kube/config`, or in-cluster; `--context`) and the namespace commands
+/// default to (`-n`, else the context's, else `default`). For `agentrt console`.
+///
+/// # Errors
+/// No configuration is found, or the kubeconfig cannot be read.
+pub async fn connect_as_user(target: &Target) -> anyhow::Result<(Client, String)> {
+    let session = connect(target).await?;
+    Ok((session.client, session.namespace))
+}
+
+/// AgentRun `namespace/name` with its whole history stitched in (`show run`'s reading,
+/// docs/design.md section 4a); with a missing or altered segment, the run as stored and the
+/// fault in words.
+///
+/// # Errors
+/// The run cannot be read, or its segments cannot be listed or read.
+pub async fn run_with_history(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<(AgentRun, Option<String>)> {
+    let session = Session {
+        client: client.clone(),
+        namespace: namespace.to_string(),
+    };
+    let history = history::whole_run(&session, name).await?;
+    Ok((history.run, history.fault.map(|f| format!("{f:#}"))))
+}
+
+/// Why `approval` can no longer be decided, worded as `approve` words it (decided, not
+/// Pending, expired, or its run, read live, no longer awaits it); `None` when it may be.
+///
+/// # Errors
+/// Its run cannot be read.
+pub async fn why_not_decidable(
+    client: &Client,
+    approval: &Approval,
+) -> anyhow::Result<Option<String>> {
+    let session = Session {
+        client: client.clone(),
+        namespace: approval.metadata.namespace.clone().unwrap_or_default(),
+    };
+    refusal(&session, approval).await
 }
 
 /// Runs one operator command.

@@ -17,14 +17,17 @@
 //! - [`runs`]: a scenario's runs and Approvals through its cluster (`cluster.create_run`,
 //!   `cluster.run_awaiting_approval`, `cluster.wait_phase`, `cluster.decide`, ...).
 //! - [`metrics`]: a controller's `/metrics` scraped, its samples read.
+//! - [`console`]: `agentrt console` as a child process, and a headless chromium driven over
+//!   chromedriver's WebDriver API (`scripts/install-browser`).
 //! - [`cli`]: the `agentrt` command line against the test's cluster, its output as text, the
 //!   rows of a kubectl table.
-//! - [`free_port`], [`installed_by`] (helm, the MCP venv and the everything server, once per
-//!   process).
+//! - [`free_port`], [`installed_by`] (helm, the MCP venv, the everything server and the
+//!   browser, once per process).
 #![allow(dead_code)]
 
 pub mod cli;
 pub mod cluster;
+pub mod console;
 pub mod runs;
 
 /// Runs the repository's install script `script` (e.g. `scripts/install-helm`), which prints
