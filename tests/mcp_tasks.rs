@@ -403,3 +403,64 @@ async fn a_task_asking_for_input_is_answered_through_an_input_required_approval(
     );
     assert_eq!(status["steps"][0]["attempts"], json!(1), "one attempt");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_s_question_is_answered_in_the_console_in_a_browser() {
+    use support::console::{Browser, ConsoleProcess};
+    let server = EverythingServer::start();
+    let cluster = agentrt_cluster().await;
+    let _controller = start_controller(&cluster, "input-console");
+    let yaml = RunFixture::at("controller/mcp-tasks.yaml")
+        .set("MCP", server.url())
+        .set("NAME", "asks-console")
+        .set("TOPIC", "python")
+        .set("ON_CANCEL", "Leave")
+        .set("AMBIGUOUS", "true")
+        .yaml();
+    cluster.create_run(&yaml).await;
+    let approval = cluster
+        .wait_approval("asks-console", "input_required", WAIT)
+        .await;
+    let key = format!(
+        "{}/{}",
+        cluster.namespace(),
+        support::runs::name_of(&approval)
+    );
+    let console = ConsoleProcess::start(&cluster);
+    let browser = Browser::start().await;
+    browser.goto(&console.url).await;
+    let page = format!("{}/approvals/{key}", console.origin());
+    browser.goto(&page).await;
+    assert!(
+        browser.source().await.contains("multiple interpretations"),
+        "the page shows the server's question"
+    );
+    // An answer that does not match the schema is refused before any patch.
+    browser
+        .type_into(
+            &format!("textarea[data-answer=\"{key}\"]"),
+            r#"{"interpretation": 7}"#,
+        )
+        .await;
+    browser.click("[data-approval] [data-action=approve]").await;
+    let refused = browser.text("[data-outcome]").await;
+    assert!(refused.contains("requestedSchema"), "{refused}");
+    browser.goto(&page).await;
+    browser
+        .type_into(
+            &format!("textarea[data-answer=\"{key}\"]"),
+            r#"{"interpretation": "snake"}"#,
+        )
+        .await;
+    browser.screenshot("input-required").await;
+    browser.click("[data-approval] [data-action=approve]").await;
+    let outcome = browser.text("[data-outcome=decided]").await;
+    assert!(outcome.contains("approved"), "{outcome}");
+    let status = cluster.wait_phase("asks-console", "Completed", WAIT).await;
+    let finished = events_of(&status, "step.tool_finished");
+    assert!(
+        finished[0]["data"].to_string().contains("snake"),
+        "{}",
+        finished[0]
+    );
+}

@@ -21,8 +21,9 @@ pub(super) async fn get_approval(session: &Session, name: &str) -> anyhow::Resul
         .with_context(|| format!("Approval {}/{name}", session.namespace))
 }
 
-/// What a decision carries besides its verdict and note.
-pub(super) enum Given {
+/// What a decision carries besides its verdict and note ([`write_decision`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Given {
     /// `TookEffect`'s `result` (docs/design.md section 5).
     Result(serde_json::Value),
     /// The answer approving an `input_required` Approval (docs/design.md section 6, "MCP
@@ -30,10 +31,11 @@ pub(super) enum Given {
     Answer(serde_json::Value),
 }
 
-/// Why `answer` cannot approve the `input_required` `approval` (it is missing, or does not
-/// match the Approval's `presentation.requestedSchema`), as the end of a sentence; `None` when
-/// it can, or the Approval is of another kind.
-fn answer_refused(approval: &Approval, answer: Option<&serde_json::Value>) -> Option<String> {
+/// Why `answer` cannot approve `approval`: an `input_required` Approval without one, or with
+/// one that does not match its `presentation.requestedSchema`, or an answer given to another
+/// kind; as the end of a sentence starting with the Approval's name. `None` when it can
+/// (docs/design.md section 6, "MCP tasks"). Shared by the CLI and the console.
+pub fn answer_refused(approval: &Approval, answer: Option<&serde_json::Value>) -> Option<String> {
     let wanted = approval.spec.kind == crate::api::INPUT_REQUIRED;
     let schema = approval
         .spec
@@ -76,10 +78,13 @@ pub(super) async fn decide(
     note: Option<String>,
     given: Option<Given>,
 ) -> anyhow::Result<()> {
-    let (result, answer) = match given {
-        Some(Given::Result(result)) => (Some(result), None),
-        Some(Given::Answer(answer)) => (None, Some(answer)),
-        None => (None, None),
+    let result = match &given {
+        Some(Given::Result(result)) => Some(result.clone()),
+        _ => None,
+    };
+    let answer = match &given {
+        Some(Given::Answer(answer)) => Some(answer),
+        _ => None,
     };
     let session = connect_for(target, object).await?;
     let name = object.name.as_str();
@@ -89,7 +94,7 @@ pub(super) async fn decide(
         bail!("Approval {}/{name} {why}", session.namespace);
     }
     if verdict == Verdict::Approved {
-        if let Some(why) = answer_refused(&approval, answer.as_ref()) {
+        if let Some(why) = answer_refused(&approval, answer) {
             bail!("Approval {}/{name} {why}", session.namespace);
         }
     }
@@ -135,7 +140,7 @@ pub(super) async fn decide(
         &shown,
         verdict,
         note,
-        result,
+        given,
     )
     .await
     {
@@ -187,7 +192,8 @@ pub struct DecisionRefused {
 
 /// Writes a decision as `kubectl agentrt approve` does: one merge patch (field manager
 /// `kubectl-agentrt`) of `spec.decision` (`verdict`, the hash shown, the approver from a
-/// SelfSubjectReview when the server offers it, `note`, `result`) with the resourceVersion
+/// SelfSubjectReview when the server offers it, `note`, and `result` or `answer` as `given`
+/// says) with the resourceVersion
 /// shown as a precondition, so an Approval changed since it was shown is refused by the API
 /// server. Shared by the CLI and `agentrt console` (docs/design.md section 2, "Console").
 ///
@@ -200,7 +206,7 @@ pub async fn write_decision(
     shown: &Shown,
     verdict: Verdict,
     note: Option<String>,
-    result: Option<serde_json::Value>,
+    given: Option<Given>,
 ) -> Result<(), DecisionRefused> {
     let approver = whoami(client).await;
     let mut decision = serde_json::json!({"verdict": verdict, "hash": shown.hash});
@@ -210,11 +216,10 @@ pub async fn write_decision(
     if let Some(note) = note {
         decision["note"] = serde_json::Value::String(note);
     }
-    if let Some(result) = result {
-        decision["result"] = result;
-    }
-    if let Some(answer) = answer {
-        decision["answer"] = answer;
+    match given {
+        Some(Given::Result(result)) => decision["result"] = result,
+        Some(Given::Answer(answer)) => decision["answer"] = answer,
+        None => {}
     }
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": shown.resource_version},

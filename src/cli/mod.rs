@@ -42,7 +42,7 @@ use crate::api::{AgentRun, Approval, ApprovalPhase, Verdict};
 
 pub use args::{ObjectRef, OperatorCommand, Output, ShowWhat, Target};
 use decide::*;
-pub use decide::{write_decision, DecisionRefused, Shown};
+pub use decide::{answer_refused, write_decision, DecisionRefused, Given, Shown};
 
 /// `value` as `-o json` or `-o yaml` prints it (`None` for the text format).
 fn encoded<T: serde::Serialize>(value: &T, output: Output) -> anyhow::Result<Option<String>> {

@@ -217,7 +217,16 @@ pub(super) async fn decide(
                     hash: hash.to_string(),
                     resource_version: rv.filter(|r| !r.is_empty()).map(str::to_string),
                 };
-                decide_one(&console, ns, &shown, verdict, note.clone()).await
+                let answer = field(&format!("answer:{key}"))
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(serde_json::from_str::<serde_json::Value>);
+                match answer.transpose() {
+                    Ok(answer) => {
+                        decide_one(&console, ns, &shown, verdict, note.clone(), answer).await
+                    }
+                    Err(err) => Err(format!("not decided: the answer is not JSON: {err}")),
+                }
             }
             _ => Err("the form did not say which request was shown (no hash)".to_string()),
         };
@@ -247,14 +256,15 @@ pub(super) async fn decide(
 }
 
 /// One decision: refused before any patch when the Approval, read live, can no longer grant
-/// (the CLI's words), else the CLI's patch with what was shown; the API server's refusal in
-/// words.
+/// (the CLI's words) or an `input_required` Approval's answer is missing or does not match its
+/// schema, else the CLI's patch with what was shown; the API server's refusal in words.
 async fn decide_one(
     console: &Console,
     namespace: &str,
     shown: &crate::cli::Shown,
     verdict: Verdict,
     note: Option<String>,
+    answer: Option<serde_json::Value>,
 ) -> Result<(), String> {
     let api: Api<Approval> = Api::namespaced(console.client.clone(), namespace);
     let live = api
@@ -267,7 +277,16 @@ async fn decide_one(
     {
         return Err(format!("not decided: it {why}"));
     }
-    crate::cli::write_decision(&console.client, namespace, shown, verdict, note, None)
+    let given = match verdict {
+        Verdict::Approved => {
+            if let Some(why) = crate::cli::answer_refused(&live, answer.as_ref()) {
+                return Err(format!("not decided: it {why}"));
+            }
+            answer.map(crate::cli::Given::Answer)
+        }
+        _ => None,
+    };
+    crate::cli::write_decision(&console.client, namespace, shown, verdict, note, given)
         .await
         .map_err(|refused| {
             let changed = if refused.changed {
