@@ -307,6 +307,18 @@ pub(super) fn wakes(before: Option<&WatchedRun>, run: &WatchedRun) -> bool {
 #[cfg(test)]
 mod intake_tests;
 
+/// The pending Approvals `store` holds, by (kind, namespace).
+fn pending_approvals(store: &reflector::Store<WatchedApproval>) -> Vec<((String, String), i64)> {
+    let mut counts = std::collections::BTreeMap::<(String, String), i64>::new();
+    for approval in store.state() {
+        if let Some(kind) = &approval.pending_kind {
+            let namespace = approval.metadata.namespace.clone().unwrap_or_default();
+            *counts.entry((kind.to_string(), namespace)).or_default() += 1;
+        }
+    }
+    counts.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,16 +365,4 @@ mod tests {
             .expect("the sweep never ends");
         assert!(expected.contains(&first.name));
     }
-}
-
-/// The pending Approvals `store` holds, by (kind, namespace).
-fn pending_approvals(store: &reflector::Store<WatchedApproval>) -> Vec<((String, String), i64)> {
-    let mut counts = std::collections::BTreeMap::<(String, String), i64>::new();
-    for approval in store.state() {
-        if let Some(kind) = &approval.pending_kind {
-            let namespace = approval.metadata.namespace.clone().unwrap_or_default();
-            *counts.entry((kind.to_string(), namespace)).or_default() += 1;
-        }
-    }
-    counts.into_iter().collect()
 }
