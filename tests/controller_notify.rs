@@ -495,3 +495,116 @@ async fn a_full_queue_drops_counts_and_warns_and_never_delays_a_run() {
         "the log carries the URL's token"
     );
 }
+
+/// The events the receiver got for `hook`, as (subject, CloudEvent type word), in arrival
+/// order.
+fn sent(receiver: &Receiver, hook: &str) -> Vec<(String, String)> {
+    receiver
+        .of(hook)
+        .iter()
+        .map(|r| {
+            (
+                r.body["subject"].as_str().unwrap_or("").to_string(),
+                r.body["type"]
+                    .as_str()
+                    .unwrap_or("")
+                    .trim_start_matches("dev.agentrt.approval.")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_each_event_is_sent_once_approved_rejected_cancelled_expired() {
+    let cluster = agentrt_cluster().await;
+    let ns = cluster.namespace().to_string();
+    let tools = ToolServer::start().await;
+    let port = free_port();
+    let receiver = Receiver::default();
+    receiver.serve_on(port).await;
+    let hook = webhook(&cluster, "cloudevents", port);
+    let a = ControllerProcess::spawn(
+        cluster.kubeconfig(),
+        &ns,
+        spec("replica-a", vec![hook.clone()]),
+    );
+    let b = ControllerProcess::spawn(cluster.kubeconfig(), &ns, spec("replica-b", vec![hook]));
+    let logs = || format!("{}\n---\n{}", a.log(), b.log());
+
+    let runs = [
+        "two-approved",
+        "two-rejected",
+        "two-cancelled",
+        "two-expired",
+    ];
+    for run in runs {
+        let mut yaml = fixture("needs-approval", &tools.base(), run);
+        if run == "two-expired" {
+            yaml = yaml.replace(
+                "  leaseDurationSeconds: 2\n",
+                "  leaseDurationSeconds: 2\n  limits: {approvalTTLSeconds: 3}\n",
+            );
+        }
+        cluster.create_run(&yaml).await;
+    }
+    let mut approvals = Vec::new();
+    for run in runs {
+        approvals.push(cluster.wait_approval(run, "policy", WAIT).await);
+    }
+    receiver.wait_for("cloudevents", 4, logs).await;
+    cluster.decide(&approvals[0], "Approved").await;
+    cluster.decide(&approvals[1], "Rejected").await;
+    cluster.cancel_run("two-cancelled");
+    let expected: Vec<(String, String)> = approvals
+        .iter()
+        .zip(["decided", "decided", "cancelled", "expired"])
+        .flat_map(|(approval, last)| {
+            let subject = format!("{ns}/{}", name_of(approval));
+            [
+                (subject.clone(), "created".to_string()),
+                (subject, last.to_string()),
+            ]
+        })
+        .collect();
+    receiver.wait_for("cloudevents", expected.len(), logs).await;
+    // Nothing more: no event is sent twice by the two replicas.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let got = sent(&receiver, "cloudevents");
+    let mut sorted = got.clone();
+    sorted.sort();
+    let mut want = expected.clone();
+    want.sort();
+    assert_eq!(sorted, want, "each event once:\n{got:?}\n{}", logs());
+    // Per Approval, created before its end.
+    for approval in &approvals {
+        let subject = format!("{ns}/{}", name_of(approval));
+        let order: Vec<&str> = got
+            .iter()
+            .filter(|(s, _)| *s == subject)
+            .map(|(_, t)| t.as_str())
+            .collect();
+        assert_eq!(order[0], "created", "{subject}: {order:?}");
+    }
+    let rejected = receiver
+        .of("cloudevents")
+        .into_iter()
+        .find(|r| {
+            r.body["subject"] == format!("{ns}/{}", name_of(&approvals[1]))
+                && r.body["type"] == "dev.agentrt.approval.decided"
+        })
+        .expect("the rejection");
+    assert_eq!(rejected.body["data"]["decision"]["verdict"], "Rejected");
+    let cancelled = receiver
+        .of("cloudevents")
+        .into_iter()
+        .find(|r| r.body["type"] == "dev.agentrt.approval.cancelled")
+        .expect("the cancellation");
+    assert!(
+        cancelled.body["data"]["approval"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("cancel")),
+        "{}",
+        cancelled.body
+    );
+}
