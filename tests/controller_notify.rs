@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::Value;
+use support::cli::{agentrt, table_row, text};
 use support::controller::*;
 use support::free_port;
 use support::metrics::{sample, scrape};
@@ -552,6 +553,20 @@ async fn with_two_replicas_each_event_is_sent_once_approved_rejected_cancelled_e
     for run in runs {
         approvals.push(cluster.wait_approval(run, "policy", WAIT).await);
     }
+    // `kubectl agentrt approvals` shows each one's age and the time left before it expires.
+    let out = agentrt(&cluster, &["approvals"]);
+    let table = text(&out);
+    assert!(out.status.success(), "{table}");
+    assert_eq!(table_row(&table, 0)[7..], ["AGE", "EXPIRES"], "{table}");
+    let expiring = table
+        .lines()
+        .find(|l| l.starts_with(&name_of(&approvals[3])))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .expect("the expiring Approval's row");
+    assert!(
+        expiring[7].ends_with('s') && ["1s", "2s", "3s", "expired"].contains(&expiring[8]),
+        "{table}"
+    );
     receiver.wait_for("cloudevents", 4, logs).await;
     cluster.decide(&approvals[0], "Approved").await;
     cluster.decide(&approvals[1], "Rejected").await;
