@@ -1,4 +1,4 @@
-//! Approval notifications (issue 39 item 2; docs/design.md section 7, "Notifications") against a
+//! Approval notifications (issue 39 item 2; docs/design.md section 7, "Notifications"; docs/behaviours.md 132-135) against a
 //! local HTTP receiver: a controller child process with `--notify-webhook`, its URL in a file
 //! as the chart mounts a Secret's key.
 //!
