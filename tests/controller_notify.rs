@@ -1,6 +1,6 @@
-//! Approval notifications (issue 39 item 2; docs/design.md section 7, "Notifications"; docs/behaviours.md 132-135) against a
-//! local HTTP receiver: a controller child process with `--notify-webhook`, its URL in a file
-//! as the chart mounts a Secret's key.
+//! Approval notifications (issue 39 item 2; docs/design.md section 7, "Notifications";
+//! docs/behaviours.md 132-135) against a local HTTP receiver: a controller child process with
+//! `--notify-webhook`, its URL in a file as the chart mounts a Secret's key.
 //!
 //! - Each event of an Approval is delivered once, in order (created, then decided), to a
 //!   Slack and a CloudEvents webhook; both bodies are checked field by field; the URL's secret
