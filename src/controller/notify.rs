@@ -231,11 +231,6 @@ impl Notifier {
         }
     }
 
-    /// Whether any webhook is configured.
-    pub fn is_on(&self) -> bool {
-        !self.queues.is_empty()
-    }
-
     /// Queues `kind` about `approval` (the object as the write that made it returned it) for
     /// every webhook; never waits. A full queue drops the message, counted and said by a
     /// Warning Event on the Approval.

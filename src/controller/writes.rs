@@ -2,6 +2,9 @@
 //! alike (docs/design.md section 7): reading a run with its Approvals live, the run's status
 //! written by compare-and-set on the resourceVersion last read (a 409 is never retried blind;
 //! the caller reads again and decides again), Approval creation and Approval status writes.
+//! The create that landed, and each status write that won its compare-and-set and changed the
+//! phase, is the single writer of that transition: it alone queues its notification and times a
+//! decision (`controller::notify`, `metrics/approvals`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -293,7 +296,7 @@ impl Context {
                     .map(str::to_string)
             };
             let decided =
-                at("/status/decidedAt").unwrap_or_else(|| jiff::Timestamp::now().to_string());
+                at("/status/decidedAt").unwrap_or_else(|| self.settings.clock.now().to_string());
             if let Some(seconds) = at("/metadata/creationTimestamp")
                 .and_then(|created| super::notify::seconds_between(&created, &decided))
             {
