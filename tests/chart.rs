@@ -552,3 +552,77 @@ fn the_chart_serves_a_second_release_zero_replicas_a_digest_and_run_creators() {
         "terminationGracePeriodSeconds {grace} covers the shutdown grace"
     );
 }
+
+#[test]
+fn notification_webhooks_mount_their_secret_and_pass_only_its_path() {
+    let objects = render(&[
+        "notifications.webhooks[0].name=ops",
+        "notifications.webhooks[0].format=slack",
+        "notifications.webhooks[0].secretKeyRef.name=agentrt-slack",
+        "notifications.webhooks[0].secretKeyRef.key=url",
+        "notifications.webhooks[1].name=bus",
+        "notifications.webhooks[1].format=cloudevents",
+        "notifications.webhooks[1].secretKeyRef.name=bus-hook",
+        "notifications.webhooks[1].secretKeyRef.key=endpoint",
+        "notifications.queue=50",
+    ]);
+    assert_valid(&objects);
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    for arg in [
+        "--notify-webhook=name=ops,format=slack,url-file=/etc/agentrt/notify/ops/url",
+        "--notify-webhook=name=bus,format=cloudevents,url-file=/etc/agentrt/notify/bus/url",
+        "--notify-queue=50",
+        "--notify-attempts=10",
+        "--notify-console-url=http://127.0.0.1:8765",
+    ] {
+        assert!(args.contains(&arg), "{arg} missing: {args:?}");
+    }
+    let volume = pod["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "notify-bus"))
+        .expect("the bus webhook's volume");
+    assert_eq!(volume["secret"]["secretName"], "bus-hook");
+    assert_eq!(
+        volume["secret"]["items"],
+        serde_json::json!([{"key": "endpoint", "path": "url"}])
+    );
+    let mount = container["volumeMounts"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "notify-ops"))
+        .expect("the ops webhook's mount");
+    assert_eq!(mount["mountPath"], "/etc/agentrt/notify/ops");
+    assert_eq!(mount["readOnly"], true);
+    // Without the webhook's certificate, the notification volumes stand alone.
+    let objects = render(&[
+        "webhook.enabled=false",
+        "notifications.webhooks[0].name=ops",
+        "notifications.webhooks[0].format=slack",
+        "notifications.webhooks[0].secretKeyRef.name=agentrt-slack",
+        "notifications.webhooks[0].secretKeyRef.key=url",
+    ]);
+    assert_valid(&objects);
+    // A literal URL is not a value the chart takes.
+    let out = template_setting("notifications.webhooks[0].url=https://hooks.example/x");
+    assert!(!out.status.success(), "a literal URL must be refused");
+    // No webhook: no notification flag.
+    let objects = render(&[]);
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
+    assert!(
+        !deployment.to_string().contains("--notify-"),
+        "notification flags rendered without a webhook"
+    );
+}

@@ -1,8 +1,8 @@
 //! The controller's metrics (`--metrics-addr`) after a crash: a replica is SIGKILLed during a
 //! tool call, another takes the run over and finishes it; its `/metrics` counts the takeover,
 //! the interruption (by the status it found), the steps, the tool calls' durations and the run
-//! that finished, and shows the gauges read from the watched runs (runs by phase, approvals
-//! pending) and the series that read zero until something goes wrong (conflicts, failed
+//! that finished, and shows the gauges read from the watches (runs by phase, Approvals pending
+//! by kind and namespace) and the series that read zero until something goes wrong (conflicts, failed
 //! renewals). `/healthz` and `/readyz` answer.
 
 mod support;
@@ -53,11 +53,12 @@ async fn metrics_count_a_takeover_after_a_crash() {
     assert_eq!(get(&format!("{base}/healthz")).await.0, 200);
     assert_eq!(get(&format!("{base}/readyz")).await.0, 200);
     // The gauges are read from the watch, which may trail the write just seen by a moment.
+    let pending = format!("agentrt_approvals_pending{{kind=\"policy\",namespace=\"{ns}\"}}");
     let deadline = Instant::now() + Duration::from_secs(10);
     let text = loop {
         let (status, text) = get(&format!("{base}/metrics")).await;
         assert_eq!(status, 200);
-        if sample(&text, "agentrt_approvals_pending") == Some(1.0) || Instant::now() > deadline {
+        if sample(&text, &pending) == Some(1.0) || Instant::now() > deadline {
             break text;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -89,7 +90,7 @@ async fn metrics_count_a_takeover_after_a_crash() {
     // Gauges from the watched runs.
     assert_eq!(value("agentrt_runs{phase=\"Completed\"}"), 1.0);
     assert_eq!(value("agentrt_runs{phase=\"WaitingForApproval\"}"), 1.0);
-    assert_eq!(value("agentrt_approvals_pending"), 1.0);
+    assert_eq!(value(&pending), 1.0);
     // Writes, leases, reconciles.
     assert!(value("agentrt_status_writes_total{outcome=\"ok\"}") >= 6.0);
     assert!(value("agentrt_status_writes_total{outcome=\"conflict\"}") >= 0.0);

@@ -239,7 +239,11 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
                 .collect();
             match encoded(&approvals, output)? {
                 Some(text) => emit(&text)?,
-                None => emit(&render::approvals_table(&approvals, every_namespace))?,
+                None => emit(&render::approvals_table(
+                    &approvals,
+                    every_namespace,
+                    jiff::Timestamp::now(),
+                ))?,
             }
         }
         OperatorCommand::Show {

@@ -87,9 +87,30 @@ pub fn runs_table(runs: &[AgentRun], with_namespace: bool) -> String {
     table(&header, rows)
 }
 
-/// `NAME RUN STEP KIND TOOL PHASE HASH`.
-pub fn approvals_table(approvals: &[Approval], with_namespace: bool) -> String {
-    let mut header = vec!["NAME", "RUN", "STEP", "KIND", "TOOL", "PHASE", "HASH"];
+/// A duration as kubectl prints an age: `45s`, `5m30s`, `42m`, `3h25m`, `30h`, `4d`.
+pub fn human_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..120 => format!("{s}s"),
+        120..600 => format!("{}m{}s", s / 60, s % 60),
+        600..10_800 => format!("{}m", s / 60),
+        10_800..28_800 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        28_800..172_800 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// `NAME RUN STEP KIND TOOL PHASE HASH AGE EXPIRES`: AGE since `metadata.creationTimestamp`,
+/// EXPIRES the time left before `status.expiresAt` of a Pending Approval (`expired` once past;
+/// `-` for a decided one or one without expiry), both at `now`.
+pub fn approvals_table(
+    approvals: &[Approval],
+    with_namespace: bool,
+    now: jiff::Timestamp,
+) -> String {
+    let mut header = vec![
+        "NAME", "RUN", "STEP", "KIND", "TOOL", "PHASE", "HASH", "AGE", "EXPIRES",
+    ];
     if with_namespace {
         header.insert(0, "NAMESPACE");
     }
@@ -115,6 +136,13 @@ pub fn approvals_table(approvals: &[Approval], with_namespace: bool) -> String {
                     .chars()
                     .take(12)
                     .collect::<String>()),
+                or_dash(
+                    a.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| human_duration(now.duration_since(t.0).as_secs())),
+                ),
+                expires_in(a, now),
             ];
             if with_namespace {
                 row.insert(0, esc(a.metadata.namespace.as_deref().unwrap_or("")));
@@ -123,6 +151,24 @@ pub fn approvals_table(approvals: &[Approval], with_namespace: bool) -> String {
         })
         .collect();
     table(&header, rows)
+}
+
+/// The EXPIRES cell of [`approvals_table`].
+fn expires_in(approval: &Approval, now: jiff::Timestamp) -> String {
+    let Some(status) = approval.status.as_ref() else {
+        return "-".to_string();
+    };
+    match (status.phase, &status.expires_at) {
+        (crate::api::ApprovalPhase::Pending, Some(at)) => {
+            let left = at.0.duration_since(now).as_secs();
+            if left <= 0 {
+                "expired".to_string()
+            } else {
+                human_duration(left)
+            }
+        }
+        _ => "-".to_string(),
+    }
 }
 
 /// A run: its state, its steps, and its events timeline.
@@ -435,6 +481,10 @@ pub fn decision_line(approval: &Approval, verdict: Verdict, result: Option<&Valu
         esc(&approval.spec.hash),
     )
 }
+
+#[cfg(test)]
+#[path = "render/approvals_tests.rs"]
+mod approvals_tests;
 
 #[cfg(test)]
 mod tests {

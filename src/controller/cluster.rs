@@ -255,18 +255,19 @@ pub trait ClusterApi: Send + Sync + 'static {
     /// applies only to the run as read ([`ApiError::Conflict`] when it changed since); the spec
     /// is neither read nor sent.
     async fn patch_run_status(&self, run: &HeldRun, status: &Value) -> Result<(), ApiError>;
-    /// Create an Approval (whole object); [`ApiError::Conflict`] when it exists.
-    async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError>;
+    /// Create an Approval (whole object) and return it as stored (its `uid` and
+    /// `creationTimestamp`); [`ApiError::Conflict`] when it exists.
+    async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<Value, ApiError>;
     /// Write an Approval's status: a merge patch of the status subresource carrying
     /// `metadata.resourceVersion`, so it applies only to the Approval as read
-    /// ([`ApiError::Conflict`] when it changed since).
+    /// ([`ApiError::Conflict`] when it changed since). Returns the Approval as written.
     async fn patch_approval_status(
         &self,
         namespace: &str,
         name: &str,
         status: &Value,
         resource_version: &str,
-    ) -> Result<(), ApiError>;
+    ) -> Result<Value, ApiError>;
     /// Create an AgentRunSegment (whole object; docs/design.md section 4a);
     /// [`ApiError::Conflict`] when one of that name exists.
     async fn create_segment(&self, namespace: &str, segment: &Value) -> Result<(), ApiError>;

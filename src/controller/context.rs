@@ -52,6 +52,9 @@ pub struct Settings {
     /// has no nodes, so that a `job` tool's call fails at once saying so (docs/design.md
     /// section 6, "Job tools").
     pub runs_pods: bool,
+    /// Where the Approval writes this replica wins are notified (`--notify-webhook`;
+    /// [`super::notify`]); none in [`Settings::new`].
+    pub notifier: super::notify::Notifier,
 }
 
 impl Settings {
@@ -68,6 +71,7 @@ impl Settings {
             budgets: Budgets::default(),
             admin_policies: super::admin_policy::AdminPolicyView::none(),
             runs_pods: true,
+            notifier: super::notify::Notifier::none(),
         }
     }
 }

@@ -181,7 +181,7 @@ impl ClusterApi for FakeApi {
         Ok(run.landed(&text, status)?)
     }
 
-    async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {
+    async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<Value, ApiError> {
         let mut state = self.state.lock().unwrap();
         let key = (
             namespace.to_string(),
@@ -196,8 +196,8 @@ impl ClusterApi for FakeApi {
         state.version += 1;
         let mut approval = approval.clone();
         approval["metadata"]["resourceVersion"] = Value::String(state.version.to_string());
-        state.approvals.insert(key, approval);
-        Ok(())
+        state.approvals.insert(key, approval.clone());
+        Ok(approval)
     }
 
     async fn create_segment(&self, namespace: &str, segment: &Value) -> Result<(), ApiError> {
@@ -254,7 +254,7 @@ impl ClusterApi for FakeApi {
         name: &str,
         status: &Value,
         resource_version: &str,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Value, ApiError> {
         let mut state = self.state.lock().unwrap();
         let Some(object) = state
             .approvals
@@ -276,8 +276,9 @@ impl ClusterApi for FakeApi {
             .get_mut(&(namespace.to_string(), name.to_string()))
         {
             object["metadata"]["resourceVersion"] = Value::String(version);
+            return Ok(object.clone());
         }
-        Ok(())
+        Ok(Value::Null)
     }
 
     async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ApiError> {

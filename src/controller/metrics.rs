@@ -9,7 +9,8 @@
 //! - what the controller itself saw: status-write outcomes (conflicts among them), tool call
 //!   durations, lease renewals that failed, reconcile durations, failed reconciles by kind
 //!   (`agentrt_reconcile_errors_total`, see `failures.rs`), leases won and lost;
-//! - at scrape time, the runs the watches hold: runs by phase, approvals pending. Every replica
+//! - at scrape time, what the watches hold: runs by phase, Approvals pending by kind and
+//!   namespace (`metrics/approvals`, with the time to a decision and notifications). Every replica
 //!   watches every run, so these gauges are the same on each (aggregate them with `max`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +27,7 @@ use serde_json::Value;
 
 use super::watched::WatchedRun;
 
+pub mod approvals;
 mod health;
 
 /// What `agentrt_watch_lag_seconds` is read from at a scrape (seconds).
@@ -167,8 +169,9 @@ pub struct Metrics {
     pub runs_finished: Family<FinishedLabel, Counter>,
     /// Runs by phase (the watched runs, at scrape time).
     pub runs: Family<PhaseLabel, Gauge>,
-    /// Approvals waiting for a person (runs in `WaitingForApproval`, at scrape time).
-    pub approvals_pending: Gauge,
+    /// The Approvals' metrics: pending by kind and namespace, the time to a decision, the
+    /// notifications (issue 39).
+    pub approvals: approvals::ApprovalMetrics,
     /// Model tokens charged, by direction, from the record.
     pub model_tokens: Family<TokenLabel, Counter>,
     /// Estimated model cost charged, in micros, from the record.
@@ -236,7 +239,7 @@ impl Default for Metrics {
             steps: Family::default(),
             runs_finished: Family::default(),
             runs: Family::default(),
-            approvals_pending: Gauge::default(),
+            approvals: approvals::ApprovalMetrics::default(),
             model_tokens: Family::default(),
             model_cost_micros: Counter::default(),
             model_calls: Counter::default(),
@@ -346,11 +349,7 @@ impl Default for Metrics {
             "Watched runs by phase (the same on every replica)",
             m.runs.clone(),
         );
-        registry.register(
-            "approvals_pending",
-            "Approvals waiting for a person: watched runs in WaitingForApproval",
-            m.approvals_pending.clone(),
-        );
+        m.approvals.register(&mut registry);
         registry.register(
             "model_tokens",
             "Model tokens charged to runs by this replica, by direction",
@@ -603,8 +602,6 @@ impl Metrics {
                 *counts.entry(phase.to_string()).or_default() += 1;
             }
         }
-        self.approvals_pending
-            .set(counts.get("WaitingForApproval").copied().unwrap_or(0));
         for (phase, count) in counts {
             self.runs.get_or_create(&PhaseLabel { phase }).set(count);
         }
@@ -654,6 +651,7 @@ impl Metrics {
     /// The metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         self.refresh_phases();
+        self.approvals.refresh();
         if let Some(source) = self
             .watch_lag_source
             .lock()

@@ -29,6 +29,8 @@
 //!    - `metrics`: `/metrics`, `/healthz`, `/readyz`; `metrics/health`: each watch's health.
 //!    - `relist`: how a watch recovers (relist after any error, its own bounded backoff).
 //!    - `projection`: Kubernetes Events derived from each write, rate-limited and folded.
+//!    - `notify`: the Approval notifications (webhook queues, retries); `notify/message`:
+//!      their Slack and CloudEvents bodies.
 //!    - `admin_policy`: the admin policies by reflector, handed to the engine with each call;
 //!      fail closed while unreadable.
 //!    - `admission`: the validating webhook for AgentRuns; `admission/access`: a
@@ -67,6 +69,7 @@ pub mod identity;
 pub mod lag;
 pub mod lease;
 pub mod metrics;
+pub mod notify;
 pub mod pacing;
 pub mod projection;
 pub mod reconcile;
@@ -185,6 +188,9 @@ pub struct ControllerOptions {
     /// `--seal-bytes` (docs/design.md section 4a).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub keep_steps: u32,
+    /// Notifications about Approvals (`--notify-*`; docs/design.md section 7).
+    #[command(flatten)]
+    pub notify: notify::NotifyArgs,
     /// Test only, compiled with the `fault-injection` feature: shift this replica's wall clock
     /// by this many milliseconds (negative: behind), so the clock-skew scenarios can skew one
     /// replica. The monotonic clock, which decides every lease expiry, is not shifted.
@@ -250,6 +256,7 @@ impl Default for ControllerOptions {
             seal_steps: 64,
             seal_bytes: 128 * 1024,
             keep_steps: 8,
+            notify: notify::NotifyArgs::default(),
             #[cfg(feature = "fault-injection")]
             clock_offset_ms: 0,
         }
@@ -384,6 +391,25 @@ pub async fn run_with_engine(
         tracing::info!(addr = %bound, path = admission::PATH, "serving the admission webhook");
     }
     let (kicks_tx, mut kicks_rx) = tokio::sync::mpsc::unbounded_channel::<RunKey>();
+    let events = EventSink::start(
+        client.clone(),
+        holder.as_str().to_string(),
+        projection::EventRate {
+            per_second: options.event_qps,
+            burst: options.event_burst,
+            batch: Duration::from_secs(options.event_batch_seconds),
+        },
+        metrics.status_write_median.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    let notifier = notify::Notifier::start(
+        &options.notify,
+        crate::tools::http::client()?,
+        metrics.clone(),
+        events.clone(),
+        shutdown.clone(),
+    );
     let ctx = Arc::new(Context::new(ContextParts {
         api: Arc::new(cluster::KubeApi::new(client.clone())),
         settings: Settings {
@@ -399,20 +425,10 @@ pub async fn run_with_engine(
             },
             admin_policies,
             runs_pods: !options.no_pods,
+            notifier,
             ..Settings::new(holder.clone())
         },
-        events: EventSink::start(
-            client.clone(),
-            holder.as_str().to_string(),
-            projection::EventRate {
-                per_second: options.event_qps,
-                burst: options.event_burst,
-                batch: Duration::from_secs(options.event_batch_seconds),
-            },
-            metrics.status_write_median.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-        ),
+        events,
         metrics: metrics.clone(),
         http: crate::tools::http::client()?,
         shutdown: shutdown.clone(),

@@ -1072,7 +1072,7 @@ async fn an_approval_status_that_meets_a_concurrent_decision_is_written_on_a_fre
     }
     let ctx = context(api.clone(), "a", 500);
     let cancelled = json!({"phase": "Cancelled", "reason": "run cancelled"});
-    ctx.write_approval_status("ns", "r-0-1", &cancelled, Some(read_rv), &hash)
+    ctx.write_approval_status("ns", "r-0-1", &cancelled, Some(read_rv), None, &hash)
         .await;
     let stored = api
         .get_approval("ns", "r-0-1")
@@ -1092,9 +1092,9 @@ async fn an_approval_status_that_meets_a_concurrent_decision_is_written_on_a_fre
         .as_str()
         .unwrap()
         .to_string();
-    ctx.write_approval_status("ns", "r-0-1", &executed, Some(rv), &hash)
+    ctx.write_approval_status("ns", "r-0-1", &executed, Some(rv), None, &hash)
         .await;
-    ctx.write_approval_status("ns", "r-0-1", &cancelled, Some("1".into()), &hash)
+    ctx.write_approval_status("ns", "r-0-1", &cancelled, Some("1".into()), None, &hash)
         .await;
     let stored = api
         .get_approval("ns", "r-0-1")

@@ -131,15 +131,22 @@ pub async fn controller(
     });
     // An Approval wakes the run that owns it (what `Controller::owns` does, here with the
     // recovering watch); one that does not decode is set aside and wakes nothing (issue 34).
-    let approval_stream = recovering(ctx.metrics.watch("approvals", scope_name), move || {
+    // Kept in a store for `agentrt_approvals_pending{kind,namespace}` (only names, kind, phase).
+    let approval_writer = reflector::store::Writer::<WatchedApproval>::new(());
+    let approval_store = approval_writer.as_reader();
+    ctx.metrics
+        .approvals
+        .pending_from(Box::new(move || pending_approvals(&approval_store)));
+    let approval_watch = recovering(ctx.metrics.watch("approvals", scope_name), move || {
         watcher(approvals.clone(), watcher::Config::default())
-    })
-    .touched_objects()
-    .try_filter({
-        let ctx = ctx.clone();
-        let set_aside = Arc::new(SetAside::default());
-        move |approval| std::future::ready(set_aside.serves(&ctx, approval))
     });
+    let approval_stream = reflector::reflector(approval_writer, approval_watch)
+        .touched_objects()
+        .try_filter({
+            let ctx = ctx.clone();
+            let set_aside = Arc::new(SetAside::default());
+            move |approval| std::future::ready(set_aside.serves(&ctx, approval))
+        });
     let kicks = tokio_stream::wrappers::UnboundedReceiverStream::new(kicks)
         .map(move |key: RunKey| ObjectRef::new(&key.name).within(&key.namespace));
     let kicks = futures::stream::select(kicks, resync_sweep(reader.clone(), RESYNC, RESYNC_TICK));
@@ -299,6 +306,18 @@ pub(super) fn wakes(before: Option<&WatchedRun>, run: &WatchedRun) -> bool {
 
 #[cfg(test)]
 mod intake_tests;
+
+/// The pending Approvals `store` holds, by (kind, namespace).
+fn pending_approvals(store: &reflector::Store<WatchedApproval>) -> Vec<((String, String), i64)> {
+    let mut counts = std::collections::BTreeMap::<(String, String), i64>::new();
+    for approval in store.state() {
+        if let Some(kind) = &approval.pending_kind {
+            let namespace = approval.metadata.namespace.clone().unwrap_or_default();
+            *counts.entry((kind.to_string(), namespace)).or_default() += 1;
+        }
+    }
+    counts.into_iter().collect()
+}
 
 #[cfg(test)]
 mod tests {

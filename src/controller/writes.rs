@@ -2,6 +2,9 @@
 //! alike (docs/design.md section 7): reading a run with its Approvals live, the run's status
 //! written by compare-and-set on the resourceVersion last read (a 409 is never retried blind;
 //! the caller reads again and decides again), Approval creation and Approval status writes.
+//! The create that landed, and each status write that won its compare-and-set and changed the
+//! phase, is the single writer of that transition: it alone queues its notification and times a
+//! decision (`controller::notify`, `metrics/approvals`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +14,8 @@ use serde_json::Value;
 use super::cluster::{same_json, ApiError, RunError, RunKey, RunState, StoredRun, Written};
 use super::context::Context;
 use super::fault;
+use super::notify::NoticeKind;
+use crate::api::ApprovalPhase;
 use crate::engine::ApprovalWrite;
 
 /// Up to this many Approvals named by a record are read one by one; more, by label.
@@ -175,7 +180,11 @@ impl Context {
     /// Approval is never adopted).
     pub async fn create_approval(&self, key: &RunKey, approval: &Value) {
         match self.api.create_approval(&key.namespace, approval).await {
-            Ok(()) => {}
+            // This replica's create landed: it alone notifies the creation.
+            Ok(created) => self
+                .settings
+                .notifier
+                .approval_written(NoticeKind::Created, &created),
             Err(ApiError::Conflict(_)) => self.executors.kick(key),
             Err(err) => {
                 // The record names it; the next reconcile finds it missing and creates it.
@@ -199,14 +208,17 @@ impl Context {
         name: &str,
         status: &Value,
         resource_version: Option<String>,
+        read_phase: Option<ApprovalPhase>,
         hash: &str,
     ) {
         let mut resource_version = resource_version;
+        let mut from = read_phase;
         for _ in 0..APPROVAL_STATUS_TRIES {
             let rv = match resource_version.take() {
                 Some(rv) => rv,
                 None => match self.api.get_approval(namespace, name).await {
                     Ok(Some(current)) => {
+                        from = Some(phase_of(current.object.pointer("/status/phase")));
                         match crate::engine::status_write_version(&current.object, status, hash) {
                             Some(rv) => rv,
                             None => {
@@ -228,7 +240,12 @@ impl Context {
                 .patch_approval_status(namespace, name, status, &rv)
                 .await
             {
-                Ok(()) => return,
+                Ok(written) => {
+                    if let Some(from) = from {
+                        self.approval_status_landed(from, &written);
+                    }
+                    return;
+                }
                 Err(ApiError::Conflict(_)) => {
                     tracing::debug!(approval = %name, "the Approval changed since it was read; reading it again");
                 }
@@ -250,13 +267,58 @@ impl Context {
                 name,
                 status,
                 resource_version,
+                read_phase,
                 hash,
             } => {
-                self.write_approval_status(&key.namespace, &name, &status, resource_version, &hash)
-                    .await;
+                self.write_approval_status(
+                    &key.namespace,
+                    &name,
+                    &status,
+                    resource_version,
+                    read_phase,
+                    &hash,
+                )
+                .await;
             }
         }
     }
+
+    /// An Approval status write that won its compare-and-set from phase `from` (this replica
+    /// is the only writer of this change): the time to a decision when it ended `Pending`, and
+    /// the notification of the change (issue 39).
+    fn approval_status_landed(&self, from: ApprovalPhase, written: &Value) {
+        let to = phase_of(written.pointer("/status/phase"));
+        if from == ApprovalPhase::Pending && to != ApprovalPhase::Pending {
+            let at = |p: &str| {
+                written
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            };
+            let decided =
+                at("/status/decidedAt").unwrap_or_else(|| self.settings.clock.now().to_string());
+            if let Some(seconds) = at("/metadata/creationTimestamp")
+                .and_then(|created| super::notify::seconds_between(&created, &decided))
+            {
+                let outcome = serde_json::to_value(to)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_lowercase))
+                    .unwrap_or_default();
+                let kind = at("/spec/kind").unwrap_or_default();
+                self.metrics.approvals.decided(&kind, &outcome, seconds);
+            }
+        }
+        if let Some(kind) = super::notify::transition(from, to) {
+            self.settings.notifier.approval_written(kind, written);
+        }
+    }
+}
+
+/// An Approval's `status.phase` as stored (absent or unknown: `Pending`).
+fn phase_of(phase: Option<&Value>) -> ApprovalPhase {
+    phase
+        .and_then(|p| serde_json::from_value::<ApprovalPhase>(p.clone()).ok())
+        .unwrap_or_default()
 }
 
 /// How often an Approval's status write is tried when the Approval keeps changing under it.

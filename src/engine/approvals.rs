@@ -309,9 +309,9 @@ pub(crate) fn write_status(txn: &mut Txn, name: &str, status: ApprovalStatus) {
         // Another run's object (or another request's) is never written to (issue 16).
         return;
     }
-    let (resource_version, allowed) = match stored_phase(txn, name) {
-        Some((phase, rv)) => (rv, phase.may_become(status.phase)),
-        None => (None, true),
+    let (resource_version, allowed, read_phase) = match stored_phase(txn, name) {
+        Some((phase, rv)) => (rv, phase.may_become(status.phase), Some(phase)),
+        None => (None, true, None),
     };
     let hash = txn
         .status
@@ -327,6 +327,7 @@ pub(crate) fn write_status(txn: &mut Txn, name: &str, status: ApprovalStatus) {
             name: name.to_string(),
             status: to_value(&status),
             resource_version,
+            read_phase,
             hash,
         });
     }

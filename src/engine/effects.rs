@@ -159,6 +159,10 @@ pub enum ApprovalWrite {
         status: Value,
         /// `metadata.resourceVersion` of the Approval as read, when it was read.
         resource_version: Option<String>,
+        /// `status.phase` of the Approval as read, when it was read: with `resource_version`,
+        /// the phase this write moves from, so the controller can tell a transition (a
+        /// notification, the decision time) from a write that fills in a field.
+        read_phase: Option<crate::api::ApprovalPhase>,
         /// The `spec.hash` the record holds for it: an object found under this name with
         /// another hash (another run's, issue 16) is never written.
         hash: String,

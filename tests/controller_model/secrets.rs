@@ -1,6 +1,8 @@
 //! The API key of the `openai` agent (docs/design.md section 6): read from its Secret, sent only
 //! as `Authorization: Bearer`, and never in the status, the events, the controller's log or an
-//! error, as text or as base64.
+//! error, as text or as base64. The same for an Approval notification webhook's URL (docs/design.md
+//! section 7, "Notifications"): its attempts fail (nothing listens) and are retried, logged at
+//! trace and said by a Warning Event, and its secret token is in none of them.
 
 use super::*;
 
@@ -16,11 +18,33 @@ async fn the_api_key_never_appears_in_status_events_logs_or_errors() {
     ])
     .await;
     let refuses = ModelServer::start(vec![Reply::echoing_authorization(401)]).await;
-    let controller = ControllerProcess::spawn(
-        cluster.kubeconfig(),
-        &ns,
-        ControllerSpec::named("c").log("trace"),
-    );
+    // The webhook's URL, as the chart mounts its Secret's key; nothing listens there.
+    let url_file = cluster.dir().join("webhook-url");
+    std::fs::write(
+        &url_file,
+        format!(
+            "http://127.0.0.1:{}/services/{WEBHOOK_TOKEN}",
+            support::free_port()
+        ),
+    )
+    .expect("url file");
+    let mut spec = ControllerSpec::named("c").log("trace");
+    spec.extra.extend([
+        "--notify-webhook".to_string(),
+        format!("name=ops,format=slack,url-file={}", url_file.display()),
+        "--notify-retry-ms".to_string(),
+        "50".to_string(),
+        "--notify-attempts".to_string(),
+        "3".to_string(),
+    ]);
+    let controller = ControllerProcess::spawn(cluster.kubeconfig(), &ns, spec);
+    let asks = cluster
+        .run_awaiting_approval(
+            &fixture("needs-approval", &tools.base(), "asks"),
+            "asks",
+            "policy",
+        )
+        .await;
     start_run(&cluster, &tools, "echoed", &echoes.base_url(), |_| {}).await;
     start_run(&cluster, &tools, "refused", &refuses.base_url(), |_| {}).await;
     // A key is never sent over plain http to a host that is not a loopback address.
@@ -52,6 +76,23 @@ async fn the_api_key_never_appears_in_status_events_logs_or_errors() {
         "not_sent"
     );
 
+    // The notification was tried, retried and given up, said on the Approval.
+    let failed = cluster
+        .wait_warning_event(
+            &support::runs::name_of(&asks),
+            "NotificationFailed",
+            Duration::from_secs(30),
+            || controller.log(),
+        )
+        .await;
+    assert!(
+        failed
+            .message
+            .as_deref()
+            .is_some_and(|n| n.contains("webhook ops")),
+        "{failed:?}"
+    );
+
     // The key did go where it belongs.
     assert_eq!(
         echoes.received()[0].authorization.as_deref(),
@@ -73,7 +114,11 @@ async fn the_api_key_never_appears_in_status_events_logs_or_errors() {
             cluster.kubectl_ok(&["describe", "agentruns"]),
         ),
     ];
-    for name in ["echoed", "refused", "not-loopback"] {
+    places.push((
+        "the Approvals",
+        cluster.kubectl_ok(&["get", "approvals", "-o", "json"]),
+    ));
+    for name in ["echoed", "refused", "not-loopback", "asks"] {
         let status = cluster.run_status(name).await;
         places.push(("a status", status.to_string()));
     }
@@ -88,8 +133,15 @@ async fn the_api_key_never_appears_in_status_events_logs_or_errors() {
             "part of the key is in {place}"
         );
         assert!(!text.contains(&encoded), "the key (base64) is in {place}");
+        assert!(
+            !text.contains(WEBHOOK_TOKEN),
+            "the webhook URL's token is in {place}"
+        );
     }
 }
+
+/// The secret part of the notification webhook's URL (as in a Slack incoming-webhook URL).
+const WEBHOOK_TOKEN: &str = "T0000/B0000/webhook-token-never-shown";
 
 /// Standard base64 of `text` (what a Secret's `data` holds).
 fn base64_of(text: &str) -> String {

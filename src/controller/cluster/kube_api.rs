@@ -187,11 +187,12 @@ impl ClusterApi for KubeApi {
         Ok(())
     }
 
-    async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<(), ApiError> {
-        self.approval_api(namespace)
+    async fn create_approval(&self, namespace: &str, approval: &Value) -> Result<Value, ApiError> {
+        let created = self
+            .approval_api(namespace)
             .create(&write_params(), &from_value(approval.clone())?)
             .await?;
-        Ok(())
+        Ok(to_value(&created)?)
     }
 
     async fn patch_approval_status(
@@ -200,8 +201,9 @@ impl ClusterApi for KubeApi {
         name: &str,
         status: &Value,
         resource_version: &str,
-    ) -> Result<(), ApiError> {
-        self.approval_api(namespace)
+    ) -> Result<Value, ApiError> {
+        let written = self
+            .approval_api(namespace)
             .patch_status(
                 name,
                 &patch_params(),
@@ -211,7 +213,7 @@ impl ClusterApi for KubeApi {
                 })),
             )
             .await?;
-        Ok(())
+        Ok(to_value(&written)?)
     }
 
     async fn create_segment(&self, namespace: &str, segment: &Value) -> Result<(), ApiError> {

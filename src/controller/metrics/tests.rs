@@ -60,7 +60,7 @@ async fn metrics_and_health_are_served() {
         "agentrt_status_writes_total{outcome=\"conflict\"} 0",
         "agentrt_tool_call_duration_seconds_count{tool=\"lookup\"} 1",
         "agentrt_runs{phase=\"Running\"} 0",
-        "agentrt_approvals_pending 0",
+        "agentrt_notification_delivery_seconds_count 0",
         "agentrt_takeovers_total 0",
         "agentrt_lease_renew_failures_total 0",
         "agentrt_reconcile_duration_seconds_count 0",
@@ -109,4 +109,33 @@ fn a_write_is_counted_by_what_it_added_to_the_record() {
     ] {
         assert!(text.contains(series), "{series} missing:\n{text}");
     }
+}
+
+#[test]
+fn approvals_pending_are_counted_by_kind_and_namespace_and_decisions_timed() {
+    let metrics = Metrics::default();
+    let pending = std::sync::Arc::new(std::sync::Mutex::new(vec![
+        (("policy".to_string(), "a".to_string()), 2),
+        (("interrupted_side_effect".to_string(), "b".to_string()), 1),
+    ]));
+    let source = pending.clone();
+    metrics
+        .approvals
+        .pending_from(Box::new(move || source.lock().unwrap().clone()));
+    metrics.approvals.decided("policy", "approved", 42.0);
+    let text = metrics.encode();
+    for series in [
+        "agentrt_approvals_pending{kind=\"policy\",namespace=\"a\"} 2",
+        "agentrt_approvals_pending{kind=\"interrupted_side_effect\",namespace=\"b\"} 1",
+        "agentrt_approval_decision_seconds_count{kind=\"policy\",outcome=\"approved\"} 1",
+        "agentrt_approval_decision_seconds_sum{kind=\"policy\",outcome=\"approved\"} 42.0",
+    ] {
+        assert!(text.contains(series), "{series} missing:\n{text}");
+    }
+    pending.lock().unwrap().remove(0);
+    let text = metrics.encode();
+    assert!(
+        !text.contains("namespace=\"a\"} "),
+        "a label with none pending is still shown:\n{text}"
+    );
 }

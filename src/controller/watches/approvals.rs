@@ -34,6 +34,10 @@ pub struct WatchedApproval {
     /// Why the object does not decode (bounded, never its text); `None` for a good one.
     #[serde(skip)]
     pub undecodable: Option<Arc<str>>,
+    /// `spec.kind`, and whether `status.phase` is `Pending` (or not yet written): what
+    /// `agentrt_approvals_pending{kind,namespace}` counts.
+    #[serde(skip)]
+    pub pending_kind: Option<Arc<str>>,
 }
 
 /// The metadata fields kept ([`WatchedApproval::metadata`]).
@@ -113,22 +117,36 @@ impl WatchedApproval {
             Ok(metadata) => (metadata, None),
             Err(err) => (ObjectMeta::default(), Some(cause("metadata", &err))),
         };
+        let mut kind = None;
         if undecodable.is_none() {
             undecodable = match spec {
                 None => Some(Arc::from("spec: missing")),
-                Some(raw) => serde_json::from_str::<ApprovalSpec>(raw.get())
-                    .err()
-                    .map(|err| cause("spec", &err)),
+                Some(raw) => match serde_json::from_str::<ApprovalSpec>(raw.get()) {
+                    Ok(spec) => {
+                        kind = Some(spec.kind);
+                        None
+                    }
+                    Err(err) => Some(cause("spec", &err)),
+                },
             };
         }
+        let mut pending = true;
         if let (None, Some(raw)) = (&undecodable, status) {
-            undecodable = serde_json::from_str::<Option<ApprovalStatus>>(raw.get())
-                .err()
-                .map(|err| cause("status", &err));
+            match serde_json::from_str::<Option<ApprovalStatus>>(raw.get()) {
+                Ok(status) => {
+                    pending = status.is_none_or(|s| s.phase == crate::api::ApprovalPhase::Pending)
+                }
+                Err(err) => undecodable = Some(cause("status", &err)),
+            }
         }
+        let pending_kind = match (&undecodable, pending) {
+            (None, true) => kind.map(Arc::from),
+            _ => None,
+        };
         WatchedApproval {
             metadata,
             undecodable,
+            pending_kind,
         }
     }
 

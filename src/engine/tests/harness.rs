@@ -100,6 +100,7 @@ fn approval_effect(write: ApprovalWrite) -> Effect {
             status,
             resource_version,
             hash,
+            ..
         } => Effect::WriteApprovalStatus {
             name,
             status,
