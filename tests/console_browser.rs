@@ -241,3 +241,129 @@ async fn a_user_who_may_not_patch_approvals_sees_the_api_servers_refusal() {
         "nothing was decided"
     );
 }
+
+/// With the chart's admission policies and four eyes on (real kube-apiserver), the run's
+/// creator cannot approve its Approval in the console (the API server's refusal is shown) and
+/// another approver can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_four_eyes_the_runs_creator_is_refused_in_the_console_and_another_approves() {
+    let cluster = agentrt_cluster().await;
+    if cluster.is_embedded() {
+        eprintln!(
+            "skipped: the embedded API server has no admission policies or RBAC; this runs on the \
+             real kube-apiserver (scripts/test)"
+        );
+        return;
+    }
+    let ns = cluster.namespace().to_string();
+    let release = support::chart::release();
+    let sets = vec![
+        format!("watchNamespaces={{{ns}}}"),
+        "userRoles.create=false".to_string(),
+        "admissionPolicies.enabled=true".to_string(),
+        "admissionPolicies.fourEyes=true".to_string(),
+    ];
+    let objects = support::chart::render(
+        &release,
+        &ns,
+        &sets,
+        &[
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+            "--show-only",
+            "templates/admission.yaml",
+        ],
+    );
+    cluster.apply(&objects);
+    let _installed = support::chart::Installed {
+        cluster: &cluster,
+        yaml: objects,
+    };
+    let users =
+        std::fs::read_to_string(support::fixtures::path("rbac/users.yaml")).expect("fixture");
+    cluster.apply(&users);
+    // Whoever decides reads the run too (the console checks it still awaits the Approval).
+    cluster.kubectl_ok(&[
+        "create",
+        "role",
+        "run-reader",
+        "--verb=get,list,watch",
+        "--resource=agentruns.agentrt.dev,agentrunsegments.agentrt.dev",
+    ]);
+    cluster.kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "run-readers",
+        "--role=run-reader",
+        &format!("--serviceaccount={ns}:alice"),
+        &format!("--serviceaccount={ns}:bob"),
+    ]);
+    let alice = support::chart::service_account_kubeconfig(&cluster, "alice");
+    let bob = support::chart::service_account_kubeconfig(&cluster, "bob");
+    let tools = ToolServer::start().await;
+    let run = RunFixture::at("rbac/four-eyes-run.yaml")
+        .set("TOOLS", tools.base())
+        .set("CREATOR", format!("system:serviceaccount:{ns}:alice"))
+        .yaml();
+    let created = std::process::Command::new("kubectl")
+        .args([
+            "--kubeconfig",
+            &alice.display().to_string(),
+            "-n",
+            &ns,
+            "create",
+            "-f",
+            "-",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(run.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("kubectl runs");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let controller_kubeconfig = support::chart::service_account_kubeconfig(&cluster, &release);
+    let _controller = ControllerProcess::spawn(
+        &controller_kubeconfig,
+        &ns,
+        ControllerSpec::named("four-eyes"),
+    );
+    let approval = cluster
+        .wait_approval("refund", "policy", Duration::from_secs(60))
+        .await;
+    let name = name_of(&approval);
+
+    let browser = Browser::start().await;
+    let as_alice = ConsoleProcess::start_as(&cluster, &alice);
+    browser.goto(&as_alice.url).await;
+    browser.goto(&approval_page(&as_alice, &ns, &name)).await;
+    browser.click("[data-approval] [data-action=approve]").await;
+    let outcome = browser.text("[data-outcome=refused]").await;
+    assert!(outcome.contains("four eyes"), "{outcome}");
+    drop(as_alice);
+
+    let as_bob = ConsoleProcess::start_as(&cluster, &bob);
+    browser.goto(&as_bob.url).await;
+    browser.goto(&approval_page(&as_bob, &ns, &name)).await;
+    browser.click("[data-approval] [data-action=approve]").await;
+    let outcome = browser.text("[data-outcome=decided]").await;
+    assert!(outcome.contains("approved"), "{outcome}");
+    cluster
+        .wait_phase("refund", "Completed", Duration::from_secs(60))
+        .await;
+    assert_eq!(tools.calls().len(), 1, "the refund ran once");
+}

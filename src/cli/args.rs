@@ -16,6 +16,37 @@ pub struct Target {
     /// Namespace (default: the context's namespace, else `default`).
     #[arg(short = 'n', long, global = true)]
     pub namespace: Option<String>,
+    /// Act as this user (impersonation, as `kubectl --as`; your own user needs `impersonate`
+    /// on it). What you decide is then recorded and checked as that user's.
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Act as a member of this group as well (repeatable, as `kubectl --as-group`; needs
+    /// `--as`).
+    #[arg(
+        long = "as-group",
+        global = true,
+        value_name = "GROUP",
+        requires = "as_user"
+    )]
+    pub as_group: Vec<String>,
+}
+
+/// Which pending Approvals of the namespace `approve` and `reject` decide when no name is
+/// given (docs/design.md section 2, "Approval"): those matching every filter given.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Select {
+    /// A label selector, as kubectl's (`agentrt.dev/run=refund-1042`, `team=pay`).
+    #[arg(short = 'l', long = "selector", conflicts_with = "name")]
+    pub selector: Option<String>,
+    /// The Approvals of this run.
+    #[arg(long, conflicts_with = "name")]
+    pub run: Option<String>,
+    /// Every pending Approval of the namespace (with `--kind`, of that kind).
+    #[arg(long, conflicts_with = "name")]
+    pub all_pending: bool,
+    /// Only Approvals of this kind (`interrupted_side_effect`, a policy's kind, ...).
+    #[arg(long, conflicts_with = "name")]
+    pub kind: Option<String>,
 }
 
 /// Output format of list and show commands.
@@ -92,13 +123,17 @@ pub enum OperatorCommand {
         target: Target,
     },
     /// Approve an Approval: print it, confirm, and patch the hash printed. An `input_required`
-    /// Approval (an MCP task asking for input) needs `--answer`.
+    /// Approval (an MCP task asking for input) needs `--answer`. Without a name, approves every
+    /// pending Approval that `-l`, `--run`, `--kind` or `--all-pending` select, after one
+    /// confirmation listing them.
     Approve {
         /// The Approval's name, or `namespace/name`.
-        #[arg(value_parser = object_ref)]
-        name: ObjectRef,
+        #[arg(value_parser = object_ref, required_unless_present_any = ["selector", "run", "all_pending"])]
+        name: Option<ObjectRef>,
         #[command(flatten)]
         target: Target,
+        #[command(flatten)]
+        select: Select,
         /// Decide without asking (for scripts; you still get the printout).
         #[arg(short = 'y', long)]
         yes: bool,
@@ -112,12 +147,16 @@ pub enum OperatorCommand {
         answer: Option<serde_json::Value>,
     },
     /// Reject an Approval: print it, confirm, and patch the hash printed. The run is cancelled.
+    /// Without a name, rejects every pending Approval that `-l`, `--run`, `--kind` or
+    /// `--all-pending` select, after one confirmation listing them.
     Reject {
         /// The Approval's name, or `namespace/name`.
-        #[arg(value_parser = object_ref)]
-        name: ObjectRef,
+        #[arg(value_parser = object_ref, required_unless_present_any = ["selector", "run", "all_pending"])]
+        name: Option<ObjectRef>,
         #[command(flatten)]
         target: Target,
+        #[command(flatten)]
+        select: Select,
         /// Decide without asking.
         #[arg(short = 'y', long)]
         yes: bool,

@@ -163,6 +163,154 @@ pub(super) async fn decide(
     Ok(())
 }
 
+/// `approve`/`reject` without a name (docs/design.md section 2, "Approval"): every pending
+/// Approval of the namespace that `select` matches, listed once (name, kind, run and step,
+/// tool, short hash, or why it is skipped: it can no longer grant, or an `input_required` one
+/// has no matching `--answer`), one confirmation (or `--yes`), then each decided with the hash
+/// and resourceVersion listed, exactly as `approve NAME` would. Errs when nothing matches, or
+/// when the API server refused any (each refusal printed).
+pub(super) async fn decide_many(
+    target: &Target,
+    select: &super::args::Select,
+    verdict: Verdict,
+    yes: bool,
+    note: Option<String>,
+    given: Option<Given>,
+) -> anyhow::Result<()> {
+    let session = super::connect(target).await?;
+    let ns = session.namespace.clone();
+    let mut labels: Vec<String> = select.selector.iter().cloned().collect();
+    if let Some(run) = &select.run {
+        labels.push(format!("agentrt.dev/run={run}"));
+    }
+    let mut params = kube::api::ListParams::default();
+    if !labels.is_empty() {
+        params = params.labels(&labels.join(","));
+    }
+    let listed = Api::<Approval>::namespaced(session.client.clone(), &ns)
+        .list(&params)
+        .await
+        .with_context(|| format!("cannot list the Approvals of namespace {ns}"))?;
+    let mut chosen: Vec<Approval> = listed
+        .items
+        .into_iter()
+        .filter(is_pending)
+        .filter(|a| select.kind.as_ref().is_none_or(|k| &a.spec.kind == k))
+        .collect();
+    chosen.sort_by(|a, b| {
+        a.metadata
+            .creation_timestamp
+            .cmp(&b.metadata.creation_timestamp)
+    });
+    if chosen.is_empty() {
+        bail!("no pending Approval in namespace {ns} matches; nothing was decided");
+    }
+    let answer = match &given {
+        Some(Given::Answer(answer)) => Some(answer),
+        _ => None,
+    };
+    let mut decidable = Vec::new();
+    let mut stdout = std::io::stdout();
+    writeln!(
+        stdout,
+        "Pending Approvals in {} that match:",
+        escape::escape_bounded(&ns, 253)
+    )?;
+    for approval in chosen {
+        let name = approval.metadata.name.clone().unwrap_or_default();
+        let mut skip = refusal(&session, &approval).await?;
+        if skip.is_none() && verdict == Verdict::Approved {
+            skip = answer_refused(&approval, answer);
+        }
+        let line = format!(
+            "  {} {} run {} step {} tool {} hash {}",
+            escape::escape_bounded(&name, 253),
+            escape::escape_bounded(&approval.spec.kind, 64),
+            escape::escape_bounded(&approval.spec.run_name, 253),
+            approval.spec.step_index,
+            escape::escape_bounded(&approval.spec.request.tool.name, 128),
+            crate::engine::short_hash(&approval.spec.hash),
+        );
+        match skip {
+            Some(why) => writeln!(
+                stdout,
+                "{line}
+    skipped: it {why}"
+            )?,
+            None => {
+                writeln!(stdout, "{line}")?;
+                decidable.push(approval);
+            }
+        }
+    }
+    if decidable.is_empty() {
+        bail!("none of the matching Approvals can be decided now; nothing was decided");
+    }
+    if !yes {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            bail!("not deciding: standard input is not a terminal; pass --yes to decide without a prompt");
+        }
+        write!(
+            stdout,
+            "Type yes to {} these {}: ",
+            verb(verdict),
+            decidable.len()
+        )?;
+        stdout.flush()?;
+        let mut typed = String::new();
+        stdin.lock().read_line(&mut typed)?;
+        if typed.trim() != "yes" {
+            bail!("not decided: you typed {:?}, not yes", typed.trim());
+        }
+    }
+    let mut refused = 0;
+    for approval in &decidable {
+        let name = approval.metadata.name.clone().unwrap_or_default();
+        let shown = Shown {
+            name: name.clone(),
+            hash: approval.spec.hash.clone(),
+            resource_version: approval.metadata.resource_version.clone(),
+        };
+        let wrote = write_decision(
+            &session.client,
+            &ns,
+            &shown,
+            verdict,
+            note.clone(),
+            given.clone(),
+        )
+        .await;
+        match wrote {
+            Ok(()) => emit(&format!(
+                "approval {ns}/{name} {}
+",
+                past(verdict)
+            ))?,
+            Err(err) => {
+                refused += 1;
+                let hint = if err.changed {
+                    " (did it change since it was listed?)"
+                } else {
+                    ""
+                };
+                emit(&format!(
+                    "approval {ns}/{name} refused{hint}: {}
+",
+                    err.message
+                ))?;
+            }
+        }
+    }
+    if refused > 0 {
+        bail!(
+            "the API server refused {refused} of {} decisions",
+            decidable.len()
+        );
+    }
+    Ok(())
+}
+
 /// What a person was shown of an Approval and decides on: its name, the `spec.hash` shown and
 /// the `metadata.resourceVersion` read (`None`: no precondition).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -112,6 +112,14 @@ async fn connect(target: &Target) -> anyhow::Result<Session> {
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
+    let mut config = config;
+    if let Some(user) = &target.as_user {
+        // Impersonation, as kubectl's --as and --as-group.
+        config.auth_info.impersonate = Some(user.clone());
+        if !target.as_group.is_empty() {
+            config.auth_info.impersonate_groups = Some(target.as_group.clone());
+        }
+    }
     let client = Client::try_from(config)?;
     Ok(Session { client, namespace })
 }
@@ -301,21 +309,32 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
         OperatorCommand::Approve {
             name,
             target,
+            select,
             yes,
             note,
             answer,
         } => {
             let given = answer.map(decide::Given::Answer);
-            decide(&target, &name, Verdict::Approved, yes, note, given).await?;
+            match name {
+                Some(name) => decide(&target, &name, Verdict::Approved, yes, note, given).await?,
+                None => {
+                    decide::decide_many(&target, &select, Verdict::Approved, yes, note, given)
+                        .await?
+                }
+            }
         }
         OperatorCommand::Reject {
             name,
             target,
+            select,
             yes,
             note,
-        } => {
-            decide(&target, &name, Verdict::Rejected, yes, note, None).await?;
-        }
+        } => match name {
+            Some(name) => decide(&target, &name, Verdict::Rejected, yes, note, None).await?,
+            None => {
+                decide::decide_many(&target, &select, Verdict::Rejected, yes, note, None).await?
+            }
+        },
         OperatorCommand::Settle {
             name,
             target,

@@ -244,6 +244,7 @@ pub fn run_details(run: &AgentRun) -> String {
             .unwrap_or(0)
     };
     let (w_index, w_status, w_decision) = (width(|r| &r.0), width(|r| &r.1), width(|r| &r.2));
+    let events = &status.events;
     for ((index, status, decision, observation), step) in rows.iter().zip(&status.steps) {
         let _ = writeln!(
             out,
@@ -258,10 +259,56 @@ pub fn run_details(run: &AgentRun) -> String {
                 decided_by(policy)
             );
         }
+        if step.attempts > 1 {
+            let _ = writeln!(
+                out,
+                "  {:w_index$} attempts: {} (re-run with the first attempt's idempotency key)",
+                "", step.attempts
+            );
+        }
+        for approval in &step.approvals {
+            let _ = writeln!(
+                out,
+                "  {:w_index$} approval {} ({}): {}",
+                "",
+                esc(&approval.name),
+                esc(&approval.kind),
+                approval_outcome(approval, events)
+            );
+        }
     }
     let _ = writeln!(out, "Events:");
     out.push_str(&events_timeline(&status.events));
     out
+}
+
+/// How a step's approval ended, as `show run` says it: `Approved by alice@example.com
+/// (executed)`, `Rejected by bob: "too much"`, or `pending` (docs/design.md section 2,
+/// "Approval"); who decided comes from the record's `approval.decided` event.
+fn approval_outcome(approval: &crate::api::StepApproval, events: &[RunEvent]) -> String {
+    let Some(verdict) = &approval.verdict else {
+        return "pending".to_string();
+    };
+    let decided = events.iter().rev().find(|e| {
+        e.type_ == crate::api::EventType::ApprovalDecided
+            && e.data
+                .as_ref()
+                .and_then(|d| d.get("approval"))
+                .and_then(|a| a.as_str())
+                == Some(approval.name.as_str())
+    });
+    let data = decided.and_then(|e| e.data.as_ref());
+    let approver = data
+        .and_then(|d| d.get("approver"))
+        .and_then(|a| a.as_str())
+        .map_or("(unknown: sealed or not recorded)".to_string(), esc);
+    let note = data
+        .and_then(|d| d.get("note"))
+        .and_then(|n| n.as_str())
+        .map(|n| format!(": {:?}", short(n, 120)))
+        .unwrap_or_default();
+    let executed = if approval.executed { " (executed)" } else { "" };
+    format!("{} by {approver}{note}{executed}", wire(verdict))
 }
 
 /// Which policy decided a step (docs/design.md section 6, admin policies): `AgentPolicy
