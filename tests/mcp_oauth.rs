@@ -23,17 +23,16 @@ fn run(server: &PyServer, name: &str) -> String {
         .yaml()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_token_is_got_with_the_client_credentials_cached_renewed_after_a_401_and_never_shown() {
-    let server = PyServer::start_oauth("agentrt-runs", CLIENT_SECRET, 3600);
-    let cluster = agentrt_cluster().await;
+/// Secret `mcp-oauth` of the test's namespace with client id `agentrt-runs` and `secret`,
+/// usable by its runs.
+fn client_secret(cluster: &support::cluster::TestCluster, secret: &str) {
     cluster.kubectl_ok(&[
         "create",
         "secret",
         "generic",
         "mcp-oauth",
         "--from-literal=client_id=agentrt-runs",
-        &format!("--from-literal=client_secret={CLIENT_SECRET}"),
+        &format!("--from-literal=client_secret={secret}"),
     ]);
     cluster.kubectl_ok(&[
         "label",
@@ -41,6 +40,13 @@ async fn a_token_is_got_with_the_client_credentials_cached_renewed_after_a_401_a
         "mcp-oauth",
         "agentrt.dev/usable-by-runs=true",
     ]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_is_got_with_the_client_credentials_cached_renewed_after_a_401_and_never_shown() {
+    let server = PyServer::start_oauth("agentrt-runs", CLIENT_SECRET, 3600);
+    let cluster = agentrt_cluster().await;
+    client_secret(&cluster, CLIENT_SECRET);
     let controller = ControllerProcess::spawn(
         cluster.kubeconfig(),
         cluster.namespace(),
@@ -121,20 +127,7 @@ async fn a_token_is_got_with_the_client_credentials_cached_renewed_after_a_401_a
 async fn wrong_client_credentials_fail_the_run_naming_the_token_endpoint_not_the_secret() {
     let server = PyServer::start_oauth("agentrt-runs", CLIENT_SECRET, 3600);
     let cluster = agentrt_cluster().await;
-    cluster.kubectl_ok(&[
-        "create",
-        "secret",
-        "generic",
-        "mcp-oauth",
-        "--from-literal=client_id=agentrt-runs",
-        "--from-literal=client_secret=not-the-secret-9d1e",
-    ]);
-    cluster.kubectl_ok(&[
-        "label",
-        "secret",
-        "mcp-oauth",
-        "agentrt.dev/usable-by-runs=true",
-    ]);
+    client_secret(&cluster, "not-the-secret-9d1e");
     let _controller = start_controller(&cluster, "oauth-bad");
     cluster.create_run(&run(&server, "refused")).await;
     let status = cluster.wait_phase("refused", "Failed", WAIT).await;

@@ -18,7 +18,7 @@
 use serde_json::json;
 
 use super::loop_::{check_call, drive, Flow};
-use super::record::{previous_status, Txn};
+use super::record::Txn;
 use super::{job_name, EngineError, ExternalCall, JobStage, ToolCall, JOB_GONE};
 use crate::api::{EventType, StepIndex, StepStatus, TerminalReason};
 
@@ -36,17 +36,6 @@ fn recorded(txn: &Txn, step: StepIndex, attempt: i64) -> bool {
             && e.step == Some(step)
             && e.data.as_ref().and_then(|d| d.get("attempt")) == Some(&json!(attempt))
     })
-}
-
-/// Whether step `index`'s last interruption was its Job found gone (then someone is asked).
-fn interrupted_as_gone(txn: &Txn, step: StepIndex) -> bool {
-    txn.status
-        .events
-        .iter()
-        .rev()
-        .find(|e| e.type_ == EventType::StepInterrupted && e.step == Some(step))
-        .and_then(|e| e.data.as_ref()?.get("detail")?.as_str().map(str::to_string))
-        .is_some_and(|detail| detail.starts_with(JOB_GONE))
 }
 
 /// The name of the Job of step `index`'s last attempt, when it ran a `job` tool.
@@ -78,18 +67,7 @@ fn read_job(txn: &Txn, index: usize, attempt: i64, recorded: bool) -> Option<Too
 /// `executing` under the same attempt, the executor reading its Job. `None` for any other step,
 /// or when its Job was already found gone (someone is asked).
 pub(crate) fn resume(txn: &mut Txn, index: usize) -> Option<Flow> {
-    let step = &txn.status.steps[index];
-    if step.status != StepStatus::Interrupted
-        || previous_status(step) != Some(StepStatus::Executing)
-        || step.attempts < 1
-    {
-        return None;
-    }
-    let step_index = txn.index_at(index);
-    let attempt = step.attempts;
-    if interrupted_as_gone(txn, step_index) {
-        return None;
-    }
+    let (step_index, attempt) = super::takeover::interrupted_attempt(txn, index, JOB_GONE)?;
     let call = read_job(txn, index, attempt, recorded(txn, step_index, attempt))?;
     if txn.caller.draining {
         // The next holder reads the Job; this one is shutting down.

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 use super::approvals::{self, write_status, Origin, Requirement};
 use super::loop_::{check_call, drive, Flow};
-use super::record::{previous_status, Txn};
+use super::record::Txn;
 use super::validate::ToolSchema;
 use super::{EngineError, ExternalCall, McpTask, TaskInput, TaskReply, ToolCall, TASK_LOST};
 use crate::api::{
@@ -65,17 +65,6 @@ fn recorded(txn: &Txn, step: StepIndex, attempt: i64) -> Option<McpTask> {
     })
 }
 
-/// Whether step `index`'s last interruption was its task found lost (then someone is asked).
-fn interrupted_as_lost(txn: &Txn, step: StepIndex) -> bool {
-    txn.status
-        .events
-        .iter()
-        .rev()
-        .find(|e| e.type_ == EventType::StepInterrupted && e.step == Some(step))
-        .and_then(|e| e.data.as_ref()?.get("detail")?.as_str().map(str::to_string))
-        .is_some_and(|detail| detail.starts_with(TASK_LOST))
-}
-
 /// The call that follows `task` for step `index`'s attempt `attempt`, when the step's decision
 /// names an `mcp` tool and still checks.
 fn follow(txn: &Txn, index: usize, attempt: i64, task: McpTask) -> Option<ToolCall> {
@@ -107,18 +96,7 @@ pub(crate) fn last_task(txn: &Txn, index: usize) -> Option<McpTask> {
 /// `executing` under the same attempt, the executor following the task. `None` for any other
 /// step, or when the task was already found lost (someone is asked).
 pub(crate) fn resume(txn: &mut Txn, index: usize) -> Option<Flow> {
-    let step = &txn.status.steps[index];
-    if step.status != StepStatus::Interrupted
-        || previous_status(step) != Some(StepStatus::Executing)
-        || step.attempts < 1
-    {
-        return None;
-    }
-    let step_index = txn.index_at(index);
-    let attempt = step.attempts;
-    if interrupted_as_lost(txn, step_index) {
-        return None;
-    }
+    let (step_index, attempt) = super::takeover::interrupted_attempt(txn, index, TASK_LOST)?;
     let task = recorded(txn, step_index, attempt)?;
     let task_id = task.id.clone();
     let call = follow(txn, index, attempt, task)?;

@@ -106,6 +106,33 @@ pub(crate) fn first_attempt(txn: &Txn, index: usize) -> Option<FirstAttempt> {
     })
 }
 
+/// Step `index`'s index and attempt when it was interrupted while executing (a call the tool
+/// itself may settle: a Job, an MCP task), unless its last interruption's detail starts with
+/// `given_up` (the tool's own word already failed: someone is asked).
+pub(crate) fn interrupted_attempt(
+    txn: &Txn,
+    index: usize,
+    given_up: &str,
+) -> Option<(crate::api::StepIndex, i64)> {
+    let step = &txn.status.steps[index];
+    if step.status != StepStatus::Interrupted
+        || previous_status(step) != Some(StepStatus::Executing)
+        || step.attempts < 1
+    {
+        return None;
+    }
+    let step_index = txn.index_at(index);
+    let failed = txn
+        .status
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.type_ == EventType::StepInterrupted && e.step == Some(step_index))
+        .and_then(|e| e.data.as_ref()?.get("detail")?.as_str())
+        .is_some_and(|detail| detail.starts_with(given_up));
+    (!failed).then_some((step_index, step.attempts))
+}
+
 /// The idempotency key every attempt of step `index` sends (docs/design.md section 6).
 pub(crate) fn idempotency_key(txn: &Txn, index: usize) -> String {
     format!("{}/{}", txn.run.uid, txn.index_at(index))

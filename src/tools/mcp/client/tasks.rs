@@ -189,7 +189,11 @@ impl McpClient {
     /// lost with it; no new session is opened), `Rpc` when it does not know the task,
     /// `NoAnswer`/`NotSent` when it could not be asked (asking again is safe).
     pub async fn get_task(&mut self, id: &str) -> Result<Task, McpError> {
-        let method = "tasks/get";
+        self.task_request("tasks/get", id).await
+    }
+
+    /// `method` (`tasks/get` or `tasks/cancel`) of task `id`, its answer read as a task.
+    async fn task_request(&mut self, method: &str, id: &str) -> Result<Task, McpError> {
         let timeout = self.handshake_timeout;
         let response = match self
             .exchange(method, json!({"taskId": id}), &[], timeout)
@@ -229,19 +233,7 @@ impl McpClient {
     /// # Errors
     /// [`McpError`] as for [`McpClient::get_task`].
     pub async fn cancel_task(&mut self, id: &str) -> Result<Task, McpError> {
-        let method = "tasks/cancel";
-        let timeout = self.handshake_timeout;
-        let response = match self
-            .exchange(method, json!({"taskId": id}), &[], timeout)
-            .await
-        {
-            Ok((response, _, _)) => response,
-            Err(failure) => return Err(self.error(method, failure)),
-        };
-        let result = self.result_of(method, response)?;
-        task_of(&result)
-            .or_else(|| result.get("task").and_then(task_of))
-            .ok_or_else(|| self.invalid(method, "the result is not a task (taskId, status)"))
+        self.task_request("tasks/cancel", id).await
     }
 }
 
