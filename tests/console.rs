@@ -81,11 +81,12 @@ async fn the_console_refuses_requests_without_its_token_or_csrf() {
     }
     let (cookie, csrf) = session(&console).await;
     let decide = format!("{origin}/decide");
+    let ns = cluster.namespace().to_string();
     let form = |csrf: &str| {
         vec![
             ("csrf".to_string(), csrf.to_string()),
-            ("act".to_string(), "approve:ns/none".to_string()),
-            ("hash:ns/none".to_string(), "sha256:00".to_string()),
+            ("act".to_string(), format!("approve:{ns}/none")),
+            (format!("hash:{ns}/none"), "sha256:00".to_string()),
         ]
     };
     // A POST without the CSRF token, or with another, is refused before anything is read.
@@ -132,6 +133,38 @@ async fn the_console_refuses_requests_without_its_token_or_csrf() {
     let html = answer.text().await.unwrap();
     assert!(html.contains("data-outcome=\"refused\""), "{html}");
     assert!(html.contains("not found"), "{html}");
+    // Started with -n, the console decides nothing of another namespace, and shows none.
+    let outside = vec![
+        ("csrf".to_string(), csrf.clone()),
+        (
+            "act".to_string(),
+            "reject:elsewhere/an-approval".to_string(),
+        ),
+        (
+            "hash:elsewhere/an-approval".to_string(),
+            "sha256:00".to_string(),
+        ),
+    ];
+    let answer = http()
+        .post(&decide)
+        .header(header::COOKIE, &cookie)
+        .header(header::ORIGIN, &origin)
+        .form(&outside)
+        .send()
+        .await
+        .expect("POST");
+    let html = answer.text().await.unwrap();
+    assert!(html.contains("outside it"), "{html}");
+    let answer = http()
+        .get(format!("{origin}/approvals/elsewhere/an-approval"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+    // No page may be framed by another (clickjacking), or cached.
+    assert_eq!(answer.headers()["x-frame-options"], "DENY");
+    assert_eq!(answer.headers()["cache-control"], "no-store");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

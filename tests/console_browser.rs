@@ -162,6 +162,8 @@ async fn an_interrupted_side_effect_page_says_the_outcome_is_unknown() {
     browser.goto(&format!("{}/", console.origin())).await;
     browser.find("tr.current").await;
     browser.press("a").await;
+    // A keystroke asks first (the inbox does not show the args).
+    browser.accept_alert().await;
     let outcome = browser.text("[data-outcome=refused]").await;
     assert!(outcome.contains("can no longer grant"), "{outcome}");
     assert!(outcome.contains("refund-1042-1-1"), "{outcome}");
@@ -172,6 +174,7 @@ async fn an_interrupted_side_effect_page_says_the_outcome_is_unknown() {
     for key in ["x", "j", "x", "r"] {
         browser.press(key).await;
     }
+    browser.accept_alert().await;
     let outcomes = browser.text("#outcomes").await;
     for name in ["refund-1042-1-1", "refund-1042-1-2"] {
         assert!(outcomes.contains(name), "{outcomes}");

@@ -39,7 +39,7 @@ pub struct Select {
     #[arg(short = 'l', long = "selector", conflicts_with = "name")]
     pub selector: Option<String>,
     /// The Approvals of this run.
-    #[arg(long, conflicts_with = "name")]
+    #[arg(long, conflicts_with = "name", value_parser = object_name)]
     pub run: Option<String>,
     /// Every pending Approval of the namespace (with `--kind`, of that kind).
     #[arg(long, conflicts_with = "name")]
@@ -143,7 +143,7 @@ pub enum OperatorCommand {
         /// For an `input_required` Approval only (and required there): the answer to the MCP
         /// server's question, a JSON object matching the Approval's
         /// `presentation.requestedSchema`, e.g. `--answer '{"interpretation": "snake"}'`.
-        #[arg(long, value_parser = decision_result)]
+        #[arg(long, value_parser = decision_answer)]
         answer: Option<serde_json::Value>,
     },
     /// Reject an Approval: print it, confirm, and patch the hash printed. The run is cancelled.
@@ -264,6 +264,21 @@ fn decision_result(text: &str) -> Result<serde_json::Value, String> {
         return Err(
             "--result must be a JSON object (spec.decision.result is one): wrap another value, \
              e.g. '{\"value\": ...}'"
+                .to_string(),
+        );
+    }
+    Ok(value)
+}
+
+/// `--answer`: a JSON object (`spec.decision.answer` is one; the schema it must match is the
+/// Approval's, checked once it is read).
+fn decision_answer(text: &str) -> Result<serde_json::Value, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("--answer must be a JSON object: {e}"))?;
+    if !value.is_object() {
+        return Err(
+            "--answer must be a JSON object (spec.decision.answer is one), matching the \
+             Approval's requestedSchema, e.g. '{\"interpretation\": \"snake\"}'"
                 .to_string(),
         );
     }

@@ -124,7 +124,28 @@ fn router(console: Arc<Console>) -> axum::Router {
             console.clone(),
             guard::check,
         ))
+        .layer(axum::middleware::map_response(hardened))
         .with_state(console)
+}
+
+/// Every answer refuses to be framed by another page (clickjacking: any page on loopback is
+/// the same site, so the cookie alone would not stop it), is never cached (it carries CSRF
+/// tokens and args) and is taken as the type it says.
+async fn hardened(mut response: axum::response::Response) -> axum::response::Response {
+    let headers = response.headers_mut();
+    let set = [
+        ("x-frame-options", "DENY"),
+        ("content-security-policy", "frame-ancestors 'none'"),
+        ("x-content-type-options", "nosniff"),
+        ("cache-control", "no-store"),
+    ];
+    for (name, value) in set {
+        headers.insert(
+            axum::http::HeaderName::from_static(name),
+            axum::http::HeaderValue::from_static(value),
+        );
+    }
+    response
 }
 
 #[cfg(test)]

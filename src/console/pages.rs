@@ -112,6 +112,9 @@ pub(super) async fn approval(
     Extension(session): Extension<Session>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
+    if let Some(refused) = out_of_scope(&console, &namespace) {
+        return refused;
+    }
     let api: Api<Approval> = Api::namespaced(console.client.clone(), &namespace);
     let approval = match api.get(&name).await {
         Ok(a) => a,
@@ -255,6 +258,23 @@ pub(super) async fn decide(
     page(&console, "decided.html", status, context! { outcomes })
 }
 
+/// `-n`'s scope holds for every page and decision, not only for the inbox: an Approval of
+/// another namespace is refused (403) naming the scope.
+fn out_of_scope(console: &Console, namespace: &str) -> Option<Response> {
+    let scope = console.scope.as_deref()?;
+    (scope != namespace).then(|| {
+        (
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: this console was started with -n {}; {} is outside it\n",
+                escape_bounded(scope, 253),
+                escape_bounded(namespace, 253)
+            ),
+        )
+            .into_response()
+    })
+}
+
 /// One decision: refused before any patch when the Approval, read live, can no longer grant
 /// (the CLI's words) or an `input_required` Approval's answer is missing or does not match its
 /// schema, else the CLI's patch with what was shown; the API server's refusal in words.
@@ -266,6 +286,13 @@ async fn decide_one(
     note: Option<String>,
     answer: Option<serde_json::Value>,
 ) -> Result<(), String> {
+    if let Some(scope) = console.scope.as_deref().filter(|s| *s != namespace) {
+        return Err(format!(
+            "not decided: this console was started with -n {}; {} is outside it",
+            escape_bounded(scope, 253),
+            escape_bounded(namespace, 253)
+        ));
+    }
     let api: Api<Approval> = Api::namespaced(console.client.clone(), namespace);
     let live = api
         .get(&shown.name)

@@ -62,6 +62,24 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             None => return error(&ApiError::Unauthorized),
         }
     }
+    // It has no authorization, so it cannot act as another user: a request asking to
+    // (`kubectl --as`, `agentrt --as`) is refused rather than done as the admin it always is.
+    if parts
+        .headers
+        .keys()
+        .any(|name| name.as_str().starts_with("impersonate-"))
+    {
+        return error(&ApiError::Forbidden {
+            gr: super::status::GroupResource {
+                group: String::new(),
+                resource: "users".to_string(),
+            },
+            name: String::new(),
+            message: "agentrt dev has no authorization and cannot impersonate (--as, \
+                      --as-group); run against a real cluster to act as another user"
+                .to_string(),
+        });
+    }
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(_) => {

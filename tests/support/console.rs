@@ -167,8 +167,10 @@ impl Browser {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // A confirm dialog stays open until the test accepts it ([`Browser::accept_alert`]).
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
+            "unhandledPromptBehavior": "ignore",
             "goog:chromeOptions": {
                 "binary": "/usr/bin/chromium",
                 "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
@@ -280,6 +282,22 @@ impl Browser {
         ]}]});
         self.call(reqwest::Method::POST, "/actions", Some(actions))
             .await;
+    }
+
+    /// Accepts the page's `confirm` dialog (WebDriver's user prompt), waiting up to 10 s for it
+    /// to open; panics when none does.
+    pub async fn accept_alert(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = self
+                .call(reqwest::Method::POST, "/alert/accept", Some(json!({})))
+                .await;
+            if answer.get("error").is_none() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no dialog opened: {answer}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The page's HTML.

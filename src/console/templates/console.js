@@ -18,7 +18,15 @@
     var button = selected.length > 0
       ? form.querySelector("[data-action=" + action + "-selected]")
       : row && row.querySelector("[data-action=" + action + "]");
-    if (button) { button.click(); }
+    if (!button) { return; }
+    // A keystroke never decides unseen: the inbox shows no args, so the person confirms what
+    // is decided (or opens a row with Enter to read its request first).
+    var keys = selected.length > 0
+      ? Array.prototype.map.call(selected, function (b) { return b.value; })
+      : [row.getAttribute("data-approval")];
+    var verb = action === "approve" ? "Approve" : "Reject";
+    if (!window.confirm(verb + " " + keys.length + " request(s) whose args this list does not show?\n" + keys.join("\n") + "\n(Enter on a row opens its request.)")) { return; }
+    button.click();
   }
   document.addEventListener("keydown", function (e) {
     var t = e.target.tagName;

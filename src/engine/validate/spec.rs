@@ -509,11 +509,17 @@ fn oauth(out: &mut Problems, field: &str, headers: &[HttpHeader], oauth: Option<
     {
         out.add(
             format!("{field}.headers[{j}].name"),
-            "Authorization is sent by oauth (the access token it gets); remove this header or              oauth",
+            "Authorization is sent by oauth (the access token it gets); remove this header or \
+             oauth",
         );
     }
     for (k, scope) in oauth.scopes.iter().enumerate() {
-        if scope.is_empty() || scope.contains(char::is_whitespace) {
+        if scope.is_empty() {
+            out.add(
+                format!("{field}.oauth.scopes[{k}]"),
+                "is empty; remove it or name a scope",
+            );
+        } else if scope.contains(char::is_whitespace) {
             out.add(
                 format!("{field}.oauth.scopes[{k}]"),
                 format!("{scope:?} is not one scope; write each scope as its own item"),

@@ -460,3 +460,28 @@ fn problem_at(problems: &[Problem], field: &str) -> String {
         .map(|p| p.message.clone())
         .unwrap_or_else(|| panic!("no problem at {field}: {problems:?}"))
 }
+
+#[test]
+fn oauth_beside_an_authorization_header_or_with_bad_scopes_is_a_problem_naming_the_field() {
+    let mut s = good();
+    s.tools[0].http = None;
+    s.tools[0].input_schema = serde_json::Value::Null;
+    s.tools[0].mcp = Some(Box::new(
+        serde_json::from_value(json!({"url": "http://127.0.0.1:1/mcp",
+            "headers": [{"name": "authorization", "value": "Bearer x"}],
+            "oauth": {"clientSecretRef": {"name": "client"}, "scopes": ["tools", "", "read write"]}}))
+        .expect("mcp"),
+    ));
+    let problems = spec(&s);
+    let at = |field: &str| problem_at(&problems, field);
+    let header = at("spec.tools[0].mcp.headers[0].name");
+    assert!(
+        header.contains("Authorization is sent by oauth") && !header.contains("  "),
+        "{header}"
+    );
+    assert!(at("spec.tools[0].mcp.oauth.scopes[1]").contains("is empty"));
+    assert!(at("spec.tools[0].mcp.oauth.scopes[2]").contains("not one scope"));
+    assert!(problems
+        .iter()
+        .all(|p| p.field != "spec.tools[0].mcp.oauth.scopes[0]"));
+}
