@@ -37,11 +37,13 @@ pub enum Given {
 /// (docs/design.md section 6, "MCP tasks"). Shared by the CLI and the console.
 pub fn answer_refused(approval: &Approval, answer: Option<&serde_json::Value>) -> Option<String> {
     let wanted = approval.spec.kind == crate::api::INPUT_REQUIRED;
-    let schema = approval
+    let presentation = approval
         .spec
         .presentation
-        .as_ref()
-        .and_then(|p| p.get("requestedSchema"))
+        .clone()
+        .unwrap_or(serde_json::Value::Null);
+    let schema = presentation
+        .get("requestedSchema")
         .cloned()
         .unwrap_or(serde_json::json!({}));
     match (wanted, answer) {
@@ -56,10 +58,7 @@ pub fn answer_refused(approval: &Approval, answer: Option<&serde_json::Value>) -
             escape::escape_bounded(&schema.to_string(), 1024)
         )),
         (true, Some(answer)) => {
-            let checked =
-                crate::engine::validate::ToolSchema::compile_at("requestedSchema", &schema)
-                    .map_err(|e| vec![e])
-                    .and_then(|compiled| compiled.check(answer));
+            let checked = crate::engine::check_answer(&presentation, answer);
             checked.err().map(|violations| {
                 format!(
                     "asks for an answer matching its requestedSchema, and --answer does not: {}",

@@ -17,7 +17,7 @@
 
 use serde_json::json;
 
-use super::loop_::{check_call, drive, Flow};
+use super::loop_::{check_call, drive, executing_attempt, Flow};
 use super::record::Txn;
 use super::{job_name, EngineError, ExternalCall, JobStage, ToolCall, JOB_GONE};
 use crate::api::{EventType, StepIndex, StepStatus, TerminalReason};
@@ -110,14 +110,7 @@ pub(crate) fn created(
     name: String,
     job: Result<String, String>,
 ) -> Result<(), EngineError> {
-    let pending = txn
-        .last_position()
-        .filter(|i| txn.index_at(*i) == step)
-        .filter(|i| {
-            let s = &txn.status.steps[*i];
-            s.status == StepStatus::Executing && s.attempts == attempt
-        });
-    let Some(index) = pending else {
+    let Some(index) = executing_attempt(txn, step, attempt) else {
         // Applied already, or a stale attempt: go on from the record.
         drive(txn);
         return Ok(());

@@ -25,7 +25,7 @@
 use serde_json::{json, Value};
 
 use super::approvals::{self, write_status, Origin, Requirement};
-use super::loop_::{check_call, drive, Flow};
+use super::loop_::{check_call, drive, executing_attempt, Flow};
 use super::record::Txn;
 use super::validate::ToolSchema;
 use super::{EngineError, ExternalCall, McpTask, TaskInput, TaskReply, ToolCall, TASK_LOST};
@@ -145,14 +145,7 @@ pub(crate) fn created(
     attempt: i64,
     task: McpTask,
 ) -> Result<(), EngineError> {
-    let pending = txn
-        .last_position()
-        .filter(|i| txn.index_at(*i) == step)
-        .filter(|i| {
-            let s = &txn.status.steps[*i];
-            s.status == StepStatus::Executing && s.attempts == attempt
-        });
-    let Some(index) = pending else {
+    let Some(index) = executing_attempt(txn, step, attempt) else {
         // Applied already, or a stale attempt: go on from the record.
         drive(txn);
         return Ok(());
@@ -181,17 +174,6 @@ pub(crate) fn created_late(txn: &mut Txn, step: StepIndex, attempt: i64, task: M
         }
         None => false,
     }
-}
-
-/// The step `index` when it is the last one, `executing` under `attempt` (the step an input of
-/// the executor is about).
-fn executing_attempt(txn: &Txn, step: StepIndex, attempt: i64) -> Option<usize> {
-    txn.last_position()
-        .filter(|i| txn.index_at(*i) == step)
-        .filter(|i| {
-            let s = &txn.status.steps[*i];
-            s.status == StepStatus::Executing && s.attempts == attempt
-        })
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.
@@ -245,18 +227,28 @@ pub(crate) fn input_required(txn: &mut Txn, step: StepIndex, attempt: i64, input
     approvals::pause(txn, index, tool, args, requirement);
 }
 
-/// The reply an approved `input_required` Approval sends: `accept` with the answer when it
-/// matches the requested schema, else `decline`; and the violations that made it a decline.
-fn reply_of(presentation: &Value, answer: Option<&Value>) -> (Value, Vec<String>) {
+/// Whether `answer` matches the `requestedSchema` of an `input_required` Approval's
+/// `presentation` (docs/design.md section 6, "MCP tasks"); the one rule the engine, the CLI
+/// and the console apply.
+///
+/// # Errors
+/// The violations (or why the schema does not compile), as `path: message` sentences.
+pub fn check_answer(presentation: &Value, answer: &Value) -> Result<(), Vec<String>> {
     let schema = presentation
         .get("requestedSchema")
         .cloned()
         .unwrap_or(json!({}));
+    ToolSchema::compile_at("requestedSchema", &schema)
+        .map_err(|e| vec![e])
+        .and_then(|compiled| compiled.check(answer))
+}
+
+/// The reply an approved `input_required` Approval sends: `accept` with the answer when it
+/// matches the requested schema, else `decline`; and the violations that made it a decline.
+fn reply_of(presentation: &Value, answer: Option<&Value>) -> (Value, Vec<String>) {
     let checked = match answer {
         None => Err(vec!["no answer was given".to_string()]),
-        Some(answer) => ToolSchema::compile_at("requestedSchema", &schema)
-            .map_err(|e| vec![e])
-            .and_then(|compiled| compiled.check(answer)),
+        Some(answer) => check_answer(presentation, answer),
     };
     match (checked, answer) {
         (Ok(()), Some(answer)) => (json!({"action": "accept", "content": answer}), vec![]),
@@ -312,14 +304,7 @@ pub(crate) fn answer(
             "violations": violations,
         }),
     );
-    if let Some(spent) = txn
-        .step_mut(index)
-        .approvals
-        .iter_mut()
-        .find(|a| a.name == latest.name)
-    {
-        spent.executed = true;
-    }
+    super::grants::spend(txn, index, &latest.name);
     txn.step_mut(index).status = StepStatus::Executing;
     let mut status = status;
     status.phase = ApprovalPhase::Executed;

@@ -101,6 +101,19 @@ pub(crate) fn resume(
     Ok(tool)
 }
 
+/// Marks step `index`'s approval `name` spent (`executed`) in the record, so it never acts
+/// twice.
+pub(crate) fn spend(txn: &mut Txn, index: usize, name: &str) {
+    if let Some(spent) = txn
+        .step_mut(index)
+        .approvals
+        .iter_mut()
+        .find(|a| a.name == name)
+    {
+        spent.executed = true;
+    }
+}
+
 /// Executes the latest approval's grant (docs/behaviours.md 21-22, 26, 35), holding the lease.
 pub(crate) fn execute_grant(
     txn: &mut Txn,
@@ -164,14 +177,7 @@ pub(crate) fn settle(
         "verdict": decision.verdict,
         "approver": decision.approver,
     });
-    if let Some(spent) = txn
-        .step_mut(index)
-        .approvals
-        .iter_mut()
-        .find(|a| a.name == latest.name)
-    {
-        spent.executed = true;
-    }
+    spend(txn, index, &latest.name);
     let spec_tool = txn.run.spec.tools[tool].clone();
     let flow = match (decision.verdict, &decision.result) {
         (Verdict::TookEffect, Some(result)) => {

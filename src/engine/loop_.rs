@@ -89,6 +89,18 @@ pub(crate) fn start_step(txn: &mut Txn) -> Flow {
     decide(txn)
 }
 
+/// The position of step `step` when it is the last one and `executing` under `attempt`: the
+/// step an executor's input about that attempt applies to (`None`: applied already, or a stale
+/// attempt).
+pub(crate) fn executing_attempt(txn: &Txn, step: StepIndex, attempt: i64) -> Option<usize> {
+    txn.last_position()
+        .filter(|i| txn.index_at(*i) == step)
+        .filter(|i| {
+            let s = &txn.status.steps[*i];
+            s.status == StepStatus::Executing && s.attempts == attempt
+        })
+}
+
 /// Gets the decision of the last step (which is `deciding`).
 fn decide(txn: &mut Txn) -> Flow {
     let Some(index) = txn.last_position() else {

@@ -121,6 +121,7 @@ mod tests;
 use crate::api::RunPhase;
 
 pub use approvals::{approval_name, recorded_approvals, short_hash, status_write_version};
+pub use by_task::check_answer;
 pub use effects::*;
 pub use inputs::*;
 pub use lease::{lease_liveness, LeaseLiveness};

@@ -450,6 +450,19 @@ pub fn needs_pins(spec: &AgentRunSpec) -> bool {
     !spec.tool_sets.is_empty() || spec.tools.iter().any(|t| t.mcp.is_some())
 }
 
+/// Whether a pinned definition allows calling the tool as a task (`execution.taskSupport`
+/// `optional` or `required`; docs/design.md section 6, "MCP tasks"): then a call to a server
+/// that offers tasks is sent as one.
+pub fn allows_tasks(pin: &ToolPin) -> bool {
+    let support = pin
+        .definition
+        .execution
+        .as_ref()
+        .and_then(|e| e.get("taskSupport"))
+        .and_then(Value::as_str);
+    matches!(support, Some("optional" | "required"))
+}
+
 /// The servers to list before `run.started`: every `mcp` tool's and toolset's, each URL once,
 /// in the order the spec names them (the headers and oauth are the first naming's).
 pub fn servers(spec: &AgentRunSpec) -> Vec<McpServer> {

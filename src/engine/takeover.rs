@@ -121,16 +121,21 @@ pub(crate) fn interrupted_attempt(
     {
         return None;
     }
-    let step_index = txn.index_at(index);
-    let failed = txn
-        .status
+    let failed = last_interruption_detail(txn, index)
+        .is_some_and(|detail| detail.as_str().is_some_and(|d| d.starts_with(given_up)));
+    (!failed).then_some((txn.index_at(index), step.attempts))
+}
+
+/// The `detail` of step `index`'s last `step.interrupted` (why a tool could not say what became
+/// of its call), if it has one.
+pub(crate) fn last_interruption_detail(txn: &Txn, index: usize) -> Option<Value> {
+    let step = txn.index_at(index);
+    txn.status
         .events
         .iter()
         .rev()
-        .find(|e| e.type_ == EventType::StepInterrupted && e.step == Some(step_index))
-        .and_then(|e| e.data.as_ref()?.get("detail")?.as_str())
-        .is_some_and(|detail| detail.starts_with(given_up));
-    (!failed).then_some((step_index, step.attempts))
+        .find(|e| e.type_ == EventType::StepInterrupted && e.step == Some(step))
+        .and_then(|e| e.data.as_ref()?.get("detail").cloned())
 }
 
 /// The idempotency key every attempt of step `index` sends (docs/design.md section 6).
@@ -344,26 +349,14 @@ fn pause_unknown_outcome(txn: &mut Txn, index: usize, status_url: Option<Value>)
     if let Some(said) = status_url {
         presentation["statusURL"] = said;
     }
+    // Why the tool's own word could not settle it (docs/design.md section 6, "MCP tasks" and
+    // "Job tools").
     if let Some(task) = super::by_task::last_task(txn, index) {
-        // Why the task could not say (docs/design.md section 6, "MCP tasks").
-        let detail = txn
-            .status
-            .events
-            .iter()
-            .rev()
-            .find(|e| e.type_ == EventType::StepInterrupted && e.step == Some(txn.index_at(index)))
-            .and_then(|e| e.data.as_ref()?.get("detail").cloned());
+        let detail = last_interruption_detail(txn, index);
         presentation["task"] = json!({"taskId": task.id, "detail": detail});
     }
     if let Some(job) = super::by_job::last_job(txn, index) {
-        // Why the Job could not say (docs/design.md section 6, "Job tools").
-        let detail = txn
-            .status
-            .events
-            .iter()
-            .rev()
-            .find(|e| e.type_ == EventType::StepInterrupted && e.step == Some(txn.index_at(index)))
-            .and_then(|e| e.data.as_ref()?.get("detail").cloned());
+        let detail = last_interruption_detail(txn, index);
         presentation["job"] = json!({"name": job, "detail": detail});
     }
     let requirement = Requirement {

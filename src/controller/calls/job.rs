@@ -12,6 +12,7 @@ use super::super::context::Context;
 use super::super::fault::{self, FaultPoint};
 use crate::api::{JobOnCancel, JobResult, JobTool, ToolFailure};
 use crate::engine::{job_name, JobStage, ToolCall, ToolOutcome, JOB_GONE};
+use crate::tools::http::millis;
 
 /// The finalizer that keeps a Job (and so its outcome) until the write recording that outcome
 /// landed; removed then ([`release`]).
@@ -165,10 +166,6 @@ async fn read(ctx: &Context, namespace: &str, name: &str) -> Option<Value> {
             }
         }
     }
-}
-
-fn millis(started: Instant) -> u64 {
-    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The Job of `call` (docs/design.md section 6, "Job tools"): the template with the args and

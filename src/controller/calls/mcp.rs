@@ -17,6 +17,7 @@ use crate::controller::cluster::RunState;
 use crate::controller::context::Context;
 use crate::controller::fault::{self, FaultPoint};
 use crate::engine::{pins, McpTask, ServerListing, ToolCall, ToolOutcome};
+use crate::tools::http::millis;
 use crate::tools::mcp::{CallOutcome, McpClient, ToolsCall};
 
 /// Lists every server (`initialize`, `tools/list` through every page), in order: one
@@ -92,18 +93,6 @@ pub async fn call_mcp_tool(ctx: &Context, state: &RunState, call: ToolCall) -> T
 /// that a replica taking the run over still finds it: 10 minutes.
 const TASK_TTL_MARGIN: Duration = Duration::from_secs(600);
 
-/// Whether a pinned definition allows calling the tool as a task (`execution.taskSupport`
-/// `optional` or `required`).
-fn allows_tasks(pin: &ToolPin) -> bool {
-    let support = pin
-        .definition
-        .execution
-        .as_ref()
-        .and_then(|e| e.get("taskSupport"))
-        .and_then(Value::as_str);
-    matches!(support, Some("optional" | "required"))
-}
-
 async fn call_mcp(
     ctx: &Context,
     state: &RunState,
@@ -153,7 +142,7 @@ async fn call_mcp(
         return Err(refused);
     }
     let mut session = client.session().cloned();
-    let as_task = allows_tasks(pin) && session.as_ref().is_some_and(|s| s.tasks);
+    let as_task = pins::allows_tasks(pin) && session.as_ref().is_some_and(|s| s.tasks);
     if as_task && session.as_ref().is_some_and(|s| s.id.is_some()) {
         // A task may ask for input: its session declares that agentrt answers (through an
         // input_required Approval). A fresh session, so the listing's stays as it was.
@@ -393,10 +382,6 @@ pub fn tool_outcome(outcome: CallOutcome) -> ToolOutcome {
             duration_ms,
         ),
     }
-}
-
-fn millis(started: std::time::Instant) -> u64 {
-    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

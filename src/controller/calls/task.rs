@@ -22,6 +22,7 @@ use crate::api::{McpOnCancel, ToolFailure};
 use crate::controller::cluster::RunState;
 use crate::controller::context::Context;
 use crate::engine::{TaskInput, ToolCall, ToolOutcome, TASK_LOST};
+use crate::tools::http::millis;
 use crate::tools::mcp::{
     CallOutcome, McpClient, McpError, ProtocolVersion, Session, TaskAnswer, TaskStatus,
 };
@@ -30,10 +31,6 @@ use crate::tools::mcp::{
 const MIN_POLL: Duration = Duration::from_millis(200);
 /// Longest wait between two `tasks/get`.
 const MAX_POLL: Duration = Duration::from_secs(30);
-
-fn millis(started: Instant) -> u64 {
-    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
 
 fn lost(detail: String, started: Instant) -> ToolOutcome {
     ToolOutcome::Unknown {

@@ -162,11 +162,7 @@ fn well_known(url: &reqwest::Url, suffix: &str) -> String {
 }
 
 /// Reads at most [`MAX_ANSWER_BYTES`] of a JSON answer: `(status, body)`.
-async fn get_json(
-    http: &reqwest::Client,
-    request: reqwest::RequestBuilder,
-) -> Result<(u16, Value), String> {
-    let _ = http;
+async fn get_json(request: reqwest::RequestBuilder) -> Result<(u16, Value), String> {
     let mut response = request
         .timeout(TIMEOUT)
         .send()
@@ -195,7 +191,7 @@ async fn first_document(
 ) -> Result<(String, Value), String> {
     let mut said = Vec::new();
     for url in urls {
-        match get_json(http, http.get(url)).await {
+        match get_json(http.get(url)).await {
             Ok((200, body)) if body.is_object() => return Ok((url.clone(), body)),
             Ok((status, _)) => said.push(format!("{url} answered {status}")),
             Err(err) => said.push(format!("{url}: {err}")),
@@ -309,7 +305,7 @@ async fn fetch(
         client_id: credentials.client_id.clone(),
         detail,
     };
-    let (status, body) = get_json(http, request).await.map_err(&refused)?;
+    let (status, body) = get_json(request).await.map_err(&refused)?;
     let text = |key: &str| {
         body.get(key)
             .and_then(Value::as_str)
